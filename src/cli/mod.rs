@@ -1,0 +1,2 @@
+//! stub
+pub fn main() -> i32 { 0 }

@@ -1,0 +1,27 @@
+//! capsule: a kernel-native capability sandbox for AI agents and CI jobs.
+//!
+//! The data flows one way, and the modules show it:
+//!
+//! * [`policy`] — the policy file's types, parsing, validation, path resolution;
+//! * [`plan`] — everything resolved before fork (grants with their origin, env, limits);
+//! * [`sandbox`] — the layers the child applies to itself (Landlock, seccomp,
+//!   namespaces, rlimits, capabilities) and `sandbox::child`, the code that
+//!   runs between fork and exec;
+//! * [`supervisor`] — the unsandboxed parent: spawn, stdio capture, timeout,
+//!   tree kill, the JSON result;
+//! * [`proxy`] — the filtering egress proxy of `network.mode: proxy`;
+//! * [`rpc`] — the tool and LLM broker served over the child's RPC fd;
+//! * [`audit`] — the one-line audit record of every run;
+//! * [`cli`] — the `capsule` command line, turning typed errors into exit codes.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+pub mod audit;
+pub mod cli;
+pub mod kernel;
+pub mod plan;
+pub mod policy;
+pub mod proxy;
+pub mod rpc;
+pub mod sandbox;
+pub mod supervisor;

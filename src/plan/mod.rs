@@ -1,0 +1,152 @@
+//! The plan: everything a run needs, resolved in the parent before fork.
+//!
+//! A [`Plan`] is built from a [`crate::policy::LoadedPolicy`] plus the command
+//! line. It holds absolute paths, the exact environment, each filesystem
+//! grant labelled with where it came from and which layer enforces it, and
+//! the limits. `--dry-run` and `capsule check` print it; `supervisor::spawn`
+//! turns it into a confined child without further decisions.
+
+pub mod build;
+pub mod command;
+pub mod env;
+pub mod system;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::policy::NetMode;
+
+pub use build::{build, BuildInput, PlanError};
+
+/// Filesystem access rights a grant gives, in the contract's terms.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Access {
+    /// Read files, list directories.
+    pub read: bool,
+    /// Create, modify, delete, rename beneath (implies read in policies).
+    pub write: bool,
+    /// Execute files (implies read).
+    pub exec: bool,
+}
+
+impl Access {
+    pub const READ: Access = Access { read: true, write: false, exec: false };
+    pub const WRITE: Access = Access { read: true, write: true, exec: false };
+    pub const EXEC: Access = Access { read: true, write: false, exec: true };
+    pub const NONE: Access = Access { read: false, write: false, exec: false };
+
+    pub fn union(self, o: Access) -> Access {
+        Access { read: self.read || o.read, write: self.write || o.write, exec: self.exec || o.exec }
+    }
+    pub fn is_empty(self) -> bool {
+        !(self.read || self.write || self.exec)
+    }
+    /// "r", "rw", "rx", "rwx"
+    pub fn label(self) -> String {
+        let mut s = String::new();
+        if self.read { s.push('r') }
+        if self.write { s.push('w') }
+        if self.exec { s.push('x') }
+        if s.is_empty() { s.push('-') }
+        s
+    }
+}
+
+/// Where a grant or carve-out came from, for `--dry-run` and errors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// A policy key, e.g. `filesystem.write[0]`, with its line when known.
+    Policy { key: String, line: Option<usize> },
+    /// A command-line flag such as `--allow-read`.
+    Cli(&'static str),
+    /// `filesystem.system: true`.
+    System,
+    /// The resolved command, its interpreter or its install prefix.
+    Command,
+    /// The private $TMPDIR.
+    Tmp,
+    /// `--workspace`.
+    Workspace,
+    /// A built-in credential carve-out (section 2).
+    Credential,
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::Policy { key, line: Some(l) } => write!(f, "policy {key} (line {l})"),
+            Origin::Policy { key, line: None } => write!(f, "policy {key}"),
+            Origin::Cli(flag) => write!(f, "command line {flag}"),
+            Origin::System => write!(f, "filesystem.system"),
+            Origin::Command => write!(f, "the command"),
+            Origin::Tmp => write!(f, "filesystem.tmp"),
+            Origin::Workspace => write!(f, "--workspace"),
+            Origin::Credential => write!(f, "built-in credential carve-out"),
+        }
+    }
+}
+
+/// One filesystem grant: an absolute, existing path and its rights.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FsGrant {
+    pub path: PathBuf,
+    pub access: Access,
+    pub origin: Origin,
+}
+
+/// A path that must stay inaccessible even beneath a grant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FsDeny {
+    pub path: PathBuf,
+    pub origin: Origin,
+}
+
+/// The filesystem part of the plan (enforced by Landlock).
+#[derive(Debug, Clone, Default)]
+pub struct FsPlan {
+    pub grants: Vec<FsGrant>,
+    /// Carve-outs (policy `deny` and credential paths that exist beneath a grant).
+    pub deny: Vec<FsDeny>,
+    /// Grant the child's own /proc/self (read), added in the child after fork.
+    pub proc_self: bool,
+}
+
+/// The network part of the plan.
+#[derive(Debug, Clone, Default)]
+pub struct NetPlan {
+    pub mode: NetMode,
+    pub allow_hosts: Vec<String>,
+    pub allow_unix_sockets: bool,
+}
+
+/// Limits, as numbers the kernel takes.
+#[derive(Debug, Clone, Default)]
+pub struct LimitsPlan {
+    pub timeout: Duration,
+    pub max_output_bytes: u64,
+    pub memory_bytes: Option<u64>,
+    pub cpu_seconds: Option<u64>,
+    pub max_processes: Option<u64>,
+    pub max_file_size_bytes: Option<u64>,
+    pub max_open_files: Option<u64>,
+}
+
+/// Everything a run needs, decided before fork.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub run_id: String,
+    /// Absolute path of the program to execve.
+    pub program: PathBuf,
+    /// argv, argv[0] as the user wrote it.
+    pub argv: Vec<String>,
+    /// The child's environment, in order (name, value).
+    pub env: Vec<(String, String)>,
+    pub cwd: PathBuf,
+    /// The private tmp dir (created by build, removed by the supervisor).
+    pub tmpdir: Option<PathBuf>,
+    pub fs: FsPlan,
+    pub net: NetPlan,
+    pub limits: LimitsPlan,
+    pub best_effort: bool,
+    pub policy_sha256: String,
+}

@@ -1,0 +1,303 @@
+//! The policy: the contract's section 2 as plain types.
+//!
+//! Data flows one way: [`parse`] reads a file into these types (with
+//! file:line:column errors), [`validate`] applies the fail-closed rules, and
+//! [`resolve`] turns relative and `~` paths into absolute ones. The sandbox
+//! layers never see these types directly: `crate::plan` translates them.
+
+pub mod parse;
+pub mod resolve;
+pub mod starter;
+pub mod validate;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub use parse::{load_file, parse_str, PolicyError};
+
+/// A whole policy file, `version: 1`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    /// Policy format version; only `1` exists.
+    pub version: u32,
+    #[serde(default)]
+    pub filesystem: Filesystem,
+    #[serde(default)]
+    pub network: Network,
+    #[serde(default)]
+    pub env: Env,
+    #[serde(default)]
+    pub limits: Limits,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Tools>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub llm_access: Option<LlmAccess>,
+}
+
+/// Filesystem grants, enforced by Landlock.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Filesystem {
+    /// Read files and list directories beneath these paths.
+    #[serde(default)]
+    pub read: Vec<PathEntry>,
+    /// Read, create, modify and delete beneath these paths (not execute).
+    #[serde(default)]
+    pub write: Vec<PathEntry>,
+    /// Execute (file or directory); implies read.
+    #[serde(default)]
+    pub exec: Vec<PathEntry>,
+    /// Carve-outs beneath a read/write/exec grant: no access at all.
+    #[serde(default)]
+    pub deny: Vec<PathEntry>,
+    /// Read+exec of the standard system directories, a few /dev nodes, the
+    /// command's install prefix and the child's own /proc/self.
+    #[serde(default = "yes")]
+    pub system: bool,
+    /// A private writable $TMPDIR per run, removed afterwards.
+    #[serde(default = "yes")]
+    pub tmp: bool,
+}
+
+impl Default for Filesystem {
+    fn default() -> Self {
+        Filesystem {
+            read: vec![],
+            write: vec![],
+            exec: vec![],
+            deny: vec![],
+            system: true,
+            tmp: true,
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// A path in a grant: either a plain string, or `{path, optional}`.
+///
+/// A missing path is an error unless `optional: true` (or the string form
+/// ends in `?`, e.g. `~/.cache?`), in which case the grant is skipped.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum PathEntry {
+    Plain(String),
+    Detailed {
+        path: String,
+        #[serde(default)]
+        optional: bool,
+    },
+}
+
+impl PathEntry {
+    /// The path as written, without a trailing `?` marker.
+    pub fn raw(&self) -> &str {
+        match self {
+            PathEntry::Plain(s) => s.strip_suffix('?').unwrap_or(s),
+            PathEntry::Detailed { path, .. } => path,
+        }
+    }
+    /// Whether a missing path is skipped rather than an error.
+    pub fn optional(&self) -> bool {
+        match self {
+            PathEntry::Plain(s) => s.ends_with('?'),
+            PathEntry::Detailed { optional, .. } => *optional,
+        }
+    }
+}
+
+impl From<&str> for PathEntry {
+    fn from(s: &str) -> Self {
+        PathEntry::Plain(s.to_string())
+    }
+}
+
+/// Network access.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Network {
+    #[serde(default)]
+    pub mode: NetMode,
+    /// Proxy allowlist: `host`, `*.domain` (subdomains only), optionally `:port`.
+    #[serde(default)]
+    pub allow_hosts: Vec<String>,
+    /// Allow `socket(AF_UNIX)`; `socketpair` is always allowed.
+    #[serde(default)]
+    pub allow_unix_sockets: bool,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum NetMode {
+    #[default]
+    None,
+    Proxy,
+    Unrestricted,
+}
+
+impl NetMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NetMode::None => "none",
+            NetMode::Proxy => "proxy",
+            NetMode::Unrestricted => "unrestricted",
+        }
+    }
+}
+
+impl std::str::FromStr for NetMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "none" => Ok(NetMode::None),
+            "proxy" => Ok(NetMode::Proxy),
+            "unrestricted" => Ok(NetMode::Unrestricted),
+            other => Err(format!("unknown network mode '{other}' (none | proxy | unrestricted)")),
+        }
+    }
+}
+
+/// The child's environment, built from nothing.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Env {
+    /// Host variables copied in when set.
+    #[serde(default)]
+    pub pass: Vec<String>,
+    /// Variables set to fixed values.
+    #[serde(default)]
+    pub set: BTreeMap<String, String>,
+}
+
+/// Resource limits. Absent keys take the defaults below.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Wall-clock limit in seconds (> 0).
+    #[serde(default = "Limits::d_timeout")]
+    pub timeout_seconds: f64,
+    /// Per-stream capture limit in bytes.
+    #[serde(default = "Limits::d_output")]
+    pub max_output_bytes: u64,
+    /// Memory limit in MiB (cgroup memory.max, else RLIMIT_DATA).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u64>,
+    /// CPU time in seconds (RLIMIT_CPU).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_seconds: Option<u64>,
+    /// Processes/threads of the run (cgroup pids.max, else RLIMIT_NPROC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_processes: Option<u64>,
+    /// Largest file the run may write, in MiB (RLIMIT_FSIZE).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_file_size_mb: Option<u64>,
+    /// Open file descriptors (RLIMIT_NOFILE).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_open_files: Option<u64>,
+}
+
+impl Limits {
+    fn d_timeout() -> f64 {
+        60.0
+    }
+    fn d_output() -> u64 {
+        1_048_576
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            timeout_seconds: Self::d_timeout(),
+            max_output_bytes: Self::d_output(),
+            memory_mb: None,
+            cpu_seconds: None,
+            max_processes: None,
+            max_file_size_mb: None,
+            max_open_files: None,
+        }
+    }
+}
+
+/// Tools the child may ask the parent to run (section 5).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Tools {
+    /// Calls allowed per run.
+    #[serde(default = "Tools::d_max_calls")]
+    pub max_calls: u32,
+    #[serde(default)]
+    pub allow: Vec<Tool>,
+}
+
+impl Tools {
+    fn d_max_calls() -> u32 {
+        40
+    }
+}
+
+/// One allow-listed tool: a host `command`, or `forward: true`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Tool {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// JSON Schema of the arguments, shown by `tools/list`.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "inputSchema", alias = "input_schema")]
+    pub input_schema: Option<serde_json::Value>,
+    /// argv of a host command: JSON arguments on stdin, result on stdout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// Run the tool command itself under this capsule policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
+    /// Answered by the program that started capsule, over `--tool-fd`.
+    #[serde(default)]
+    pub forward: bool,
+    #[serde(default = "Tool::d_timeout")]
+    pub timeout_seconds: f64,
+}
+
+impl Tool {
+    fn d_timeout() -> f64 {
+        30.0
+    }
+}
+
+/// LLM access brokered by the parent (section 5). Default-deny.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LlmAccess {
+    #[serde(default)]
+    pub enabled: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_calls: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_input_chars: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_chars: Option<u64>,
+    /// Absent = any host model; `[]` = none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_models: Option<Vec<String>>,
+}
+
+/// A policy loaded from somewhere, with what is needed to report on it.
+#[derive(Debug, Clone)]
+pub struct LoadedPolicy {
+    pub policy: Policy,
+    /// The file it came from (None: the built-in default).
+    pub source: Option<PathBuf>,
+    /// Directory that relative paths resolve against.
+    pub base_dir: PathBuf,
+    /// sha256 of the file's bytes (or of the default policy's JSON).
+    pub sha256: String,
+    /// Line of each key path (e.g. "filesystem.write[0]") for reports; may be empty.
+    pub lines: BTreeMap<String, usize>,
+}

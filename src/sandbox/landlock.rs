@@ -1,0 +1,1 @@
+//! Landlock: the filesystem (and TCP) layer. OWNED BY: landlock helper.

@@ -1,0 +1,1 @@
+//! seccomp: the syscall layer. OWNED BY: seccomp helper.
