@@ -5,6 +5,8 @@
 //! [`resolve`] turns relative and `~` paths into absolute ones. The sandbox
 //! layers never see these types directly: `crate::plan` translates them.
 
+pub mod error;
+mod lines;
 pub mod parse;
 pub mod resolve;
 pub mod starter;
@@ -16,7 +18,16 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-pub use parse::{load_file, parse_str, PolicyError};
+pub use parse::{load_file, load_str, parse_str, PolicyError};
+
+/// The policy's JSON Schema (draft 2020-12), pretty-printed with a trailing
+/// newline: what `capsule policy schema` prints and `policy/schema.json` holds.
+pub fn schema_json() -> String {
+    let schema = schemars::schema_for!(Policy);
+    let mut s = serde_json::to_string_pretty(&schema).unwrap_or_default();
+    s.push('\n');
+    s
+}
 
 /// A whole policy file, `version: 1`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
