@@ -6,6 +6,7 @@
 //! layers never see these types directly: `crate::plan` translates them.
 
 pub mod error;
+mod hosts;
 mod lines;
 pub mod parse;
 pub mod resolve;
