@@ -276,7 +276,7 @@ fn missing_key_message(field: &str) -> String {
 /// Reword messages that talk about Rust types into policy terms.
 fn friendly(path: &str, message: &str) -> String {
     if message.contains("untagged enum PathEntry") {
-        return "expected a path string or a mapping {path: ..., optional: true|false}".into();
+        return "expected a path string or a mapping {path: ..., optional: true|false} (a bare `~` is YAML null: write \"~\")".into();
     }
     if path == "." || path.is_empty() {
         if message.contains("struct Policy") || message.contains("mapping") {
