@@ -167,7 +167,7 @@ fn split_key(content: &str) -> Option<(String, &str, usize)> {
             let mut i = 0;
             loop {
                 let c = *bytes.get(i)?;
-                if c == b':' && bytes.get(i + 1).is_none_or(|n| *n == b' ' || *n == b'\t') {
+                if c == b':' && matches!(bytes.get(i + 1), None | Some(b' ' | b'\t')) {
                     break;
                 }
                 i += 1;

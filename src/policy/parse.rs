@@ -145,7 +145,7 @@ fn is_blank(text: &str, json: bool) -> bool {
 fn syntax(file: &str, at: Option<LineCol>, key: &str, message: &str) -> PolicyError {
     PolicyError::Syntax {
         at: position(file, at),
-        key: if key.is_empty() || key == "." {
+        key: if key.is_empty() || key == "." || key == "?" {
             "(top level)".into()
         } else {
             key.into()
@@ -278,10 +278,21 @@ fn friendly(path: &str, message: &str) -> String {
     if message.contains("untagged enum PathEntry") {
         return "expected a path string or a mapping {path: ..., optional: true|false} (a bare `~` is YAML null: write \"~\")".into();
     }
-    if path == "." || path.is_empty() {
-        if message.contains("struct Policy") || message.contains("mapping") {
-            return format!("a policy must be a mapping that starts with `version: 1` ({message})");
-        }
+    if (path == "." || path.is_empty())
+        && (message.contains("struct Policy") || message.contains("mapping"))
+    {
+        return format!("a policy must be a mapping that starts with `version: 1` ({message})");
+    }
+    let plain = match message {
+        "expected sequence start" => Some("expected a list, e.g. [a, b]"),
+        "expected mapping start" => Some("expected a mapping of key: value"),
+        "invalid floating point" => Some("expected a number"),
+        "invalid boolean" => Some("expected true or false"),
+        m if m.starts_with("invalid u") => Some("expected a whole number >= 0"),
+        _ => None,
+    };
+    if let Some(p) = plain {
+        return p.to_string();
     }
     message
         .replace("struct Policy", "a policy mapping")

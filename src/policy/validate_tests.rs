@@ -108,7 +108,7 @@ fn forbidden_write_and_exec_grants() {
         for kind in ["write", "exec"] {
             let e = fails(&format!("version: 1\nfilesystem:\n  {kind}: [{dir}]\n"));
             assert!(
-                e.contains(&format!(":3:"))
+                e.contains(":3:")
                     && e.contains(&format!(
                         "filesystem.{kind}[0]: `{kind}` grant of {dir} is refused"
                     )),
