@@ -6,6 +6,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use super::command::{self, CommandError};
+
 use super::env::{self, EnvError};
 use super::{system, Access, FsDeny, FsGrant, FsPlan, LimitsPlan, NetPlan, Origin, Plan};
 use crate::policy::resolve::{self, ResolvedPath};
@@ -79,7 +80,24 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         loaded.policy.limits.max_output_bytes = m;
     }
 
-    let resolved = resolve::resolve_fs(&loaded, &home)?;
+    let mut resolved = resolve::resolve_fs(&loaded, &home)?;
+    // Command-line grants resolve against capsule's cwd and obey the same rules.
+    for (flag, list, kind) in [
+        ("--allow-read", &ov.allow_read, GrantKind::Read),
+        ("--allow-write", &ov.allow_write, GrantKind::Write),
+        ("--allow-exec", &ov.allow_exec, GrantKind::Exec),
+    ] {
+        for raw in list {
+            let r = resolve::resolve_one(raw, &here, &home, flag, false)?
+                .ok_or_else(|| PlanError::Flag { flag, path: raw.clone(), why: "does not exist".into() })?;
+            validate::check_grant(&r.path, kind).map_err(|why| PlanError::Flag { flag, path: raw.clone(), why })?;
+            match kind {
+                GrantKind::Read => resolved.read.push(r),
+                GrantKind::Write => resolved.write.push(r),
+                GrantKind::Exec => resolved.exec.push(r),
+            }
+        }
+    }
     validate::validate(&loaded, &resolved)?;
     let policy = &loaded.policy;
 
@@ -87,24 +105,19 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
     let from_policy = |r: &ResolvedPath, access: Access| FsGrant {
         path: r.path.clone(),
         access,
-        origin: Origin::Policy { key: r.key.clone(), line: r.line },
+        origin: if r.key.starts_with("--") {
+            Origin::Cli(match r.key.as_str() {
+                "--allow-read" => "--allow-read",
+                "--allow-write" => "--allow-write",
+                _ => "--allow-exec",
+            })
+        } else {
+            Origin::Policy { key: r.key.clone(), line: r.line }
+        },
     };
     grants.extend(resolved.read.iter().map(|r| from_policy(r, Access::READ)));
     grants.extend(resolved.write.iter().map(|r| from_policy(r, Access::WRITE)));
     grants.extend(resolved.exec.iter().map(|r| from_policy(r, Access::EXEC)));
-    for (flag, list, access, kind) in [
-        ("--allow-read", &ov.allow_read, Access::READ, GrantKind::Read),
-        ("--allow-write", &ov.allow_write, Access::WRITE, GrantKind::Write),
-        ("--allow-exec", &ov.allow_exec, Access::EXEC, GrantKind::Exec),
-    ] {
-        for raw in list {
-            let r = resolve::resolve_one(raw, &here, &home, flag, false)?
-                .ok_or_else(|| PlanError::Flag { flag, path: raw.clone(), why: "does not exist".into() })?;
-            validate::check_grant(&r.path, kind)
-                .map_err(|why| PlanError::Flag { flag, path: raw.clone(), why })?;
-            grants.push(FsGrant { path: r.path, access, origin: Origin::Cli(flag) });
-        }
-    }
 
     // The private tmp dir (created by the supervisor just before spawn).
     let tmpdir = policy.filesystem.tmp.then(|| std::env::temp_dir().join(format!("capsule-{run_id}")));
@@ -147,8 +160,11 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
 
     // The command, resolved on the host.
     let host_path = std::env::var("PATH").ok();
-    let name = argv.first().ok_or(CommandError::Empty)?;
-    let cmd = command::resolve(name, host_path.as_deref().unwrap_or(env::DEFAULT_PATH), &cwd, &home)?;
+    // `capsule check` plans without a command.
+    let cmd = match argv.first() {
+        Some(name) => command::resolve(name, host_path.as_deref().unwrap_or(env::DEFAULT_PATH), &cwd, &home)?,
+        None => command::ResolvedCommand { program: PathBuf::new(), files: vec![], prefixes: vec![] },
+    };
     for f in &cmd.files {
         grants.push(FsGrant { path: f.clone(), access: Access::EXEC, origin: Origin::Command });
     }

@@ -29,7 +29,7 @@ pub fn build(
     extra: &[(String, String)],
 ) -> Result<Vec<(String, String)>, EnvError> {
     let mut env: Vec<(String, String)> = Vec::with_capacity(8 + policy.pass.len() + policy.set.len() + extra.len());
-    let mut put = |env: &mut Vec<(String, String)>, k: &str, v: String| {
+    let put = |env: &mut Vec<(String, String)>, k: &str, v: String| {
         if let Some(slot) = env.iter_mut().find(|(n, _)| n == k) {
             slot.1 = v;
         } else {

@@ -199,9 +199,10 @@ pub fn command_stage(spec: &mut ChildSpec, chan: &Channel) -> ! {
         fail(chan, Stage::NoNewPrivs, e);
     }
     if let Some(ll) = spec.landlock.take() {
-        if let Err(e) = ll.restrict_in_child() {
-            let errno = e.errno().unwrap_or(Errno::EPERM);
-            fail(chan, Stage::Landlock, errno);
+        if ll.restrict_in_child().is_err() {
+            // The parent already checked what this kernel supports; a failure
+            // here means the restriction was refused or weaker than promised.
+            fail(chan, Stage::Landlock, Errno::EPERM);
         }
     }
     // Every inherited descriptor above stderr goes at exec, except the RPC

@@ -74,7 +74,7 @@ pub fn namespaces_available() -> bool {
 pub fn prepare(plan: &Plan, proxy_port: Option<u16>) -> Result<Layers, SandboxError> {
     let best_effort = plan.best_effort;
     let mut missing = Vec::new();
-    let mut unavailable = |what: &str, why: &str, missing: &mut Vec<String>| -> Result<(), SandboxError> {
+    let unavailable = |what: &str, why: &str, missing: &mut Vec<String>| -> Result<(), SandboxError> {
         if best_effort {
             let line = format!("{what}: {why}");
             tracing::warn!("not enforced (--best-effort): {line}");

@@ -47,7 +47,7 @@ pub async fn pump(fd: OwnedFd, sink: Sink, limit: u64) -> Captured {
             return out;
         }
     };
-    let mut writer: Option<Box<dyn tokio::io::AsyncWrite + Unpin>> = match sink {
+    let mut writer: Option<Box<dyn tokio::io::AsyncWrite + Unpin + Send>> = match sink {
         Sink::Capture => None,
         Sink::Stdout => Some(Box::new(tokio::io::stdout())),
         Sink::Stderr => Some(Box::new(tokio::io::stderr())),

@@ -19,7 +19,6 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
-use tokio::io::unix::AsyncFd;
 
 use crate::plan::Plan;
 use crate::sandbox::{self, child::ChildSpec};
@@ -29,7 +28,7 @@ use result::{exit, Enforcement, RunResult, Termination};
 use spawn::{NsRequest, Spawned, TreeMode};
 
 /// How to run, beyond the plan.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct ExecOptions {
     /// Capture into the JSON result (else stream live).
     pub json: bool,
@@ -59,27 +58,34 @@ pub fn run(plan: &Plan, opts: ExecOptions) -> Finished {
         Ok(s) => s,
         Err(e) => return refused(&plan.run_id, "service_unavailable", e.to_string()),
     };
-    let mut layers = match sandbox::prepare(plan, services.proxy_port()) {
-        Ok(l) => l,
-        Err(e) => return refused(&plan.run_id, "protection_unavailable", e.to_string()),
-    };
-    for m in &layers.missing {
-        eprintln!("capsule: warning: not enforced (--best-effort): {m}");
-    }
     if let Some(t) = &plan.tmpdir {
         use std::os::unix::fs::DirBuilderExt;
         if let Err(e) = std::fs::DirBuilder::new().mode(0o700).create(t) {
             return refused(&plan.run_id, "setup_failed", format!("creating the private TMPDIR {}: {e}", t.display()));
         }
     }
+    let mut layers = match sandbox::prepare(plan, services.proxy_port()) {
+        Ok(l) => l,
+        Err(e) => {
+            remove_tmpdir(plan);
+            return refused(&plan.run_id, "protection_unavailable", e.to_string());
+        }
+    };
+    for m in &layers.missing {
+        eprintln!("capsule: warning: not enforced (--best-effort): {m}");
+    }
     let finished = run_prepared(plan, opts.json, opts.grace, &mut layers, &mut services);
     layers.cgroup.remove();
+    remove_tmpdir(plan);
+    finished
+}
+
+fn remove_tmpdir(plan: &Plan) {
     if let Some(t) = &plan.tmpdir {
         if let Err(e) = std::fs::remove_dir_all(t) {
             tracing::warn!("could not remove the private TMPDIR {}: {e}", t.display());
         }
     }
-    finished
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd), Errno> {
@@ -285,10 +291,4 @@ async fn supervise(
     state.stdout = tokio::time::timeout(drain, out_task).await.ok().and_then(Result::ok).unwrap_or_default();
     state.stderr = tokio::time::timeout(drain, err_task).await.ok().and_then(Result::ok).unwrap_or_default();
     state
-}
-
-/// `AsyncFd` over a descriptor we only poll for readability.
-pub(crate) fn async_fd(fd: OwnedFd) -> std::io::Result<AsyncFd<OwnedFd>> {
-    sys::set_nonblocking(fd.as_raw_fd()).map_err(std::io::Error::from)?;
-    AsyncFd::new(fd)
 }

@@ -6,23 +6,14 @@
 //! tree. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to capsule are forwarded
 //! the same way, as GNU timeout does.
 
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::OwnedFd;
 use std::time::Duration;
 
 use nix::errno::Errno;
-use tokio::io::unix::AsyncFd;
 use tokio::signal::unix::{signal, SignalKind};
 
 use super::spawn::{Spawned, TreeMode};
 use crate::sys::{self, channel::Msg};
-
-/// A raw descriptor owned elsewhere, for `AsyncFd`.
-struct Raw(RawFd);
-impl AsRawFd for Raw {
-    fn as_raw_fd(&self) -> RawFd {
-        self.0
-    }
-}
 
 /// Send `sig` to every process of the run.
 pub fn signal_run(sp: &Spawned, sig: libc::c_int) {
@@ -66,21 +57,14 @@ pub async fn watch(
     timed_out: &mut bool,
     mut on_msg: impl FnMut(Msg, Option<OwnedFd>),
 ) -> Option<i32> {
-    let pidfd = sys::pidfd_open(sp.pid).ok().and_then(|fd| AsyncFd::new(fd).ok());
+    let pidfd = sys::pidfd_open(sp.pid).ok().and_then(|fd| sys::async_fd(fd).ok());
     let _ = sys::set_nonblocking(sp.chan.raw());
-    let chan = AsyncFd::new(Raw(sp.chan.raw())).ok();
+    let chan = sp.chan.try_clone_fd().ok().and_then(|fd| sys::async_fd(fd).ok());
     let mut chan_open = chan.is_some();
-    let mut sigs = Vec::new();
-    for (kind, num) in [
-        (SignalKind::interrupt(), libc::SIGINT),
-        (SignalKind::terminate(), libc::SIGTERM),
-        (SignalKind::hangup(), libc::SIGHUP),
-        (SignalKind::quit(), libc::SIGQUIT),
-    ] {
-        if let Ok(s) = signal(kind) {
-            sigs.push((s, num));
-        }
-    }
+    let mut sig_int = signal(SignalKind::interrupt()).ok();
+    let mut sig_term = signal(SignalKind::terminate()).ok();
+    let mut sig_hup = signal(SignalKind::hangup()).ok();
+    let mut sig_quit = signal(SignalKind::quit()).ok();
     let deadline = tokio::time::sleep(limit);
     tokio::pin!(deadline);
     let far = tokio::time::Instant::now() + Duration::from_secs(86_400 * 365);
@@ -102,20 +86,6 @@ pub async fn watch(
     };
 
     let status = loop {
-        let sig_fut = async {
-            if sigs.is_empty() {
-                std::future::pending::<libc::c_int>().await
-            } else {
-                let futs = sigs.iter_mut().map(|(s, n)| {
-                    let n = *n;
-                    Box::pin(async move {
-                        s.recv().await;
-                        n
-                    })
-                });
-                futures_select_all(futs.collect()).await
-            }
-        };
         tokio::select! {
             r = async { pidfd.as_ref().unwrap().readable().await }, if pidfd.is_some() => {
                 if let Ok(mut guard) = r {
@@ -144,10 +114,10 @@ pub async fn watch(
                 tracing::info!("grace period over; killing every process of the run");
                 kill_run(sp);
             }
-            n = sig_fut => {
-                tracing::info!("forwarding signal {n} to the run");
-                signal_run(sp, n);
-            }
+            _ = recv(&mut sig_int) => forward(sp, libc::SIGINT),
+            _ = recv(&mut sig_term) => forward(sp, libc::SIGTERM),
+            _ = recv(&mut sig_hup) => forward(sp, libc::SIGHUP),
+            _ = recv(&mut sig_quit) => forward(sp, libc::SIGQUIT),
         }
     };
     if chan_open {
@@ -156,17 +126,17 @@ pub async fn watch(
     status
 }
 
-/// Wait for the first of several futures (all yielding the signal number).
-async fn futures_select_all(
-    mut futs: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = libc::c_int> + '_>>>,
-) -> libc::c_int {
-    std::future::poll_fn(move |cx| {
-        for f in futs.iter_mut() {
-            if let std::task::Poll::Ready(n) = f.as_mut().poll(cx) {
-                return std::task::Poll::Ready(n);
-            }
+/// The next delivery of a signal, or never when it could not be registered.
+async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
+    match s {
+        Some(s) => {
+            s.recv().await;
         }
-        std::task::Poll::Pending
-    })
-    .await
+        None => std::future::pending::<()>().await,
+    }
+}
+
+fn forward(sp: &Spawned, sig: libc::c_int) {
+    tracing::info!("forwarding signal {sig} to the run");
+    signal_run(sp, sig);
 }

@@ -139,6 +139,11 @@ impl Channel {
         self.fd
     }
 
+    /// A second descriptor for the same end (for readiness polling).
+    pub fn try_clone_fd(&self) -> Result<OwnedFd, Errno> {
+        nix::unistd::dup(&self.fd)
+    }
+
     /// Send a message (no allocation: safe in the forked child).
     pub fn send(&self, msg: Msg) -> Result<(), Errno> {
         let bytes = msg.encode();

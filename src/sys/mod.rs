@@ -254,3 +254,14 @@ pub fn grow_pipe(fd: RawFd, size: libc::c_int) {
     // SAFETY: fcntl on a pipe descriptor we own; failure is harmless.
     unsafe { libc::fcntl(fd, libc::F_SETPIPE_SZ, size) };
 }
+
+/// Watch an owned descriptor for readiness on the current tokio runtime
+/// (made non-blocking first).
+pub fn async_fd(fd: OwnedFd) -> std::io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
+    use std::os::fd::AsRawFd;
+    set_nonblocking(fd.as_raw_fd()).map_err(std::io::Error::from)?;
+    // SAFETY: an OwnedFd stays open, and keeps referring to the same open file
+    // description, for as long as the AsyncFd owns it.
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+        .map_err(|e| std::io::Error::other(e.to_string()))
+}
