@@ -203,3 +203,72 @@ async fn initialize_for_mcp_clients() {
     assert_eq!(v["result"]["protocolVersion"], "2025-06-18");
     assert_eq!(v["result"]["serverInfo"]["name"], "capsule");
 }
+
+#[tokio::test]
+async fn blocking_client_round_trip() {
+    use crate::rpc::client::{call_on, ClientError};
+    let dir = tempfile::tempdir().unwrap();
+    let broker = std::sync::Arc::new(crate::rpc::Broker::new(config(dir.path())).unwrap());
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    theirs.set_nonblocking(true).unwrap();
+    let server = tokio::spawn(crate::rpc::serve(
+        tokio::net::UnixStream::from_std(theirs).unwrap(),
+        broker,
+    ));
+    let results = tokio::task::spawn_blocking(move || {
+        let a = call_on(ours.try_clone().unwrap(), "ping", json!({}));
+        let b = call_on(
+            ours.try_clone().unwrap(),
+            "tools/call",
+            json!({"name": "x"}),
+        );
+        drop(ours);
+        (a, b)
+    })
+    .await
+    .unwrap();
+    assert_eq!(results.0.unwrap(), json!({}));
+    match results.1 {
+        Err(ClientError::Rpc { code, reason, .. }) => {
+            assert_eq!((code, reason.as_str()), (-32602, "not_allowed"))
+        }
+        other => panic!("{other:?}"),
+    }
+    tokio::time::timeout(Duration::from_secs(5), server)
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+/// Sequential ping round trips per second (run with `--ignored --nocapture`,
+/// ideally in release); the contract's target is 20k/s from Python.
+#[tokio::test(flavor = "current_thread")]
+#[ignore]
+async fn ping_round_trips_per_second() {
+    use std::io::{BufRead, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let broker = std::sync::Arc::new(crate::rpc::Broker::new(config(dir.path())).unwrap());
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    theirs.set_nonblocking(true).unwrap();
+    let server = tokio::spawn(crate::rpc::serve(
+        tokio::net::UnixStream::from_std(theirs).unwrap(),
+        broker,
+    ));
+    let n = 50_000;
+    let rate = tokio::task::spawn_blocking(move || {
+        let mut r = std::io::BufReader::new(ours.try_clone().unwrap());
+        let mut w = ours;
+        let t0 = std::time::Instant::now();
+        let mut line = String::new();
+        for i in 0..n {
+            writeln!(w, "{{\"jsonrpc\":\"2.0\",\"id\":{i},\"method\":\"ping\"}}").unwrap();
+            line.clear();
+            r.read_line(&mut line).unwrap();
+        }
+        n as f64 / t0.elapsed().as_secs_f64()
+    })
+    .await
+    .unwrap();
+    eprintln!("ping: {rate:.0} round trips/s");
+    server.abort();
+}
