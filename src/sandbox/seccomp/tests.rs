@@ -29,14 +29,20 @@ fn native() -> Arch {
 fn run(filters: Option<Filters>, program: &str, args: &[&str]) -> Output {
     let mut cmd = Command::new(program);
     cmd.args(args).stdin(Stdio::null());
-    if let Some(filters) = filters {
-        // SAFETY: the hook runs in the forked child of a possibly
-        // multi-threaded test process; `install` only makes prctl/seccomp
-        // syscalls on memory prepared before fork (no allocation, no locks),
-        // and `io::Error::from(Errno)` stores the raw code without allocating.
-        unsafe {
-            cmd.pre_exec(move || filters.install().map_err(std::io::Error::from));
-        }
+    // SAFETY: the hook runs in the forked child of a possibly multi-threaded
+    // test process. setrlimit is one syscall; `install` only makes
+    // prctl/seccomp syscalls on memory prepared before fork (no allocation,
+    // no locks); `io::Error::from(Errno)` stores the raw code without allocating.
+    unsafe {
+        cmd.pre_exec(move || {
+            use nix::sys::resource::{setrlimit, Resource};
+            // No core files from the children these tests kill with SIGSYS/SIGSEGV.
+            setrlimit(Resource::RLIMIT_CORE, 0, 0)?;
+            match &filters {
+                Some(filters) => filters.install().map_err(std::io::Error::from),
+                None => Ok(()),
+            }
+        });
     }
     cmd.output().expect("spawn test child")
 }
