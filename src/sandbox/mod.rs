@@ -111,6 +111,7 @@ pub fn prepare(plan: &Plan, proxy_port: Option<u16>) -> Result<Layers, SandboxEr
         connect_ports: proxy_port.into_iter().collect(),
     };
     let ll = landlock::prepare(&plan.fs, &net, &scopes, best_effort)?;
+    tracing::debug!("landlock ruleset ready ({} rules)", ll.report().rules.len());
     missing.extend(ll.report().missing.iter().cloned());
 
     // seccomp.
@@ -124,6 +125,7 @@ pub fn prepare(plan: &Plan, proxy_port: Option<u16>) -> Result<Layers, SandboxEr
         None
     };
 
+    tracing::debug!("seccomp filters ready");
     // Limits: a cgroup where capsule may make one, else rlimits.
     let l = &plan.limits;
     let root = nix::unistd::getuid().is_root();

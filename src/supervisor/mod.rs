@@ -54,6 +54,7 @@ pub fn refused(plan_run_id: &str, reason: &'static str, error: String) -> Finish
 
 /// Run the plan to completion.
 pub fn run(plan: &Plan, opts: ExecOptions) -> Finished {
+    tracing::debug!("supervisor: preparing services");
     let mut services = match services::Services::prepare(plan, opts.tool_fd) {
         Ok(s) => s,
         Err(e) => return refused(&plan.run_id, "service_unavailable", e.to_string()),
@@ -64,6 +65,7 @@ pub fn run(plan: &Plan, opts: ExecOptions) -> Finished {
             return refused(&plan.run_id, "setup_failed", format!("creating the private TMPDIR {}: {e}", t.display()));
         }
     }
+    tracing::debug!("supervisor: preparing layers");
     let mut layers = match sandbox::prepare(plan, services.proxy_port()) {
         Ok(l) => l,
         Err(e) => {
@@ -74,7 +76,9 @@ pub fn run(plan: &Plan, opts: ExecOptions) -> Finished {
     for m in &layers.missing {
         eprintln!("capsule: warning: not enforced (--best-effort): {m}");
     }
+    tracing::debug!("supervisor: layers ready");
     let finished = run_prepared(plan, opts.json, opts.grace, &mut layers, &mut services);
+    tracing::debug!("supervisor: run finished");
     layers.cgroup.remove();
     remove_tmpdir(plan);
     finished
@@ -145,6 +149,7 @@ fn run_prepared(
     drop(err_w);
     services.close_child_ends();
     drop(spec);
+    tracing::debug!("supervisor: spawned");
     let spawned = match spawned {
         Ok(s) => s,
         Err(e) => return refused(&plan.run_id, "setup_failed", e.to_string()),
@@ -159,7 +164,9 @@ fn run_prepared(
     };
     let sup = rt.block_on(supervise(&spawned, out_r, err_r, json, plan, grace, services));
     let duration = start.elapsed();
+    tracing::debug!("supervisor: child gone, output drained");
     let usage = rt.block_on(services.finish());
+    tracing::debug!("supervisor: services finished");
     drop(rt);
 
     let mut enforcement = Enforcement {
@@ -281,6 +288,7 @@ async fn supervise(
         Msg::Fd { tag } => services.on_fd(tag, fd),
     })
     .await;
+    tracing::debug!("supervisor: child exited");
     if sp.tree == TreeMode::Subreaper {
         state.status = state.status.or(init_status);
         // Whatever the command left behind goes with it.
