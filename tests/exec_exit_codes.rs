@@ -127,8 +127,9 @@ fn exit_125_on_refusal_with_json_object() {
     assert_eq!(j["success"], false);
     assert!(!sb.path("out/ran").exists(), "the command ran{}", run.ctx());
     // Invalid agent id.
-    for bad in ["", "-leading-dash", "has space", &"a".repeat(129), "semi;colon"] {
-        let run = sb.exec_json(&["--agent-id", bad], &["/bin/true"]);
+    for bad in ["", "-leading-dash", "has space", &"a".repeat(129), "semi;colon", "ünï"] {
+        let flag = format!("--agent-id={bad}");
+        let run = sb.exec_json(&[&flag], &["/bin/true"]);
         run.assert_code(125);
         assert_eq!(run.json()["termination_reason"], "refused", "agent id {bad:?}{}", run.ctx());
     }
@@ -146,7 +147,6 @@ fn exit_126_when_the_command_cannot_be_executed() {
     let sb = Sandbox::new();
     sb.write("bin/noexec.sh", "#!/bin/sh\nexit 0\n"); // mode 0644
     sb.write_exec("bin/ok.sh", "#!/bin/sh\nexit 0\n");
-    sb.write_exec("rw/script.sh", "#!/bin/sh\nexit 0\n");
     sb.mkdir("bin/adir");
     let bin = sb.p("bin");
     // Positive control: an executable script in an exec grant runs.
@@ -155,8 +155,15 @@ fn exit_126_when_the_command_cannot_be_executed() {
     sb.exec_json(&["--allow-exec", &bin], &[&sb.p("bin/noexec.sh")]).assert_code(126);
     // A directory.
     sb.exec_json(&["--allow-exec", &bin], &[&sb.p("bin/adir")]).assert_code(126);
-    // An executable script in a dir granted write but not exec: the sandbox
-    // denies the exec (a writable directory is not executable).
+}
+
+#[test]
+fn exit_126_for_a_command_in_a_write_only_grant() {
+    // The lead's decision: an executable script in a dir granted write but
+    // not exec is denied by the sandbox (a writable directory is not
+    // executable) -> 126, although section 3 grants the command's own file.
+    let sb = Sandbox::new();
+    sb.write_exec("rw/script.sh", "#!/bin/sh\nexit 0\n");
     let run = sb.exec_json(&["--allow-write", &sb.p("rw")], &[&sb.p("rw/script.sh")]);
     run.assert_code(126);
     sb.run(&["exec", "--allow-write", &sb.p("rw"), "--", &sb.p("rw/script.sh")]).assert_code(126);
