@@ -91,6 +91,9 @@ fn dry_run_lists_grants_and_runs_nothing() {
     assert!(run.stdout.contains(&sb.p("out")), "write grant not listed{}", run.ctx());
     assert!(run.stdout.contains("/usr/bin/touch"), "the resolved command not listed{}", run.ctx());
     assert!(run.stdout.to_lowercase().contains("landlock"), "the enforcing layer not named{}", run.ctx());
+    // --best-effort is accepted (a no-op where everything is enforceable).
+    let run = sb.exec_json(&["--best-effort"], &["/bin/true"]);
+    run.assert_code(0);
     // A refused policy is still refused under --dry-run.
     let run = sb.run(&["exec", "--dry-run", "--allow-write", "/etc", "--", "/bin/true"]);
     run.assert_code(125);
