@@ -43,7 +43,11 @@ fn writes_outside_grants_are_denied() {
         ],
     );
     // Clean up anything an escape might have created before asserting.
-    for p in [tmp_target.as_str(), "/usr/capsule-escape-test", "/etc/capsule-escape-test"] {
+    for p in [
+        tmp_target.as_str(),
+        "/usr/capsule-escape-test",
+        "/etc/capsule-escape-test",
+    ] {
         let existed = fs::remove_file(p).is_ok();
         assert!(!existed, "ESCAPE: the sandbox created {p} on the host{}", run.ctx());
     }
@@ -89,7 +93,10 @@ fn reads_outside_grants_are_denied() {
     assert!(!run.stdout.contains("TOP-SECRET"), "secret leaked{}", run.ctx());
 
     // Positive control: the same read works once granted.
-    let run = sb.probe(&["--allow-read", &sb.p("outside")], &[&["read", &sb.p("outside/secret.txt")]]);
+    let run = sb.probe(
+        &["--allow-read", &sb.p("outside")],
+        &[&["read", &sb.p("outside/secret.txt")]],
+    );
     run.assert_ran();
     let v = run.probe(0);
     assert_ok(&v, &run);
@@ -148,7 +155,12 @@ fn read_only_places_resist_overwrite_truncate_delete_rename() {
     for i in [5, 6, 7] {
         assert_errno(&run.probe(i), &["EACCES", "EXDEV"], &run);
     }
-    assert_eq!(sb.read("ro/file.txt"), "original", "read-only file changed{}", run.ctx());
+    assert_eq!(
+        sb.read("ro/file.txt"),
+        "original",
+        "read-only file changed{}",
+        run.ctx()
+    );
     assert!(sb.path("ro/sub").is_dir());
     assert!(!sb.path("ro/renamed.txt").exists());
     assert!(!sb.path("rw/stolen.txt").exists());
@@ -185,9 +197,8 @@ fn deny_carve_outs_beneath_grants() {
     sb.write("data/secrets/sub/deep.txt", "DEEP");
     sb.write("out/ok/file.txt", "ok");
     sb.write("out/priv/file.txt", "PRIVATE");
-    let pol = sb.policy(
-        "version: 1\nfilesystem:\n  read: [./data]\n  write: [./out]\n  deny: [./data/secrets, ./out/priv]\n",
-    );
+    let pol = sb
+        .policy("version: 1\nfilesystem:\n  read: [./data]\n  write: [./out]\n  deny: [./data/secrets, ./out/priv]\n");
     let run = sb.probe(
         &["--policy", &pol],
         &[
@@ -236,7 +247,8 @@ fn credential_home(sb: &mut Sandbox) {
     // capsule's own config and audit log live beneath HOME for this case.
     let cfg = sb.home.join(".config");
     let st = sb.home.join(".local/state");
-    sb.write("home/.config/capsule/config.yaml", "CREDENTIAL capsule config\n");
+    // A valid (empty) host config: capsule reads it, the child must not.
+    sb.write("home/.config/capsule/config.yaml", "# CREDENTIAL capsule config\n{}\n");
     sb.write("home/.local/state/capsule/audit.jsonl", "{\"CREDENTIAL\": \"audit\"}\n");
     sb.set_env("XDG_CONFIG_HOME", &cfg.to_string_lossy());
     sb.set_env("XDG_STATE_HOME", &st.to_string_lossy());
@@ -364,6 +376,9 @@ fn symlink_escapes_are_denied() {
             // positive control: a link to a granted file works
             &["symlink", &sb.p("ro/public.txt"), &sb.p("rw/goodlink")],
             &["read", &sb.p("rw/goodlink")],
+            // the magic links of the granted /proc/self lead nowhere new
+            &["read", &format!("/proc/self/root{}", sb.p("outside/secret.txt"))],
+            &["read", &format!("/proc/self/root{}", sb.p("ro/public.txt"))],
         ],
     );
     run.assert_ran();
@@ -378,6 +393,8 @@ fn symlink_escapes_are_denied() {
     assert_errno(&run.probe(8), &["EACCES"], &run);
     assert_ok(&run.probe(9), &run);
     assert_eq!(run.probe(10)["value"], "public data");
+    assert_errno(&run.probe(11), &["EACCES"], &run);
+    assert_eq!(run.probe(12)["value"], "public data", "{}", run.ctx());
     assert!(!run.stdout.contains("TOP-SECRET"), "secret leaked{}", run.ctx());
     assert_eq!(sb.read("ro/file.txt"), "original");
     assert!(!sb.path("outside/new.txt").exists());

@@ -16,14 +16,23 @@ fn fork_bomb_is_bounded_by_max_processes() {
     let took = started.elapsed().as_secs_f64();
     run.assert_ran();
     let j = run.json();
-    assert_eq!(j["termination_reason"], "exited", "the run must end on its own{}", run.ctx());
+    assert_eq!(
+        j["termination_reason"],
+        "exited",
+        "the run must end on its own{}",
+        run.ctx()
+    );
     assert!(took < 55.0, "the fork bomb ran into the timeout ({took}s){}", run.ctx());
     let v = run.probe(0);
     assert_ok(&v, &run);
     let forked = v["value"]["forked"].as_i64().unwrap_or(-1);
     // The probe itself is one of the 16.
     assert!(forked >= 1, "could not fork at all{}", run.ctx());
-    assert!(forked < 16, "max_processes: 16 let {forked} extra processes start{}", run.ctx());
+    assert!(
+        forked < 16,
+        "max_processes: 16 let {forked} extra processes start{}",
+        run.ctx()
+    );
     assert_eq!(v["value"]["errno"], "EAGAIN", "{}", run.ctx());
 
     // Positive control: without the limit the same probe forks 40.
@@ -38,7 +47,11 @@ fn memory_is_bounded_by_memory_mb() {
     let pol = sb.policy("version: 1\nlimits:\n  memory_mb: 64\n  timeout_seconds: 60\n");
     let run = sb.probe(&["--policy", &pol], &[&["alloc", "512"]]);
     let out = run.child_stdout();
-    assert!(out.contains("alloc_start"), "python did not even start under 64 MiB{}", run.ctx());
+    assert!(
+        out.contains("alloc_start"),
+        "python did not even start under 64 MiB{}",
+        run.ctx()
+    );
     let lines = run.probes();
     let res = lines.iter().find(|l| l["op"] == "alloc");
     match res {
@@ -59,7 +72,11 @@ fn memory_is_bounded_by_memory_mb() {
     let pol = sb.policy("version: 1\nlimits:\n  memory_mb: 2048\n  timeout_seconds: 60\n");
     let run = sb.probe(&["--policy", &pol], &[&["alloc", "512"]]);
     run.assert_ran();
-    let v = run.probes().into_iter().find(|l| l["op"] == "alloc").expect("alloc result");
+    let v = run
+        .probes()
+        .into_iter()
+        .find(|l| l["op"] == "alloc")
+        .expect("alloc result");
     assert_eq!(v["value"], 512 << 20, "{}", run.ctx());
 }
 
@@ -100,9 +117,18 @@ fn cpu_time_is_bounded_by_cpu_seconds() {
     let run = sb.exec_json(&["--policy", &pol], &[&python(), "-c", "while True: pass"]);
     let j = run.json();
     // SIGXCPU at the soft limit (152), SIGKILL at the hard one (137).
-    assert!(matches!(run.code, Some(152) | Some(137)), "busy loop not stopped by cpu_seconds{}", run.ctx());
+    assert!(
+        matches!(run.code, Some(152) | Some(137)),
+        "busy loop not stopped by cpu_seconds{}",
+        run.ctx()
+    );
     assert_eq!(j["termination_reason"], "signaled", "{}", run.ctx());
-    assert_eq!(j["killed"], false, "a CPU rlimit is not the wall-clock kill{}", run.ctx());
+    assert_eq!(
+        j["killed"],
+        false,
+        "a CPU rlimit is not the wall-clock kill{}",
+        run.ctx()
+    );
 }
 
 #[test]
@@ -125,7 +151,12 @@ fn core_dumps_off_and_privileges_dropped() {
     assert_eq!(run.probe(0)["value"]["CORE"][0], 0, "core dumps on{}", run.ctx());
     assert_eq!(run.probe(1)["value"], "1", "no_new_privs not set{}", run.ctx());
     for i in 2..7 {
-        assert_eq!(run.probe(i)["value"], "0000000000000000", "a capability set is not empty{}", run.ctx());
+        assert_eq!(
+            run.probe(i)["value"],
+            "0000000000000000",
+            "a capability set is not empty{}",
+            run.ctx()
+        );
     }
     assert_eq!(run.probe(7)["value"], "2", "no seccomp filter{}", run.ctx());
 }

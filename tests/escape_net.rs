@@ -19,25 +19,25 @@ fn every_socket_family_is_refused_by_default() {
     let sb = Sandbox::new();
     let ops: &[&[&str]] = &[
         &["socket_scan"],
-        &["socket", "2", "1"],          // AF_INET TCP
-        &["socket", "2", "2"],          // AF_INET UDP
-        &["socket", "2", "3", "1"],     // AF_INET raw ICMP
-        &["socket", "2", "2", "1"],     // AF_INET ICMP ping socket
-        &["socket", "10", "1"],         // AF_INET6 TCP
-        &["socket", "10", "2"],         // AF_INET6 UDP
-        &["socket", "10", "3", "58"],   // AF_INET6 raw ICMPv6
-        &["socket", "2", "1", "262"],   // MPTCP
-        &["socket", "2", "5", "132"],   // SCTP
-        &["socket", "2", "0x80801"],    // AF_INET TCP|NONBLOCK|CLOEXEC
-        &["socket", "17", "3", "768"],  // AF_PACKET
-        &["socket", "16", "3", "9"],    // NETLINK_AUDIT
-        &["socket", "16", "3", "4"],    // NETLINK_SOCK_DIAG
-        &["socket", "16", "3", "15"],   // NETLINK_KOBJECT_UEVENT
-        &["socket", "40", "1"],         // AF_VSOCK (created, never connected)
-        &["socket", "1", "1"],          // AF_UNIX without allow_unix_sockets
+        &["socket", "2", "1"],         // AF_INET TCP
+        &["socket", "2", "2"],         // AF_INET UDP
+        &["socket", "2", "3", "1"],    // AF_INET raw ICMP
+        &["socket", "2", "2", "1"],    // AF_INET ICMP ping socket
+        &["socket", "10", "1"],        // AF_INET6 TCP
+        &["socket", "10", "2"],        // AF_INET6 UDP
+        &["socket", "10", "3", "58"],  // AF_INET6 raw ICMPv6
+        &["socket", "2", "1", "262"],  // MPTCP
+        &["socket", "2", "5", "132"],  // SCTP
+        &["socket", "2", "0x80801"],   // AF_INET TCP|NONBLOCK|CLOEXEC
+        &["socket", "17", "3", "768"], // AF_PACKET
+        &["socket", "16", "3", "9"],   // NETLINK_AUDIT
+        &["socket", "16", "3", "4"],   // NETLINK_SOCK_DIAG
+        &["socket", "16", "3", "15"],  // NETLINK_KOBJECT_UEVENT
+        &["socket", "40", "1"],        // AF_VSOCK (created, never connected)
+        &["socket", "1", "1"],         // AF_UNIX without allow_unix_sockets
         &["socket", "1", "2"],
-        &["socketpair"],                // always allowed
-        &["socket", "16", "3", "0"],    // NETLINK_ROUTE: route queries allowed
+        &["socketpair"],             // always allowed
+        &["socket", "16", "3", "0"], // NETLINK_ROUTE: route queries allowed
     ];
     let run = sb.probe(&[], ops);
     run.assert_ran();
@@ -45,7 +45,13 @@ fn every_socket_family_is_refused_by_default() {
     assert_ok(&scan, &run);
     for pair in scan["value"]["ok"].as_array().cloned().unwrap_or_default() {
         let fam = pair[0].as_i64().unwrap_or(-1);
-        assert_eq!(fam, AF_NETLINK, "socket family {fam} (type {}) was created under network: none{}", pair[1], run.ctx());
+        assert_eq!(
+            fam,
+            AF_NETLINK,
+            "socket family {fam} (type {}) was created under network: none{}",
+            pair[1],
+            run.ctx()
+        );
     }
     for i in 1..=17 {
         assert_errno(&run.probe(i), &["EPERM"], &run);
@@ -57,7 +63,10 @@ fn every_socket_family_is_refused_by_default() {
     let host = sb.host_probe(&[&["socket_scan"]]);
     let host_ok = host[0]["value"]["ok"].as_array().cloned().unwrap_or_default();
     let has = |f: i64, t: i64| host_ok.iter().any(|p| p[0] == f && p[1] == t);
-    assert!(has(2, 1) && has(2, 2) && has(10, 1) && has(AF_UNIX, 1), "host control: {host_ok:?}");
+    assert!(
+        has(2, 1) && has(2, 2) && has(10, 1) && has(AF_UNIX, 1),
+        "host control: {host_ok:?}"
+    );
 }
 
 /// A loopback TCP listener and UDP socket on the host.
@@ -116,8 +125,18 @@ fn loopback_case(host: &str, peers: HostPeers) {
     for i in 0..3 {
         assert_errno(&run.probe(i), &["EPERM"], &run);
     }
-    assert_eq!(peers.tcp_received(), None, "ESCAPE: a TCP connection reached the host{}", run.ctx());
-    assert_eq!(peers.udp_received(), None, "ESCAPE: a datagram reached the host{}", run.ctx());
+    assert_eq!(
+        peers.tcp_received(),
+        None,
+        "ESCAPE: a TCP connection reached the host{}",
+        run.ctx()
+    );
+    assert_eq!(
+        peers.udp_received(),
+        None,
+        "ESCAPE: a datagram reached the host{}",
+        run.ctx()
+    );
 
     // Positive control: --net unrestricted reaches the same listeners.
     let run = sb.probe(&["--net", "unrestricted"], ops);
@@ -163,8 +182,16 @@ fn unix_sockets_to_host_listeners_are_refused_by_default() {
     assert_errno(&run.probe(0), &["EPERM"], &run);
     assert_errno(&run.probe(1), &["EPERM"], &run);
     assert_eq!(run.probe(2)["value"], "ping");
-    assert!(listener.accept().is_err(), "ESCAPE: reached the host's pathname socket{}", run.ctx());
-    assert!(abs.accept().is_err(), "ESCAPE: reached the host's abstract socket{}", run.ctx());
+    assert!(
+        listener.accept().is_err(),
+        "ESCAPE: reached the host's pathname socket{}",
+        run.ctx()
+    );
+    assert!(
+        abs.accept().is_err(),
+        "ESCAPE: reached the host's abstract socket{}",
+        run.ctx()
+    );
 }
 
 fn abstract_listener(name: &str) -> UnixListener {
@@ -211,7 +238,11 @@ fn allow_unix_sockets_reaches_granted_pathname_but_not_host_abstract() {
         // Landlock's abstract-unix-socket scope: the host's abstract
         // namespace stays out of reach; the sandbox's own works.
         assert_errno(&run.probe(2), &["EPERM"], &run);
-        assert!(abs.accept().is_err(), "ESCAPE: reached the host's abstract socket{}", run.ctx());
+        assert!(
+            abs.accept().is_err(),
+            "ESCAPE: reached the host's abstract socket{}",
+            run.ctx()
+        );
     } else {
         skip("Landlock ABI < 6: no abstract unix socket scope on this kernel");
     }

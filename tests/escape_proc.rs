@@ -47,14 +47,21 @@ fn proc_self_readable_pid1_and_other_pids_not() {
         assert_errno(&run.probe(i), &["EACCES"], &run);
     }
     // Positive control: on the host those files are readable to this user.
-    let host = sb.host_probe(&[&["read", "/proc/1/cmdline"], &["read", &format!("/proc/{spid}/cmdline")]]);
+    let host = sb.host_probe(&[
+        &["read", "/proc/1/cmdline"],
+        &["read", &format!("/proc/{spid}/cmdline")],
+    ]);
     assert_eq!(host[0]["ok"], true, "host control {:?}", host);
     assert_eq!(host[1]["ok"], true, "host control {:?}", host);
 }
 
 /// Spawn capsule without --json, with a probe that reads a pid from stdin;
 /// feed it capsule's own pid. Returns the probe lines and capsule's status.
-fn probe_with_capsule_pid(sb: &Sandbox, opts: &[&str], ops: &[&[&str]]) -> (Vec<serde_json::Value>, Option<i32>, String) {
+fn probe_with_capsule_pid(
+    sb: &Sandbox,
+    opts: &[&str],
+    ops: &[&[&str]],
+) -> (Vec<serde_json::Value>, Option<i32>, String) {
     let mut args: Vec<String> = vec!["exec".into()];
     args.extend(opts.iter().map(|s| s.to_string()));
     args.push("--".into());
@@ -96,7 +103,11 @@ fn probe_with_capsule_pid(sb: &Sandbox, opts: &[&str], ops: &[&[&str]]) -> (Vec<
     if let Some(mut e) = child.stderr.take() {
         let _ = std::io::Read::read_to_string(&mut e, &mut err);
     }
-    (parse_probe_lines(&out), status.code(), format!("stdout: {out}\nstderr: {err}"))
+    (
+        parse_probe_lines(&out),
+        status.code(),
+        format!("stdout: {out}\nstderr: {err}"),
+    )
 }
 
 #[test]
@@ -152,7 +163,10 @@ fn signals_to_outside_processes_fail() {
     let alive = sleeper.try_wait().expect("try_wait").is_none();
     assert!(alive, "ESCAPE: the sandbox killed a host process{}", run.ctx());
     let state = std::fs::read_to_string(format!("/proc/{spid}/stat")).unwrap_or_default();
-    assert!(!state.contains(") T "), "ESCAPE: the sandbox stopped a host process: {state}");
+    assert!(
+        !state.contains(") T "),
+        "ESCAPE: the sandbox stopped a host process: {state}"
+    );
     run.assert_ran();
     for i in 0..4 {
         assert_errno(&run.probe(i), &["EPERM", "ESRCH"], &run);
@@ -199,10 +213,20 @@ fn host_environment_does_not_leak() {
     assert!(!run.stdout.contains(&secret), "CAPSULE_TEST_SECRET leaked{}", run.ctx());
     assert!(!run.stdout.contains(&key), "a host key leaked{}", run.ctx());
     let env = run.probe(0)["value"].clone();
-    let names: Vec<&str> = env.as_object().map(|o| o.keys().map(|k| k.as_str()).collect()).unwrap_or_default();
+    let names: Vec<&str> = env
+        .as_object()
+        .map(|o| o.keys().map(|k| k.as_str()).collect())
+        .unwrap_or_default();
     for n in &names {
         assert!(
-            !matches!(*n, "CAPSULE_TEST_SECRET" | "AWS_SECRET_ACCESS_KEY" | "OPENAI_API_KEY" | "XDG_CONFIG_HOME" | "XDG_STATE_HOME"),
+            !matches!(
+                *n,
+                "CAPSULE_TEST_SECRET"
+                    | "AWS_SECRET_ACCESS_KEY"
+                    | "OPENAI_API_KEY"
+                    | "XDG_CONFIG_HOME"
+                    | "XDG_STATE_HOME"
+            ),
             "host variable {n} reached the child: {names:?}"
         );
     }
@@ -258,8 +282,16 @@ fn refused_variables_in_env_set_exit_125_and_run_nothing() {
         run.assert_code(125);
         let j = run.json();
         assert_eq!(j["termination_reason"], "refused", "{var}{}", run.ctx());
-        assert!(j["error"].as_str().map(|e| e.contains(var)).unwrap_or(false), "error names {var}{}", run.ctx());
-        assert!(!sb.path("out/ran").exists(), "the command ran despite {var}{}", run.ctx());
+        assert!(
+            j["error"].as_str().map(|e| e.contains(var)).unwrap_or(false),
+            "error names {var}{}",
+            run.ctx()
+        );
+        assert!(
+            !sb.path("out/ran").exists(),
+            "the command ran despite {var}{}",
+            run.ctx()
+        );
     }
 }
 

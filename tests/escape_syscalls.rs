@@ -28,7 +28,9 @@ fn denied_everywhere(ops: &[&[&str]], expect: &str, host_may_match: &[&str]) {
     for h in &host {
         let name = h["op"].as_str().unwrap_or_default();
         if host_may_match.contains(&name) && h["errno"] == expect {
-            skip(&format!("host control for {name} inconclusive: the host also says {expect} ({h})"));
+            skip(&format!(
+                "host control for {name} inconclusive: the host also says {expect} ({h})"
+            ));
             continue;
         }
         assert_host_not(h, expect);
@@ -48,7 +50,12 @@ fn namespaces_are_denied() {
     let sb = Sandbox::new();
     let run = sb.probe(
         &[],
-        &[&["unshare", "0x20000"], &["unshare", "0x40000000"], &["unshare", "0x20000000"], &["clone_ns", "0x40000000"]],
+        &[
+            &["unshare", "0x20000"],
+            &["unshare", "0x40000000"],
+            &["unshare", "0x20000000"],
+            &["clone_ns", "0x40000000"],
+        ],
     );
     run.assert_ran();
     for i in 0..4 {
@@ -58,11 +65,7 @@ fn namespaces_are_denied() {
 
 #[test]
 fn mount_family_and_chroot_are_denied() {
-    denied_everywhere(
-        &[&["mount_bad"], &["chroot_bad"], &["open_tree_bad"]],
-        "EPERM",
-        &[],
-    );
+    denied_everywhere(&[&["mount_bad"], &["chroot_bad"], &["open_tree_bad"]], "EPERM", &[]);
     // These the kernel already refuses to unprivileged callers; seccomp
     // must refuse them too (no host control possible without root harm).
     let sb = Sandbox::new();
@@ -86,7 +89,11 @@ fn keyrings_are_denied() {
 #[test]
 fn io_uring_is_denied() {
     // kernel.io_uring_disabled=2 makes the host say EPERM too (printed).
-    denied_everywhere(&[&["io_uring_bad"], &["io_uring_enter_bad"]], "EPERM", &["io_uring_bad", "io_uring_enter_bad"]);
+    denied_everywhere(
+        &[&["io_uring_bad"], &["io_uring_enter_bad"]],
+        "EPERM",
+        &["io_uring_bad", "io_uring_enter_bad"],
+    );
 }
 
 #[test]
@@ -100,7 +107,12 @@ fn modules_and_kexec_are_denied() {
     let sb = Sandbox::new();
     let run = sb.probe(
         &[],
-        &[&["kexec_bad"], &["finit_module_bad"], &["init_module_bad"], &["delete_module_bad"]],
+        &[
+            &["kexec_bad"],
+            &["finit_module_bad"],
+            &["init_module_bad"],
+            &["delete_module_bad"],
+        ],
     );
     run.assert_ran();
     for i in 0..4 {
@@ -176,7 +188,11 @@ fn x32_syscall_is_killed_python() {
     let sb = Sandbox::new();
     let run = sb.probe(&[], &[&["x32"], &["whoami"]]);
     assert_killed_by_sigsys(&run, "x32_start");
-    assert!(!run.child_stdout().contains("\"whoami\""), "survived the x32 call{}", run.ctx());
+    assert!(
+        !run.child_stdout().contains("\"whoami\""),
+        "survived the x32 call{}",
+        run.ctx()
+    );
     // Control: on the host the same call is not a kill (ENOSYS where x32 is
     // off, a pid where it is on).
     let host = sb.host_probe(&[&["x32"], &["whoami"]]);
@@ -186,7 +202,9 @@ fn x32_syscall_is_killed_python() {
 #[test]
 fn foreign_abis_are_killed_c_probe() {
     let sb = Sandbox::new();
-    let Some(bin) = sb.compile_foreign_abi("bin") else { return };
+    let Some(bin) = sb.compile_foreign_abi("bin") else {
+        return;
+    };
     let bin = bin.to_string_lossy().into_owned();
     let dir = sb.p("bin");
 
@@ -199,10 +217,16 @@ fn foreign_abis_are_killed_c_probe() {
     assert_killed_by_sigsys(&run, "start x32");
 
     // i386 int 0x80 needs IA32 emulation in the kernel; check on the host.
-    let host = std::process::Command::new(&bin).arg("int80").output().expect("run probe on host");
+    let host = std::process::Command::new(&bin)
+        .arg("int80")
+        .output()
+        .expect("run probe on host");
     let host_out = String::from_utf8_lossy(&host.stdout);
     if !host.status.success() || !host_out.contains("returned") {
-        skip(&format!("kernel lacks IA32 emulation: int 0x80 on the host gave {:?} {host_out}", host.status));
+        skip(&format!(
+            "kernel lacks IA32 emulation: int 0x80 on the host gave {:?} {host_out}",
+            host.status
+        ));
         return;
     }
     let run = sb.exec_json(&["--allow-exec", &dir], &[&bin, "int80"]);

@@ -35,8 +35,14 @@ fn audit_log_gets_one_line_per_run_mode_0600() {
     assert_eq!(recs[0]["outcome"], "completed");
     for r in &recs {
         let o = r["outcome"].as_str().unwrap_or_default();
-        assert!(["completed", "failed", "timeout", "refused"].contains(&o), "outcome {o}");
-        assert!(r.get("time").is_some() && r.get("policy_sha256").is_some(), "record {r}");
+        assert!(
+            ["completed", "failed", "timeout", "refused"].contains(&o),
+            "outcome {o}"
+        );
+        assert!(
+            r.get("time").is_some() && r.get("policy_sha256").is_some(),
+            "record {r}"
+        );
     }
     assert_eq!(recs[0]["policy_sha256"], a.json()["policy_sha256"]);
 }
@@ -46,8 +52,10 @@ fn refusals_and_timeouts_are_audited() {
     let sb = Sandbox::new();
     let log = sb.p("audit.jsonl");
     let pol = sb.policy("version: 1\nenv:\n  set: {LD_PRELOAD: /tmp/evil.so}\n");
-    sb.exec_json(&["--audit-log", &log, "--policy", &pol], &["/bin/true"]).assert_code(125);
-    sb.exec_json(&["--audit-log", &log, "--timeout", "0.3"], &["/bin/sleep", "10"]).assert_code(124);
+    sb.exec_json(&["--audit-log", &log, "--policy", &pol], &["/bin/true"])
+        .assert_code(125);
+    sb.exec_json(&["--audit-log", &log, "--timeout", "0.3"], &["/bin/sleep", "10"])
+        .assert_code(124);
     let recs = lines(std::path::Path::new(&log));
     assert_eq!(recs.len(), 2, "{recs:?}");
     assert_eq!(recs[0]["outcome"], "refused");
@@ -64,14 +72,28 @@ fn audit_never_holds_output_or_environment_values() {
     let pol = sb.policy("version: 1\nenv:\n  pass: [CAPSULE_TEST_SECRET]\n");
     let run = sb.exec_json(
         &["--audit-log", &log, "--policy", &pol],
-        &["/bin/sh", "-c", &format!("echo {printed}; echo \"$CAPSULE_TEST_SECRET\" >&2")],
+        &[
+            "/bin/sh",
+            "-c",
+            &format!("echo {printed}; echo \"$CAPSULE_TEST_SECRET\" >&2"),
+        ],
     );
     run.assert_code(0);
-    assert!(run.child_stderr().contains(&secret), "control: the child saw the passed variable{}", run.ctx());
+    assert!(
+        run.child_stderr().contains(&secret),
+        "control: the child saw the passed variable{}",
+        run.ctx()
+    );
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     assert_eq!(text.lines().count(), 1);
-    assert!(!text.contains(&secret), "an environment value reached the audit log: {text}");
-    assert!(!text.contains(&printed), "the child's output reached the audit log: {text}");
+    assert!(
+        !text.contains(&secret),
+        "an environment value reached the audit log: {text}"
+    );
+    assert!(
+        !text.contains(&printed),
+        "the child's output reached the audit log: {text}"
+    );
 }
 
 #[test]
@@ -93,7 +115,11 @@ fn default_location_and_no_audit() {
     sb.exec_json(&["--no-audit"], &["/bin/true"]).assert_code(0);
     assert!(!default.exists(), "--no-audit still wrote {}", default.display());
     sb.exec_json(&[], &["/bin/true"]).assert_code(0);
-    assert_eq!(lines(&default).len(), 1, "default audit log under $XDG_STATE_HOME/capsule");
+    assert_eq!(
+        lines(&default).len(),
+        1,
+        "default audit log under $XDG_STATE_HOME/capsule"
+    );
     let mode = std::fs::metadata(&default).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
 }

@@ -22,7 +22,13 @@ fn default_cwd_is_capsules_cwd_beneath_a_read_grant() {
     let sb = Sandbox::new();
     let proj = sb.mkdir("proj");
     sb.write("proj/file.txt", "relative read");
-    let mut args = vec!["exec".to_string(), "--json".into(), "--allow-read".into(), sb.p("proj"), "--".into()];
+    let mut args = vec![
+        "exec".to_string(),
+        "--json".into(),
+        "--allow-read".into(),
+        sb.p("proj"),
+        "--".into(),
+    ];
     args.extend(probe_argv(&[&["cwd"], &["read", "file.txt"]]));
     let run = sb.run_in(&args, &proj, b"");
     run.assert_ran();
@@ -59,7 +65,11 @@ fn private_tmpdir_is_writable_unique_and_removed_afterwards() {
     // Writable inside, and gone after the run.
     let run = sb.exec_json(
         &[],
-        &["/bin/sh", "-c", "echo data > \"$TMPDIR/f\" && mkdir \"$TMPDIR/d\" && cat \"$TMPDIR/f\" && echo \"$TMPDIR\""],
+        &[
+            "/bin/sh",
+            "-c",
+            "echo data > \"$TMPDIR/f\" && mkdir \"$TMPDIR/d\" && cat \"$TMPDIR/f\" && echo \"$TMPDIR\"",
+        ],
     );
     run.assert_code(0);
     let out = run.child_stdout();
@@ -71,7 +81,11 @@ fn private_tmpdir_is_writable_unique_and_removed_afterwards() {
     let pol = sb.policy("version: 1\nfilesystem:\n  tmp: false\n");
     let run = sb.probe(&["--policy", &pol], &[&["env"]]);
     run.assert_ran();
-    assert!(run.probe(0)["value"].get("TMPDIR").is_none(), "tmp: false still set TMPDIR{}", run.ctx());
+    assert!(
+        run.probe(0)["value"].get("TMPDIR").is_none(),
+        "tmp: false still set TMPDIR{}",
+        run.ctx()
+    );
 }
 
 #[test]
@@ -93,8 +107,18 @@ fn workspace_scripts_read_only_output_read_write_and_cwd() {
         ],
     );
     run.assert_ran();
-    assert_eq!(run.probe(0)["value"], sb.p("ws/output"), "cwd is DIR/output{}", run.ctx());
-    assert_eq!(run.probe(1)["value"]["HOME"], sb.p("ws/output"), "HOME is DIR/output{}", run.ctx());
+    assert_eq!(
+        run.probe(0)["value"],
+        sb.p("ws/output"),
+        "cwd is DIR/output{}",
+        run.ctx()
+    );
+    assert_eq!(
+        run.probe(1)["value"]["HOME"],
+        sb.p("ws/output"),
+        "HOME is DIR/output{}",
+        run.ctx()
+    );
     assert_ok(&run.probe(2), &run);
     assert_errno(&run.probe(3), &["EACCES"], &run);
     assert_errno(&run.probe(4), &["EACCES"], &run);

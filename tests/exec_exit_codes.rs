@@ -36,12 +36,19 @@ fn assert_result_shape(j: &Value, run: &Run) {
     let missing: Vec<_> = want.difference(&keys).collect();
     assert!(missing.is_empty(), "result lacks {missing:?}{}", run.ctx());
     let extra: Vec<_> = keys.difference(&want).filter(|k| **k != "error").collect();
-    assert!(extra.is_empty(), "result has keys outside section 4: {extra:?}{}", run.ctx());
+    assert!(
+        extra.is_empty(),
+        "result has keys outside section 4: {extra:?}{}",
+        run.ctx()
+    );
     assert_eq!(j["schema"], "capsule.result/1");
     let run_id = j["run_id"].as_str().unwrap_or_default();
     assert_eq!(run_id.len(), 26, "run_id is a ULID: {run_id}");
     let sha = j["policy_sha256"].as_str().unwrap_or_default();
-    assert!(sha.len() == 64 && sha.chars().all(|c| c.is_ascii_hexdigit()), "policy_sha256: {sha}");
+    assert!(
+        sha.len() == 64 && sha.chars().all(|c| c.is_ascii_hexdigit()),
+        "policy_sha256: {sha}"
+    );
     assert!(j["duration_seconds"].as_f64().map(|d| d >= 0.0).unwrap_or(false));
     assert!(j["stdout_bytes"].is_u64() && j["stderr_bytes"].is_u64());
     assert!(j["denied_hosts"].is_array());
@@ -55,12 +62,26 @@ fn assert_result_shape(j: &Value, run: &Run) {
 }
 
 #[test]
-fn exit_0_success_and_result_shape() {
+fn result_has_exactly_the_section_4_fields() {
+    let sb = Sandbox::new();
+    for cmd in [
+        ["/bin/sh", "-c", "exit 0"],
+        ["/bin/sh", "-c", "exit 3"],
+        ["/bin/sh", "-c", "kill -TERM $$"],
+    ] {
+        let run = sb.exec_json(&[], &cmd);
+        assert_result_shape(&run.json(), &run);
+    }
+    let run = sb.exec_json(&["--timeout", "0.3"], &["/bin/sleep", "10"]);
+    assert_result_shape(&run.json(), &run);
+}
+
+#[test]
+fn exit_0_success() {
     let sb = Sandbox::new();
     let run = sb.exec_json(&[], &["/bin/sh", "-c", "printf hello; printf oops >&2"]);
     run.assert_code(0);
     let j = run.json();
-    assert_result_shape(&j, &run);
     assert_eq!(j["termination_reason"], "exited");
     assert_eq!(j["success"], true);
     assert_eq!(j["exit_code"], 0);
@@ -74,7 +95,11 @@ fn exit_0_success_and_result_shape() {
     assert_eq!(j["stdout_truncated"], false);
     assert_eq!(j["enforcement"]["network"], "none");
     assert_eq!(j["enforcement"]["seccomp"], true);
-    assert_eq!(j["enforcement"]["landlock_abi"], landlock_abi(), "the highest ABI the kernel has");
+    assert_eq!(
+        j["enforcement"]["landlock_abi"],
+        landlock_abi(),
+        "the highest ABI the kernel has"
+    );
     // Only ONE JSON object on stdout.
     assert_eq!(run.stdout.trim().lines().count(), 1, "{}", run.ctx());
 }
@@ -85,7 +110,6 @@ fn exit_3_is_passed_through() {
     let run = sb.exec_json(&[], &["/bin/sh", "-c", "exit 3"]);
     run.assert_code(3);
     let j = run.json();
-    assert_result_shape(&j, &run);
     assert_eq!(j["exit_code"], 3);
     assert_eq!(j["success"], false);
     assert_eq!(j["termination_reason"], "exited");
@@ -99,18 +123,30 @@ fn exit_124_on_timeout() {
     let started = std::time::Instant::now();
     let run = sb.exec_json(&["--timeout", "0.5"], &["/bin/sleep", "30"]);
     run.assert_code(124);
-    assert!(started.elapsed().as_secs_f64() < 10.0, "timeout took {:?}", started.elapsed());
+    assert!(
+        started.elapsed().as_secs_f64() < 10.0,
+        "timeout took {:?}",
+        started.elapsed()
+    );
     let j = run.json();
-    assert_result_shape(&j, &run);
     assert_eq!(j["termination_reason"], "timeout");
     assert_eq!(j["killed"], true);
     assert_eq!(j["exit_code"], 124);
     assert_eq!(j["success"], false);
-    assert!(j["kill_reason"].as_str().map(|r| r.contains("timeout")).unwrap_or(false), "kill_reason names the limit{}", run.ctx());
+    assert!(
+        j["kill_reason"]
+            .as_str()
+            .map(|r| r.contains("timeout"))
+            .unwrap_or(false),
+        "kill_reason names the limit{}",
+        run.ctx()
+    );
     // The policy's limit works the same way.
     let pol = sb.policy("version: 1\nlimits:\n  timeout_seconds: 0.5\n");
-    sb.exec_json(&["--policy", &pol], &["/bin/sleep", "30"]).assert_code(124);
-    sb.run(&["exec", "--timeout", "0.5", "--", "/bin/sleep", "30"]).assert_code(124);
+    sb.exec_json(&["--policy", &pol], &["/bin/sleep", "30"])
+        .assert_code(124);
+    sb.run(&["exec", "--timeout", "0.5", "--", "/bin/sleep", "30"])
+        .assert_code(124);
 }
 
 #[test]
@@ -123,7 +159,11 @@ fn exit_125_on_refusal_with_json_object() {
     run.assert_code(125);
     let j = run.json();
     assert_eq!(j["termination_reason"], "refused", "{}", run.ctx());
-    assert!(j["error"].as_str().map(|e| !e.is_empty()).unwrap_or(false), "refusal has an error string{}", run.ctx());
+    assert!(
+        j["error"].as_str().map(|e| !e.is_empty()).unwrap_or(false),
+        "refusal has an error string{}",
+        run.ctx()
+    );
     assert_eq!(j["success"], false);
     assert!(!sb.path("out/ran").exists(), "the command ran{}", run.ctx());
     // Invalid agent id.
@@ -131,11 +171,18 @@ fn exit_125_on_refusal_with_json_object() {
         let flag = format!("--agent-id={bad}");
         let run = sb.exec_json(&[&flag], &["/bin/true"]);
         run.assert_code(125);
-        assert_eq!(run.json()["termination_reason"], "refused", "agent id {bad:?}{}", run.ctx());
+        assert_eq!(
+            run.json()["termination_reason"],
+            "refused",
+            "agent id {bad:?}{}",
+            run.ctx()
+        );
     }
-    sb.exec_json(&["--agent-id", "agent-7.a_b"], &["/bin/true"]).assert_code(0);
+    sb.exec_json(&["--agent-id", "agent-7.a_b"], &["/bin/true"])
+        .assert_code(0);
     // A missing policy file.
-    sb.exec_json(&["--policy", &sb.p("nope.yaml")], &["/bin/true"]).assert_code(125);
+    sb.exec_json(&["--policy", &sb.p("nope.yaml")], &["/bin/true"])
+        .assert_code(125);
     // Without --json: exit 125 and a message on stderr.
     let run = sb.run(&["exec", "--policy", &pol, "--", "/bin/true"]);
     run.assert_code(125);
@@ -150,11 +197,14 @@ fn exit_126_when_the_command_cannot_be_executed() {
     sb.mkdir("bin/adir");
     let bin = sb.p("bin");
     // Positive control: an executable script in an exec grant runs.
-    sb.exec_json(&["--allow-exec", &bin], &[&sb.p("bin/ok.sh")]).assert_code(0);
+    sb.exec_json(&["--allow-exec", &bin], &[&sb.p("bin/ok.sh")])
+        .assert_code(0);
     // No execute permission bit.
-    sb.exec_json(&["--allow-exec", &bin], &[&sb.p("bin/noexec.sh")]).assert_code(126);
+    sb.exec_json(&["--allow-exec", &bin], &[&sb.p("bin/noexec.sh")])
+        .assert_code(126);
     // A directory.
-    sb.exec_json(&["--allow-exec", &bin], &[&sb.p("bin/adir")]).assert_code(126);
+    sb.exec_json(&["--allow-exec", &bin], &[&sb.p("bin/adir")])
+        .assert_code(126);
 }
 
 #[test]
@@ -166,7 +216,8 @@ fn exit_126_for_a_command_in_a_write_only_grant() {
     sb.write_exec("rw/script.sh", "#!/bin/sh\nexit 0\n");
     let run = sb.exec_json(&["--allow-write", &sb.p("rw")], &[&sb.p("rw/script.sh")]);
     run.assert_code(126);
-    sb.run(&["exec", "--allow-write", &sb.p("rw"), "--", &sb.p("rw/script.sh")]).assert_code(126);
+    sb.run(&["exec", "--allow-write", &sb.p("rw"), "--", &sb.p("rw/script.sh")])
+        .assert_code(126);
 }
 
 #[test]
@@ -191,7 +242,8 @@ fn exit_128_plus_signal() {
     let run = sb.exec_json(&[], &["/bin/sh", "-c", "kill -KILL $$"]);
     run.assert_code(128 + 9);
     assert_eq!(run.json()["signal"], 9);
-    sb.run(&["exec", "--", "/bin/sh", "-c", "kill -USR1 $$"]).assert_code(128 + 10);
+    sb.run(&["exec", "--", "/bin/sh", "-c", "kill -USR1 $$"])
+        .assert_code(128 + 10);
 }
 
 #[test]
@@ -231,10 +283,21 @@ fn own_session_and_no_inherited_fds() {
         libc::close(fds[1]);
     }
     run.assert_ran();
-    let open: Vec<i64> = run.probe(0)["value"].as_array().unwrap().iter().filter_map(|v| v.as_i64()).collect();
-    let rpc: Option<i64> = run.probe(2)["value"]["CAPSULE_RPC_FD"].as_str().and_then(|s| s.parse().ok());
+    let open: Vec<i64> = run.probe(0)["value"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v.as_i64())
+        .collect();
+    let rpc: Option<i64> = run.probe(2)["value"]["CAPSULE_RPC_FD"]
+        .as_str()
+        .and_then(|s| s.parse().ok());
     for fd in &open {
-        assert!(*fd <= 2 || Some(*fd) == rpc, "fd {fd} leaked into the child (open: {open:?}){}", run.ctx());
+        assert!(
+            *fd <= 2 || Some(*fd) == rpc,
+            "fd {fd} leaked into the child (open: {open:?}){}",
+            run.ctx()
+        );
     }
     // Own session: the session id differs from the test's (= capsule's).
     let stat = run.probe(1)["value"].as_str().unwrap_or_default().to_string();

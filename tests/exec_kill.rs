@@ -35,7 +35,10 @@ fn setsid_grandchild_is_gone_after_timeout() {
         &[&["grandchild", &pidfile.to_string_lossy(), &tok, "1"], &["sleep", "60"]],
     );
     let pid = read_pid(&pidfile, Duration::from_secs(1));
-    let _guard = KillOnDrop { pid: pid.unwrap_or(0), token: Some(tok.clone()) };
+    let _guard = KillOnDrop {
+        pid: pid.unwrap_or(0),
+        token: Some(tok.clone()),
+    };
     run.assert_code(124);
     let j = run.json();
     assert_eq!(j["killed"], true, "{}", run.ctx());
@@ -62,7 +65,10 @@ fn setsid_grandchild_is_gone_after_capsule_is_sigkilled() {
         "60".into(),
         "--".into(),
     ];
-    args.extend(probe_argv(&[&["grandchild", &pidfile.to_string_lossy(), &tok, "1"], &["sleep", "60"]]));
+    args.extend(probe_argv(&[
+        &["grandchild", &pidfile.to_string_lossy(), &tok, "1"],
+        &["sleep", "60"],
+    ]));
     let mut capsule = sb
         .std_command(&args)
         .stdin(Stdio::null())
@@ -73,7 +79,10 @@ fn setsid_grandchild_is_gone_after_capsule_is_sigkilled() {
     let cpid = capsule.id() as i32;
     let _capsule_guard = KillOnDrop { pid: cpid, token: None };
     let pid = read_pid(&pidfile, Duration::from_secs(20));
-    let _guard = KillOnDrop { pid: pid.unwrap_or(0), token: Some(tok.clone()) };
+    let _guard = KillOnDrop {
+        pid: pid.unwrap_or(0),
+        token: Some(tok.clone()),
+    };
     let pid = match pid {
         Some(p) => p,
         None => {
@@ -136,8 +145,16 @@ fn forwarded(sig: i32, signame: &str) {
         std::thread::sleep(Duration::from_millis(20));
     };
     let status = status.unwrap_or_else(|| panic!("capsule did not end after {signame}"));
-    assert_eq!(sb.read("out/got"), sig.to_string(), "the child did not receive {signame}");
-    assert_eq!(status.code(), Some(7), "capsule's status is the child's after {signame}");
+    assert_eq!(
+        sb.read("out/got"),
+        sig.to_string(),
+        "the child did not receive {signame}"
+    );
+    assert_eq!(
+        status.code(),
+        Some(7),
+        "capsule's status is the child's after {signame}"
+    );
 }
 
 #[test]

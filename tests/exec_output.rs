@@ -26,7 +26,12 @@ fn a_64_mib_flood_is_truncated_with_the_exact_marker() {
     let j = run.json();
     let out = j["stdout"].as_str().unwrap_or_default();
     let want = format!("{}{MARKER}", "A".repeat(1000));
-    assert!(out == want, "stdout is not 1000 bytes + marker: len {} tail {:?}", out.len(), &out[out.len().saturating_sub(60)..]);
+    assert!(
+        out == want,
+        "stdout is not 1000 bytes + marker: len {} tail {:?}",
+        out.len(),
+        &out[out.len().saturating_sub(60)..]
+    );
     assert_eq!(j["stdout_bytes"], FLOOD, "every byte is counted");
     assert_eq!(j["stdout_truncated"], true);
     assert_eq!(j["stderr_truncated"], false);
@@ -42,7 +47,10 @@ fn a_64_mib_stderr_flood_is_truncated_too() {
     let run = sb.exec_json(&["--max-output", "4096"], &refs);
     run.assert_code(0);
     let j = run.json();
-    assert_eq!(j["stderr"].as_str().unwrap_or_default(), format!("{}{MARKER}", "A".repeat(4096)));
+    assert_eq!(
+        j["stderr"].as_str().unwrap_or_default(),
+        format!("{}{MARKER}", "A".repeat(4096))
+    );
     assert_eq!(j["stderr_bytes"], FLOOD);
     assert_eq!(j["stderr_truncated"], true);
     assert_eq!(j["stdout_truncated"], false);
@@ -55,7 +63,12 @@ fn default_limit_is_one_mib_per_stream() {
     run.assert_code(0);
     let j = run.json();
     let out = j["stdout"].as_str().unwrap_or_default();
-    assert_eq!(out.len(), 1048576 + MARKER.len(), "{}", &out[out.len().saturating_sub(60)..]);
+    assert_eq!(
+        out.len(),
+        1048576 + MARKER.len(),
+        "{}",
+        &out[out.len().saturating_sub(60)..]
+    );
     assert!(out.ends_with(MARKER));
     assert_eq!(j["stdout_bytes"], 3000000);
     // The policy key sets it as well.

@@ -14,14 +14,25 @@ fn schema_command_equals_shipped_schema() {
     let sb = Sandbox::new();
     let run = sb.run(&["policy", "schema"]);
     run.assert_code(0);
-    let printed: Value = serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("schema is not JSON: {e}{}", run.ctx()));
+    let printed: Value =
+        serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("schema is not JSON: {e}{}", run.ctx()));
     let path = repo_root().join("policy/schema.json");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let shipped: Value = serde_json::from_str(&text).expect("policy/schema.json is JSON");
-    assert_eq!(printed, shipped, "`capsule policy schema` differs from policy/schema.json: regenerate it");
+    assert_eq!(
+        printed, shipped,
+        "`capsule policy schema` differs from policy/schema.json: regenerate it"
+    );
     // It is a schema of the policy: it knows the top-level keys.
     let s = run.stdout.as_str();
-    for k in ["filesystem", "network", "env", "limits", "allow_unix_sockets", "max_output_bytes"] {
+    for k in [
+        "filesystem",
+        "network",
+        "env",
+        "limits",
+        "allow_unix_sockets",
+        "max_output_bytes",
+    ] {
         assert!(s.contains(k), "schema lacks {k}");
     }
 }
@@ -34,10 +45,20 @@ fn policy_init_prints_the_shipped_starters() {
         run.assert_code(0);
         let path = repo_root().join(format!("policy/{name}.yaml"));
         let shipped = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        assert_eq!(run.stdout, shipped, "`policy init {name}` differs from {}", path.display());
+        assert_eq!(
+            run.stdout,
+            shipped,
+            "`policy init {name}` differs from {}",
+            path.display()
+        );
         // The shipped file validates where it lives.
         let check = sb.run(&["check", "-p", &path.to_string_lossy()]);
-        assert_eq!(check.code, Some(0), "{name} does not pass `capsule check`{}", check.ctx());
+        assert_eq!(
+            check.code,
+            Some(0),
+            "{name} does not pass `capsule check`{}",
+            check.ctx()
+        );
     }
     let run = sb.run(&["policy", "init"]);
     run.assert_code(0);
@@ -51,7 +72,10 @@ fn python_agent_example_runs() {
     // The README's first command: a Python one-liner under the shipped policy.
     let sb = Sandbox::new();
     let pol = repo_root().join("policy/python-agent.yaml");
-    let run = sb.exec_json(&["--policy", &pol.to_string_lossy()], &[&python(), "-c", "print(6 * 7)"]);
+    let run = sb.exec_json(
+        &["--policy", &pol.to_string_lossy()],
+        &[&python(), "-c", "print(6 * 7)"],
+    );
     run.assert_code(0);
     assert_eq!(run.child_stdout(), "42\n", "{}", run.ctx());
 }
@@ -89,8 +113,16 @@ fn dry_run_lists_grants_and_runs_nothing() {
     assert!(!sb.path("out/ran").exists(), "--dry-run ran the command{}", run.ctx());
     assert!(run.stdout.contains(&sb.p("data")), "read grant not listed{}", run.ctx());
     assert!(run.stdout.contains(&sb.p("out")), "write grant not listed{}", run.ctx());
-    assert!(run.stdout.contains("/usr/bin/touch"), "the resolved command not listed{}", run.ctx());
-    assert!(run.stdout.to_lowercase().contains("landlock"), "the enforcing layer not named{}", run.ctx());
+    assert!(
+        run.stdout.contains("/usr/bin/touch"),
+        "the resolved command not listed{}",
+        run.ctx()
+    );
+    assert!(
+        run.stdout.to_lowercase().contains("landlock"),
+        "the enforcing layer not named{}",
+        run.ctx()
+    );
     // --best-effort is accepted (a no-op where everything is enforceable).
     let run = sb.exec_json(&["--best-effort"], &["/bin/true"]);
     run.assert_code(0);
@@ -107,7 +139,8 @@ fn doctor_reports_in_human_and_json_form() {
     assert!(run.stdout.to_lowercase().contains("landlock"), "{}", run.ctx());
     let run = sb.run(&["doctor", "--json"]);
     run.assert_code(0);
-    let j: Value = serde_json::from_str(run.stdout.trim()).unwrap_or_else(|e| panic!("doctor --json: {e}{}", run.ctx()));
+    let j: Value =
+        serde_json::from_str(run.stdout.trim()).unwrap_or_else(|e| panic!("doctor --json: {e}{}", run.ctx()));
     assert!(j.is_object(), "{}", run.ctx());
     let text = run.stdout.to_lowercase();
     for k in ["landlock", "seccomp", "cgroup", "namespace"] {
@@ -115,5 +148,9 @@ fn doctor_reports_in_human_and_json_form() {
     }
     // The Landlock ABI it reports is the kernel's.
     let abi = landlock_abi();
-    assert!(text.contains(&abi.to_string()), "doctor does not report ABI {abi}{}", run.ctx());
+    assert!(
+        text.contains(&abi.to_string()),
+        "doctor does not report ABI {abi}{}",
+        run.ctx()
+    );
 }

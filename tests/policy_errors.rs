@@ -21,8 +21,14 @@ fn refused(sb: &Sandbox, pol: &str) -> String {
 }
 
 fn assert_located(stderr: &str, file: &str, line: usize, key: &str) {
-    assert!(stderr.contains(&format!("{file}:{line}:")), "error does not name {file}:{line}:COL\nstderr: {stderr}");
-    assert!(stderr.contains(key), "error does not name the key {key}\nstderr: {stderr}");
+    assert!(
+        stderr.contains(&format!("{file}:{line}:")),
+        "error does not name {file}:{line}:COL\nstderr: {stderr}"
+    );
+    assert!(
+        stderr.contains(key),
+        "error does not name the key {key}\nstderr: {stderr}"
+    );
 }
 
 #[test]
@@ -31,7 +37,10 @@ fn unknown_key_names_file_line_column_and_key() {
     let pol = sb.policy("version: 1\nfilesystem:\n  write: [./out]\n  raed: [./data]\n");
     let err = refused(&sb, &pol);
     assert_located(&err, &pol, 4, "raed");
-    assert!(err.contains(&format!("{pol}:4:3")), "column of `raed` is 3\nstderr: {err}");
+    assert!(
+        err.contains(&format!("{pol}:4:3")),
+        "column of `raed` is 3\nstderr: {err}"
+    );
     let pol = sb.policy("version: 1\nfilesystem:\n  write: [./out]\nnetwrok:\n  mode: none\n");
     assert_located(&refused(&sb, &pol), &pol, 4, "netwrok");
     let pol = sb.policy("version: 1\nlimits:\n  timeout_seconds: 5\n  max_procs: 3\n");
@@ -52,13 +61,22 @@ fn wrong_types_name_the_location() {
 #[test]
 fn json_policy_errors_are_located_too() {
     let sb = Sandbox::new();
-    let pol = sb.policy_named("policy.json", "{\n  \"version\": 1,\n  \"filesystem\": {\"read\": []},\n  \"bogus\": 1\n}\n");
+    let pol = sb.policy_named(
+        "policy.json",
+        "{\n  \"version\": 1,\n  \"filesystem\": {\"read\": []},\n  \"bogus\": 1\n}\n",
+    );
     assert_located(&refused(&sb, &pol), &pol, 4, "bogus");
     // And a valid JSON policy works, YAML detected by content without extension.
     sb.mkdir("data");
-    let good = sb.policy_named("good.json", "{\"version\": 1, \"filesystem\": {\"read\": [\"./data\"]}}");
+    let good = sb.policy_named(
+        "good.json",
+        "{\"version\": 1, \"filesystem\": {\"read\": [\"./data\"]}}",
+    );
     sb.run(&["check", "-p", &good]).assert_code(0);
-    let good = sb.policy_named("policy-without-extension", "version: 1\nfilesystem:\n  read: [./data]\n");
+    let good = sb.policy_named(
+        "policy-without-extension",
+        "version: 1\nfilesystem:\n  read: [./data]\n",
+    );
     sb.run(&["check", "-p", &good]).assert_code(0);
     sb.exec_json(&["--policy", &good], &["/bin/true"]).assert_code(0);
 }
@@ -105,7 +123,11 @@ fn fail_closed_rules() {
         assert_eq!(run.json()["termination_reason"], "refused");
     }
     // The same through flags.
-    for flags in [["--allow-write", "/etc"], ["--allow-read", "/proc"], ["--allow-exec", "/usr"]] {
+    for flags in [
+        ["--allow-write", "/etc"],
+        ["--allow-read", "/proc"],
+        ["--allow-exec", "/usr"],
+    ] {
         let run = sb.exec_json(&flags, &["/bin/true"]);
         assert_eq!(run.code, Some(125), "{flags:?}{}", run.ctx());
     }

@@ -206,7 +206,10 @@ impl Sandbox {
         c.write_stdin(stdin.to_vec());
         c.timeout(RUN_BOUND);
         let out = c.output().expect("spawn capsule");
-        Run::from_output(args.iter().map(|a| a.as_ref().to_string_lossy().into_owned()).collect(), out)
+        Run::from_output(
+            args.iter().map(|a| a.as_ref().to_string_lossy().into_owned()).collect(),
+            out,
+        )
     }
 
     /// `capsule exec --json OPTS -- CMD...`
@@ -322,7 +325,13 @@ impl Run {
         let args: Vec<String> = self
             .args
             .iter()
-            .map(|a| if a.len() > 200 { format!("<{} bytes>", a.len()) } else { a.clone() })
+            .map(|a| {
+                if a.len() > 200 {
+                    format!("<{} bytes>", a.len())
+                } else {
+                    a.clone()
+                }
+            })
             .collect();
         let mut out = self.stdout.clone();
         if out.len() > 3000 {
@@ -345,9 +354,8 @@ impl Run {
 
     /// The single JSON result object capsule printed on stdout.
     pub fn json(&self) -> Value {
-        let v: Value = serde_json::from_str(self.stdout.trim()).unwrap_or_else(|e| {
-            panic!("capsule did not print ONE JSON object ({e}):{}", self.ctx())
-        });
+        let v: Value = serde_json::from_str(self.stdout.trim())
+            .unwrap_or_else(|e| panic!("capsule did not print ONE JSON object ({e}):{}", self.ctx()));
         assert!(v.is_object(), "result is not a JSON object:{}", self.ctx());
         v
     }
