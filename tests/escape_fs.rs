@@ -49,7 +49,11 @@ fn writes_outside_grants_are_denied() {
         "/etc/capsule-escape-test",
     ] {
         let existed = fs::remove_file(p).is_ok();
-        assert!(!existed, "ESCAPE: the sandbox created {p} on the host{}", run.ctx());
+        assert!(
+            !existed,
+            "ESCAPE: the sandbox created {p} on the host{}",
+            run.ctx()
+        );
     }
     run.assert_ran();
     assert_ok(&run.probe(0), &run);
@@ -90,7 +94,11 @@ fn reads_outside_grants_are_denied() {
     assert_errno(&run.probe(2), &["EACCES"], &run);
     assert_errno(&run.probe(3), &["EACCES"], &run);
     assert_errno(&run.probe(4), &["EACCES"], &run);
-    assert!(!run.stdout.contains("TOP-SECRET"), "secret leaked{}", run.ctx());
+    assert!(
+        !run.stdout.contains("TOP-SECRET"),
+        "secret leaked{}",
+        run.ctx()
+    );
 
     // Positive control: the same read works once granted.
     let run = sb.probe(
@@ -248,8 +256,14 @@ fn credential_home(sb: &mut Sandbox) {
     let cfg = sb.home.join(".config");
     let st = sb.home.join(".local/state");
     // A valid (empty) host config: capsule reads it, the child must not.
-    sb.write("home/.config/capsule/config.yaml", "# CREDENTIAL capsule config\n{}\n");
-    sb.write("home/.local/state/capsule/audit.jsonl", "{\"CREDENTIAL\": \"audit\"}\n");
+    sb.write(
+        "home/.config/capsule/config.yaml",
+        "# CREDENTIAL capsule config\n{}\n",
+    );
+    sb.write(
+        "home/.local/state/capsule/audit.jsonl",
+        "{\"CREDENTIAL\": \"audit\"}\n",
+    );
     sb.set_env("XDG_CONFIG_HOME", &cfg.to_string_lossy());
     sb.set_env("XDG_STATE_HOME", &st.to_string_lossy());
 }
@@ -267,7 +281,9 @@ fn cred_ops(sb: &Sandbox) -> Vec<Vec<String>> {
 }
 
 fn as_refs(ops: &[Vec<String>]) -> Vec<Vec<&str>> {
-    ops.iter().map(|o| o.iter().map(|s| s.as_str()).collect()).collect()
+    ops.iter()
+        .map(|o| o.iter().map(|s| s.as_str()).collect())
+        .collect()
 }
 
 fn assert_creds_hidden(run: &Run, n_creds: usize) {
@@ -276,7 +292,11 @@ fn assert_creds_hidden(run: &Run, n_creds: usize) {
     for i in 1..=n_creds {
         assert_errno(&run.probe(i), &["EACCES"], run);
     }
-    assert!(!run.stdout.contains("CREDENTIAL"), "a credential leaked{}", run.ctx());
+    assert!(
+        !run.stdout.contains("CREDENTIAL"),
+        "a credential leaked{}",
+        run.ctx()
+    );
 }
 
 #[test]
@@ -323,7 +343,10 @@ fn credential_files_unreadable_and_unwritable_under_home_write_grant() {
     assert!(!sb.home.join(".ssh/authorized_keys").exists());
     assert!(sb.home.join(".netrc").exists());
     assert!(sb.home.join(".kube/config").exists());
-    assert_eq!(sb.read("home/.aws/credentials"), "CREDENTIAL .aws/credentials");
+    assert_eq!(
+        sb.read("home/.aws/credentials"),
+        "CREDENTIAL .aws/credentials"
+    );
 }
 
 #[test]
@@ -344,7 +367,10 @@ fn credential_dir_readable_when_named_exactly() {
     let h = |r: &str| sb.home.join(r).to_string_lossy().into_owned();
     let run = sb.probe(
         &["--allow-read", &h(""), "--allow-read", &h(".ssh")],
-        &[&["read", &h(".ssh/id_rsa")], &["read", &h(".aws/credentials")]],
+        &[
+            &["read", &h(".ssh/id_rsa")],
+            &["read", &h(".aws/credentials")],
+        ],
     );
     run.assert_ran();
     let v = run.probe(0);
@@ -377,7 +403,10 @@ fn symlink_escapes_are_denied() {
             &["symlink", &sb.p("ro/public.txt"), &sb.p("rw/goodlink")],
             &["read", &sb.p("rw/goodlink")],
             // the magic links of the granted /proc/self lead nowhere new
-            &["read", &format!("/proc/self/root{}", sb.p("outside/secret.txt"))],
+            &[
+                "read",
+                &format!("/proc/self/root{}", sb.p("outside/secret.txt")),
+            ],
             &["read", &format!("/proc/self/root{}", sb.p("ro/public.txt"))],
         ],
     );
@@ -395,7 +424,11 @@ fn symlink_escapes_are_denied() {
     assert_eq!(run.probe(10)["value"], "public data");
     assert_errno(&run.probe(11), &["EACCES"], &run);
     assert_eq!(run.probe(12)["value"], "public data", "{}", run.ctx());
-    assert!(!run.stdout.contains("TOP-SECRET"), "secret leaked{}", run.ctx());
+    assert!(
+        !run.stdout.contains("TOP-SECRET"),
+        "secret leaked{}",
+        run.ctx()
+    );
     assert_eq!(sb.read("ro/file.txt"), "original");
     assert!(!sb.path("outside/new.txt").exists());
 }

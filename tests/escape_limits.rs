@@ -22,7 +22,11 @@ fn fork_bomb_is_bounded_by_max_processes() {
         "the run must end on its own{}",
         run.ctx()
     );
-    assert!(took < 55.0, "the fork bomb ran into the timeout ({took}s){}", run.ctx());
+    assert!(
+        took < 55.0,
+        "the fork bomb ran into the timeout ({took}s){}",
+        run.ctx()
+    );
     let v = run.probe(0);
     assert_ok(&v, &run);
     let forked = v["value"]["forked"].as_i64().unwrap_or(-1);
@@ -57,7 +61,12 @@ fn memory_is_bounded_by_memory_mb() {
     match res {
         // RLIMIT_DATA/AS style: the allocation fails inside.
         Some(v) => {
-            assert_eq!(v["ok"], false, "allocated 512 MiB under memory_mb: 64{}", run.ctx());
+            assert_eq!(
+                v["ok"],
+                false,
+                "allocated 512 MiB under memory_mb: 64{}",
+                run.ctx()
+            );
             assert_eq!(v["exc"], "MemoryError", "{}", run.ctx());
         }
         // cgroup style: the OOM killer ends the run.
@@ -84,14 +93,18 @@ fn memory_is_bounded_by_memory_mb() {
 fn file_size_is_bounded_by_max_file_size_mb() {
     let sb = Sandbox::new();
     sb.mkdir("out");
-    let pol = sb.policy("version: 1\nfilesystem:\n  write: [./out]\nlimits:\n  max_file_size_mb: 1\n");
+    let pol =
+        sb.policy("version: 1\nfilesystem:\n  write: [./out]\nlimits:\n  max_file_size_mb: 1\n");
     let run = sb.probe(&["--policy", &pol], &[&["fsize", &sb.p("out/big"), "4"]]);
     run.assert_ran();
     assert_errno(&run.probe(0), &["EFBIG"], &run);
-    let len = std::fs::metadata(sb.path("out/big")).map(|m| m.len()).unwrap_or(0);
+    let len = std::fs::metadata(sb.path("out/big"))
+        .map(|m| m.len())
+        .unwrap_or(0);
     assert!(len <= 1 << 20, "file grew to {len} bytes{}", run.ctx());
 
-    let pol = sb.policy("version: 1\nfilesystem:\n  write: [./out]\nlimits:\n  max_file_size_mb: 8\n");
+    let pol =
+        sb.policy("version: 1\nfilesystem:\n  write: [./out]\nlimits:\n  max_file_size_mb: 8\n");
     let run = sb.probe(&["--policy", &pol], &[&["fsize", &sb.p("out/big"), "4"]]);
     run.assert_ran();
     assert_eq!(run.probe(0)["value"], 4 << 20, "{}", run.ctx());
@@ -148,8 +161,18 @@ fn core_dumps_off_and_privileges_dropped() {
         ],
     );
     run.assert_ran();
-    assert_eq!(run.probe(0)["value"]["CORE"][0], 0, "core dumps on{}", run.ctx());
-    assert_eq!(run.probe(1)["value"], "1", "no_new_privs not set{}", run.ctx());
+    assert_eq!(
+        run.probe(0)["value"]["CORE"][0],
+        0,
+        "core dumps on{}",
+        run.ctx()
+    );
+    assert_eq!(
+        run.probe(1)["value"],
+        "1",
+        "no_new_privs not set{}",
+        run.ctx()
+    );
     for i in 2..7 {
         assert_eq!(
             run.probe(i)["value"],

@@ -56,12 +56,20 @@ fn every_socket_family_is_refused_by_default() {
     for i in 1..=17 {
         assert_errno(&run.probe(i), &["EPERM"], &run);
     }
-    assert_eq!(run.probe(18)["value"], "ping", "socketpair must work{}", run.ctx());
+    assert_eq!(
+        run.probe(18)["value"],
+        "ping",
+        "socketpair must work{}",
+        run.ctx()
+    );
     assert_ok(&run.probe(19), &run);
 
     // Positive control: on the host the same calls create sockets.
     let host = sb.host_probe(&[&["socket_scan"]]);
-    let host_ok = host[0]["value"]["ok"].as_array().cloned().unwrap_or_default();
+    let host_ok = host[0]["value"]["ok"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     let has = |f: i64, t: i64| host_ok.iter().any(|p| p[0] == f && p[1] == t);
     assert!(
         has(2, 1) && has(2, 2) && has(10, 1) && has(AF_UNIX, 1),
@@ -80,14 +88,16 @@ impl HostPeers {
         let tcp = TcpListener::bind("127.0.0.1:0").expect("bind tcp");
         tcp.set_nonblocking(true).unwrap();
         let udp = UdpSocket::bind("127.0.0.1:0").expect("bind udp");
-        udp.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+        udp.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
         HostPeers { tcp, udp }
     }
     fn v6() -> Option<HostPeers> {
         let tcp = TcpListener::bind("[::1]:0").ok()?;
         tcp.set_nonblocking(true).unwrap();
         let udp = UdpSocket::bind("[::1]:0").ok()?;
-        udp.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+        udp.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
         Some(HostPeers { tcp, udp })
     }
     fn tcp_port(&self) -> String {
@@ -144,8 +154,18 @@ fn loopback_case(host: &str, peers: HostPeers) {
     for i in 0..3 {
         assert_ok(&run.probe(i), &run);
     }
-    assert_eq!(peers.tcp_received().as_deref(), Some("hello-tcp"), "{}", run.ctx());
-    assert_eq!(peers.udp_received().as_deref(), Some("hello-udp"), "{}", run.ctx());
+    assert_eq!(
+        peers.tcp_received().as_deref(),
+        Some("hello-tcp"),
+        "{}",
+        run.ctx()
+    );
+    assert_eq!(
+        peers.udp_received().as_deref(),
+        Some("hello-udp"),
+        "{}",
+        run.ctx()
+    );
 }
 
 #[test]
@@ -196,7 +216,8 @@ fn unix_sockets_to_host_listeners_are_refused_by_default() {
 
 fn abstract_listener(name: &str) -> UnixListener {
     use std::os::linux::net::SocketAddrExt;
-    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).expect("abstract addr");
+    let addr =
+        std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).expect("abstract addr");
     let l = UnixListener::bind_addr(&addr).expect("bind abstract");
     l.set_nonblocking(true).unwrap();
     l
@@ -211,7 +232,9 @@ fn allow_unix_sockets_reaches_granted_pathname_but_not_host_abstract() {
     listener.set_nonblocking(true).unwrap();
     let name = token("abstract");
     let abs = abstract_listener(&name);
-    let pol = sb.policy("version: 1\nfilesystem:\n  write: [./sock]\nnetwork:\n  allow_unix_sockets: true\n");
+    let pol = sb.policy(
+        "version: 1\nfilesystem:\n  write: [./sock]\nnetwork:\n  allow_unix_sockets: true\n",
+    );
     let inner = token("inner");
     let run = sb.probe(
         &["--policy", &pol],

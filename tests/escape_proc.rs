@@ -134,14 +134,21 @@ fn capsule_parent_proc_and_signals_unreachable() {
     }
     // Signal scope (Landlock ABI 6) says EPERM; a pid namespace hides the
     // parent entirely (ESRCH). Either way the signal must not land.
-    assert_eq!(lines[2]["ok"], false, "signalled capsule itself: {} {ctx}", lines[2]);
+    assert_eq!(
+        lines[2]["ok"], false,
+        "signalled capsule itself: {} {ctx}",
+        lines[2]
+    );
     let e = lines[2]["errno"].as_str().unwrap_or_default();
     assert!(e == "EPERM" || e == "ESRCH", "kill(capsule, 0): {e} {ctx}");
     assert_eq!(lines[3]["ok"], false, "{ctx}");
     // Positive control: signals inside the sandbox work.
     assert_eq!(lines[4]["ok"], true, "{} {ctx}", lines[4]);
     assert_eq!(lines[4]["value"], 9);
-    assert!(!ctx.contains(&secret), "host secret visible in the child: {ctx}");
+    assert!(
+        !ctx.contains(&secret),
+        "host secret visible in the child: {ctx}"
+    );
 }
 
 #[test]
@@ -161,7 +168,11 @@ fn signals_to_outside_processes_fail() {
     );
     std::thread::sleep(Duration::from_millis(200));
     let alive = sleeper.try_wait().expect("try_wait").is_none();
-    assert!(alive, "ESCAPE: the sandbox killed a host process{}", run.ctx());
+    assert!(
+        alive,
+        "ESCAPE: the sandbox killed a host process{}",
+        run.ctx()
+    );
     let state = std::fs::read_to_string(format!("/proc/{spid}/stat")).unwrap_or_default();
     assert!(
         !state.contains(") T "),
@@ -208,9 +219,16 @@ fn host_environment_does_not_leak() {
     sb.set_env("CAPSULE_TEST_SECRET", &secret);
     sb.set_env("AWS_SECRET_ACCESS_KEY", &key);
     sb.set_env("OPENAI_API_KEY", &key);
-    let run = sb.probe(&[], &[&["env"], &["environ_file"], &["read", "/proc/self/cmdline"]]);
+    let run = sb.probe(
+        &[],
+        &[&["env"], &["environ_file"], &["read", "/proc/self/cmdline"]],
+    );
     run.assert_ran();
-    assert!(!run.stdout.contains(&secret), "CAPSULE_TEST_SECRET leaked{}", run.ctx());
+    assert!(
+        !run.stdout.contains(&secret),
+        "CAPSULE_TEST_SECRET leaked{}",
+        run.ctx()
+    );
     assert!(!run.stdout.contains(&key), "a host key leaked{}", run.ctx());
     let env = run.probe(0)["value"].clone();
     let names: Vec<&str> = env
@@ -235,20 +253,36 @@ fn host_environment_does_not_leak() {
     assert_eq!(env["LANG"], "C.UTF-8", "LANG set by capsule{}", run.ctx());
     let tmp = env["TMPDIR"].as_str().expect("TMPDIR set");
     assert_eq!(env["HOME"], tmp, "HOME is the private TMPDIR{}", run.ctx());
-    assert_ne!(env["HOME"].as_str(), Some(sb.home.to_string_lossy().as_ref()));
+    assert_ne!(
+        env["HOME"].as_str(),
+        Some(sb.home.to_string_lossy().as_ref())
+    );
     let environ = run.probe(1);
     assert_ok(&environ, &run);
-    assert!(environ["value"].as_str().unwrap_or_default().contains("TMPDIR="));
+    assert!(environ["value"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("TMPDIR="));
 
     // Positive control: a variable named in env.pass does arrive.
-    let pol = sb.policy("version: 1\nenv:\n  pass: [CAPSULE_TEST_SECRET]\n  set: {CAPSULE_FIXED: \"fixed-1\"}\n");
+    let pol = sb.policy(
+        "version: 1\nenv:\n  pass: [CAPSULE_TEST_SECRET]\n  set: {CAPSULE_FIXED: \"fixed-1\"}\n",
+    );
     let run = sb.probe(&["--policy", &pol], &[&["env"], &["environ_file"]]);
     run.assert_ran();
     let env = run.probe(0)["value"].clone();
-    assert_eq!(env["CAPSULE_TEST_SECRET"], secret.as_str(), "env.pass{}", run.ctx());
+    assert_eq!(
+        env["CAPSULE_TEST_SECRET"],
+        secret.as_str(),
+        "env.pass{}",
+        run.ctx()
+    );
     assert_eq!(env["CAPSULE_FIXED"], "fixed-1", "env.set{}", run.ctx());
     assert!(env.get("AWS_SECRET_ACCESS_KEY").is_none());
-    assert!(run.probe(1)["value"].as_str().unwrap_or_default().contains(&secret));
+    assert!(run.probe(1)["value"]
+        .as_str()
+        .unwrap_or_default()
+        .contains(&secret));
 }
 
 const REFUSED_VARS: &[&str] = &[
@@ -283,7 +317,10 @@ fn refused_variables_in_env_set_exit_125_and_run_nothing() {
         let j = run.json();
         assert_eq!(j["termination_reason"], "refused", "{var}{}", run.ctx());
         assert!(
-            j["error"].as_str().map(|e| e.contains(var)).unwrap_or(false),
+            j["error"]
+                .as_str()
+                .map(|e| e.contains(var))
+                .unwrap_or(false),
             "error names {var}{}",
             run.ctx()
         );
@@ -304,9 +341,15 @@ fn refused_variables_in_env_pass_exit_125() {
         let pol = sb.policy(&format!("version: 1\nenv:\n  pass: [{var}]\n"));
         let run = sb.exec_json(&["--policy", &pol], &["/bin/true"]);
         run.assert_code(125);
-        assert_eq!(run.json()["termination_reason"], "refused", "{var}{}", run.ctx());
+        assert_eq!(
+            run.json()["termination_reason"],
+            "refused",
+            "{var}{}",
+            run.ctx()
+        );
     }
     // Control: an ordinary variable in env.pass is fine.
     let pol = sb.policy("version: 1\nenv:\n  pass: [TERM]\n");
-    sb.exec_json(&["--policy", &pol], &["/bin/true"]).assert_code(0);
+    sb.exec_json(&["--policy", &pol], &["/bin/true"])
+        .assert_code(0);
 }

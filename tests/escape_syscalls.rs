@@ -43,7 +43,11 @@ fn namespaces_are_denied() {
     // kernel, so the host control succeeds; a host that disables user
     // namespaces makes that control inconclusive (printed).
     denied_everywhere(
-        &[&["unshare", "0x10000000"], &["clone_ns", "0x10000000"], &["setns_bad"]],
+        &[
+            &["unshare", "0x10000000"],
+            &["clone_ns", "0x10000000"],
+            &["setns_bad"],
+        ],
         "EPERM",
         &["unshare", "clone_ns"],
     );
@@ -65,11 +69,18 @@ fn namespaces_are_denied() {
 
 #[test]
 fn mount_family_and_chroot_are_denied() {
-    denied_everywhere(&[&["mount_bad"], &["chroot_bad"], &["open_tree_bad"]], "EPERM", &[]);
+    denied_everywhere(
+        &[&["mount_bad"], &["chroot_bad"], &["open_tree_bad"]],
+        "EPERM",
+        &[],
+    );
     // These the kernel already refuses to unprivileged callers; seccomp
     // must refuse them too (no host control possible without root harm).
     let sb = Sandbox::new();
-    let run = sb.probe(&[], &[&["umount_bad"], &["pivot_root_bad"], &["fsopen_bad"]]);
+    let run = sb.probe(
+        &[],
+        &[&["umount_bad"], &["pivot_root_bad"], &["fsopen_bad"]],
+    );
     run.assert_ran();
     for i in 0..3 {
         assert_errno(&run.probe(i), &["EPERM"], &run);
@@ -83,7 +94,11 @@ fn bpf_and_perf_event_open_are_denied() {
 
 #[test]
 fn keyrings_are_denied() {
-    denied_everywhere(&[&["keyctl_bad"], &["add_key_bad"], &["request_key_bad"]], "EPERM", &[]);
+    denied_everywhere(
+        &[&["keyctl_bad"], &["add_key_bad"], &["request_key_bad"]],
+        "EPERM",
+        &[],
+    );
 }
 
 #[test]
@@ -143,7 +158,11 @@ fn personality_changes_are_denied() {
 fn tiocsti_and_tioclinux_are_denied_also_with_high_bits() {
     // On /dev/null the kernel says ENOTTY; the filter must say EPERM first,
     // including for a command with bits set above 32 (CVE-2019-10063).
-    denied_everywhere(&[&["tiocsti"], &["tiocsti_high"], &["tioclinux"]], "EPERM", &[]);
+    denied_everywhere(
+        &[&["tiocsti"], &["tiocsti_high"], &["tioclinux"]],
+        "EPERM",
+        &[],
+    );
 }
 
 #[test]
@@ -179,8 +198,16 @@ fn assert_killed_by_sigsys(run: &Run, start: &str) {
     assert_eq!(j["exit_code"], 159, "{}", run.ctx());
     assert_eq!(j["success"], false);
     let out = j["stdout"].as_str().unwrap_or_default();
-    assert!(out.contains(start), "the probe never started ({start}){}", run.ctx());
-    assert!(!out.contains("returned"), "the foreign syscall returned{}", run.ctx());
+    assert!(
+        out.contains(start),
+        "the probe never started ({start}){}",
+        run.ctx()
+    );
+    assert!(
+        !out.contains("returned"),
+        "the foreign syscall returned{}",
+        run.ctx()
+    );
 }
 
 #[test]

@@ -12,7 +12,9 @@ fn lines(path: &std::path::Path) -> Vec<Value> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("audit line is not JSON ({e}): {l}")))
+        .map(|l| {
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("audit line is not JSON ({e}): {l}"))
+        })
         .collect()
 }
 
@@ -21,7 +23,10 @@ fn audit_log_gets_one_line_per_run_mode_0600() {
     let sb = Sandbox::new();
     let log = sb.path("audit/log.jsonl");
     let logs = log.to_string_lossy().into_owned();
-    let a = sb.exec_json(&["--audit-log", &logs, "--agent-id", "agent-1"], &["/bin/true"]);
+    let a = sb.exec_json(
+        &["--audit-log", &logs, "--agent-id", "agent-1"],
+        &["/bin/true"],
+    );
     a.assert_code(0);
     let b = sb.exec_json(&["--audit-log", &logs], &["/bin/sh", "-c", "exit 3"]);
     b.assert_code(3);
@@ -54,8 +59,11 @@ fn refusals_and_timeouts_are_audited() {
     let pol = sb.policy("version: 1\nenv:\n  set: {LD_PRELOAD: /tmp/evil.so}\n");
     sb.exec_json(&["--audit-log", &log, "--policy", &pol], &["/bin/true"])
         .assert_code(125);
-    sb.exec_json(&["--audit-log", &log, "--timeout", "0.3"], &["/bin/sleep", "10"])
-        .assert_code(124);
+    sb.exec_json(
+        &["--audit-log", &log, "--timeout", "0.3"],
+        &["/bin/sleep", "10"],
+    )
+    .assert_code(124);
     let recs = lines(std::path::Path::new(&log));
     assert_eq!(recs.len(), 2, "{recs:?}");
     assert_eq!(recs[0]["outcome"], "refused");
@@ -102,7 +110,8 @@ fn audit_appends_to_existing_content() {
     let log = sb.write("audit.jsonl", "{\"earlier\": true}\n");
     std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o600)).unwrap();
     let logs = log.to_string_lossy().into_owned();
-    sb.exec_json(&["--audit-log", &logs], &["/bin/true"]).assert_code(0);
+    sb.exec_json(&["--audit-log", &logs], &["/bin/true"])
+        .assert_code(0);
     let recs = lines(&log);
     assert_eq!(recs.len(), 2);
     assert_eq!(recs[0]["earlier"], true);
@@ -113,7 +122,11 @@ fn default_location_and_no_audit() {
     let sb = Sandbox::new();
     let default = sb.state.join("capsule/audit.jsonl");
     sb.exec_json(&["--no-audit"], &["/bin/true"]).assert_code(0);
-    assert!(!default.exists(), "--no-audit still wrote {}", default.display());
+    assert!(
+        !default.exists(),
+        "--no-audit still wrote {}",
+        default.display()
+    );
     sb.exec_json(&[], &["/bin/true"]).assert_code(0);
     assert_eq!(
         lines(&default).len(),

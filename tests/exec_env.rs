@@ -41,11 +41,17 @@ fn cwd_flag_must_be_readable() {
     let sb = Sandbox::new();
     sb.mkdir("proj");
     sb.mkdir("other");
-    let run = sb.probe(&["--allow-read", &sb.p("proj"), "--cwd", &sb.p("proj")], &[&["cwd"]]);
+    let run = sb.probe(
+        &["--allow-read", &sb.p("proj"), "--cwd", &sb.p("proj")],
+        &[&["cwd"]],
+    );
     run.assert_ran();
     assert_eq!(run.probe(0)["value"], sb.p("proj"), "{}", run.ctx());
     // A cwd outside every grant is refused before anything runs.
-    let run = sb.probe(&["--allow-read", &sb.p("proj"), "--cwd", &sb.p("other")], &[&["cwd"]]);
+    let run = sb.probe(
+        &["--allow-read", &sb.p("proj"), "--cwd", &sb.p("other")],
+        &[&["cwd"]],
+    );
     run.assert_code(125);
     assert_eq!(run.json()["termination_reason"], "refused", "{}", run.ctx());
 }
@@ -58,9 +64,18 @@ fn private_tmpdir_is_writable_unique_and_removed_afterwards() {
     let b = sb.probe(&[], ops);
     a.assert_ran();
     b.assert_ran();
-    let ta = a.probe(0)["value"]["TMPDIR"].as_str().unwrap_or_default().to_string();
-    let tb = b.probe(0)["value"]["TMPDIR"].as_str().unwrap_or_default().to_string();
-    assert!(!ta.is_empty() && ta != tb, "TMPDIR not private per run: {ta} {tb}");
+    let ta = a.probe(0)["value"]["TMPDIR"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let tb = b.probe(0)["value"]["TMPDIR"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        !ta.is_empty() && ta != tb,
+        "TMPDIR not private per run: {ta} {tb}"
+    );
     assert!(!Path::new(&ta).exists(), "TMPDIR {ta} left behind");
     // Writable inside, and gone after the run.
     let run = sb.exec_json(
@@ -76,7 +91,10 @@ fn private_tmpdir_is_writable_unique_and_removed_afterwards() {
     let mut lines = out.lines();
     assert_eq!(lines.next(), Some("data"), "{}", run.ctx());
     let tmp = lines.next().unwrap_or_default();
-    assert!(!tmp.is_empty() && !Path::new(tmp).exists(), "TMPDIR {tmp} not removed");
+    assert!(
+        !tmp.is_empty() && !Path::new(tmp).exists(),
+        "TMPDIR {tmp} not removed"
+    );
     // tmp: false gives none.
     let pol = sb.policy("version: 1\nfilesystem:\n  tmp: false\n");
     let run = sb.probe(&["--policy", &pol], &[&["env"]]);
@@ -127,9 +145,15 @@ fn workspace_scripts_read_only_output_read_write_and_cwd() {
     // Output persists across runs; scripts are untouched.
     assert_eq!(sb.read("ws/output/result.txt"), "kept");
     assert_eq!(sb.read("ws/output/relative.txt"), "rel");
-    assert_eq!(sb.read("ws/scripts/hello.py"), "print('hello from script')\n");
+    assert_eq!(
+        sb.read("ws/scripts/hello.py"),
+        "print('hello from script')\n"
+    );
     // A script from scripts/ runs through the interpreter.
-    let run = sb.exec_json(&["--workspace", &ws], &[&python(), &sb.p("ws/scripts/hello.py")]);
+    let run = sb.exec_json(
+        &["--workspace", &ws],
+        &[&python(), &sb.p("ws/scripts/hello.py")],
+    );
     run.assert_code(0);
     assert_eq!(run.child_stdout(), "hello from script\n");
 }

@@ -49,7 +49,10 @@ fn assert_result_shape(j: &Value, run: &Run) {
         sha.len() == 64 && sha.chars().all(|c| c.is_ascii_hexdigit()),
         "policy_sha256: {sha}"
     );
-    assert!(j["duration_seconds"].as_f64().map(|d| d >= 0.0).unwrap_or(false));
+    assert!(j["duration_seconds"]
+        .as_f64()
+        .map(|d| d >= 0.0)
+        .unwrap_or(false));
     assert!(j["stdout_bytes"].is_u64() && j["stderr_bytes"].is_u64());
     assert!(j["denied_hosts"].is_array());
     for k in ["tool_calls", "tool_refusals", "llm_calls"] {
@@ -114,7 +117,8 @@ fn exit_3_is_passed_through() {
     assert_eq!(j["success"], false);
     assert_eq!(j["termination_reason"], "exited");
     // Without --json too.
-    sb.run(&["exec", "--", "/bin/sh", "-c", "exit 3"]).assert_code(3);
+    sb.run(&["exec", "--", "/bin/sh", "-c", "exit 3"])
+        .assert_code(3);
 }
 
 #[test]
@@ -167,7 +171,14 @@ fn exit_125_on_refusal_with_json_object() {
     assert_eq!(j["success"], false);
     assert!(!sb.path("out/ran").exists(), "the command ran{}", run.ctx());
     // Invalid agent id.
-    for bad in ["", "-leading-dash", "has space", &"a".repeat(129), "semi;colon", "ünï"] {
+    for bad in [
+        "",
+        "-leading-dash",
+        "has space",
+        &"a".repeat(129),
+        "semi;colon",
+        "ünï",
+    ] {
         let flag = format!("--agent-id={bad}");
         let run = sb.exec_json(&[&flag], &["/bin/true"]);
         run.assert_code(125);
@@ -216,8 +227,14 @@ fn exit_126_for_a_command_in_a_write_only_grant() {
     sb.write_exec("rw/script.sh", "#!/bin/sh\nexit 0\n");
     let run = sb.exec_json(&["--allow-write", &sb.p("rw")], &[&sb.p("rw/script.sh")]);
     run.assert_code(126);
-    sb.run(&["exec", "--allow-write", &sb.p("rw"), "--", &sb.p("rw/script.sh")])
-        .assert_code(126);
+    sb.run(&[
+        "exec",
+        "--allow-write",
+        &sb.p("rw"),
+        "--",
+        &sb.p("rw/script.sh"),
+    ])
+    .assert_code(126);
 }
 
 #[test]
@@ -226,8 +243,10 @@ fn exit_127_when_the_command_is_not_found() {
     let run = sb.exec_json(&[], &["capsule-no-such-command-xyz"]);
     run.assert_code(127);
     assert_eq!(run.json()["exit_code"], 127, "{}", run.ctx());
-    sb.exec_json(&[], &["/nonexistent/capsule/cmd"]).assert_code(127);
-    sb.run(&["exec", "--", "capsule-no-such-command-xyz"]).assert_code(127);
+    sb.exec_json(&[], &["/nonexistent/capsule/cmd"])
+        .assert_code(127);
+    sb.run(&["exec", "--", "capsule-no-such-command-xyz"])
+        .assert_code(127);
 }
 
 #[test]
@@ -249,11 +268,21 @@ fn exit_128_plus_signal() {
 #[test]
 fn streams_live_without_json_and_forwards_stdin() {
     let sb = Sandbox::new();
-    let run = sb.run(&["exec", "--", "/bin/sh", "-c", "echo to-out; echo to-err >&2"]);
+    let run = sb.run(&[
+        "exec",
+        "--",
+        "/bin/sh",
+        "-c",
+        "echo to-out; echo to-err >&2",
+    ]);
     run.assert_code(0);
     assert_eq!(run.stdout, "to-out\n", "{}", run.ctx());
     assert!(run.stderr.contains("to-err"), "{}", run.ctx());
-    let run = sb.run_in(&["exec", "--", "/bin/cat"], &sb.root.clone(), b"from-stdin\n");
+    let run = sb.run_in(
+        &["exec", "--", "/bin/cat"],
+        &sb.root.clone(),
+        b"from-stdin\n",
+    );
     run.assert_code(0);
     assert_eq!(run.stdout, "from-stdin\n", "{}", run.ctx());
 }
@@ -300,10 +329,23 @@ fn own_session_and_no_inherited_fds() {
         );
     }
     // Own session: the session id differs from the test's (= capsule's).
-    let stat = run.probe(1)["value"].as_str().unwrap_or_default().to_string();
-    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or_default().split_whitespace().collect();
+    let stat = run.probe(1)["value"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
     let child_sid: i64 = fields.get(3).and_then(|s| s.parse().ok()).unwrap_or(-1);
     // SAFETY: getsid(0) has no preconditions.
     let my_sid = unsafe { libc::getsid(0) } as i64;
-    assert_ne!(child_sid, my_sid, "the child shares capsule's session{}", run.ctx());
+    assert_ne!(
+        child_sid,
+        my_sid,
+        "the child shares capsule's session{}",
+        run.ctx()
+    );
 }

@@ -32,7 +32,10 @@ fn setsid_grandchild_is_gone_after_timeout() {
     let tok = token("gc-timeout");
     let run = sb.probe(
         &["--allow-write", &sb.p("pids"), "--timeout", "2"],
-        &[&["grandchild", &pidfile.to_string_lossy(), &tok, "1"], &["sleep", "60"]],
+        &[
+            &["grandchild", &pidfile.to_string_lossy(), &tok, "1"],
+            &["sleep", "60"],
+        ],
     );
     let pid = read_pid(&pidfile, Duration::from_secs(1));
     let _guard = KillOnDrop {
@@ -77,7 +80,10 @@ fn setsid_grandchild_is_gone_after_capsule_is_sigkilled() {
         .spawn()
         .expect("spawn capsule");
     let cpid = capsule.id() as i32;
-    let _capsule_guard = KillOnDrop { pid: cpid, token: None };
+    let _capsule_guard = KillOnDrop {
+        pid: cpid,
+        token: None,
+    };
     let pid = read_pid(&pidfile, Duration::from_secs(20));
     let _guard = KillOnDrop {
         pid: pid.unwrap_or(0),
@@ -96,7 +102,10 @@ fn setsid_grandchild_is_gone_after_capsule_is_sigkilled() {
             );
         }
     };
-    assert!(pid_alive(pid, Some(&tok)), "grandchild not running before the kill");
+    assert!(
+        pid_alive(pid, Some(&tok)),
+        "grandchild not running before the kill"
+    );
     capsule.kill().expect("SIGKILL capsule");
     let _ = capsule.wait();
     assert!(
@@ -110,8 +119,18 @@ fn forwarded(sig: i32, signame: &str) {
     let sb = Sandbox::new();
     sb.mkdir("out");
     let got = sb.path("out/got");
-    let mut args: Vec<String> = vec!["exec".into(), "--allow-write".into(), sb.p("out"), "--".into()];
-    args.extend(probe_argv(&[&["trap", &sig.to_string(), &got.to_string_lossy(), "7"]]));
+    let mut args: Vec<String> = vec![
+        "exec".into(),
+        "--allow-write".into(),
+        sb.p("out"),
+        "--".into(),
+    ];
+    args.extend(probe_argv(&[&[
+        "trap",
+        &sig.to_string(),
+        &got.to_string_lossy(),
+        "7",
+    ]]));
     let mut capsule = sb
         .std_command(&args)
         .stdin(Stdio::null())
@@ -120,7 +139,10 @@ fn forwarded(sig: i32, signame: &str) {
         .spawn()
         .expect("spawn capsule");
     let cpid = capsule.id() as i32;
-    let _guard = KillOnDrop { pid: cpid, token: None };
+    let _guard = KillOnDrop {
+        pid: cpid,
+        token: None,
+    };
     let stdout = capsule.stdout.take().expect("stdout");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {

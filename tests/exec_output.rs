@@ -59,7 +59,10 @@ fn a_64_mib_stderr_flood_is_truncated_too() {
 #[test]
 fn default_limit_is_one_mib_per_stream() {
     let sb = Sandbox::new();
-    let run = sb.exec_json(&[], &["/bin/sh", "-c", "head -c 3000000 /dev/zero | tr '\\0' B"]);
+    let run = sb.exec_json(
+        &[],
+        &["/bin/sh", "-c", "head -c 3000000 /dev/zero | tr '\\0' B"],
+    );
     run.assert_code(0);
     let j = run.json();
     let out = j["stdout"].as_str().unwrap_or_default();
@@ -73,7 +76,10 @@ fn default_limit_is_one_mib_per_stream() {
     assert_eq!(j["stdout_bytes"], 3000000);
     // The policy key sets it as well.
     let pol = sb.policy("version: 1\nlimits:\n  max_output_bytes: 10\n");
-    let run = sb.exec_json(&["--policy", &pol], &["/bin/sh", "-c", "printf 0123456789abcdef"]);
+    let run = sb.exec_json(
+        &["--policy", &pol],
+        &["/bin/sh", "-c", "printf 0123456789abcdef"],
+    );
     let j = run.json();
     assert_eq!(j["stdout"], format!("0123456789{MARKER}"), "{}", run.ctx());
     assert_eq!(j["stdout_bytes"], 16);
@@ -82,7 +88,10 @@ fn default_limit_is_one_mib_per_stream() {
 #[test]
 fn exactly_at_the_limit_is_not_truncated() {
     let sb = Sandbox::new();
-    let run = sb.exec_json(&["--max-output", "10"], &["/bin/sh", "-c", "printf 0123456789"]);
+    let run = sb.exec_json(
+        &["--max-output", "10"],
+        &["/bin/sh", "-c", "printf 0123456789"],
+    );
     let j = run.json();
     assert_eq!(j["stdout"], "0123456789", "{}", run.ctx());
     assert_eq!(j["stdout_truncated"], false);
@@ -92,11 +101,19 @@ fn exactly_at_the_limit_is_not_truncated() {
 fn streaming_mode_is_subject_to_the_limit() {
     let sb = Sandbox::new();
     let cmd = flood_cmd(false);
-    let mut args: Vec<String> = vec!["exec".into(), "--max-output".into(), "1000".into(), "--".into()];
+    let mut args: Vec<String> = vec![
+        "exec".into(),
+        "--max-output".into(),
+        "1000".into(),
+        "--".into(),
+    ];
     args.extend(cmd);
     let run = sb.run(&args);
     run.assert_code(0);
     let a = run.stdout.bytes().filter(|b| *b == b'A').count();
-    assert_eq!(a, 1000, "live stdout passed {a} bytes past a 1000-byte limit");
+    assert_eq!(
+        a, 1000,
+        "live stdout passed {a} bytes past a 1000-byte limit"
+    );
     assert!(run.stdout.len() <= 1000 + MARKER.len());
 }

@@ -14,8 +14,8 @@ fn schema_command_equals_shipped_schema() {
     let sb = Sandbox::new();
     let run = sb.run(&["policy", "schema"]);
     run.assert_code(0);
-    let printed: Value =
-        serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("schema is not JSON: {e}{}", run.ctx()));
+    let printed: Value = serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("schema is not JSON: {e}{}", run.ctx()));
     let path = repo_root().join("policy/schema.json");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let shipped: Value = serde_json::from_str(&text).expect("policy/schema.json is JSON");
@@ -44,7 +44,8 @@ fn policy_init_prints_the_shipped_starters() {
         let run = sb.run(&["policy", "init", name]);
         run.assert_code(0);
         let path = repo_root().join(format!("policy/{name}.yaml"));
-        let shipped = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let shipped =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         assert_eq!(
             run.stdout,
             shipped,
@@ -88,8 +89,16 @@ fn check_reports_what_this_kernel_enforces() {
     let run = sb.run(&["check", "-p", &pol]);
     run.assert_code(0);
     let all = format!("{}{}", run.stdout, run.stderr).to_lowercase();
-    assert!(all.contains("landlock"), "check does not mention Landlock{}", run.ctx());
-    assert!(all.contains("seccomp"), "check does not mention seccomp{}", run.ctx());
+    assert!(
+        all.contains("landlock"),
+        "check does not mention Landlock{}",
+        run.ctx()
+    );
+    assert!(
+        all.contains("seccomp"),
+        "check does not mention seccomp{}",
+        run.ctx()
+    );
 }
 
 #[test]
@@ -110,9 +119,21 @@ fn dry_run_lists_grants_and_runs_nothing() {
         &marker,
     ]);
     run.assert_code(0);
-    assert!(!sb.path("out/ran").exists(), "--dry-run ran the command{}", run.ctx());
-    assert!(run.stdout.contains(&sb.p("data")), "read grant not listed{}", run.ctx());
-    assert!(run.stdout.contains(&sb.p("out")), "write grant not listed{}", run.ctx());
+    assert!(
+        !sb.path("out/ran").exists(),
+        "--dry-run ran the command{}",
+        run.ctx()
+    );
+    assert!(
+        run.stdout.contains(&sb.p("data")),
+        "read grant not listed{}",
+        run.ctx()
+    );
+    assert!(
+        run.stdout.contains(&sb.p("out")),
+        "write grant not listed{}",
+        run.ctx()
+    );
     assert!(
         run.stdout.contains("/usr/bin/touch"),
         "the resolved command not listed{}",
@@ -127,7 +148,14 @@ fn dry_run_lists_grants_and_runs_nothing() {
     let run = sb.exec_json(&["--best-effort"], &["/bin/true"]);
     run.assert_code(0);
     // A refused policy is still refused under --dry-run.
-    let run = sb.run(&["exec", "--dry-run", "--allow-write", "/etc", "--", "/bin/true"]);
+    let run = sb.run(&[
+        "exec",
+        "--dry-run",
+        "--allow-write",
+        "/etc",
+        "--",
+        "/bin/true",
+    ]);
     run.assert_code(125);
 }
 
@@ -136,15 +164,23 @@ fn doctor_reports_in_human_and_json_form() {
     let sb = Sandbox::new();
     let run = sb.run(&["doctor"]);
     run.assert_code(0);
-    assert!(run.stdout.to_lowercase().contains("landlock"), "{}", run.ctx());
+    assert!(
+        run.stdout.to_lowercase().contains("landlock"),
+        "{}",
+        run.ctx()
+    );
     let run = sb.run(&["doctor", "--json"]);
     run.assert_code(0);
-    let j: Value =
-        serde_json::from_str(run.stdout.trim()).unwrap_or_else(|e| panic!("doctor --json: {e}{}", run.ctx()));
+    let j: Value = serde_json::from_str(run.stdout.trim())
+        .unwrap_or_else(|e| panic!("doctor --json: {e}{}", run.ctx()));
     assert!(j.is_object(), "{}", run.ctx());
     let text = run.stdout.to_lowercase();
     for k in ["landlock", "seccomp", "cgroup", "namespace"] {
-        assert!(text.contains(k), "doctor --json says nothing about {k}{}", run.ctx());
+        assert!(
+            text.contains(k),
+            "doctor --json says nothing about {k}{}",
+            run.ctx()
+        );
     }
     // The Landlock ABI it reports is the kernel's.
     let abi = landlock_abi();

@@ -13,7 +13,11 @@ fn refused(sb: &Sandbox, pol: &str) -> String {
     let run = sb.run(&["exec", "--policy", pol, "--", "/usr/bin/touch", &marker]);
     run.assert_code(125);
     assert!(!sb.path("out/ran").exists(), "the command ran{}", run.ctx());
-    assert!(!run.stderr.trim().is_empty(), "no message on stderr{}", run.ctx());
+    assert!(
+        !run.stderr.trim().is_empty(),
+        "no message on stderr{}",
+        run.ctx()
+    );
     // `capsule check` agrees.
     let check = sb.run(&["check", "-p", pol]);
     check.assert_code(125);
@@ -78,7 +82,8 @@ fn json_policy_errors_are_located_too() {
         "version: 1\nfilesystem:\n  read: [./data]\n",
     );
     sb.run(&["check", "-p", &good]).assert_code(0);
-    sb.exec_json(&["--policy", &good], &["/bin/true"]).assert_code(0);
+    sb.exec_json(&["--policy", &good], &["/bin/true"])
+        .assert_code(0);
 }
 
 #[test]
@@ -142,7 +147,12 @@ fn fail_closed_rules() {
         sb.mkdir("data/x");
         let pol = sb.policy(&format!("version: 1\n{body}"));
         let run = sb.run(&["check", "-p", &pol]);
-        assert_eq!(run.code, Some(0), "valid policy rejected:\n{body}{}", run.ctx());
+        assert_eq!(
+            run.code,
+            Some(0),
+            "valid policy rejected:\n{body}{}",
+            run.ctx()
+        );
     }
 }
 
@@ -150,9 +160,18 @@ fn fail_closed_rules() {
 fn relative_paths_resolve_against_the_policy_directory() {
     let sb = Sandbox::new();
     sb.write("conf/data/file.txt", "relative");
-    let pol = sb.policy_named("conf/policy.yaml", "version: 1\nfilesystem:\n  read: [./data]\n");
+    let pol = sb.policy_named(
+        "conf/policy.yaml",
+        "version: 1\nfilesystem:\n  read: [./data]\n",
+    );
     // capsule runs from "/", far from the policy.
-    let mut args = vec!["exec".to_string(), "--json".into(), "--policy".into(), pol, "--".into()];
+    let mut args = vec![
+        "exec".to_string(),
+        "--json".into(),
+        "--policy".into(),
+        pol,
+        "--".into(),
+    ];
     args.extend(probe_argv(&[&["read", &sb.p("conf/data/file.txt")]]));
     let run = sb.run_in(&args, std::path::Path::new("/"), b"");
     run.assert_ran();

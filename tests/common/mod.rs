@@ -207,7 +207,9 @@ impl Sandbox {
         c.timeout(RUN_BOUND);
         let out = c.output().expect("spawn capsule");
         Run::from_output(
-            args.iter().map(|a| a.as_ref().to_string_lossy().into_owned()).collect(),
+            args.iter()
+                .map(|a| a.as_ref().to_string_lossy().into_owned())
+                .collect(),
             out,
         )
     }
@@ -354,19 +356,26 @@ impl Run {
 
     /// The single JSON result object capsule printed on stdout.
     pub fn json(&self) -> Value {
-        let v: Value = serde_json::from_str(self.stdout.trim())
-            .unwrap_or_else(|e| panic!("capsule did not print ONE JSON object ({e}):{}", self.ctx()));
+        let v: Value = serde_json::from_str(self.stdout.trim()).unwrap_or_else(|e| {
+            panic!("capsule did not print ONE JSON object ({e}):{}", self.ctx())
+        });
         assert!(v.is_object(), "result is not a JSON object:{}", self.ctx());
         v
     }
 
     /// The child's captured stdout from the JSON result.
     pub fn child_stdout(&self) -> String {
-        self.json()["stdout"].as_str().unwrap_or_default().to_string()
+        self.json()["stdout"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
     }
 
     pub fn child_stderr(&self) -> String {
-        self.json()["stderr"].as_str().unwrap_or_default().to_string()
+        self.json()["stderr"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
     }
 
     /// The probe's result lines, from the JSON result's stdout.
@@ -379,13 +388,22 @@ impl Run {
         let p = self.probes();
         match p.get(i) {
             Some(v) => v.clone(),
-            None => panic!("probe result #{i} missing ({} results):{}", p.len(), self.ctx()),
+            None => panic!(
+                "probe result #{i} missing ({} results):{}",
+                p.len(),
+                self.ctx()
+            ),
         }
     }
 
     /// Assert capsule exited with CODE.
     pub fn assert_code(&self, code: i32) -> &Self {
-        assert_eq!(self.code, Some(code), "unexpected capsule exit status:{}", self.ctx());
+        assert_eq!(
+            self.code,
+            Some(code),
+            "unexpected capsule exit status:{}",
+            self.ctx()
+        );
         self
     }
 
@@ -443,7 +461,10 @@ pub fn pid_alive(pid: i32, token: Option<&str>) -> bool {
         Err(_) => return false,
     };
     // state is the field after the parenthesised comm.
-    let state = stat.rsplit(')').next().and_then(|r| r.split_whitespace().next());
+    let state = stat
+        .rsplit(')')
+        .next()
+        .and_then(|r| r.split_whitespace().next());
     if matches!(state, Some("Z") | Some("X")) {
         return false;
     }
