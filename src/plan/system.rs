@@ -22,34 +22,21 @@ const ETC: &[&str] = &[
     "/etc/ld.so.conf",
     "/etc/ld.so.conf.d",
     "/etc/localtime",
-    "/etc/timezone",
-    "/etc/zoneinfo",
     "/etc/passwd",
     "/etc/group",
     "/etc/nsswitch.conf",
     "/etc/hosts",
-    "/etc/host.conf",
     "/etc/gai.conf",
     "/etc/services",
     "/etc/protocols",
     "/etc/ssl",
     "/etc/ca-certificates",
     "/etc/pki",
-    "/etc/crypto-policies",
     "/etc/alternatives",
-    "/etc/locale.alias",
-    "/etc/locale.conf",
-    "/etc/default/locale",
     "/etc/mime.types",
     "/etc/os-release",
-    "/etc/debian_version",
-    "/etc/inputrc",
-    "/etc/terminfo",
-    "/etc/magic",
     "/etc/python3",
     "/etc/python3.11",
-    "/etc/python3.12",
-    "/etc/python3.13",
 ];
 
 /// Read-only /proc files that reveal nothing about other processes.
@@ -76,7 +63,11 @@ pub fn grants() -> Vec<FsGrant> {
         }
     };
     for d in EXEC_DIRS {
-        add(d, Access::EXEC);
+        // On merged-/usr systems /bin, /lib... are symlinks into /usr: one rule suffices.
+        let into_usr = std::fs::read_link(d).is_ok_and(|t| t.starts_with("usr/") || t.starts_with("/usr/"));
+        if !into_usr {
+            add(d, Access::EXEC);
+        }
     }
     for f in ETC {
         add(f, Access::READ);

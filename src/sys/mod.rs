@@ -101,17 +101,15 @@ pub fn block_all_signals() -> libc::sigset_t {
     }
 }
 
-/// Restore every signal disposition to its default and unblock all signals
-/// (a forked child must not inherit the parent's handlers or mask).
+/// Give the command default signal dispositions and an empty mask.
+///
+/// execve resets caught signals to their default by itself; only ignored
+/// ones survive it. The supervisor forks before installing any handler, and
+/// the only disposition it changed is Rust's SIGPIPE = ignore, which must not
+/// leak into the command (a `yes | head` pipeline would never end).
 pub fn reset_signals() {
-    for sig in 1..libc::SIGRTMAX() {
-        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
-            continue;
-        }
-        // SAFETY: setting SIG_DFL is always valid; errors for reserved
-        // signals (glibc's internal ones) are ignored.
-        unsafe { libc::signal(sig, libc::SIG_DFL) };
-    }
+    // SAFETY: setting SIG_DFL is always valid.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     // SAFETY: an empty set unblocks everything.
     unsafe {
         let mut empty: libc::sigset_t = std::mem::zeroed();
