@@ -1,0 +1,543 @@
+//! Shared helpers for the integration tests: run the real `capsule` binary,
+//! one fresh sandbox (temp dir, fake HOME, private state dirs) per case.
+//!
+//! Other test files use this module read-only (`mod common;`). Locations can
+//! be overridden so the suite runs from a copied location as another user:
+//! - `CAPSULE_BIN`        the capsule binary (default: cargo's build of this tree)
+//! - `CAPSULE_TEST_ROOT`  the source tree holding `policy/` and `tests/probes/`
+//!                        (default: `CARGO_MANIFEST_DIR`)
+//! - `CAPSULE_TEST_PYTHON` the interpreter for probes (default `/usr/bin/python3`)
+#![allow(dead_code)]
+
+use std::ffi::OsStr;
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command as StdCommand, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use tempfile::TempDir;
+
+/// The exact marker a truncated stream ends with (contract section 4).
+pub const MARKER: &str = "\n[...output truncated at byte limit]\n";
+
+/// A PATH without per-user shims: capsule resolves commands on it.
+pub const TEST_PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin";
+
+/// The probe program, compiled into the test binary so no file grant is
+/// needed to run it (`python3 -c PROBE op args...`).
+pub const PROBE_PY: &str = include_str!("../probes/probe.py");
+
+/// The foreign-ABI C probe, compiled with gcc by the tests that need it.
+pub const FOREIGN_ABI_C: &str = include_str!("../probes/foreign_abi.c");
+
+/// Generous outer bound on any single capsule run, so a broken capsule fails
+/// a test instead of hanging the suite.
+pub const RUN_BOUND: Duration = Duration::from_secs(90);
+
+/// The capsule binary under test.
+pub fn capsule_bin() -> PathBuf {
+    match std::env::var_os("CAPSULE_BIN") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => PathBuf::from(env!("CARGO_BIN_EXE_capsule")),
+    }
+}
+
+/// The source tree (for `policy/schema.json`, the starter policies, probes).
+pub fn repo_root() -> PathBuf {
+    match std::env::var_os("CAPSULE_TEST_ROOT") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => PathBuf::from(env!("CARGO_MANIFEST_DIR")),
+    }
+}
+
+/// The Python interpreter used for probes: an absolute system path, never a
+/// per-user shim (capsule grants the command's install prefix, not $HOME).
+pub fn python() -> String {
+    if let Ok(p) = std::env::var("CAPSULE_TEST_PYTHON") {
+        if !p.is_empty() {
+            return p;
+        }
+    }
+    for p in ["/usr/bin/python3", "/usr/local/bin/python3", "/bin/python3"] {
+        if Path::new(p).exists() {
+            return p.to_string();
+        }
+    }
+    "python3".to_string()
+}
+
+/// Print a skip reason (visible with --nocapture and in the summary log).
+pub fn skip(reason: &str) {
+    eprintln!("SKIP: {reason}");
+    println!("SKIP: {reason}");
+}
+
+/// Whether we run as root (some kernel checks differ for root).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// One fresh sandbox: a temp dir holding a fake HOME and private XDG dirs.
+/// capsule runs with a clean environment pointing there, so tests never
+/// touch the real home, config or audit log.
+pub struct Sandbox {
+    dir: TempDir,
+    pub root: PathBuf,
+    pub home: PathBuf,
+    pub state: PathBuf,
+    pub config: PathBuf,
+    /// Extra environment for capsule itself.
+    pub env: Vec<(String, String)>,
+}
+
+impl Sandbox {
+    pub fn new() -> Sandbox {
+        let dir = tempfile::Builder::new()
+            .prefix("capsule-test-")
+            .tempdir()
+            .expect("create temp dir");
+        // Canonical path: grants and getcwd() compare against it.
+        let root = fs::canonicalize(dir.path()).expect("canonicalize temp dir");
+        let home = root.join("home");
+        let state = root.join("state");
+        let config = root.join("config");
+        for d in [&home, &state, &config] {
+            fs::create_dir_all(d).expect("mkdir");
+        }
+        Sandbox {
+            dir,
+            root,
+            home,
+            state,
+            config,
+            env: vec![],
+        }
+    }
+
+    /// A path beneath the sandbox root.
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.root.join(rel)
+    }
+
+    /// A path as a String (for argv).
+    pub fn p(&self, rel: &str) -> String {
+        self.path(rel).to_string_lossy().into_owned()
+    }
+
+    pub fn mkdir(&self, rel: &str) -> PathBuf {
+        let p = self.path(rel);
+        fs::create_dir_all(&p).expect("mkdir");
+        p
+    }
+
+    pub fn write(&self, rel: &str, contents: &str) -> PathBuf {
+        let p = self.path(rel);
+        if let Some(parent) = p.parent() {
+            fs::create_dir_all(parent).expect("mkdir parent");
+        }
+        fs::write(&p, contents).expect("write file");
+        p
+    }
+
+    /// Write an executable file.
+    pub fn write_exec(&self, rel: &str, contents: &str) -> PathBuf {
+        let p = self.write(rel, contents);
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).expect("chmod");
+        p
+    }
+
+    pub fn read(&self, rel: &str) -> String {
+        fs::read_to_string(self.path(rel)).unwrap_or_default()
+    }
+
+    /// Write a policy file (YAML) and return its path.
+    pub fn policy(&self, yaml: &str) -> String {
+        self.policy_named("policy.yaml", yaml)
+    }
+
+    pub fn policy_named(&self, name: &str, text: &str) -> String {
+        self.write(name, text).to_string_lossy().into_owned()
+    }
+
+    pub fn set_env(&mut self, k: &str, v: &str) {
+        self.env.push((k.to_string(), v.to_string()));
+    }
+
+    /// The std Command for capsule with the sandbox's clean environment.
+    pub fn std_command<I, S>(&self, args: I) -> StdCommand
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut c = StdCommand::new(capsule_bin());
+        c.args(args);
+        c.env_clear();
+        c.env("PATH", TEST_PATH);
+        c.env("HOME", &self.home);
+        c.env("XDG_STATE_HOME", &self.state);
+        c.env("XDG_CONFIG_HOME", &self.config);
+        c.env("LANG", "C.UTF-8");
+        // Knobs of the suite itself pass through.
+        for k in ["CAPSULE_NO_NAMESPACES", "RUST_LOG", "RUST_BACKTRACE"] {
+            if let Ok(v) = std::env::var(k) {
+                c.env(k, v);
+            }
+        }
+        for (k, v) in &self.env {
+            c.env(k, v);
+        }
+        c.current_dir(&self.root);
+        c
+    }
+
+    /// Run capsule with ARGS (stdin empty), bounded by [`RUN_BOUND`].
+    pub fn run<S: AsRef<OsStr>>(&self, args: &[S]) -> Run {
+        self.run_in(args, &self.root.clone(), b"")
+    }
+
+    /// Run capsule with ARGS from directory CWD, feeding STDIN.
+    pub fn run_in<S: AsRef<OsStr>>(&self, args: &[S], cwd: &Path, stdin: &[u8]) -> Run {
+        let mut c = assert_cmd::Command::from_std(self.std_command(args));
+        c.current_dir(cwd);
+        c.write_stdin(stdin.to_vec());
+        c.timeout(RUN_BOUND);
+        let out = c.output().expect("spawn capsule");
+        Run::from_output(
+            args.iter()
+                .map(|a| a.as_ref().to_string_lossy().into_owned())
+                .collect(),
+            out,
+        )
+    }
+
+    /// `capsule exec --json OPTS -- CMD...`
+    pub fn exec_json(&self, opts: &[&str], cmd: &[&str]) -> Run {
+        let mut args: Vec<String> = vec!["exec".into(), "--json".into()];
+        args.extend(opts.iter().map(|s| s.to_string()));
+        args.push("--".into());
+        args.extend(cmd.iter().map(|s| s.to_string()));
+        self.run(&args)
+    }
+
+    /// Run the probe inside capsule: `capsule exec --json OPTS -- python3 -c PROBE ops...`.
+    /// OPS is a list of operations, each `[name, args...]`.
+    pub fn probe(&self, opts: &[&str], ops: &[&[&str]]) -> Run {
+        let cmd = probe_argv(ops);
+        let refs: Vec<&str> = cmd.iter().map(|s| s.as_str()).collect();
+        self.exec_json(opts, &refs)
+    }
+
+    /// The same probe run directly on the host, outside any sandbox: the
+    /// positive control for kernel-level denials.
+    pub fn host_probe(&self, ops: &[&[&str]]) -> Vec<Value> {
+        let argv = probe_argv(ops);
+        let out = StdCommand::new(&argv[0])
+            .args(&argv[1..])
+            .current_dir(&self.root)
+            .env_clear()
+            .env("PATH", TEST_PATH)
+            .env("HOME", &self.home)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run host probe");
+        parse_probe_lines(&String::from_utf8_lossy(&out.stdout))
+    }
+
+    /// Compile the foreign-ABI C probe into DIR/foreign_abi. None (with a
+    /// printed reason) when no C compiler is available.
+    pub fn compile_foreign_abi(&self, dir_rel: &str) -> Option<PathBuf> {
+        let dir = self.mkdir(dir_rel);
+        let src = dir.join("foreign_abi.c");
+        fs::write(&src, FOREIGN_ABI_C).expect("write C probe");
+        let out = dir.join("foreign_abi");
+        for cc in ["gcc", "cc", "clang"] {
+            let st = StdCommand::new(cc)
+                .args(["-O0", "-o"])
+                .arg(&out)
+                .arg(&src)
+                .env("PATH", TEST_PATH)
+                .env("TMPDIR", &self.root)
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .status();
+            if matches!(st, Ok(s) if s.success()) {
+                return Some(out);
+            }
+        }
+        skip("no working C compiler (gcc/cc/clang) to build tests/probes/foreign_abi.c");
+        None
+    }
+}
+
+impl Default for Sandbox {
+    fn default() -> Self {
+        Sandbox::new()
+    }
+}
+
+/// argv of the probe: python3 -c SOURCE op args ; op args ...
+pub fn probe_argv(ops: &[&[&str]]) -> Vec<String> {
+    let mut v = vec![python(), "-c".to_string(), PROBE_PY.to_string()];
+    for (i, op) in ops.iter().enumerate() {
+        if i > 0 {
+            v.push(";".into());
+        }
+        v.extend(op.iter().map(|s| s.to_string()));
+    }
+    v
+}
+
+/// The probe's JSON lines from a blob of output.
+pub fn parse_probe_lines(s: &str) -> Vec<Value> {
+    s.lines()
+        .filter(|l| l.starts_with('{'))
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v.get("op").is_some())
+        .collect()
+}
+
+/// One finished capsule run.
+#[derive(Debug)]
+pub struct Run {
+    pub args: Vec<String>,
+    /// capsule's own exit code (None when a signal ended capsule itself).
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stdout_raw: Vec<u8>,
+    pub stderr: String,
+}
+
+impl Run {
+    fn from_output(args: Vec<String>, out: std::process::Output) -> Run {
+        Run {
+            args,
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stdout_raw: out.stdout,
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// A short description for assertion messages (argv without the probe source).
+    pub fn ctx(&self) -> String {
+        let args: Vec<String> = self
+            .args
+            .iter()
+            .map(|a| {
+                if a.len() > 200 {
+                    format!("<{} bytes>", a.len())
+                } else {
+                    a.clone()
+                }
+            })
+            .collect();
+        let mut out = self.stdout.clone();
+        if out.len() > 3000 {
+            out.truncate(3000);
+            out.push_str("...");
+        }
+        let mut err = self.stderr.clone();
+        if err.len() > 3000 {
+            err.truncate(3000);
+            err.push_str("...");
+        }
+        format!(
+            "\n  capsule {}\n  exit: {:?}\n  stdout: {}\n  stderr: {}",
+            args.join(" "),
+            self.code,
+            out,
+            err
+        )
+    }
+
+    /// The single JSON result object capsule printed on stdout.
+    pub fn json(&self) -> Value {
+        let v: Value = serde_json::from_str(self.stdout.trim()).unwrap_or_else(|e| {
+            panic!("capsule did not print ONE JSON object ({e}):{}", self.ctx())
+        });
+        assert!(v.is_object(), "result is not a JSON object:{}", self.ctx());
+        v
+    }
+
+    /// The child's captured stdout from the JSON result.
+    pub fn child_stdout(&self) -> String {
+        self.json()["stdout"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    pub fn child_stderr(&self) -> String {
+        self.json()["stderr"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    /// The probe's result lines, from the JSON result's stdout.
+    pub fn probes(&self) -> Vec<Value> {
+        parse_probe_lines(&self.child_stdout())
+    }
+
+    /// The probe result for operation index I (panics with context).
+    pub fn probe(&self, i: usize) -> Value {
+        let p = self.probes();
+        match p.get(i) {
+            Some(v) => v.clone(),
+            None => panic!(
+                "probe result #{i} missing ({} results):{}",
+                p.len(),
+                self.ctx()
+            ),
+        }
+    }
+
+    /// Assert capsule exited with CODE.
+    pub fn assert_code(&self, code: i32) -> &Self {
+        assert_eq!(
+            self.code,
+            Some(code),
+            "unexpected capsule exit status:{}",
+            self.ctx()
+        );
+        self
+    }
+
+    /// Assert the run started and the command exited 0 (the probe ran).
+    pub fn assert_ran(&self) -> &Self {
+        self.assert_code(0)
+    }
+}
+
+/// Assert a probe op succeeded.
+pub fn assert_ok(v: &Value, run: &Run) {
+    assert_eq!(
+        v["ok"],
+        Value::Bool(true),
+        "expected `{}` to SUCCEED (positive control), got {v}{}",
+        v["op"],
+        run.ctx()
+    );
+}
+
+/// Assert a probe op failed with one of ERRNOS.
+pub fn assert_errno(v: &Value, errnos: &[&str], run: &Run) {
+    assert_eq!(
+        v["ok"],
+        Value::Bool(false),
+        "expected `{}` to FAIL with {errnos:?}, but it succeeded: {v}{}",
+        v["op"],
+        run.ctx()
+    );
+    let got = v["errno"].as_str().unwrap_or("<none>");
+    assert!(
+        errnos.contains(&got),
+        "expected `{}` to fail with {errnos:?}, got {got}: {v}{}",
+        v["op"],
+        run.ctx()
+    );
+}
+
+/// Assert a host-probe op (positive control outside capsule) did not fail
+/// with ERRNO, i.e. the kernel itself would let the attempt through or
+/// reject it for a different reason.
+pub fn assert_host_not(v: &Value, errno: &str) {
+    assert!(
+        v["ok"] == Value::Bool(true) || v["errno"].as_str() != Some(errno),
+        "host control: `{}` already fails with {errno} outside capsule: {v}",
+        v["op"]
+    );
+}
+
+/// Whether /proc/PID exists and is not a zombie, and (when TOKEN is given)
+/// its command line contains TOKEN (guards against pid reuse).
+pub fn pid_alive(pid: i32, token: Option<&str>) -> bool {
+    let stat = match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s,
+        Err(_) => return false,
+    };
+    // state is the field after the parenthesised comm.
+    let state = stat
+        .rsplit(')')
+        .next()
+        .and_then(|r| r.split_whitespace().next());
+    if matches!(state, Some("Z") | Some("X")) {
+        return false;
+    }
+    match token {
+        Some(t) => fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|c| String::from_utf8_lossy(&c).contains(t))
+            .unwrap_or(false),
+        None => true,
+    }
+}
+
+/// Wait up to TIMEOUT for PID to be gone.
+pub fn wait_gone(pid: i32, token: Option<&str>, timeout: Duration) -> bool {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if !pid_alive(pid, token) {
+            return true;
+        }
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Kills PID with SIGKILL on drop if it is still the process we started
+/// (recognised by TOKEN): tests clean up after a failed assertion.
+pub struct KillOnDrop {
+    pub pid: i32,
+    pub token: Option<String>,
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if self.pid > 0 && pid_alive(self.pid, self.token.as_deref()) {
+            // SAFETY: kill(2) on a pid we verified is our own process.
+            unsafe {
+                libc::kill(self.pid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+/// A unique token for recognising processes and secrets of this test.
+pub fn token(tag: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("capsule-{tag}-{}-{nanos}", std::process::id())
+}
+
+/// Write BYTES to a file (helper for fixtures with exact contents).
+pub fn write_bytes(path: &Path, bytes: &[u8]) {
+    let mut f = fs::File::create(path).expect("create");
+    f.write_all(bytes).expect("write");
+}
+
+/// The Landlock ABI the kernel offers (0 = none).
+pub fn landlock_abi() -> i64 {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: landlock_create_ruleset(NULL, 0, VERSION) only returns a number.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    if r < 0 {
+        0
+    } else {
+        r
+    }
+}

@@ -1,0 +1,497 @@
+//! Filesystem escapes (Landlock layer): writes and reads outside grants,
+//! mutation of read-only places, deny carve-outs, credential files beneath
+//! broad grants, symlink and hardlink tricks, exec from writable places.
+//!
+//! Each case runs the probe in one fresh sandbox and asserts the attempt
+//! failed AND with which errno, next to a positive control that the same
+//! operation works where it is granted.
+
+mod common;
+
+use common::*;
+use std::fs;
+
+fn fixture() -> Sandbox {
+    let sb = Sandbox::new();
+    sb.write("ro/file.txt", "original");
+    sb.write("ro/public.txt", "public data");
+    sb.mkdir("ro/sub");
+    sb.write("rw/mine.txt", "mine");
+    sb.mkdir("rw/sub");
+    sb.write("outside/secret.txt", "TOP-SECRET");
+    sb
+}
+
+#[test]
+fn writes_outside_grants_are_denied() {
+    let sb = fixture();
+    // Relative paths in a policy resolve against the policy's directory.
+    let pol = sb.policy("version: 1\nfilesystem:\n  read: [./ro]\n  write: [./rw]\n");
+    let tmp_target = format!("/tmp/{}", token("escape-write"));
+    let run = sb.probe(
+        &["--policy", &pol],
+        &[
+            &["write", &sb.p("rw/new.txt"), "ok"],
+            &["write", &sb.p("ro/new.txt"), "bad"],
+            &["write", &sb.p("outside/new.txt"), "bad"],
+            &["write", &sb.home.join("new.txt").to_string_lossy(), "bad"],
+            &["mkdir", &sb.p("ro/newdir")],
+            &["mkdir", &sb.p("rw/newdir")],
+            &["write", &tmp_target, "bad"],
+            &["write", "/usr/capsule-escape-test", "bad"],
+            &["write", "/etc/capsule-escape-test", "bad"],
+        ],
+    );
+    // Clean up anything an escape might have created before asserting.
+    for p in [
+        tmp_target.as_str(),
+        "/usr/capsule-escape-test",
+        "/etc/capsule-escape-test",
+    ] {
+        let existed = fs::remove_file(p).is_ok();
+        assert!(
+            !existed,
+            "ESCAPE: the sandbox created {p} on the host{}",
+            run.ctx()
+        );
+    }
+    run.assert_ran();
+    assert_ok(&run.probe(0), &run);
+    assert_errno(&run.probe(1), &["EACCES"], &run);
+    assert_errno(&run.probe(2), &["EACCES"], &run);
+    assert_errno(&run.probe(3), &["EACCES"], &run);
+    assert_errno(&run.probe(4), &["EACCES"], &run);
+    assert_ok(&run.probe(5), &run);
+    assert_errno(&run.probe(6), &["EACCES"], &run);
+    assert_errno(&run.probe(7), &["EACCES"], &run);
+    assert_errno(&run.probe(8), &["EACCES"], &run);
+    assert_eq!(sb.read("rw/new.txt"), "ok");
+    assert!(!sb.path("ro/new.txt").exists());
+    assert!(!sb.path("outside/new.txt").exists());
+    assert!(!sb.home.join("new.txt").exists());
+    assert!(!sb.path("ro/newdir").exists());
+}
+
+#[test]
+fn reads_outside_grants_are_denied() {
+    let sb = fixture();
+    sb.write("home/notes.txt", "home notes");
+    let run = sb.probe(
+        &["--allow-read", &sb.p("ro")],
+        &[
+            &["read", &sb.p("ro/public.txt")],
+            &["read", &sb.p("outside/secret.txt")],
+            &["listdir", &sb.p("outside")],
+            &["read", &sb.home.join("notes.txt").to_string_lossy()],
+            &["listdir", &sb.p("")],
+        ],
+    );
+    run.assert_ran();
+    let ok = run.probe(0);
+    assert_ok(&ok, &run);
+    assert_eq!(ok["value"], "public data");
+    assert_errno(&run.probe(1), &["EACCES"], &run);
+    assert_errno(&run.probe(2), &["EACCES"], &run);
+    assert_errno(&run.probe(3), &["EACCES"], &run);
+    assert_errno(&run.probe(4), &["EACCES"], &run);
+    assert!(
+        !run.stdout.contains("TOP-SECRET"),
+        "secret leaked{}",
+        run.ctx()
+    );
+
+    // Positive control: the same read works once granted.
+    let run = sb.probe(
+        &["--allow-read", &sb.p("outside")],
+        &[&["read", &sb.p("outside/secret.txt")]],
+    );
+    run.assert_ran();
+    let v = run.probe(0);
+    assert_ok(&v, &run);
+    assert_eq!(v["value"], "TOP-SECRET");
+}
+
+#[test]
+fn without_policy_only_system_and_tmp() {
+    let sb = fixture();
+    let run = sb.probe(
+        &[],
+        &[
+            &["read", "/etc/passwd"],
+            &["read", &sb.p("ro/public.txt")],
+            &["write", &sb.p("rw/x"), "x"],
+            &["env"],
+        ],
+    );
+    run.assert_ran();
+    // /etc/passwd is part of `system: true`: the control that reads work at all.
+    assert_ok(&run.probe(0), &run);
+    assert_errno(&run.probe(1), &["EACCES"], &run);
+    assert_errno(&run.probe(2), &["EACCES"], &run);
+    let env = run.probe(3)["value"].clone();
+    let tmp = env["TMPDIR"].as_str().unwrap_or_default().to_string();
+    assert!(!tmp.is_empty(), "TMPDIR not set in the child{}", run.ctx());
+}
+
+#[test]
+fn read_only_places_resist_overwrite_truncate_delete_rename() {
+    let sb = fixture();
+    let ro = |r: &str| sb.p(&format!("ro/{r}"));
+    let rw = |r: &str| sb.p(&format!("rw/{r}"));
+    sb.write("rw/replacement.txt", "evil");
+    let run = sb.probe(
+        &["--allow-read", &sb.p("ro"), "--allow-write", &sb.p("rw")],
+        &[
+            &["append", &ro("file.txt"), "evil"],
+            &["open_trunc", &ro("file.txt")],
+            &["truncate", &ro("file.txt"), "0"],
+            &["write", &ro("file.txt"), "evil"],
+            &["unlink", &ro("file.txt")],
+            &["rename", &ro("file.txt"), &ro("renamed.txt")],
+            &["rename", &ro("file.txt"), &rw("stolen.txt")],
+            &["rename", &rw("replacement.txt"), &ro("file.txt")],
+            &["rmdir", &ro("sub")],
+            &["symlink", "/etc/passwd", &ro("link")],
+            &["create", &ro("sub/new.txt")],
+        ],
+    );
+    run.assert_ran();
+    for i in [0, 1, 2, 3, 4, 8, 9, 10] {
+        assert_errno(&run.probe(i), &["EACCES"], &run);
+    }
+    // Landlock reports a rename across differently-granted places as EXDEV.
+    for i in [5, 6, 7] {
+        assert_errno(&run.probe(i), &["EACCES", "EXDEV"], &run);
+    }
+    assert_eq!(
+        sb.read("ro/file.txt"),
+        "original",
+        "read-only file changed{}",
+        run.ctx()
+    );
+    assert!(sb.path("ro/sub").is_dir());
+    assert!(!sb.path("ro/renamed.txt").exists());
+    assert!(!sb.path("rw/stolen.txt").exists());
+    assert!(!sb.path("ro/link").exists());
+
+    // Positive control: every one of those works in the writable grant.
+    sb.write("rw/file.txt", "original");
+    let run = sb.probe(
+        &["--allow-read", &sb.p("ro"), "--allow-write", &sb.p("rw")],
+        &[
+            &["append", &rw("file.txt"), "+more"],
+            &["open_trunc", &rw("mine.txt")],
+            &["truncate", &rw("file.txt"), "3"],
+            &["rename", &rw("file.txt"), &rw("renamed.txt")],
+            &["unlink", &rw("renamed.txt")],
+            &["rmdir", &rw("sub")],
+            &["symlink", "mine.txt", &rw("link")],
+            &["create", &rw("created.txt")],
+        ],
+    );
+    run.assert_ran();
+    for i in 0..8 {
+        assert_ok(&run.probe(i), &run);
+    }
+    assert!(!sb.path("rw/sub").exists());
+    assert!(sb.path("rw/created.txt").exists());
+}
+
+#[test]
+fn deny_carve_outs_beneath_grants() {
+    let sb = Sandbox::new();
+    sb.write("data/pub.txt", "public");
+    sb.write("data/secrets/key.txt", "KEY-MATERIAL");
+    sb.write("data/secrets/sub/deep.txt", "DEEP");
+    sb.write("out/ok/file.txt", "ok");
+    sb.write("out/priv/file.txt", "PRIVATE");
+    let pol = sb
+        .policy("version: 1\nfilesystem:\n  read: [./data]\n  write: [./out]\n  deny: [./data/secrets, ./out/priv]\n");
+    let run = sb.probe(
+        &["--policy", &pol],
+        &[
+            &["read", &sb.p("data/pub.txt")],
+            &["read", &sb.p("data/secrets/key.txt")],
+            &["listdir", &sb.p("data/secrets")],
+            &["read", &sb.p("data/secrets/sub/deep.txt")],
+            &["write", &sb.p("out/ok/file.txt"), "changed"],
+            &["read", &sb.p("out/priv/file.txt")],
+            &["write", &sb.p("out/priv/file.txt"), "evil"],
+            &["write", &sb.p("out/priv/new.txt"), "evil"],
+        ],
+    );
+    run.assert_ran();
+    assert_ok(&run.probe(0), &run);
+    assert_errno(&run.probe(1), &["EACCES"], &run);
+    assert_errno(&run.probe(2), &["EACCES"], &run);
+    assert_errno(&run.probe(3), &["EACCES"], &run);
+    assert_ok(&run.probe(4), &run);
+    assert_errno(&run.probe(5), &["EACCES"], &run);
+    assert_errno(&run.probe(6), &["EACCES"], &run);
+    assert_errno(&run.probe(7), &["EACCES"], &run);
+    assert!(!run.stdout.contains("KEY-MATERIAL") && !run.stdout.contains("PRIVATE"));
+    assert_eq!(sb.read("out/priv/file.txt"), "PRIVATE");
+    assert_eq!(sb.read("out/ok/file.txt"), "changed");
+}
+
+/// The credential files of section 2, relative to HOME.
+const CREDENTIALS: &[&str] = &[
+    ".ssh/id_rsa",
+    ".aws/credentials",
+    ".gnupg/private-keys-v1.d/key",
+    ".config/gcloud/credentials.db",
+    ".kube/config",
+    ".netrc",
+    ".docker/config.json",
+];
+
+fn credential_home(sb: &mut Sandbox) {
+    for c in CREDENTIALS {
+        sb.write(&format!("home/{c}"), &format!("CREDENTIAL {c}"));
+    }
+    sb.write("home/notes.txt", "just notes");
+    sb.write("home/.bashrc", "# rc");
+    sb.write("home/.docker/other.json", "{}");
+    // capsule's own config and audit log live beneath HOME for this case.
+    let cfg = sb.home.join(".config");
+    let st = sb.home.join(".local/state");
+    // A valid (empty) host config: capsule reads it, the child must not.
+    sb.write(
+        "home/.config/capsule/config.yaml",
+        "# CREDENTIAL capsule config\n{}\n",
+    );
+    sb.write(
+        "home/.local/state/capsule/audit.jsonl",
+        "{\"CREDENTIAL\": \"audit\"}\n",
+    );
+    sb.set_env("XDG_CONFIG_HOME", &cfg.to_string_lossy());
+    sb.set_env("XDG_STATE_HOME", &st.to_string_lossy());
+}
+
+fn cred_ops(sb: &Sandbox) -> Vec<Vec<String>> {
+    let h = |r: &str| sb.home.join(r).to_string_lossy().into_owned();
+    let mut ops: Vec<Vec<String>> = vec![vec!["read".into(), h("notes.txt")]];
+    for c in CREDENTIALS {
+        ops.push(vec!["read".into(), h(c)]);
+    }
+    ops.push(vec!["read".into(), h(".config/capsule/config.yaml")]);
+    ops.push(vec!["read".into(), h(".local/state/capsule/audit.jsonl")]);
+    ops.push(vec!["listdir".into(), h(".ssh")]);
+    ops
+}
+
+fn as_refs(ops: &[Vec<String>]) -> Vec<Vec<&str>> {
+    ops.iter()
+        .map(|o| o.iter().map(|s| s.as_str()).collect())
+        .collect()
+}
+
+fn assert_creds_hidden(run: &Run, n_creds: usize) {
+    run.assert_ran();
+    assert_ok(&run.probe(0), run);
+    for i in 1..=n_creds {
+        assert_errno(&run.probe(i), &["EACCES"], run);
+    }
+    assert!(
+        !run.stdout.contains("CREDENTIAL"),
+        "a credential leaked{}",
+        run.ctx()
+    );
+}
+
+#[test]
+fn credential_files_unreadable_under_home_read_grant() {
+    let mut sb = Sandbox::new();
+    credential_home(&mut sb);
+    // `~` expands to the invoking user's home (HOME, a fake one here).
+    let pol = sb.policy("version: 1\nfilesystem:\n  read: [\"~\"]\n");
+    let ops = cred_ops(&sb);
+    let refs = as_refs(&ops);
+    let slices: Vec<&[&str]> = refs.iter().map(|v| v.as_slice()).collect();
+    let run = sb.probe(&["--policy", &pol], &slices);
+    assert_creds_hidden(&run, CREDENTIALS.len() + 3);
+}
+
+#[test]
+fn credential_files_unreadable_and_unwritable_under_home_write_grant() {
+    let mut sb = Sandbox::new();
+    credential_home(&mut sb);
+    let h = |r: &str| sb.home.join(r).to_string_lossy().into_owned();
+    let run = sb.probe(
+        &["--allow-write", &h("")],
+        &[
+            &["read", &h("notes.txt")],
+            &["read", &h(".ssh/id_rsa")],
+            &["write", &h(".ssh/authorized_keys"), "ssh-ed25519 EVIL"],
+            &["append", &h(".aws/credentials"), "EVIL"],
+            &["unlink", &h(".netrc")],
+            &["rename", &h(".kube"), &h("kube-stolen")],
+            &["write", &h(".bashrc"), "# changed"],
+            &["read", &h(".docker/other.json")],
+        ],
+    );
+    run.assert_ran();
+    assert_ok(&run.probe(0), &run);
+    assert_errno(&run.probe(1), &["EACCES"], &run);
+    assert_errno(&run.probe(2), &["EACCES"], &run);
+    assert_errno(&run.probe(3), &["EACCES"], &run);
+    assert_errno(&run.probe(4), &["EACCES"], &run);
+    assert_errno(&run.probe(5), &["EACCES", "EXDEV"], &run);
+    assert_ok(&run.probe(6), &run);
+    // Only config.json of ~/.docker is a credential.
+    assert_ok(&run.probe(7), &run);
+    assert!(!sb.home.join(".ssh/authorized_keys").exists());
+    assert!(sb.home.join(".netrc").exists());
+    assert!(sb.home.join(".kube/config").exists());
+    assert_eq!(
+        sb.read("home/.aws/credentials"),
+        "CREDENTIAL .aws/credentials"
+    );
+}
+
+#[test]
+fn credential_files_unreadable_under_root_read_grant() {
+    let mut sb = Sandbox::new();
+    credential_home(&mut sb);
+    let ops = cred_ops(&sb);
+    let refs = as_refs(&ops);
+    let slices: Vec<&[&str]> = refs.iter().map(|v| v.as_slice()).collect();
+    let run = sb.probe(&["--allow-read", "/"], &slices);
+    assert_creds_hidden(&run, CREDENTIALS.len() + 3);
+}
+
+#[test]
+fn credential_dir_readable_when_named_exactly() {
+    let mut sb = Sandbox::new();
+    credential_home(&mut sb);
+    let h = |r: &str| sb.home.join(r).to_string_lossy().into_owned();
+    let run = sb.probe(
+        &["--allow-read", &h(""), "--allow-read", &h(".ssh")],
+        &[
+            &["read", &h(".ssh/id_rsa")],
+            &["read", &h(".aws/credentials")],
+        ],
+    );
+    run.assert_ran();
+    let v = run.probe(0);
+    assert_ok(&v, &run);
+    assert_eq!(v["value"], "CREDENTIAL .ssh/id_rsa");
+    assert_errno(&run.probe(1), &["EACCES"], &run);
+}
+
+#[test]
+fn symlink_escapes_are_denied() {
+    let sb = fixture();
+    std::os::unix::fs::symlink(sb.path("outside/secret.txt"), sb.path("ro/planted-link")).unwrap();
+    std::os::unix::fs::symlink(sb.path("outside"), sb.path("ro/planted-dir")).unwrap();
+    let run = sb.probe(
+        &["--allow-read", &sb.p("ro"), "--allow-write", &sb.p("rw")],
+        &[
+            // made inside the sandbox
+            &["symlink", &sb.p("outside/secret.txt"), &sb.p("rw/link")],
+            &["read", &sb.p("rw/link")],
+            &["symlink", &sb.p("outside"), &sb.p("rw/dirlink")],
+            &["read", &sb.p("rw/dirlink/secret.txt")],
+            &["write", &sb.p("rw/dirlink/new.txt"), "evil"],
+            // planted on the host beforehand
+            &["read", &sb.p("ro/planted-link")],
+            &["read", &sb.p("ro/planted-dir/secret.txt")],
+            // writing through a link into a read-only place
+            &["symlink", &sb.p("ro/file.txt"), &sb.p("rw/wlink")],
+            &["write", &sb.p("rw/wlink"), "evil"],
+            // positive control: a link to a granted file works
+            &["symlink", &sb.p("ro/public.txt"), &sb.p("rw/goodlink")],
+            &["read", &sb.p("rw/goodlink")],
+            // the magic links of the granted /proc/self lead nowhere new
+            &[
+                "read",
+                &format!("/proc/self/root{}", sb.p("outside/secret.txt")),
+            ],
+            &["read", &format!("/proc/self/root{}", sb.p("ro/public.txt"))],
+        ],
+    );
+    run.assert_ran();
+    assert_ok(&run.probe(0), &run);
+    assert_errno(&run.probe(1), &["EACCES"], &run);
+    assert_ok(&run.probe(2), &run);
+    assert_errno(&run.probe(3), &["EACCES"], &run);
+    assert_errno(&run.probe(4), &["EACCES"], &run);
+    assert_errno(&run.probe(5), &["EACCES"], &run);
+    assert_errno(&run.probe(6), &["EACCES"], &run);
+    assert_ok(&run.probe(7), &run);
+    assert_errno(&run.probe(8), &["EACCES"], &run);
+    assert_ok(&run.probe(9), &run);
+    assert_eq!(run.probe(10)["value"], "public data");
+    assert_errno(&run.probe(11), &["EACCES"], &run);
+    assert_eq!(run.probe(12)["value"], "public data", "{}", run.ctx());
+    assert!(
+        !run.stdout.contains("TOP-SECRET"),
+        "secret leaked{}",
+        run.ctx()
+    );
+    assert_eq!(sb.read("ro/file.txt"), "original");
+    assert!(!sb.path("outside/new.txt").exists());
+}
+
+#[test]
+fn hardlink_escapes_are_denied() {
+    let sb = fixture();
+    let run = sb.probe(
+        &["--allow-read", &sb.p("ro"), "--allow-write", &sb.p("rw")],
+        &[
+            // a file outside every grant, linked into the writable dir
+            &["link", &sb.p("outside/secret.txt"), &sb.p("rw/hl-secret")],
+            &["read", &sb.p("rw/hl-secret")],
+            // a read-only file linked into the writable dir, then written
+            &["link", &sb.p("ro/file.txt"), &sb.p("rw/hl-ro")],
+            &["append", &sb.p("rw/hl-ro"), "evil"],
+            // positive control: a link within the writable dir
+            &["link", &sb.p("rw/mine.txt"), &sb.p("rw/hl-mine")],
+            &["read", &sb.p("rw/hl-mine")],
+        ],
+    );
+    run.assert_ran();
+    // Landlock refuses a link that would widen access (EXDEV); the kernel's
+    // protected_hardlinks may refuse first (EPERM); plain denial is EACCES.
+    assert_errno(&run.probe(0), &["EXDEV", "EACCES", "EPERM"], &run);
+    assert_errno(&run.probe(1), &["ENOENT", "EACCES"], &run);
+    assert_errno(&run.probe(2), &["EXDEV", "EACCES", "EPERM"], &run);
+    assert_errno(&run.probe(3), &["ENOENT", "EACCES"], &run);
+    assert_ok(&run.probe(4), &run);
+    assert_eq!(run.probe(5)["value"], "mine");
+    assert!(!run.stdout.contains("TOP-SECRET"));
+    assert_eq!(sb.read("ro/file.txt"), "original");
+    assert!(!sb.path("rw/hl-secret").exists());
+}
+
+#[test]
+fn exec_from_writable_places_is_denied() {
+    let sb = fixture();
+    sb.write_exec("bin/ok.sh", "#!/bin/sh\nexit 0\n");
+    let sh = "#!/bin/sh\nexit 0\n";
+    let run = sb.probe(
+        &["--allow-write", &sb.p("rw"), "--allow-exec", &sb.p("bin")],
+        &[
+            &["write", &sb.p("rw/x.sh"), sh],
+            &["chmodx", &sb.p("rw/x.sh")],
+            &["exec", &sb.p("rw/x.sh")],
+            &["copy", "/bin/true", &sb.p("rw/true")],
+            &["chmodx", &sb.p("rw/true")],
+            &["exec", &sb.p("rw/true")],
+            &["tmp_exec"],
+            // positive control: exec from an exec grant (and clone3 fallback)
+            &["exec", &sb.p("bin/ok.sh")],
+            &["exec", "/bin/true"],
+        ],
+    );
+    run.assert_ran();
+    assert_ok(&run.probe(1), &run);
+    assert_errno(&run.probe(2), &["EACCES"], &run);
+    assert_ok(&run.probe(4), &run);
+    assert_errno(&run.probe(5), &["EACCES"], &run);
+    assert_errno(&run.probe(6), &["EACCES"], &run);
+    let ok = run.probe(7);
+    assert_ok(&ok, &run);
+    assert_eq!(ok["value"], 0);
+    assert_eq!(run.probe(8)["value"], 0);
+}

@@ -1,0 +1,185 @@
+//! Resource escapes: a fork bomb against max_processes, memory against
+//! memory_mb, file size, open files and CPU time. Every case is bounded: the
+//! probe stops on its own whatever the limit does.
+
+mod common;
+
+use common::*;
+use std::time::Instant;
+
+#[test]
+fn fork_bomb_is_bounded_by_max_processes() {
+    let sb = Sandbox::new();
+    let pol = sb.policy("version: 1\nlimits:\n  max_processes: 16\n  timeout_seconds: 60\n");
+    let started = Instant::now();
+    let run = sb.probe(&["--policy", &pol], &[&["fork_bomb", "200"]]);
+    let took = started.elapsed().as_secs_f64();
+    run.assert_ran();
+    let j = run.json();
+    assert_eq!(
+        j["termination_reason"],
+        "exited",
+        "the run must end on its own{}",
+        run.ctx()
+    );
+    assert!(
+        took < 55.0,
+        "the fork bomb ran into the timeout ({took}s){}",
+        run.ctx()
+    );
+    let v = run.probe(0);
+    assert_ok(&v, &run);
+    let forked = v["value"]["forked"].as_i64().unwrap_or(-1);
+    // The probe itself is one of the 16.
+    assert!(forked >= 1, "could not fork at all{}", run.ctx());
+    assert!(
+        forked < 16,
+        "max_processes: 16 let {forked} extra processes start{}",
+        run.ctx()
+    );
+    assert_eq!(v["value"]["errno"], "EAGAIN", "{}", run.ctx());
+
+    // Positive control: without the limit the same probe forks 40.
+    let run = sb.probe(&[], &[&["fork_bomb", "40"]]);
+    run.assert_ran();
+    assert_eq!(run.probe(0)["value"]["forked"], 40, "{}", run.ctx());
+}
+
+#[test]
+fn memory_is_bounded_by_memory_mb() {
+    let sb = Sandbox::new();
+    let pol = sb.policy("version: 1\nlimits:\n  memory_mb: 64\n  timeout_seconds: 60\n");
+    let run = sb.probe(&["--policy", &pol], &[&["alloc", "512"]]);
+    let out = run.child_stdout();
+    assert!(
+        out.contains("alloc_start"),
+        "python did not even start under 64 MiB{}",
+        run.ctx()
+    );
+    let lines = run.probes();
+    let res = lines.iter().find(|l| l["op"] == "alloc");
+    match res {
+        // RLIMIT_DATA/AS style: the allocation fails inside.
+        Some(v) => {
+            assert_eq!(
+                v["ok"],
+                false,
+                "allocated 512 MiB under memory_mb: 64{}",
+                run.ctx()
+            );
+            assert_eq!(v["exc"], "MemoryError", "{}", run.ctx());
+        }
+        // cgroup style: the OOM killer ends the run.
+        None => {
+            let j = run.json();
+            assert_eq!(j["signal"], 9, "no result and not OOM-killed{}", run.ctx());
+            assert_eq!(run.code, Some(137), "{}", run.ctx());
+        }
+    }
+
+    // Positive control: 512 MiB fits under memory_mb: 2048.
+    let pol = sb.policy("version: 1\nlimits:\n  memory_mb: 2048\n  timeout_seconds: 60\n");
+    let run = sb.probe(&["--policy", &pol], &[&["alloc", "512"]]);
+    run.assert_ran();
+    let v = run
+        .probes()
+        .into_iter()
+        .find(|l| l["op"] == "alloc")
+        .expect("alloc result");
+    assert_eq!(v["value"], 512 << 20, "{}", run.ctx());
+}
+
+#[test]
+fn file_size_is_bounded_by_max_file_size_mb() {
+    let sb = Sandbox::new();
+    sb.mkdir("out");
+    let pol =
+        sb.policy("version: 1\nfilesystem:\n  write: [./out]\nlimits:\n  max_file_size_mb: 1\n");
+    let run = sb.probe(&["--policy", &pol], &[&["fsize", &sb.p("out/big"), "4"]]);
+    run.assert_ran();
+    assert_errno(&run.probe(0), &["EFBIG"], &run);
+    let len = std::fs::metadata(sb.path("out/big"))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    assert!(len <= 1 << 20, "file grew to {len} bytes{}", run.ctx());
+
+    let pol =
+        sb.policy("version: 1\nfilesystem:\n  write: [./out]\nlimits:\n  max_file_size_mb: 8\n");
+    let run = sb.probe(&["--policy", &pol], &[&["fsize", &sb.p("out/big"), "4"]]);
+    run.assert_ran();
+    assert_eq!(run.probe(0)["value"], 4 << 20, "{}", run.ctx());
+}
+
+#[test]
+fn open_files_are_bounded_by_max_open_files() {
+    let sb = Sandbox::new();
+    let pol = sb.policy("version: 1\nlimits:\n  max_open_files: 32\n");
+    let run = sb.probe(&["--policy", &pol], &[&["nofile", "100"], &["rlimits"]]);
+    run.assert_ran();
+    assert_errno(&run.probe(0), &["EMFILE"], &run);
+    assert_eq!(run.probe(1)["value"]["NOFILE"][0], 32, "{}", run.ctx());
+    let run = sb.probe(&[], &[&["nofile", "100"]]);
+    run.assert_ran();
+    assert_eq!(run.probe(0)["value"], 100, "{}", run.ctx());
+}
+
+#[test]
+fn cpu_time_is_bounded_by_cpu_seconds() {
+    let sb = Sandbox::new();
+    let pol = sb.policy("version: 1\nlimits:\n  cpu_seconds: 1\n  timeout_seconds: 30\n");
+    let run = sb.exec_json(&["--policy", &pol], &[&python(), "-c", "while True: pass"]);
+    let j = run.json();
+    // SIGXCPU at the soft limit (152), SIGKILL at the hard one (137).
+    assert!(
+        matches!(run.code, Some(152) | Some(137)),
+        "busy loop not stopped by cpu_seconds{}",
+        run.ctx()
+    );
+    assert_eq!(j["termination_reason"], "signaled", "{}", run.ctx());
+    assert_eq!(
+        j["killed"],
+        false,
+        "a CPU rlimit is not the wall-clock kill{}",
+        run.ctx()
+    );
+}
+
+#[test]
+fn core_dumps_off_and_privileges_dropped() {
+    let sb = Sandbox::new();
+    let run = sb.probe(
+        &[],
+        &[
+            &["rlimits"],
+            &["status", "NoNewPrivs"],
+            &["status", "CapEff"],
+            &["status", "CapPrm"],
+            &["status", "CapInh"],
+            &["status", "CapBnd"],
+            &["status", "CapAmb"],
+            &["status", "Seccomp"],
+        ],
+    );
+    run.assert_ran();
+    assert_eq!(
+        run.probe(0)["value"]["CORE"][0],
+        0,
+        "core dumps on{}",
+        run.ctx()
+    );
+    assert_eq!(
+        run.probe(1)["value"],
+        "1",
+        "no_new_privs not set{}",
+        run.ctx()
+    );
+    for i in 2..7 {
+        assert_eq!(
+            run.probe(i)["value"],
+            "0000000000000000",
+            "a capability set is not empty{}",
+            run.ctx()
+        );
+    }
+    assert_eq!(run.probe(7)["value"], "2", "no seccomp filter{}", run.ctx());
+}

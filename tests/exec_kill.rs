@@ -1,0 +1,190 @@
+//! The whole process tree dies: a setsid'd, SIGTERM-ignoring, double-forked
+//! grandchild is gone after the timeout, and after capsule itself is
+//! SIGKILLed. Signals to capsule are forwarded to the child.
+
+mod common;
+
+use common::*;
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+fn read_pid(path: &std::path::Path, timeout: Duration) -> Option<i32> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(s) = std::fs::read_to_string(path) {
+            if let Ok(p) = s.trim().parse() {
+                return Some(p);
+            }
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn setsid_grandchild_is_gone_after_timeout() {
+    let sb = Sandbox::new();
+    sb.mkdir("pids");
+    let pidfile = sb.path("pids/gc.pid");
+    let tok = token("gc-timeout");
+    let run = sb.probe(
+        &["--allow-write", &sb.p("pids"), "--timeout", "2"],
+        &[
+            &["grandchild", &pidfile.to_string_lossy(), &tok, "1"],
+            &["sleep", "60"],
+        ],
+    );
+    let pid = read_pid(&pidfile, Duration::from_secs(1));
+    let _guard = KillOnDrop {
+        pid: pid.unwrap_or(0),
+        token: Some(tok.clone()),
+    };
+    run.assert_code(124);
+    let j = run.json();
+    assert_eq!(j["killed"], true, "{}", run.ctx());
+    assert_eq!(j["termination_reason"], "timeout");
+    let pid = pid.unwrap_or_else(|| panic!("the grandchild never wrote its pid{}", run.ctx()));
+    assert!(
+        wait_gone(pid, Some(&tok), Duration::from_secs(2)),
+        "ESCAPE: setsid'd grandchild {pid} survived the timeout{}",
+        run.ctx()
+    );
+}
+
+#[test]
+fn setsid_grandchild_is_gone_after_capsule_is_sigkilled() {
+    let sb = Sandbox::new();
+    sb.mkdir("pids");
+    let pidfile = sb.path("pids/gc.pid");
+    let tok = token("gc-sigkill");
+    let mut args: Vec<String> = vec![
+        "exec".into(),
+        "--allow-write".into(),
+        sb.p("pids"),
+        "--timeout".into(),
+        "60".into(),
+        "--".into(),
+    ];
+    args.extend(probe_argv(&[
+        &["grandchild", &pidfile.to_string_lossy(), &tok, "1"],
+        &["sleep", "60"],
+    ]));
+    let mut capsule = sb
+        .std_command(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn capsule");
+    let cpid = capsule.id() as i32;
+    let _capsule_guard = KillOnDrop {
+        pid: cpid,
+        token: None,
+    };
+    let pid = read_pid(&pidfile, Duration::from_secs(20));
+    let _guard = KillOnDrop {
+        pid: pid.unwrap_or(0),
+        token: Some(tok.clone()),
+    };
+    let pid = match pid {
+        Some(p) => p,
+        None => {
+            let _ = capsule.kill();
+            let out = capsule.wait_with_output().expect("wait");
+            panic!(
+                "the grandchild never wrote its pid; capsule {:?}\nstdout: {}\nstderr: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    };
+    assert!(
+        pid_alive(pid, Some(&tok)),
+        "grandchild not running before the kill"
+    );
+    capsule.kill().expect("SIGKILL capsule");
+    let _ = capsule.wait();
+    assert!(
+        wait_gone(pid, Some(&tok), Duration::from_secs(2)),
+        "ESCAPE: setsid'd grandchild {pid} outlived capsule (SIGKILL)"
+    );
+}
+
+/// Start capsule streaming a probe that traps SIG; return once it is ready.
+fn forwarded(sig: i32, signame: &str) {
+    let sb = Sandbox::new();
+    sb.mkdir("out");
+    let got = sb.path("out/got");
+    let mut args: Vec<String> = vec![
+        "exec".into(),
+        "--allow-write".into(),
+        sb.p("out"),
+        "--".into(),
+    ];
+    args.extend(probe_argv(&[&[
+        "trap",
+        &sig.to_string(),
+        &got.to_string_lossy(),
+        "7",
+    ]]));
+    let mut capsule = sb
+        .std_command(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn capsule");
+    let cpid = capsule.id() as i32;
+    let _guard = KillOnDrop {
+        pid: cpid,
+        token: None,
+    };
+    let stdout = capsule.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let ready = rx.recv_timeout(Duration::from_secs(20)).unwrap_or_default();
+    assert!(ready.contains("trap_ready"), "probe not ready: {ready:?}");
+    // SAFETY: kill(2) on the capsule process this test started.
+    unsafe {
+        libc::kill(cpid, sig);
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(st) = capsule.try_wait().expect("wait") {
+            break Some(st);
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let status = status.unwrap_or_else(|| panic!("capsule did not end after {signame}"));
+    assert_eq!(
+        sb.read("out/got"),
+        sig.to_string(),
+        "the child did not receive {signame}"
+    );
+    assert_eq!(
+        status.code(),
+        Some(7),
+        "capsule's status is the child's after {signame}"
+    );
+}
+
+#[test]
+fn sigterm_to_capsule_is_forwarded() {
+    forwarded(libc::SIGTERM, "SIGTERM");
+}
+
+#[test]
+fn sigint_to_capsule_is_forwarded() {
+    forwarded(libc::SIGINT, "SIGINT");
+}

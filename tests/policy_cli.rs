@@ -1,0 +1,192 @@
+//! The policy commands and the plan views: `capsule check`, `capsule policy
+//! schema` (equal to the shipped policy/schema.json), `capsule policy init`
+//! (the shipped starter policies), `--dry-run`, and `capsule doctor`.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+
+const STARTERS: &[&str] = &["python-agent", "ci-build", "read-only-review"];
+
+#[test]
+fn schema_command_equals_shipped_schema() {
+    let sb = Sandbox::new();
+    let run = sb.run(&["policy", "schema"]);
+    run.assert_code(0);
+    let printed: Value = serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("schema is not JSON: {e}{}", run.ctx()));
+    let path = repo_root().join("policy/schema.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let shipped: Value = serde_json::from_str(&text).expect("policy/schema.json is JSON");
+    assert_eq!(
+        printed, shipped,
+        "`capsule policy schema` differs from policy/schema.json: regenerate it"
+    );
+    // It is a schema of the policy: it knows the top-level keys.
+    let s = run.stdout.as_str();
+    for k in [
+        "filesystem",
+        "network",
+        "env",
+        "limits",
+        "allow_unix_sockets",
+        "max_output_bytes",
+    ] {
+        assert!(s.contains(k), "schema lacks {k}");
+    }
+}
+
+#[test]
+fn policy_init_prints_the_shipped_starters() {
+    let sb = Sandbox::new();
+    for name in STARTERS {
+        let run = sb.run(&["policy", "init", name]);
+        run.assert_code(0);
+        let path = repo_root().join(format!("policy/{name}.yaml"));
+        let shipped =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(
+            run.stdout,
+            shipped,
+            "`policy init {name}` differs from {}",
+            path.display()
+        );
+        // The shipped file validates where it lives.
+        let check = sb.run(&["check", "-p", &path.to_string_lossy()]);
+        assert_eq!(
+            check.code,
+            Some(0),
+            "{name} does not pass `capsule check`{}",
+            check.ctx()
+        );
+    }
+    let run = sb.run(&["policy", "init"]);
+    run.assert_code(0);
+    assert!(run.stdout.contains("version: 1"), "{}", run.ctx());
+    let run = sb.run(&["policy", "init", "no-such-starter"]);
+    assert_ne!(run.code, Some(0), "unknown starter accepted{}", run.ctx());
+}
+
+#[test]
+fn python_agent_example_runs() {
+    // The README's first command: a Python one-liner under the shipped policy.
+    let sb = Sandbox::new();
+    let pol = repo_root().join("policy/python-agent.yaml");
+    let run = sb.exec_json(
+        &["--policy", &pol.to_string_lossy()],
+        &[&python(), "-c", "print(6 * 7)"],
+    );
+    run.assert_code(0);
+    assert_eq!(run.child_stdout(), "42\n", "{}", run.ctx());
+}
+
+#[test]
+fn check_reports_what_this_kernel_enforces() {
+    let sb = Sandbox::new();
+    sb.mkdir("data");
+    let pol = sb.policy("version: 1\nfilesystem:\n  read: [./data]\n");
+    let run = sb.run(&["check", "-p", &pol]);
+    run.assert_code(0);
+    let all = format!("{}{}", run.stdout, run.stderr).to_lowercase();
+    assert!(
+        all.contains("landlock"),
+        "check does not mention Landlock{}",
+        run.ctx()
+    );
+    assert!(
+        all.contains("seccomp"),
+        "check does not mention seccomp{}",
+        run.ctx()
+    );
+}
+
+#[test]
+fn dry_run_lists_grants_and_runs_nothing() {
+    let sb = Sandbox::new();
+    sb.mkdir("data");
+    sb.mkdir("out");
+    let marker = sb.p("out/ran");
+    let run = sb.run(&[
+        "exec",
+        "--dry-run",
+        "--allow-read",
+        &sb.p("data"),
+        "--allow-write",
+        &sb.p("out"),
+        "--",
+        "/usr/bin/touch",
+        &marker,
+    ]);
+    run.assert_code(0);
+    assert!(
+        !sb.path("out/ran").exists(),
+        "--dry-run ran the command{}",
+        run.ctx()
+    );
+    assert!(
+        run.stdout.contains(&sb.p("data")),
+        "read grant not listed{}",
+        run.ctx()
+    );
+    assert!(
+        run.stdout.contains(&sb.p("out")),
+        "write grant not listed{}",
+        run.ctx()
+    );
+    assert!(
+        run.stdout.contains("/usr/bin/touch"),
+        "the resolved command not listed{}",
+        run.ctx()
+    );
+    assert!(
+        run.stdout.to_lowercase().contains("landlock"),
+        "the enforcing layer not named{}",
+        run.ctx()
+    );
+    // --best-effort is accepted (a no-op where everything is enforceable).
+    let run = sb.exec_json(&["--best-effort"], &["/bin/true"]);
+    run.assert_code(0);
+    // A refused policy is still refused under --dry-run.
+    let run = sb.run(&[
+        "exec",
+        "--dry-run",
+        "--allow-write",
+        "/etc",
+        "--",
+        "/bin/true",
+    ]);
+    run.assert_code(125);
+}
+
+#[test]
+fn doctor_reports_in_human_and_json_form() {
+    let sb = Sandbox::new();
+    let run = sb.run(&["doctor"]);
+    run.assert_code(0);
+    assert!(
+        run.stdout.to_lowercase().contains("landlock"),
+        "{}",
+        run.ctx()
+    );
+    let run = sb.run(&["doctor", "--json"]);
+    run.assert_code(0);
+    let j: Value = serde_json::from_str(run.stdout.trim())
+        .unwrap_or_else(|e| panic!("doctor --json: {e}{}", run.ctx()));
+    assert!(j.is_object(), "{}", run.ctx());
+    let text = run.stdout.to_lowercase();
+    for k in ["landlock", "seccomp", "cgroup", "namespace"] {
+        assert!(
+            text.contains(k),
+            "doctor --json says nothing about {k}{}",
+            run.ctx()
+        );
+    }
+    // The Landlock ABI it reports is the kernel's.
+    let abi = landlock_abi();
+    assert!(
+        text.contains(&abi.to_string()),
+        "doctor does not report ABI {abi}{}",
+        run.ctx()
+    );
+}
