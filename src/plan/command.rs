@@ -159,7 +159,11 @@ mod tests {
         assert!(r.program.is_absolute());
         let e = resolve("no-such-command-xyz", "/usr/bin:/bin", Path::new("/"), home).unwrap_err();
         assert_eq!(e.exit_code(), 127);
-        let e = resolve("/etc/hostname", "/usr/bin", Path::new("/"), home).unwrap_err();
+        let dir = tempfile::tempdir().unwrap();
+        let plain = dir.path().join("plain");
+        std::fs::write(&plain, "data").unwrap();
+        std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = resolve(plain.to_str().unwrap(), "/usr/bin", Path::new("/"), home).unwrap_err();
         assert_eq!(e.exit_code(), 126);
         let e = resolve("/tmp", "/usr/bin", Path::new("/"), home).unwrap_err();
         assert_eq!(e.exit_code(), 126);

@@ -69,8 +69,9 @@ pub struct RunResult {
     pub denied_hosts: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// Extra detail from the broker and proxy (counters by reason).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Detail from the broker and proxy (counters by reason) for the audit
+    /// record; not part of the printed result, whose keys are the contract's.
+    #[serde(skip)]
     pub usage: Option<serde_json::Value>,
 }
 
