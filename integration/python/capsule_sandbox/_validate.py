@@ -15,8 +15,11 @@ from typing import Mapping
 
 AGENT_ID_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-_HOST_RE = re.compile(r"^(\*\.)?[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?(:[0-9]{1,5})?$")
+_TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+# host, *.domain, IPv4, [IPv6], each with an optional :port; capsule checks the finer rules.
+_HOST_RE = re.compile(
+    r"^(?:(?:\*\.)?[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]|[0-9A-Fa-f:]*:[0-9A-Fa-f:.]*)(?::[0-9]{1,5})?$"
+)
 
 # Variables capsule refuses even in env.set (contract section 3).
 _REFUSED_ENV = frozenset(
@@ -111,7 +114,7 @@ def execution_id(value: object) -> str:
 
 def tool_name(value: object) -> str:
     if not isinstance(value, str) or not _TOOL_NAME_RE.match(value):
-        raise ValueError(f"invalid tool name {value!r}")
+        raise ValueError(f"invalid tool name {value!r}: 1-64 of A-Z a-z 0-9 _ . -")
     return value
 
 

@@ -83,8 +83,8 @@ class SandboxConfig:
             raise ValueError("cpu_limit must be > 0 (or None for no limit)")
         if int(self.output_max_bytes) <= 0:
             raise ValueError("output_max_bytes must be > 0")
-        if int(self.tool_max_calls) < 0:
-            raise ValueError("tool_max_calls must be >= 0")
+        if int(self.tool_max_calls) <= 0:
+            raise ValueError("tool_max_calls must be > 0")
         if not float(self.tool_timeout_seconds) > 0:
             raise ValueError("tool_timeout_seconds must be > 0")
         if self.network_default not in ("allow", "deny"):
