@@ -34,7 +34,7 @@ from capsule_sandbox._binary import AvailabilityCache
 try:  # pragma: no cover - only when agentnode is installed
     from agentnode_sdk.sandbox.backend import SandboxBackend as _Base  # type: ignore
 except Exception:  # noqa: BLE001 - optional, any import failure means "absent"
-    _Base = object  # type: ignore[assignment,misc]
+    _Base = object
 
 
 class SandboxRequiredError(RuntimeError):
@@ -188,7 +188,7 @@ def _exit_reason(code: int) -> str:
     return "exited"
 
 
-class Outcome(tuple):
+class Outcome(tuple):  # type: ignore[type-arg]
     """``(exit_code, stdout, stderr)`` that also says why the run stopped.
 
     ``exit_code`` is None when capsule killed the process (timeout);
@@ -328,7 +328,7 @@ class CapsuleAgentSession:
         self.close()
 
 
-class CapsuleBackend(_Base):  # type: ignore[misc,valid-type]
+class CapsuleBackend(_Base):  # type: ignore[misc]
     """agentnode-style backend: each process is one ``capsule exec``.
 
     ``wrap_command`` writes the spec's policy to a private, content-addressed
