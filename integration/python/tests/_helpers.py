@@ -33,3 +33,30 @@ def wait_for_file(path: str, seconds: float = 10.0) -> bool:
             return True
         time.sleep(0.02)
     return False
+
+
+def procs_with_marker(marker: str) -> list[int]:
+    """Host pids whose command line contains ``marker`` (works across pid namespaces)."""
+    found = []
+    needle = marker.encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                cmdline = handle.read()
+        except OSError:
+            continue
+        if needle in cmdline and pid_alive(int(entry)):
+            found.append(int(entry))
+    return found
+
+
+def wait_no_marker(marker: str, seconds: float = 5.0) -> list[int]:
+    """Wait until no live process carries ``marker``; return the survivors."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = procs_with_marker(marker)
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.05)

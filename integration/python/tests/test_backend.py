@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 
 import pytest
@@ -66,9 +67,23 @@ def test_read_only_mounts(backend, tmp_path):
 
 
 def test_network_none_by_default(backend):
-    code = "import socket\ntry:\n socket.create_connection(('127.0.0.1', 9), 2)\n print('CONNECTED')\nexcept OSError:\n print('blocked')"
-    rc, out, err = backend.run_process(ProcessSpec(command=[sys.executable, "-c", code]), timeout=30)
-    assert out.strip() == "blocked", err
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    listener.settimeout(0.5)
+    port = listener.getsockname()[1]
+    code = (
+        "import socket\ntry:\n"
+        f" socket.create_connection(('127.0.0.1', {port}), 2)\n print('CONNECTED')\n"
+        "except OSError:\n print('blocked')"
+    )
+    try:
+        rc, out, err = backend.run_process(ProcessSpec(command=[sys.executable, "-c", code]), timeout=30)
+        assert out.strip() == "blocked", err
+        with pytest.raises(socket.timeout):
+            listener.accept()
+    finally:
+        listener.close()
 
 
 def test_fail_closed_specs(backend):

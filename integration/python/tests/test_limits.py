@@ -1,32 +1,49 @@
-"""Timeout, truncation and cancellation: killed runs leave no process behind."""
+"""Timeout, truncation and cancellation: killed runs leave no process behind.
+
+Processes are found on the host by a unique marker in their argv, which works
+whether or not capsule gives the run its own pid namespace.
+"""
 
 from __future__ import annotations
 
 import threading
 import time
+import uuid
 from pathlib import Path
 
 from capsule_sandbox import ExecutionStatus, SandboxConfig
-from _helpers import wait_for_file, wait_gone
-
-_SPAWN_AND_HANG = (
-    "import subprocess, sys, time\n"
-    "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
-    "import os\n"
-    "open('pids', 'w').write(f'{os.getpid()} {child.pid}')\n"
-    "time.sleep(300)\n"
-)
+from _helpers import procs_with_marker, wait_for_file, wait_no_marker
 
 
-def _pids(workspace: str) -> list[int]:
-    return [int(p) for p in (Path(workspace) / "output" / "pids").read_text().split()]
+def _marker() -> str:
+    return f"capsule-test-{uuid.uuid4().hex}"
+
+
+def _spawn_and_hang(marker: str) -> str:
+    """Code that starts a child and a grandchild, both carrying ``marker`` in
+    their argv, waits until the grandchild runs, writes ``started``, hangs."""
+    grandchild = "import time; open('gc-ready', 'w').write('1'); time.sleep(300)"
+    child = (
+        "import subprocess, sys, time; "
+        f"subprocess.Popen([sys.executable, '-c', {grandchild!r}, sys.argv[1]]); time.sleep(300)"
+    )
+    return (
+        "import os, subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', {child!r}, {marker!r}])\n"
+        "deadline = time.time() + 20\n"
+        "while not os.path.exists('gc-ready') and time.time() < deadline:\n"
+        "    time.sleep(0.02)\n"
+        "open('started', 'w').write('1')\n"
+        "time.sleep(300)\n"
+    )
 
 
 def test_timeout_kills_the_tree(provider):
     handle = provider.create_session("agent-1", config=SandboxConfig(timeout_seconds=2))
+    marker = _marker()
     try:
         started = time.monotonic()
-        ex = provider.execute_code("agent-1", handle.session_id, _SPAWN_AND_HANG)
+        ex = provider.execute_code("agent-1", handle.session_id, _spawn_and_hang(marker))
         elapsed = time.monotonic() - started
         result = ex.result
         assert result.killed is True
@@ -35,10 +52,8 @@ def test_timeout_kills_the_tree(provider):
         assert "timeout" in result.kill_reason.lower()
         assert ex.status is ExecutionStatus.FAILED
         assert elapsed < 20
-        pids = _pids(handle.workspace)
-        assert len(pids) == 2
-        for pid in pids:
-            assert wait_gone(pid), f"process {pid} survived the timeout"
+        assert (Path(handle.workspace) / "output" / "started").exists(), result.stderr
+        assert wait_no_marker(marker) == [], "processes survived the timeout"
     finally:
         provider.destroy_session("agent-1", handle.session_id)
 
@@ -65,18 +80,22 @@ def test_output_max_bytes_is_applied(provider):
 def test_cancel_execution_kills_the_run(provider):
     handle = provider.create_session("agent-1")
     box = {}
+    marker = _marker()
 
     def work():
-        box["h"] = provider.execute_code("agent-1", handle.session_id, _SPAWN_AND_HANG, execution_id="slow-1")
+        box["h"] = provider.execute_code(
+            "agent-1", handle.session_id, _spawn_and_hang(marker), execution_id="slow-1"
+        )
 
     thread = threading.Thread(target=work)
     started = time.monotonic()
     thread.start()
     try:
-        assert wait_for_file(str(Path(handle.workspace) / "output" / "pids"))
+        assert wait_for_file(str(Path(handle.workspace) / "output" / "started"))
         assert provider.running_executions("agent-1", handle.session_id) == ["slow-1"]
-        assert provider.get_execution_status("agent-1", handle.session_id, "slow-1").status is ExecutionStatus.RUNNING
-        pids = _pids(handle.workspace)
+        status = provider.get_execution_status("agent-1", handle.session_id, "slow-1").status
+        assert status is ExecutionStatus.RUNNING
+        assert len(procs_with_marker(marker)) >= 2
         assert provider.cancel_execution("agent-1", handle.session_id, "slow-1") is True
         thread.join(30)
         assert not thread.is_alive()
@@ -85,11 +104,10 @@ def test_cancel_execution_kills_the_run(provider):
         assert ex.status is ExecutionStatus.CANCELLED
         assert ex.result.killed is True and ex.result.success is False
         assert "cancel" in ex.result.kill_reason
-        for pid in pids:
-            assert wait_gone(pid), f"process {pid} survived cancel_execution"
+        assert wait_no_marker(marker) == [], "processes survived cancel_execution"
         assert provider.cancel_execution("agent-1", handle.session_id, "slow-1") is False
-        # the session is still usable
-        assert provider.execute_code("agent-1", handle.session_id, "print('after')").result.stdout == "after\n"
+        after = provider.execute_code("agent-1", handle.session_id, "print('after')")
+        assert after.result.stdout == "after\n"
     finally:
         thread.join(30)
         provider.destroy_session("agent-1", handle.session_id)
@@ -98,18 +116,20 @@ def test_cancel_execution_kills_the_run(provider):
 def test_destroy_session_stops_running_execution(provider):
     handle = provider.create_session("agent-1")
     box = {}
+    marker = _marker()
     thread = threading.Thread(
-        target=lambda: box.setdefault("h", provider.execute_code("agent-1", handle.session_id, _SPAWN_AND_HANG))
+        target=lambda: box.setdefault(
+            "h", provider.execute_code("agent-1", handle.session_id, _spawn_and_hang(marker))
+        )
     )
     thread.start()
     try:
-        assert wait_for_file(str(Path(handle.workspace) / "output" / "pids"))
-        pids = _pids(handle.workspace)
+        assert wait_for_file(str(Path(handle.workspace) / "output" / "started"))
+        assert len(procs_with_marker(marker)) >= 2
         provider.destroy_session("agent-1", handle.session_id)
         thread.join(30)
         assert box["h"].status is ExecutionStatus.CANCELLED
-        for pid in pids:
-            assert wait_gone(pid)
+        assert wait_no_marker(marker) == []
         assert not Path(handle.workspace).exists()
     finally:
         thread.join(30)
