@@ -1,1 +1,169 @@
-//! stub
+//! The audit record: one sanitized JSON line per run, refusals included.
+//!
+//! Appended to `--audit-log FILE` or `$XDG_STATE_HOME/capsule/audit.jsonl`
+//! (`~/.local/state/capsule/audit.jsonl`), created 0600, opened with
+//! O_APPEND and written with a single `write`, so concurrent runs never
+//! interleave. No fsync: the record costs microseconds, not milliseconds.
+//! It never holds prompts, tool arguments, output, keys or environment values.
+
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use thiserror::Error;
+
+use crate::supervisor::result::{Enforcement, RunResult, Termination};
+
+#[derive(Debug, Error)]
+pub enum AuditError {
+    #[error("cannot write the audit log {path}: {source} (use --audit-log FILE or --no-audit)")]
+    Write { path: PathBuf, source: std::io::Error },
+}
+
+/// The default audit log path.
+pub fn default_path() -> PathBuf {
+    state_dir().join("audit.jsonl")
+}
+
+/// `$XDG_STATE_HOME/capsule`, else `~/.local/state/capsule`.
+pub fn state_dir() -> PathBuf {
+    match std::env::var_os("XDG_STATE_HOME").map(PathBuf::from) {
+        Some(p) if p.is_absolute() => p.join("capsule"),
+        _ => crate::policy::resolve::invoking_home().join(".local/state/capsule"),
+    }
+}
+
+/// Proxy counters as they appear in the record.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ProxyCounts {
+    pub allowed: u64,
+    pub denied: u64,
+    pub denied_hosts: Vec<String>,
+}
+
+/// One audit line.
+#[derive(Debug, Clone, Serialize)]
+pub struct Record {
+    pub time: String,
+    pub run_id: String,
+    pub agent_id: Option<String>,
+    /// completed | failed | timeout | refused
+    pub outcome: &'static str,
+    /// A fixed code, never free text.
+    pub reason: &'static str,
+    pub exit_code: i32,
+    pub duration_seconds: f64,
+    pub policy_sha256: String,
+    pub enforcement: Enforcement,
+    pub tool_calls: u64,
+    pub tool_refusals: u64,
+    pub tool_refusals_by_reason: serde_json::Value,
+    pub llm: serde_json::Value,
+    pub proxy: ProxyCounts,
+}
+
+impl Record {
+    /// Build the record of a finished (or refused) run. `reason` is a fixed code.
+    pub fn from_result(r: &RunResult, agent_id: Option<&str>, reason: &'static str) -> Record {
+        let outcome = match r.termination_reason {
+            Termination::Exited if r.exit_code == 0 => "completed",
+            Termination::Timeout => "timeout",
+            Termination::Refused => "refused",
+            _ => "failed",
+        };
+        let usage = r.usage.clone().unwrap_or(serde_json::Value::Null);
+        Record {
+            time: rfc3339_now(),
+            run_id: r.run_id.clone(),
+            agent_id: agent_id.map(str::to_string),
+            outcome,
+            reason,
+            exit_code: r.exit_code,
+            duration_seconds: r.duration_seconds,
+            policy_sha256: r.policy_sha256.clone(),
+            enforcement: r.enforcement.clone(),
+            tool_calls: r.tool_calls,
+            tool_refusals: r.tool_refusals,
+            tool_refusals_by_reason: usage.get("tool_refusals_by_reason").cloned().unwrap_or_else(|| serde_json::json!({})),
+            llm: usage.get("llm").cloned().unwrap_or_else(|| serde_json::json!({"calls": 0})),
+            proxy: ProxyCounts {
+                allowed: usage.pointer("/proxy/allowed").and_then(|v| v.as_u64()).unwrap_or(0),
+                denied: usage.pointer("/proxy/denied").and_then(|v| v.as_u64()).unwrap_or(0),
+                denied_hosts: r.denied_hosts.clone(),
+            },
+        }
+    }
+}
+
+/// Append one record to `path` (0600, O_APPEND, one write).
+pub fn append(path: &Path, record: &Record) -> Result<(), AuditError> {
+    let err = |source| AuditError::Write { path: path.to_path_buf(), source };
+    if let Some(dir) = path.parent() {
+        if !dir.as_os_str().is_empty() && !dir.exists() {
+            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(err)?;
+        }
+    }
+    let mut line = serde_json::to_vec(record).map_err(|e| err(std::io::Error::other(e)))?;
+    line.push(b'\n');
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(path)
+        .map_err(err)?;
+    f.write_all(&line).map_err(err)
+}
+
+/// Now, as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+pub fn rfc3339_now() -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let secs = now.as_secs() as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        (rem / 60) % 60,
+        rem % 60,
+        now.subsec_millis()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_format_is_rfc3339() {
+        let t = rfc3339_now();
+        assert_eq!(t.len(), 24, "{t}");
+        assert!(t.starts_with("20") && t.ends_with('Z'));
+    }
+
+    #[test]
+    fn append_creates_0600_and_appends_lines() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("sub/audit.jsonl");
+        let r = RunResult::not_run("r1".into(), Termination::Refused, 125, "x".into());
+        let rec = Record::from_result(&r, Some("agent"), "policy_invalid");
+        append(&p, &rec).unwrap();
+        append(&p, &rec).unwrap();
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert_eq!(text.lines().count(), 2);
+        let v: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+        assert_eq!(v["outcome"], "refused");
+        assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
+    }
+}

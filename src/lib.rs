@@ -25,3 +25,4 @@ pub mod proxy;
 pub mod rpc;
 pub mod sandbox;
 pub mod supervisor;
+pub mod sys;

@@ -1,2 +1,96 @@
-//! stub
-pub fn main() -> i32 { 0 }
+//! The `capsule` command line (contract section 1).
+//!
+//! Each subcommand lives in its own file; every typed error is turned into
+//! one clear line on stderr (`capsule: ...`) and an exit status here, at the
+//! edge. Logs go through `tracing` (`-v`, `-vv`, or `RUST_LOG`).
+
+mod check;
+mod doctor;
+mod exec;
+mod policy_cmd;
+mod report;
+mod rpc_cmd;
+
+use clap::{Parser, Subcommand};
+
+/// A kernel-native capability sandbox for AI agents and CI jobs.
+#[derive(Debug, Parser)]
+#[command(name = "capsule", version, about, propagate_version = true)]
+pub struct Cli {
+    /// More log output on stderr (-v info, -vv debug); RUST_LOG also works.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run COMMAND confined by a policy.
+    Exec(exec::ExecArgs),
+    /// Validate a policy and show what this kernel will enforce (exit 0 or 125).
+    Check(check::CheckArgs),
+    /// Report Landlock ABI, seccomp, user namespaces, cgroups, proxy support.
+    Doctor(doctor::DoctorArgs),
+    /// Policy helpers: the JSON Schema and starter policies.
+    #[command(subcommand)]
+    Policy(policy_cmd::PolicyCmd),
+    /// Inside a sandbox: call the parent's RPC broker (METHOD and JSON params).
+    Rpc(rpc_cmd::RpcArgs),
+}
+
+/// Entry point of the binary; returns the process exit status.
+pub fn main() -> i32 {
+    ensure_std_fds();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = match e.kind() {
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => 0,
+                _ => crate::supervisor::result::exit::REFUSED,
+            };
+            let _ = e.print();
+            return code;
+        }
+    };
+    init_logging(cli.verbose);
+    match cli.command {
+        Command::Exec(a) => exec::run(a),
+        Command::Check(a) => check::run(a),
+        Command::Doctor(a) => doctor::run(a),
+        Command::Policy(c) => policy_cmd::run(c),
+        Command::Rpc(a) => rpc_cmd::run(a),
+    }
+}
+
+fn init_logging(verbose: u8) {
+    let env = std::env::var("RUST_LOG").ok();
+    if verbose == 0 && env.is_none() {
+        return;
+    }
+    let default = match verbose {
+        0 => "warn",
+        1 => "capsule=info",
+        _ => "capsule=debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_new(env.as_deref().unwrap_or(default))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
+}
+
+/// Make sure fds 0, 1 and 2 are open (to /dev/null if not), so no pipe or
+/// socket capsule creates can land on them by accident.
+fn ensure_std_fds() {
+    for fd in 0..3 {
+        // SAFETY: fcntl(F_GETFD) only queries the descriptor.
+        if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
+            // SAFETY: opening /dev/null with a static C string; the lowest free fd is `fd`.
+            unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
+        }
+    }
+}
+
+/// Print one error line for the user.
+pub(crate) fn error_line(msg: impl std::fmt::Display) {
+    eprintln!("capsule: {msg}");
+}

@@ -1,6 +1,239 @@
-//! stub
-#[derive(Debug, thiserror::Error)]
-#[error("plan error")]
-pub struct PlanError;
-pub struct BuildInput;
-pub fn build(_i: BuildInput) -> Result<super::Plan, PlanError> { Err(PlanError) }
+//! Building the plan from a loaded policy and the command line.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use thiserror::Error;
+
+use super::command::{self, CommandError};
+
+use super::env::{self, EnvError};
+use super::{system, Access, FsDeny, FsGrant, FsPlan, LimitsPlan, NetPlan, Origin, Plan};
+use crate::policy::resolve::{self, ResolvedPath};
+use crate::policy::validate::{self, GrantKind};
+use crate::policy::{LoadedPolicy, NetMode, PolicyError};
+
+#[derive(Debug, Error)]
+pub enum PlanError {
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    #[error(transparent)]
+    Command(#[from] CommandError),
+    #[error(transparent)]
+    Env(#[from] EnvError),
+    #[error("{flag} {path}: {why}")]
+    Flag { flag: &'static str, path: String, why: String },
+    #[error("--cwd {0}: not readable under the policy (add it, or a parent, to filesystem.read)")]
+    CwdNotGranted(PathBuf),
+    #[error("--cwd {path}: {source}")]
+    Cwd { path: PathBuf, source: std::io::Error },
+    #[error("--workspace {path}: {source}")]
+    Workspace { path: PathBuf, source: std::io::Error },
+    #[error("--timeout {0}: must be a number of seconds > 0")]
+    Timeout(f64),
+}
+
+/// What the command line adds to the policy.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub allow_read: Vec<String>,
+    pub allow_write: Vec<String>,
+    pub allow_exec: Vec<String>,
+    pub net: Option<NetMode>,
+    pub allow_hosts: Vec<String>,
+    pub timeout: Option<f64>,
+    pub max_output: Option<u64>,
+    pub workspace: Option<PathBuf>,
+    pub cwd: Option<PathBuf>,
+}
+
+/// Everything `build` needs.
+#[derive(Debug, Clone)]
+pub struct BuildInput {
+    pub loaded: LoadedPolicy,
+    pub overrides: Overrides,
+    pub argv: Vec<String>,
+    pub best_effort: bool,
+    pub run_id: String,
+}
+
+/// Resolve, validate and plan. Creates nothing on disk except the
+/// workspace's `scripts/` and `output/` directories when missing.
+pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
+    let BuildInput { mut loaded, overrides: ov, argv, best_effort, run_id } = input;
+    let home = resolve::invoking_home();
+    let here = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+
+    // Command-line overrides go into the policy first, so the same
+    // fail-closed rules apply to them.
+    if let Some(mode) = ov.net {
+        loaded.policy.network.mode = mode;
+    }
+    loaded.policy.network.allow_hosts.extend(ov.allow_hosts.iter().cloned());
+    if let Some(t) = ov.timeout {
+        if !(t > 0.0 && t.is_finite()) {
+            return Err(PlanError::Timeout(t));
+        }
+        loaded.policy.limits.timeout_seconds = t;
+    }
+    if let Some(m) = ov.max_output {
+        loaded.policy.limits.max_output_bytes = m;
+    }
+
+    let mut resolved = resolve::resolve_fs(&loaded, &home)?;
+    // Command-line grants resolve against capsule's cwd and obey the same rules.
+    for (flag, list, kind) in [
+        ("--allow-read", &ov.allow_read, GrantKind::Read),
+        ("--allow-write", &ov.allow_write, GrantKind::Write),
+        ("--allow-exec", &ov.allow_exec, GrantKind::Exec),
+    ] {
+        for raw in list {
+            let r = resolve::resolve_one(raw, &here, &home, flag, false)?
+                .ok_or_else(|| PlanError::Flag { flag, path: raw.clone(), why: "does not exist".into() })?;
+            validate::check_grant(&r.path, kind).map_err(|why| PlanError::Flag { flag, path: raw.clone(), why })?;
+            match kind {
+                GrantKind::Read => resolved.read.push(r),
+                GrantKind::Write => resolved.write.push(r),
+                GrantKind::Exec => resolved.exec.push(r),
+            }
+        }
+    }
+    validate::validate(&loaded, &resolved)?;
+    let policy = &loaded.policy;
+
+    let mut grants: Vec<FsGrant> = Vec::new();
+    let from_policy = |r: &ResolvedPath, access: Access| FsGrant {
+        path: r.path.clone(),
+        access,
+        origin: if r.key.starts_with("--") {
+            Origin::Cli(match r.key.as_str() {
+                "--allow-read" => "--allow-read",
+                "--allow-write" => "--allow-write",
+                _ => "--allow-exec",
+            })
+        } else {
+            Origin::Policy { key: r.key.clone(), line: r.line }
+        },
+    };
+    grants.extend(resolved.read.iter().map(|r| from_policy(r, Access::READ)));
+    grants.extend(resolved.write.iter().map(|r| from_policy(r, Access::WRITE)));
+    grants.extend(resolved.exec.iter().map(|r| from_policy(r, Access::EXEC)));
+
+    // The private tmp dir (created by the supervisor just before spawn).
+    let tmpdir = policy.filesystem.tmp.then(|| std::env::temp_dir().join(format!("capsule-{run_id}")));
+    if let Some(t) = &tmpdir {
+        grants.push(FsGrant { path: t.clone(), access: Access::WRITE, origin: Origin::Tmp });
+    }
+
+    // The workspace: scripts/ read-only (+exec, it is the host's code), output/ read-write.
+    let mut ws_output = None;
+    if let Some(ws) = &ov.workspace {
+        let ws = absolute(&here, ws);
+        let (scripts, output) = (ws.join("scripts"), ws.join("output"));
+        for d in [&scripts, &output] {
+            std::fs::create_dir_all(d).map_err(|source| PlanError::Workspace { path: d.clone(), source })?;
+        }
+        let canon = |p: &Path| std::fs::canonicalize(p).map_err(|source| PlanError::Workspace { path: p.to_path_buf(), source });
+        let (scripts, output) = (canon(&scripts)?, canon(&output)?);
+        grants.push(FsGrant { path: scripts, access: Access::EXEC, origin: Origin::Workspace });
+        grants.push(FsGrant { path: output.clone(), access: Access::WRITE, origin: Origin::Workspace });
+        ws_output = Some(output);
+    }
+
+    // Working directory.
+    let readable = |p: &Path, grants: &[FsGrant]| grants.iter().any(|g| p.starts_with(&g.path) && g.access.read);
+    let cwd = if let Some(c) = &ov.cwd {
+        let c = std::fs::canonicalize(absolute(&here, c)).map_err(|source| PlanError::Cwd { path: c.clone(), source })?;
+        if !readable(&c, &grants) {
+            return Err(PlanError::CwdNotGranted(c));
+        }
+        c
+    } else if let Some(o) = &ws_output {
+        o.clone()
+    } else if readable(&here, &grants) {
+        here.clone()
+    } else if let Some(t) = &tmpdir {
+        t.clone()
+    } else {
+        PathBuf::from("/")
+    };
+
+    // The command, resolved on the host.
+    let host_path = std::env::var("PATH").ok();
+    // `capsule check` plans without a command.
+    let cmd = match argv.first() {
+        Some(name) => command::resolve(name, host_path.as_deref().unwrap_or(env::DEFAULT_PATH), &cwd, &home)?,
+        None => command::ResolvedCommand { program: PathBuf::new(), files: vec![], prefixes: vec![] },
+    };
+    for f in &cmd.files {
+        grants.push(FsGrant { path: f.clone(), access: Access::EXEC, origin: Origin::Command });
+    }
+    if policy.filesystem.system {
+        for p in &cmd.prefixes {
+            grants.push(FsGrant { path: p.clone(), access: Access::EXEC, origin: Origin::Command });
+        }
+        grants.extend(system::grants());
+    }
+
+    // Carve-outs: the policy's, and credential paths beneath a broader grant.
+    let mut deny: Vec<FsDeny> = resolved
+        .deny
+        .iter()
+        .map(|r| FsDeny { path: r.path.clone(), origin: Origin::Policy { key: r.key.clone(), line: r.line } })
+        .collect();
+    for cred in validate::credential_paths(&home) {
+        let beneath = grants.iter().any(|g| cred.starts_with(&g.path) && g.path != cred);
+        let named = grants.iter().any(|g| g.path == cred);
+        if beneath && !named && cred.exists() {
+            deny.push(FsDeny { path: cred, origin: Origin::Credential });
+        }
+    }
+
+    // Environment.
+    let home_dir = ws_output
+        .as_ref()
+        .or(tmpdir.as_ref())
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "/nonexistent".to_string());
+    let tmp_s = tmpdir.as_ref().map(|p| p.to_string_lossy().into_owned());
+    let env = env::build(&policy.env, host_path.as_deref(), &home_dir, tmp_s.as_deref(), &[])?;
+
+    let l = &policy.limits;
+    let mib = |v: u64| v.saturating_mul(1024 * 1024);
+    Ok(Plan {
+        run_id,
+        program: cmd.program,
+        argv,
+        env,
+        cwd,
+        tmpdir,
+        fs: FsPlan { grants, deny, proc_self: policy.filesystem.system },
+        net: NetPlan {
+            mode: policy.network.mode,
+            allow_hosts: policy.network.allow_hosts.clone(),
+            allow_unix_sockets: policy.network.allow_unix_sockets,
+        },
+        limits: LimitsPlan {
+            timeout: Duration::from_secs_f64(l.timeout_seconds),
+            max_output_bytes: l.max_output_bytes,
+            memory_bytes: l.memory_mb.map(mib),
+            cpu_seconds: l.cpu_seconds,
+            max_processes: l.max_processes,
+            max_file_size_bytes: l.max_file_size_mb.map(mib),
+            max_open_files: l.max_open_files,
+        },
+        best_effort,
+        policy_sha256: loaded.sha256.clone(),
+        tools: policy.tools.clone(),
+        llm: policy.llm_access.clone(),
+        policy_dir: loaded.base_dir.clone(),
+    })
+}
+
+fn absolute(base: &Path, p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        base.join(p)
+    }
+}

@@ -149,4 +149,9 @@ pub struct Plan {
     pub limits: LimitsPlan,
     pub best_effort: bool,
     pub policy_sha256: String,
+    /// Tools and LLM access, served by the broker (`crate::rpc`).
+    pub tools: Option<crate::policy::Tools>,
+    pub llm: Option<crate::policy::LlmAccess>,
+    /// Directory the policy's relative paths resolve against (tool commands and policies).
+    pub policy_dir: PathBuf,
 }

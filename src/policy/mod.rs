@@ -5,6 +5,9 @@
 //! [`resolve`] turns relative and `~` paths into absolute ones. The sandbox
 //! layers never see these types directly: `crate::plan` translates them.
 
+pub mod error;
+mod hosts;
+mod lines;
 pub mod parse;
 pub mod resolve;
 pub mod starter;
@@ -16,24 +19,40 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-pub use parse::{load_file, parse_str, PolicyError};
+pub use parse::{load_file, load_str, parse_str, PolicyError};
+
+/// The policy's JSON Schema (draft 2020-12), pretty-printed with a trailing
+/// newline: what `capsule policy schema` prints and `policy/schema.json` holds.
+pub fn schema_json() -> String {
+    let schema = schemars::schema_for!(Policy);
+    let mut s = serde_json::to_string_pretty(&schema).unwrap_or_default();
+    s.push('\n');
+    s
+}
 
 /// A whole policy file, `version: 1`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Policy {
     /// Policy format version; only `1` exists.
+    #[schemars(range(min = 1, max = 1))]
     pub version: u32,
+    /// Filesystem grants (Landlock).
     #[serde(default)]
     pub filesystem: Filesystem,
+    /// Network access: none, a filtering proxy, or unrestricted.
     #[serde(default)]
     pub network: Network,
+    /// The child's environment (built from nothing).
     #[serde(default)]
     pub env: Env,
+    /// Wall-clock, output and resource limits.
     #[serde(default)]
     pub limits: Limits,
+    /// Host tools the program may call over the RPC fd.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools: Option<Tools>,
+    /// LLM calls brokered by the parent (off unless `enabled: true`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub llm_access: Option<LlmAccess>,
 }
@@ -122,6 +141,7 @@ impl From<&str> for PathEntry {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Network {
+    /// `none` (default) | `proxy` | `unrestricted`.
     #[serde(default)]
     pub mode: NetMode,
     /// Proxy allowlist: `host`, `*.domain` (subdomains only), optionally `:port`.
@@ -132,6 +152,8 @@ pub struct Network {
     pub allow_unix_sockets: bool,
 }
 
+/// `none`: no IP networking; `proxy`: only capsule's filtering proxy
+/// (`allow_hosts` required); `unrestricted`: the host's network.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum NetMode {
@@ -229,9 +251,11 @@ impl Default for Limits {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Tools {
-    /// Calls allowed per run.
+    /// Calls allowed per run (> 0).
     #[serde(default = "Tools::d_max_calls")]
+    #[schemars(range(min = 1))]
     pub max_calls: u32,
+    /// The allow-listed tools.
     #[serde(default)]
     pub allow: Vec<Tool>,
 }
@@ -246,7 +270,10 @@ impl Tools {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Tool {
+    /// Unique name, `^[a-zA-Z0-9_.-]{1,64}$`.
+    #[schemars(regex(pattern = r"^[a-zA-Z0-9_.-]{1,64}$"))]
     pub name: String,
+    /// Shown to the program by `tools/list`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     /// JSON Schema of the arguments, shown by `tools/list`.
@@ -261,6 +288,7 @@ pub struct Tool {
     /// Answered by the program that started capsule, over `--tool-fd`.
     #[serde(default)]
     pub forward: bool,
+    /// Wall-clock limit of one call, in seconds (> 0).
     #[serde(default = "Tool::d_timeout")]
     pub timeout_seconds: f64,
 }
@@ -275,13 +303,20 @@ impl Tool {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LlmAccess {
+    /// Off unless `true`; the host config's ceiling always wins.
     #[serde(default)]
     pub enabled: bool,
+    /// `llm/complete` calls per run (> 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub max_calls: Option<u32>,
+    /// Largest prompt, in characters (> 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub max_input_chars: Option<u64>,
+    /// Largest completion, in characters (> 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub max_output_chars: Option<u64>,
     /// Absent = any host model; `[]` = none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -301,3 +336,7 @@ pub struct LoadedPolicy {
     /// Line of each key path (e.g. "filesystem.write[0]") for reports; may be empty.
     pub lines: BTreeMap<String, usize>,
 }
+
+#[cfg(test)]
+#[path = "schema_tests.rs"]
+mod schema_tests;

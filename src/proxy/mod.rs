@@ -1,1 +1,46 @@
-//! stub
+//! The filtering egress proxy of `network.mode: proxy`.
+//!
+//! It runs in the unsandboxed parent (on the supervisor's current-thread runtime) and is
+//! the child's only way out: HTTP CONNECT tunnels (relayed end to end, never
+//! intercepted) and absolute-form plain HTTP forwarding, both subject to
+//! `network.allow_hosts`. The proxy resolves names itself and connects to the address
+//! it resolved; link-local, metadata and unspecified destinations are refused whatever
+//! the list says, loopback only for an explicit `localhost`/loopback literal.
+//!
+//! * [`allowlist`] — parsing and matching `allow_hosts`;
+//! * [`destination`] — classifying resolved addresses;
+//! * [`decide`] — the policy decision around resolution (pure, unit-tested);
+//! * `dial` — decide, resolve, connect, count;
+//! * `server` — accept loop and hyper server; `connect` — tunnels; `forward` — plain HTTP;
+//! * [`stats`] — counters for the result and the audit record;
+//! * [`refusal`] — 403/502/400 responses.
+
+pub mod allowlist;
+mod connect;
+pub mod decide;
+pub mod destination;
+mod dial;
+mod forward;
+mod headers;
+pub mod refusal;
+mod server;
+pub mod stats;
+
+#[cfg(test)]
+mod tests;
+
+use std::os::fd::OwnedFd;
+
+pub use allowlist::{Allowlist, AllowlistError};
+pub use destination::DestClass;
+pub use server::serve;
+pub use stats::{ProxyReport, ProxyStats};
+
+/// Turn a listening TCP socket received as a raw fd (e.g. over SCM_RIGHTS from a child
+/// that created it inside its own network namespace) into a tokio listener. Must be
+/// called inside a tokio runtime.
+pub fn listener_from_fd(fd: OwnedFd) -> std::io::Result<tokio::net::TcpListener> {
+    let std_listener = std::net::TcpListener::from(fd);
+    std_listener.set_nonblocking(true)?;
+    tokio::net::TcpListener::from_std(std_listener)
+}

@@ -1,1 +1,294 @@
-//! stub
+//! The unsandboxed parent: spawn, watch, capture, time out, report.
+//!
+//! [`run`] takes a [`Plan`], prepares the layers (`crate::sandbox`),
+//! creates the private tmp dir, forks the child (`spawn`), and then — only
+//! then — starts a single-threaded tokio runtime that drains stdout and
+//! stderr (`capture`), serves the RPC broker and the proxy, forwards
+//! signals and enforces the wall-clock limit (`timeout`), until the child
+//! is gone. It returns the JSON result (`result`); the caller prints it and
+//! writes the audit record.
+
+pub mod capture;
+pub mod result;
+pub mod services;
+pub mod spawn;
+pub mod timeout;
+pub mod treekill;
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+
+use crate::plan::Plan;
+use crate::sandbox::{self, child::ChildSpec};
+use crate::sys::{self, channel::Msg};
+use capture::{Captured, Sink};
+use result::{exit, Enforcement, RunResult, Termination};
+use spawn::{NsRequest, Spawned, TreeMode};
+
+/// How to run, beyond the plan.
+#[derive(Debug)]
+pub struct ExecOptions {
+    /// Capture into the JSON result (else stream live).
+    pub json: bool,
+    /// SIGTERM → SIGKILL grace at the wall-clock limit.
+    pub grace: Duration,
+    /// `--tool-fd`: where `forward: true` tools are relayed.
+    pub tool_fd: Option<OwnedFd>,
+}
+
+/// What a run produced besides the result: a fixed reason code for the audit record.
+pub struct Finished {
+    pub result: RunResult,
+    pub reason: &'static str,
+}
+
+/// A run that was refused before anything ran.
+pub fn refused(plan_run_id: &str, reason: &'static str, error: String) -> Finished {
+    Finished {
+        result: RunResult::not_run(plan_run_id.to_string(), Termination::Refused, exit::REFUSED, error),
+        reason,
+    }
+}
+
+/// Run the plan to completion.
+pub fn run(plan: &Plan, opts: ExecOptions) -> Finished {
+    let mut services = match services::Services::prepare(plan, opts.tool_fd) {
+        Ok(s) => s,
+        Err(e) => return refused(&plan.run_id, "service_unavailable", e.to_string()),
+    };
+    if let Some(t) = &plan.tmpdir {
+        use std::os::unix::fs::DirBuilderExt;
+        if let Err(e) = std::fs::DirBuilder::new().mode(0o700).create(t) {
+            return refused(&plan.run_id, "setup_failed", format!("creating the private TMPDIR {}: {e}", t.display()));
+        }
+    }
+    let mut layers = match sandbox::prepare(plan, services.proxy_port()) {
+        Ok(l) => l,
+        Err(e) => {
+            remove_tmpdir(plan);
+            return refused(&plan.run_id, "protection_unavailable", e.to_string());
+        }
+    };
+    for m in &layers.missing {
+        eprintln!("capsule: warning: not enforced (--best-effort): {m}");
+    }
+    let finished = run_prepared(plan, opts.json, opts.grace, &mut layers, &mut services);
+    layers.cgroup.remove();
+    remove_tmpdir(plan);
+    finished
+}
+
+fn remove_tmpdir(plan: &Plan) {
+    if let Some(t) = &plan.tmpdir {
+        if let Err(e) = std::fs::remove_dir_all(t) {
+            tracing::warn!("could not remove the private TMPDIR {}: {e}", t.display());
+        }
+    }
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd), Errno> {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+}
+
+fn run_prepared(
+    plan: &Plan,
+    json: bool,
+    grace: Duration,
+    layers: &mut sandbox::Layers,
+    services: &mut services::Services,
+) -> Finished {
+    let fail = |what: &str, e: &dyn std::fmt::Display| refused(&plan.run_id, "setup_failed", format!("{what}: {e}"));
+    let (out_r, out_w) = match pipe() {
+        Ok(p) => p,
+        Err(e) => return fail("pipe()", &e),
+    };
+    let (err_r, err_w) = match pipe() {
+        Ok(p) => p,
+        Err(e) => return fail("pipe()", &e),
+    };
+    sys::grow_pipe(out_r.as_raw_fd(), 1 << 20);
+
+    let mut env = plan.env.clone();
+    env.extend(services.child_env());
+    let (program, argv, envp, cwd) = match ChildSpec::strings(&plan.program, &plan.argv, &env, &plan.cwd) {
+        Ok(s) => s,
+        Err(e) => return fail("a NUL byte in the command, environment or cwd", &e),
+    };
+    let mut spec = ChildSpec {
+        program,
+        argv,
+        argv_ptrs: vec![],
+        envp,
+        envp_ptrs: vec![],
+        cwd,
+        stdout_w: Some(out_w.as_raw_fd()),
+        stderr_w: Some(err_w.as_raw_fd()),
+        rpc_fd: services.child_rpc_fd(),
+        rlimits: std::mem::take(&mut layers.rlimits),
+        landlock: layers.landlock.take(),
+        seccomp: layers.seccomp.take(),
+        wait_go: !layers.cgroup.is_empty(),
+        parent_pid: 0,
+        net_setup: services.net_setup(),
+    };
+    spec.fill_pointers();
+
+    let ns = NsRequest { pid: layers.want_pidns, net: services.wants_netns() };
+    let cgroup = &layers.cgroup;
+    let mut join = |pid: libc::pid_t| cgroup.join(pid);
+    let start = Instant::now();
+    let spawned = spawn::spawn(&mut spec, ns, &mut join);
+    // The parent's copies of the child's ends.
+    drop(out_w);
+    drop(err_w);
+    services.close_child_ends();
+    drop(spec);
+    let spawned = match spawned {
+        Ok(s) => s,
+        Err(e) => return refused(&plan.run_id, "setup_failed", e.to_string()),
+    };
+
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            sys::signal(spawned.pid, libc::SIGKILL);
+            return fail("starting the supervisor's event loop", &e);
+        }
+    };
+    let sup = rt.block_on(supervise(&spawned, out_r, err_r, json, plan, grace, services));
+    let duration = start.elapsed();
+    let usage = rt.block_on(services.finish());
+    drop(rt);
+
+    let mut enforcement = Enforcement {
+        landlock_abi: layers.landlock_abi,
+        seccomp: true,
+        network: plan.net.mode.as_str().to_string(),
+        netns: spawned.netns,
+        tree_kill: spawned.tree.as_str().to_string(),
+        limits: layers.limits.clone(),
+        missing: layers.missing.clone(),
+    };
+    enforcement.seccomp = !layers.missing.iter().any(|m| m.starts_with("seccomp"));
+    if spawned.tree == TreeMode::Subreaper {
+        enforcement.missing.push(
+            "pid namespace: a setsid'd descendant can outlive capsule if capsule itself is SIGKILLed".into(),
+        );
+    }
+
+    let mut r = RunResult::not_run(plan.run_id.clone(), Termination::Exited, 0, String::new());
+    r.error = None;
+    r.set_streams(&sup.stdout, &sup.stderr);
+    r.duration_seconds = duration.as_secs_f64();
+    r.enforcement = enforcement;
+    r.policy_sha256 = plan.policy_sha256.clone();
+    usage.apply(&mut r);
+
+    let reason;
+    if let Some((stage, errno)) = sup.setup_failed {
+        r.termination_reason = Termination::Refused;
+        r.exit_code = exit::REFUSED;
+        r.error = Some(format!("confining the child failed while {}: {}", stage.describe(), errno.desc()));
+        reason = "setup_failed";
+    } else if sup.timed_out {
+        r.termination_reason = Termination::Timeout;
+        r.exit_code = exit::TIMEOUT;
+        r.killed = true;
+        r.kill_reason = Some(format!(
+            "timeout: wall-clock limit of {}s reached (limits.timeout_seconds / --timeout)",
+            plan.limits.timeout.as_secs_f64()
+        ));
+        reason = "timeout";
+    } else if let Some(errno) = sup.exec_failed {
+        r.termination_reason = Termination::Error;
+        r.exit_code = if errno == Errno::ENOENT { exit::NOT_FOUND } else { exit::CANNOT_EXECUTE };
+        let why = match errno {
+            Errno::EACCES | Errno::EPERM => "permission denied (the sandbox or the file mode forbids executing it)".to_string(),
+            e => e.desc().to_string(),
+        };
+        r.error = Some(format!("execve({}): {why}", plan.program.display()));
+        reason = if errno == Errno::ENOENT { "command_not_found" } else { "cannot_execute" };
+    } else {
+        match sup.status {
+            Some(st) if libc::WIFEXITED(st) => {
+                r.exit_code = libc::WEXITSTATUS(st);
+                reason = if r.exit_code == 0 { "exit_zero" } else { "exit_nonzero" };
+            }
+            Some(st) if libc::WIFSIGNALED(st) => {
+                let sig = libc::WTERMSIG(st);
+                r.termination_reason = Termination::Signaled;
+                r.signal = Some(sig);
+                r.exit_code = 128 + sig;
+                reason = if sig == libc::SIGKILL && layers.cgroup.oom_killed() {
+                    r.killed = true;
+                    r.kill_reason = Some("memory limit reached (limits.memory_mb)".into());
+                    "memory_limit"
+                } else {
+                    "signaled"
+                };
+            }
+            _ => {
+                r.termination_reason = Termination::Error;
+                r.exit_code = exit::REFUSED;
+                r.error = Some("the sandboxed process tree ended without reporting a status".into());
+                reason = "lost_child";
+            }
+        }
+    }
+    r.success = r.termination_reason == Termination::Exited && r.exit_code == 0 && !r.killed;
+    Finished { result: r, reason }
+}
+
+/// What the event loop observed.
+struct Supervised {
+    stdout: Captured,
+    stderr: Captured,
+    status: Option<i32>,
+    exec_failed: Option<Errno>,
+    setup_failed: Option<(sys::channel::Stage, Errno)>,
+    timed_out: bool,
+}
+
+async fn supervise(
+    sp: &Spawned,
+    out_r: OwnedFd,
+    err_r: OwnedFd,
+    json: bool,
+    plan: &Plan,
+    grace: Duration,
+    services: &mut services::Services,
+) -> Supervised {
+    let limit = plan.limits.max_output_bytes;
+    let (so, se) = if json { (Sink::Capture, Sink::Capture) } else { (Sink::Stdout, Sink::Stderr) };
+    let out_task = tokio::spawn(capture::pump(out_r, so, limit));
+    let err_task = tokio::spawn(capture::pump(err_r, se, limit));
+    services.start(&sp.chan);
+
+    let mut state = Supervised {
+        stdout: Captured::default(),
+        stderr: Captured::default(),
+        status: None,
+        exec_failed: None,
+        setup_failed: None,
+        timed_out: false,
+    };
+    let init_status = timeout::watch(sp, plan.limits.timeout, grace, &mut state.timed_out, |msg, fd| match msg {
+        Msg::ExecFailed { errno } => state.exec_failed = Some(Errno::from_raw(errno)),
+        Msg::SetupFailed { stage, errno } => state.setup_failed = Some((stage, Errno::from_raw(errno))),
+        Msg::Exited { status } => state.status = Some(status),
+        Msg::Fd { tag } => services.on_fd(tag, fd),
+    })
+    .await;
+    if sp.tree == TreeMode::Subreaper {
+        state.status = state.status.or(init_status);
+        // Whatever the command left behind goes with it.
+        treekill::kill_descendants(Some(sp.pid), 64);
+    }
+    // Every writer is gone now; the pipes reach end-of-file promptly.
+    let drain = Duration::from_secs(2);
+    state.stdout = tokio::time::timeout(drain, out_task).await.ok().and_then(Result::ok).unwrap_or_default();
+    state.stderr = tokio::time::timeout(drain, err_task).await.ok().and_then(Result::ok).unwrap_or_default();
+    state
+}

@@ -1,0 +1,68 @@
+//! `capsule check -p FILE`: validate a policy and show what this kernel enforces.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::report::{plan_json, print_plan, KernelView};
+use crate::plan::{self, build::Overrides, BuildInput};
+use crate::policy;
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The policy file.
+    #[arg(short, long, value_name = "FILE")]
+    pub policy: PathBuf,
+    /// Print the plan as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: CheckArgs) -> i32 {
+    let loaded = match policy::load_file(&a.policy) {
+        Ok(lp) => lp,
+        Err(e) => {
+            super::error_line(e);
+            return 125;
+        }
+    };
+    let input = BuildInput {
+        loaded,
+        overrides: Overrides::default(),
+        argv: vec![],
+        best_effort: false,
+        run_id: "check".into(),
+    };
+    let plan = match plan::build(input) {
+        Ok(p) => p,
+        Err(e) => {
+            super::error_line(e);
+            return 125;
+        }
+    };
+    let k = KernelView::probe();
+    let mut problems = Vec::new();
+    if k.landlock_abi == 0 {
+        problems.push("Landlock is not available: filesystem grants cannot be enforced");
+    }
+    if !k.seccomp {
+        problems.push("seccomp filters are not available");
+    }
+    if a.json {
+        let mut v = plan_json(&plan, &k);
+        v["ok"] = serde_json::json!(problems.is_empty());
+        v["problems"] = serde_json::json!(problems);
+        println!("{v}");
+    } else {
+        println!("policy {} is valid", a.policy.display());
+        print_plan(&plan, &k);
+        for p in &problems {
+            println!("NOT ENFORCEABLE: {p} (capsule exec refuses unless --best-effort)");
+        }
+    }
+    if problems.is_empty() {
+        0
+    } else {
+        125
+    }
+}

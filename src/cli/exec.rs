@@ -1,0 +1,206 @@
+//! `capsule exec`: load the policy, plan, run, report, audit.
+
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use super::error_line;
+use crate::audit;
+use crate::plan::{self, build::Overrides, BuildInput, PlanError};
+use crate::policy::{self, LoadedPolicy, NetMode};
+use crate::supervisor::{self, result::exit, result::RunResult, result::Termination, ExecOptions, Finished};
+
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// Policy file, YAML or JSON (by extension or content).
+    #[arg(short, long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// Add a read grant (repeatable).
+    #[arg(long, value_name = "PATH")]
+    pub allow_read: Vec<String>,
+    /// Add a read+write grant (repeatable).
+    #[arg(long, value_name = "PATH")]
+    pub allow_write: Vec<String>,
+    /// Add a read+exec grant (repeatable).
+    #[arg(long, value_name = "PATH")]
+    pub allow_exec: Vec<String>,
+    /// Network mode: none | proxy | unrestricted (overrides the policy).
+    #[arg(long, value_name = "MODE")]
+    pub net: Option<NetMode>,
+    /// Add a proxy allowlist entry (repeatable).
+    #[arg(long, value_name = "HOST")]
+    pub allow_host: Vec<String>,
+    /// Wall-clock limit in seconds (overrides the policy).
+    #[arg(long, value_name = "SECONDS")]
+    pub timeout: Option<f64>,
+    /// Per-stream capture limit in bytes.
+    #[arg(long, value_name = "BYTES")]
+    pub max_output: Option<u64>,
+    /// Session directory: DIR/scripts (read-only) and DIR/output (read-write, the cwd).
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    /// Working directory (must be readable under the policy).
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<PathBuf>,
+    /// Capture stdout/stderr and print ONE JSON result object on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Inherited fd on which `forward: true` tools are relayed to the caller.
+    #[arg(long, value_name = "FD")]
+    pub tool_fd: Option<RawFd>,
+    /// Recorded in the audit log: ^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$
+    #[arg(long, value_name = "ID")]
+    pub agent_id: Option<String>,
+    /// Audit log file (default $XDG_STATE_HOME/capsule/audit.jsonl).
+    #[arg(long, value_name = "FILE", conflicts_with = "no_audit")]
+    pub audit_log: Option<PathBuf>,
+    /// Write no audit record.
+    #[arg(long)]
+    pub no_audit: bool,
+    /// Run even when a requested protection cannot be enforced on this kernel (reported).
+    #[arg(long)]
+    pub best_effort: bool,
+    /// Print the resolved plan (every grant and the layer that enforces it) and exit 0.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+/// Whether `id` matches ^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$.
+pub fn valid_agent_id(id: &str) -> bool {
+    let b = id.as_bytes();
+    !b.is_empty()
+        && b.len() <= 128
+        && b[0].is_ascii_alphanumeric()
+        && b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
+}
+
+/// The policy of a run without `--policy`: `version: 1` with system and tmp.
+pub fn default_policy() -> LoadedPolicy {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    match policy::load_str("version: 1\n", "<default policy>", Some(false), &cwd) {
+        Ok(lp) => lp,
+        Err(_) => LoadedPolicy {
+            policy: policy::Policy { version: 1, ..Default::default() },
+            source: None,
+            base_dir: cwd,
+            sha256: String::new(),
+            lines: Default::default(),
+        },
+    }
+}
+
+pub fn run(a: ExecArgs) -> i32 {
+    let run_id = ulid::Ulid::new().to_string();
+    let audit_path = if a.no_audit { None } else { Some(a.audit_log.clone().unwrap_or_else(audit::default_path)) };
+    let json = a.json;
+    let agent_id = a.agent_id.clone();
+
+    let finish = |f: Finished, print_result: bool| -> i32 {
+        let r = &f.result;
+        if let Some(p) = &audit_path {
+            let rec = audit::Record::from_result(r, agent_id.as_deref().filter(|id| valid_agent_id(id)), f.reason);
+            if let Err(e) = audit::append(p, &rec) {
+                error_line(&e);
+            }
+        }
+        if let Some(err) = &r.error {
+            if r.termination_reason != Termination::Exited {
+                error_line(err);
+            }
+        }
+        if json && print_result {
+            print!("{}", r.to_json_line());
+        } else if r.killed {
+            if let Some(k) = &r.kill_reason {
+                error_line(format!("killed: {k}"));
+            }
+        }
+        r.exit_code
+    };
+    let refuse = |reason: &'static str, msg: String| -> i32 {
+        finish(supervisor::refused(&run_id, reason, msg), true)
+    };
+
+    if let Some(id) = &a.agent_id {
+        if !valid_agent_id(id) {
+            return refuse(
+                "invalid_agent_id",
+                format!("--agent-id {id:?}: must match ^[a-zA-Z0-9][a-zA-Z0-9_.-]{{0,127}}$"),
+            );
+        }
+    }
+    let loaded = match &a.policy {
+        Some(p) => match policy::load_file(p) {
+            Ok(lp) => lp,
+            Err(e) => return refuse("policy_invalid", e.to_string()),
+        },
+        None => default_policy(),
+    };
+    let tool_fd = match a.tool_fd {
+        None => None,
+        Some(fd) => {
+            // SAFETY: fcntl(F_GETFD) only checks that the descriptor exists.
+            if fd < 3 || unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
+                return refuse("bad_tool_fd", format!("--tool-fd {fd}: not an open inherited descriptor (> 2)"));
+            }
+            // SAFETY: the caller handed this descriptor to us for the tool channel; we own it from here.
+            Some(unsafe { OwnedFd::from_raw_fd(fd) })
+        }
+    };
+    let input = BuildInput {
+        loaded,
+        overrides: Overrides {
+            allow_read: a.allow_read,
+            allow_write: a.allow_write,
+            allow_exec: a.allow_exec,
+            net: a.net,
+            allow_hosts: a.allow_host,
+            timeout: a.timeout,
+            max_output: a.max_output,
+            workspace: a.workspace,
+            cwd: a.cwd,
+        },
+        argv: a.command,
+        best_effort: a.best_effort,
+        run_id: run_id.clone(),
+    };
+    let plan = match plan::build(input) {
+        Ok(p) => p,
+        Err(PlanError::Command(e)) => {
+            let code = e.exit_code();
+            let term = if code == exit::REFUSED { Termination::Refused } else { Termination::Error };
+            let reason = match code {
+                127 => "command_not_found",
+                126 => "cannot_execute",
+                _ => "policy_invalid",
+            };
+            let r = RunResult::not_run(run_id.clone(), term, code, e.to_string());
+            return finish(Finished { result: r, reason }, true);
+        }
+        Err(e) => return refuse("policy_invalid", e.to_string()),
+    };
+    if a.dry_run {
+        return super::report::dry_run(&plan, json);
+    }
+    let opts = ExecOptions { json, grace: Duration::from_millis(1000), tool_fd };
+    let f = supervisor::run(&plan, opts);
+    finish(f, true)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn agent_ids() {
+        for ok in ["a", "A1", "agent-1.x_y", &"a".repeat(128)] {
+            assert!(super::valid_agent_id(ok), "{ok}");
+        }
+        for bad in ["", "-a", ".a", "a b", "a/b", &"a".repeat(129), "ä"] {
+            assert!(!super::valid_agent_id(bad), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,41 @@
+//! `capsule policy schema` and `capsule policy init [NAME]`.
+
+use clap::Subcommand;
+
+use crate::policy::{schema_json, starter};
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCmd {
+    /// Print the policy's JSON Schema (the same as policy/schema.json).
+    Schema,
+    /// Print a starter policy (default: python-agent). Names: python-agent, ci-build, read-only-review.
+    Init {
+        /// Which starter policy.
+        name: Option<String>,
+    },
+}
+
+pub fn run(cmd: PolicyCmd) -> i32 {
+    match cmd {
+        PolicyCmd::Schema => {
+            print!("{}", schema_json());
+            0
+        }
+        PolicyCmd::Init { name } => {
+            let name = name.unwrap_or_else(|| "python-agent".to_string());
+            match starter::get(&name) {
+                Some(text) => {
+                    print!("{text}");
+                    0
+                }
+                None => {
+                    super::error_line(format!(
+                        "no starter policy named '{name}' (choose one of: {})",
+                        starter::names().join(", ")
+                    ));
+                    125
+                }
+            }
+        }
+    }
+}

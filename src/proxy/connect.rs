@@ -1,0 +1,104 @@
+//! CONNECT tunnels: authorise and connect upstream before answering 200, then relay
+//! bytes end to end (never inspected) once hyper hands over the upgraded connection.
+
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper::upgrade::{OnUpgrade, Upgraded};
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use super::dial;
+use super::refusal::{bad_request, empty, ProxyBody};
+use super::server::Shared;
+
+/// Relay buffer per direction: large enough for bulk throughput on loopback.
+const RELAY_BUF: usize = 64 * 1024;
+
+/// A tunnel waiting for hyper to finish the 200 response and release the connection.
+pub struct PendingTunnel {
+    pub on_upgrade: OnUpgrade,
+    pub upstream: TcpStream,
+}
+
+/// Answer a CONNECT request. On success the tunnel is parked in `slot`; the connection
+/// task runs it after hyper has written the 200 and handed the socket back.
+pub async fn handle(
+    mut req: Request<Incoming>,
+    shared: Arc<Shared>,
+    slot: Arc<std::sync::Mutex<Option<PendingTunnel>>>,
+) -> Response<ProxyBody> {
+    let Some(authority) = req.uri().authority().cloned() else {
+        return bad_request("CONNECT needs host:port");
+    };
+    let Some(port) = authority.port_u16() else {
+        return bad_request("CONNECT needs host:port");
+    };
+    let host = authority.host();
+    let target = match dial::authorize(&shared.allow, &shared.stats, host, port) {
+        Ok(t) => t,
+        Err(e) => return e.response(host, port),
+    };
+    let upstream = match dial::connect(&target, port, &shared.stats).await {
+        Ok(s) => s,
+        Err(e) => return e.response(&target.to_string(), port),
+    };
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    let mut guard = slot.lock().unwrap_or_else(|p| p.into_inner());
+    *guard = Some(PendingTunnel {
+        on_upgrade,
+        upstream,
+    });
+    Response::new(empty())
+}
+
+/// Run a parked tunnel to completion.
+pub async fn run(pending: PendingTunnel) {
+    let PendingTunnel {
+        on_upgrade,
+        upstream,
+    } = pending;
+    let upgraded = match on_upgrade.await {
+        Ok(u) => u,
+        Err(e) => {
+            tracing::debug!(error = %e, "proxy tunnel: upgrade failed");
+            return;
+        }
+    };
+    if let Err(e) = relay(upgraded, upstream).await {
+        tracing::debug!(error = %e, "proxy tunnel ended with an error");
+    }
+}
+
+async fn relay(upgraded: Upgraded, mut upstream: TcpStream) -> std::io::Result<()> {
+    // Fast path: get the plain TcpStream back (and any bytes hyper already read past the
+    // request head), so the relay is socket to socket without hyper's wrapper.
+    match upgraded.downcast::<TokioIo<TcpStream>>() {
+        Ok(parts) => {
+            let mut down = parts.io.into_inner();
+            if !parts.read_buf.is_empty() {
+                upstream.write_all(&parts.read_buf).await?;
+            }
+            tokio::io::copy_bidirectional_with_sizes(
+                &mut down,
+                &mut upstream,
+                RELAY_BUF,
+                RELAY_BUF,
+            )
+            .await?;
+        }
+        Err(upgraded) => {
+            let mut down = TokioIo::new(upgraded);
+            tokio::io::copy_bidirectional_with_sizes(
+                &mut down,
+                &mut upstream,
+                RELAY_BUF,
+                RELAY_BUF,
+            )
+            .await?;
+        }
+    }
+    Ok(())
+}

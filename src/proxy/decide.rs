@@ -1,0 +1,234 @@
+//! The policy decision, in two steps around name resolution, kept free of I/O so it
+//! can be unit-tested with made-up resolved addresses:
+//!
+//! 1. [`check_target`]: the host as the request named it — metadata names and
+//!    forbidden IP literals are refused whatever the list says, then the allowlist.
+//! 2. [`filter_resolved`]: the addresses the proxy resolved — always-refused classes
+//!    are dropped, loopback is kept only for an explicit `localhost`/loopback literal.
+//!    Nothing survives → refused.
+
+use std::net::SocketAddr;
+
+use super::allowlist::{Allowlist, TargetHost};
+use super::destination::{classify_ip, is_metadata_name, DestClass};
+use super::refusal::Refusal;
+
+/// The longest host name we keep in a refusal (DNS names are at most 253 bytes).
+const MAX_HOST_CHARS: usize = 255;
+
+fn shown(host: &str) -> String {
+    host.chars()
+        .filter(|c| !c.is_control())
+        .take(MAX_HOST_CHARS)
+        .collect::<String>()
+        .to_ascii_lowercase()
+}
+
+/// Step 1: may a request to `host:port` (as written in the request) go ahead?
+pub fn check_target(allow: &Allowlist, host: &str, port: u16) -> Result<TargetHost, Refusal> {
+    let Some(target) = TargetHost::parse(host) else {
+        return Err(Refusal::NotListed {
+            host: shown(host),
+            port,
+        });
+    };
+    match &target {
+        TargetHost::Name(name) if is_metadata_name(name) => {
+            return Err(Refusal::MetadataName { host: name.clone() });
+        }
+        TargetHost::Ip(ip) => {
+            let class = classify_ip(*ip);
+            if class.always_refused() {
+                return Err(Refusal::Forbidden {
+                    host: target.to_string(),
+                    class,
+                });
+            }
+        }
+        TargetHost::Name(_) => {}
+    }
+    if !allow.permits_target(&target, port) {
+        return Err(Refusal::NotListed {
+            host: target.to_string(),
+            port,
+        });
+    }
+    Ok(target)
+}
+
+/// Step 2: of the addresses `target` resolved to, which may the proxy connect to?
+/// An empty input gives an empty output (a resolution failure, not a refusal).
+pub fn filter_resolved(
+    target: &TargetHost,
+    addrs: &[SocketAddr],
+) -> Result<Vec<SocketAddr>, Refusal> {
+    let loopback_ok = target.is_explicit_loopback();
+    let mut first_refusal = None;
+    let mut kept = Vec::with_capacity(addrs.len());
+    for addr in addrs {
+        let class = classify_ip(addr.ip());
+        let refusal = if class.always_refused() {
+            Some(Refusal::Forbidden {
+                host: target.to_string(),
+                class,
+            })
+        } else if class == DestClass::Loopback && !loopback_ok {
+            Some(Refusal::LoopbackNotExplicit {
+                host: target.to_string(),
+            })
+        } else {
+            None
+        };
+        match refusal {
+            Some(r) => {
+                first_refusal.get_or_insert(r);
+            }
+            None => kept.push(*addr),
+        }
+    }
+    match (kept.is_empty(), first_refusal) {
+        (true, Some(r)) => Err(r),
+        _ => Ok(kept),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(entries: &[&str]) -> Allowlist {
+        let v: Vec<String> = entries.iter().map(|s| s.to_string()).collect();
+        Allowlist::parse(&v).expect("valid allowlist")
+    }
+
+    fn sa(s: &str) -> SocketAddr {
+        s.parse().expect("test socket address")
+    }
+
+    #[test]
+    fn listed_host_with_ordinary_address_is_allowed() {
+        let a = list(&["api.example.com"]);
+        let t = check_target(&a, "API.example.com.", 443).expect("allowed");
+        let kept = filter_resolved(&t, &[sa("93.184.216.34:443")]).expect("allowed");
+        assert_eq!(kept, vec![sa("93.184.216.34:443")]);
+    }
+
+    #[test]
+    fn unlisted_host_is_refused_naming_host_and_key() {
+        let a = list(&["api.example.com"]);
+        let r = check_target(&a, "evil.example.com", 443).expect_err("refused");
+        assert_eq!(r.host(), "evil.example.com");
+        let msg = r.to_string();
+        assert!(
+            msg.contains("evil.example.com") && msg.contains("network.allow_hosts"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn wildcard_decisions() {
+        let a = list(&["*.example.com"]);
+        assert!(check_target(&a, "a.example.com", 443).is_ok());
+        assert!(check_target(&a, "a.b.example.com", 80).is_ok());
+        assert!(check_target(&a, "example.com", 443).is_err());
+        assert!(check_target(&a, "aexample.com", 443).is_err());
+    }
+
+    #[test]
+    fn listed_host_resolving_to_link_local_or_metadata_is_refused() {
+        let a = list(&["sneaky.example.com"]);
+        let t = check_target(&a, "sneaky.example.com", 80).expect("listed");
+        for bad in [
+            "169.254.169.254:80",
+            "169.254.10.10:80",
+            "[fe80::1]:80",
+            "[fd00:ec2::254]:80",
+            "[::ffff:169.254.169.254]:80",
+            "0.0.0.0:80",
+            "[::]:80",
+        ] {
+            let r = filter_resolved(&t, &[sa(bad)]).expect_err(bad);
+            assert!(matches!(r, Refusal::Forbidden { .. }), "{bad}: {r:?}");
+        }
+    }
+
+    #[test]
+    fn forbidden_addresses_are_dropped_from_a_mixed_answer() {
+        let a = list(&["mixed.example.com"]);
+        let t = check_target(&a, "mixed.example.com", 80).expect("listed");
+        let kept = filter_resolved(&t, &[sa("169.254.169.254:80"), sa("93.184.216.34:80")])
+            .expect("one good address");
+        assert_eq!(kept, vec![sa("93.184.216.34:80")]);
+    }
+
+    #[test]
+    fn literal_metadata_or_link_local_in_the_list_is_still_refused() {
+        let a = list(&[
+            "169.254.169.254",
+            "[fe80::1]",
+            "[fd00:ec2::254]",
+            "0.0.0.0",
+            "metadata.google.internal",
+        ]);
+        for host in [
+            "169.254.169.254",
+            "[fe80::1]",
+            "[fd00:ec2::254]",
+            "0.0.0.0",
+            "[::ffff:169.254.169.254]",
+        ] {
+            assert!(
+                matches!(check_target(&a, host, 80), Err(Refusal::Forbidden { .. })),
+                "{host}"
+            );
+        }
+        assert!(matches!(
+            check_target(&a, "Metadata.Google.Internal.", 80),
+            Err(Refusal::MetadataName { .. })
+        ));
+    }
+
+    #[test]
+    fn loopback_only_for_explicit_localhost_or_literal() {
+        // A listed ordinary name that resolves to loopback: refused.
+        let a = list(&["rebind.example.com", "localhost"]);
+        let t = check_target(&a, "rebind.example.com", 80).expect("listed");
+        assert!(matches!(
+            filter_resolved(&t, &[sa("127.0.0.1:80")]),
+            Err(Refusal::LoopbackNotExplicit { .. })
+        ));
+        // localhost listed: allowed to loopback.
+        let t = check_target(&a, "localhost", 80).expect("listed");
+        assert!(filter_resolved(&t, &[sa("127.0.0.1:80"), sa("[::1]:80")]).is_ok());
+        // A loopback literal listed literally.
+        let b = list(&["127.0.0.1:8080", "[::1]"]);
+        let t = check_target(&b, "127.0.0.1", 8080).expect("listed");
+        assert!(filter_resolved(&t, &[sa("127.0.0.1:8080")]).is_ok());
+        let t = check_target(&b, "[::1]", 9).expect("listed");
+        assert!(filter_resolved(&t, &[sa("[::1]:9")]).is_ok());
+        // Not listed: refused before resolution.
+        assert!(check_target(&b, "localhost", 8080).is_err());
+        assert!(check_target(&b, "127.0.0.2", 8080).is_err());
+        // A wildcard cannot reach loopback.
+        let w = list(&["*.localhost", "*.example.com"]);
+        assert!(check_target(&w, "localhost", 80).is_err());
+        let t = check_target(&w, "x.localhost", 80).expect("wildcard match");
+        assert!(filter_resolved(&t, &[sa("127.0.0.1:80")]).is_err());
+    }
+
+    #[test]
+    fn empty_resolution_is_not_a_refusal() {
+        let a = list(&["x.example.com"]);
+        let t = check_target(&a, "x.example.com", 80).expect("listed");
+        assert_eq!(filter_resolved(&t, &[]), Ok(vec![]));
+    }
+
+    #[test]
+    fn unparseable_host_is_refused() {
+        let a = list(&["example.com"]);
+        assert!(matches!(
+            check_target(&a, "bad host\u{7}", 80),
+            Err(Refusal::NotListed { .. })
+        ));
+    }
+}

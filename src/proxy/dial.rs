@@ -1,0 +1,110 @@
+//! Open an upstream TCP connection for a request: decide, resolve, decide again on the
+//! resolved addresses, connect to one of them. Counting and the refusal log line
+//! happen here, once per connection attempt.
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::time::Duration;
+
+use hyper::Response;
+use tokio::net::TcpStream;
+
+use super::allowlist::{Allowlist, TargetHost};
+use super::decide::{check_target, filter_resolved};
+use super::refusal::{bad_gateway, ProxyBody, Refusal, UpstreamFailure};
+use super::stats::ProxyStats;
+
+/// How long one connect attempt (to one resolved address) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long name resolution may take.
+const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why no upstream stream: answered with 403 or 502.
+#[derive(Debug)]
+pub enum DialError {
+    Refused(Refusal),
+    Upstream(UpstreamFailure),
+}
+
+impl DialError {
+    /// The response to send downstream.
+    pub fn response(&self, host: &str, port: u16) -> Response<ProxyBody> {
+        match self {
+            DialError::Refused(r) => r.response(),
+            DialError::Upstream(f) => bad_gateway(host, port, *f),
+        }
+    }
+}
+
+/// Step 1 with its bookkeeping: refusals are counted and logged here.
+pub fn authorize(
+    allow: &Allowlist,
+    stats: &ProxyStats,
+    host: &str,
+    port: u16,
+) -> Result<TargetHost, DialError> {
+    check_target(allow, host, port).map_err(|r| refused(stats, r, port))
+}
+
+fn refused(stats: &ProxyStats, r: Refusal, port: u16) -> DialError {
+    stats.record_denied(r.host());
+    tracing::info!(
+        host = r.host(),
+        port,
+        reason = r.reason(),
+        "proxy refused connection"
+    );
+    DialError::Refused(r)
+}
+
+/// Resolve an authorised target, filter the addresses, count, connect.
+pub async fn connect(
+    target: &TargetHost,
+    port: u16,
+    stats: &ProxyStats,
+) -> Result<TcpStream, DialError> {
+    let addrs = resolve(target, port).await.map_err(|e| {
+        tracing::debug!(host = %target, port, error = %e, "proxy could not resolve");
+        DialError::Upstream(UpstreamFailure::Resolve)
+    })?;
+    let addrs = filter_resolved(target, &addrs).map_err(|r| refused(stats, r, port))?;
+    if addrs.is_empty() {
+        return Err(DialError::Upstream(UpstreamFailure::Resolve));
+    }
+    stats.record_allowed();
+    let mut last = None;
+    for addr in addrs {
+        match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+            Ok(Ok(stream)) => {
+                // Nagle off: tunnels relay interactive protocols (TLS handshakes).
+                let _ = stream.set_nodelay(true);
+                return Ok(stream);
+            }
+            Ok(Err(e)) => last = Some(e),
+            Err(_) => last = Some(io::Error::from(io::ErrorKind::TimedOut)),
+        }
+    }
+    if let Some(e) = last {
+        tracing::debug!(host = %target, port, error = %e, "proxy could not connect upstream");
+    }
+    Err(DialError::Upstream(UpstreamFailure::Connect))
+}
+
+/// Resolve with the system resolver; `localhost` is loopback by definition (RFC 6761)
+/// and IP literals are not resolved at all.
+async fn resolve(target: &TargetHost, port: u16) -> io::Result<Vec<SocketAddr>> {
+    match target {
+        TargetHost::Ip(ip) => Ok(vec![SocketAddr::new(*ip, port)]),
+        TargetHost::Name(n) if n == "localhost" => Ok(vec![
+            SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port),
+            SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), port),
+        ]),
+        TargetHost::Name(n) => {
+            let lookup = tokio::net::lookup_host((n.as_str(), port));
+            match tokio::time::timeout(RESOLVE_TIMEOUT, lookup).await {
+                Ok(r) => Ok(r?.collect()),
+                Err(_) => Err(io::Error::from(io::ErrorKind::TimedOut)),
+            }
+        }
+    }
+}

@@ -1,0 +1,100 @@
+//! The accept loop and the per-connection HTTP/1.1 server (hyper): CONNECT goes to
+//! `connect`, absolute-form requests to `forward`, anything else is a 400.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+
+use super::allowlist::Allowlist;
+use super::connect::{self, PendingTunnel};
+use super::forward::{self, UpstreamSlot};
+use super::refusal::{bad_request, ProxyBody};
+use super::stats::ProxyStats;
+
+/// Largest request (or response) head the proxy reads, in bytes.
+pub const MAX_HEAD: usize = 64 * 1024;
+/// Connection read buffer limit (hyper's minimum is 8 KiB).
+pub const MAX_BUF: usize = 256 * 1024;
+/// A client that sends no complete request head within this time is dropped.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What every connection task shares.
+pub struct Shared {
+    pub allow: Arc<Allowlist>,
+    pub stats: Arc<ProxyStats>,
+}
+
+/// Accept connections until this future is dropped (every connection and tunnel it
+/// started is dropped with it). The listener may live in another network namespace:
+/// nothing here assumes its address is reachable from this process.
+pub async fn serve(listener: TcpListener, allow: Arc<Allowlist>, stats: Arc<ProxyStats>) {
+    let shared = Arc::new(Shared { allow, stats });
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => {
+                    conns.spawn(serve_connection(stream, shared.clone()));
+                }
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    tracing::warn!(error = %e, "proxy: accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+}
+
+async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
+    let _ = stream.set_nodelay(true);
+    let tunnel: Arc<std::sync::Mutex<Option<PendingTunnel>>> = Arc::default();
+    let upstream: UpstreamSlot = Arc::default();
+    let service = {
+        let tunnel = tunnel.clone();
+        service_fn(move |req: Request<Incoming>| {
+            let shared = shared.clone();
+            let tunnel = tunnel.clone();
+            let upstream = upstream.clone();
+            async move { Ok::<_, Infallible>(route(req, shared, tunnel, upstream).await) }
+        })
+    };
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEAD_TIMEOUT)
+        .max_header_size(MAX_HEAD)
+        .max_buf_size(MAX_BUF)
+        .keep_alive(true)
+        .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades();
+    if let Err(e) = conn.await {
+        tracing::debug!(error = %e, "proxy: client connection ended with an error");
+    }
+    let pending = tunnel.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(pending) = pending {
+        connect::run(pending).await;
+    }
+}
+
+async fn route(
+    req: Request<Incoming>,
+    shared: Arc<Shared>,
+    tunnel: Arc<std::sync::Mutex<Option<PendingTunnel>>>,
+    upstream: UpstreamSlot,
+) -> Response<ProxyBody> {
+    if req.method() == Method::CONNECT {
+        connect::handle(req, shared, tunnel).await
+    } else if req.uri().scheme().is_some() {
+        forward::handle(req, shared, upstream).await
+    } else {
+        bad_request("this is a proxy: send absolute-form requests or CONNECT")
+    }
+}

@@ -1,1 +1,0 @@
-//! Landlock: the filesystem (and TCP) layer. OWNED BY: landlock helper.

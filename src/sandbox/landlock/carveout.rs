@@ -1,0 +1,337 @@
+//! Turning grants and denies into Landlock rules, carving denied paths out.
+//!
+//! Landlock only adds rights, it cannot subtract: a rule on `G` gives its rights to
+//! everything beneath `G`. So for a grant `G` with denied paths `D` strictly beneath it,
+//! no rule is put on `G`. Instead, for each directory `P` on the way from `G` down to
+//! `parent(D)`, every entry of `P` except the next component toward `D` gets a rule with
+//! `G`'s rights; `D` itself gets none. Several denies beneath one grant share the walk.
+//!
+//! Consequences, by design:
+//! * An entry created later directly in an expanded directory `P` (after the rules are
+//!   built) is not reachable, and creating one directly in `P` is denied: `P` itself has
+//!   no rule. Entries created deeper, inside a granted entry, are fine.
+//! * An expanded directory can be listed only when every denied path beneath it is a
+//!   file (then `P` gets ReadDir alone, which gives no file rights and reaches no denied
+//!   directory); with a denied directory beneath, listing `P` is denied.
+//! * Symbolic links among the entries of an expanded directory get no rule: opening the
+//!   entry's path with `PathFd` would follow the link and grant its target, possibly
+//!   outside `G` or inside a denied path. Skipping them loses nothing: Landlock checks a
+//!   followed link against its target's own path, so a link to a place inside `G` still
+//!   works through the target's rule and a link to anywhere else is refused. Entries are
+//!   opened with `O_PATH|O_NOFOLLOW` relative to the directory and checked with fstat.
+//! * Another name for a denied object inside `G` (a hard link, a bind mount) exposes it,
+//!   as any copy would: Landlock rules attach to inodes.
+//!
+//! A grant naming a denied path exactly wins over that deny: the deny is still carved
+//! out of the broader grants around it, and the exact grant gives it its own rights.
+//! A grant strictly inside a (not overridden) denied path is dropped and reported.
+//! A deny that is not beneath any grant is ignored here (the policy layer rejects it).
+//! A deny that does not exist needs no carving: nothing is there to protect.
+
+use std::ffi::{OsStr, OsString};
+use std::os::fd::OwnedFd;
+use std::path::{Component, Path};
+
+use landlock::{AccessFs, BitFlags, ABI};
+use nix::errno::Errno;
+use nix::fcntl::{open, openat, OFlag};
+use nix::sys::stat::{fstat, Mode, SFlag};
+
+use super::error::LandlockError;
+use super::report::{DenyLine, DroppedGrant, RuleKind, RuleLine};
+use super::rights;
+use crate::plan::{FsDeny, FsGrant, FsPlan};
+
+/// A rule ready to add: the opened path and its rights.
+pub(super) struct PlannedRule {
+    pub fd: OwnedFd,
+    pub rights: BitFlags<AccessFs>,
+}
+
+/// Every filesystem rule of a plan, with the report lines.
+#[derive(Default)]
+pub(super) struct FsRules {
+    pub rules: Vec<PlannedRule>,
+    pub lines: Vec<RuleLine>,
+    pub denied: Vec<DenyLine>,
+    pub dropped: Vec<DroppedGrant>,
+}
+
+/// An existing denied path.
+struct Deny<'a> {
+    deny: &'a FsDeny,
+    is_dir: bool,
+}
+
+/// Open each grant (once), expanding grants that have denied paths beneath them.
+pub(super) fn plan(fs: &FsPlan, abi: ABI) -> Result<FsRules, LandlockError> {
+    let denies = existing_denies(&fs.deny)?;
+    let mut out = FsRules::default();
+    for grant in &fs.grants {
+        if grant.access.is_empty() {
+            continue;
+        }
+        // A grant strictly inside a denied path that no grant names exactly: dropped.
+        if let Some(d) = denies.iter().find(|d| {
+            strictly_inside(&grant.path, &d.deny.path)
+                && !fs.grants.iter().any(|g| g.path == d.deny.path)
+        }) {
+            tracing::warn!(grant = %grant.path.display(), deny = %d.deny.path.display(),
+                "grant lies inside a denied path and is dropped");
+            out.dropped.push(DroppedGrant {
+                path: grant.path.clone(),
+                access: grant.access,
+                origin: grant.origin.clone(),
+                deny: d.deny.path.clone(),
+                deny_origin: d.deny.origin.clone(),
+            });
+            continue;
+        }
+        let mut tree = Node::default();
+        for d in denies
+            .iter()
+            .filter(|d| strictly_inside(&d.deny.path, &grant.path))
+        {
+            tree.insert(&d.deny.path, &grant.path, d);
+        }
+        if tree.children.is_empty() {
+            add_grant(&mut out, grant, abi)?;
+        } else {
+            let mut walk = Walk {
+                grant,
+                abi,
+                out: &mut out,
+            };
+            walk.expand(&grant.path, &tree)?;
+        }
+    }
+    Ok(out)
+}
+
+fn strictly_inside(path: &Path, ancestor: &Path) -> bool {
+    path != ancestor && path.starts_with(ancestor)
+}
+
+fn existing_denies(deny: &[FsDeny]) -> Result<Vec<Deny<'_>>, LandlockError> {
+    let mut out = Vec::with_capacity(deny.len());
+    for d in deny {
+        match std::fs::symlink_metadata(&d.path) {
+            Ok(m) => out.push(Deny {
+                deny: d,
+                is_dir: m.is_dir(),
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                tracing::debug!(deny = %d.path.display(), "denied path does not exist; nothing to carve");
+            }
+            Err(e) => {
+                return Err(LandlockError::Stat {
+                    path: d.path.clone(),
+                    source: e,
+                })
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The denied paths beneath one grant, as a tree of path components.
+#[derive(Default)]
+struct Node<'a> {
+    children: Vec<(OsString, Node<'a>)>,
+    /// This node is a denied path (its subtree is irrelevant).
+    deny: Option<&'a Deny<'a>>,
+    /// Some denied path in this subtree is a directory (so no ReadDir on this node).
+    dir_below: bool,
+}
+
+impl<'a> Node<'a> {
+    fn insert(&mut self, path: &Path, root: &Path, d: &'a Deny<'a>) {
+        let Ok(rel) = path.strip_prefix(root) else {
+            return;
+        };
+        let mut node = self;
+        for c in rel.components() {
+            let Component::Normal(name) = c else { return };
+            if node.deny.is_some() {
+                return; // already inside a denied path
+            }
+            node.dir_below |= d.is_dir;
+            let i = match node.children.iter().position(|(n, _)| n == name) {
+                Some(i) => i,
+                None => {
+                    node.children.push((name.to_os_string(), Node::default()));
+                    node.children.len() - 1
+                }
+            };
+            node = &mut node.children[i].1;
+        }
+        node.deny = Some(d);
+        node.dir_below = d.is_dir;
+        node.children.clear();
+    }
+
+    fn child(&self, name: &OsStr) -> Option<&Node<'a>> {
+        self.children
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, c)| c)
+    }
+
+    /// Some denied path below, for error messages.
+    fn any_deny(&self) -> Option<&Path> {
+        match self.deny {
+            Some(d) => Some(&d.deny.path),
+            None => self.children.iter().find_map(|(_, c)| c.any_deny()),
+        }
+    }
+}
+
+fn add_grant(out: &mut FsRules, grant: &FsGrant, abi: ABI) -> Result<(), LandlockError> {
+    // Plan paths are absolute and canonical; following a final link would be a no-op.
+    let fd =
+        open(&grant.path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).map_err(|source| {
+            LandlockError::Open {
+                path: grant.path.clone(),
+                source,
+            }
+        })?;
+    let is_dir = fd_is_dir(&fd, &grant.path)?.unwrap_or(false);
+    push(
+        out,
+        fd,
+        rights::for_access(grant.access, abi, is_dir),
+        RuleLine {
+            path: grant.path.clone(),
+            access: grant.access,
+            kind: RuleKind::Grant,
+            origin: grant.origin.clone(),
+        },
+    );
+    Ok(())
+}
+
+/// Record a rule. Its rights are empty only without Landlock (ABI 0), where the
+/// rule is reported but never added.
+fn push(out: &mut FsRules, fd: OwnedFd, rights: BitFlags<AccessFs>, line: RuleLine) {
+    out.rules.push(PlannedRule { fd, rights });
+    out.lines.push(line);
+}
+
+/// Some(is_dir), or None for a symbolic link.
+fn fd_is_dir(fd: &OwnedFd, path: &Path) -> Result<Option<bool>, LandlockError> {
+    let st = fstat(fd).map_err(|e| LandlockError::Stat {
+        path: path.to_path_buf(),
+        source: e.into(),
+    })?;
+    let kind = SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits());
+    Ok(match kind {
+        SFlag::S_IFLNK => None,
+        SFlag::S_IFDIR => Some(true),
+        _ => Some(false),
+    })
+}
+
+struct Walk<'g, 'o> {
+    grant: &'g FsGrant,
+    abi: ABI,
+    out: &'o mut FsRules,
+}
+
+impl Walk<'_, '_> {
+    fn expand(&mut self, dir: &Path, node: &Node<'_>) -> Result<(), LandlockError> {
+        let deny_path = || node.any_deny().unwrap_or(dir).to_path_buf();
+        let dirfd = open(
+            dir,
+            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|source| match source {
+            Errno::ENOTDIR | Errno::ELOOP => LandlockError::NotCanonical {
+                deny: deny_path(),
+                path: dir.to_path_buf(),
+            },
+            _ => LandlockError::Open {
+                path: dir.to_path_buf(),
+                source,
+            },
+        })?;
+        let list_err = |source| LandlockError::ListDir {
+            path: dir.to_path_buf(),
+            deny: deny_path(),
+            source,
+        };
+        for entry in std::fs::read_dir(dir).map_err(list_err)? {
+            let entry = entry.map_err(list_err)?;
+            let name = entry.file_name();
+            if let Some(child) = node.child(&name) {
+                let path = dir.join(&name);
+                if let Some(d) = child.deny {
+                    self.out.denied.push(DenyLine {
+                        path,
+                        origin: d.deny.origin.clone(),
+                        grant: self.grant.path.clone(),
+                    });
+                } else {
+                    self.expand(&path, child)?;
+                }
+                continue;
+            }
+            // d_type tells symlinks apart without a syscall (DT_UNKNOWN falls back to lstat).
+            if entry.file_type().map(|t| t.is_symlink()).unwrap_or(false) {
+                tracing::trace!(entry = %dir.join(&name).display(), "symlink in a carved directory: no rule");
+                continue;
+            }
+            let fd = match openat(
+                &dirfd,
+                name.as_os_str(),
+                OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            ) {
+                Ok(fd) => fd,
+                Err(Errno::ENOENT) => continue, // vanished since readdir
+                Err(source) => {
+                    return Err(LandlockError::Open {
+                        path: dir.join(&name),
+                        source,
+                    })
+                }
+            };
+            let path = dir.join(&name);
+            let Some(is_dir) = fd_is_dir(&fd, &path)? else {
+                continue;
+            };
+            let rights = rights::for_access(self.grant.access, self.abi, is_dir);
+            push(
+                self.out,
+                fd,
+                rights,
+                RuleLine {
+                    path,
+                    access: self.grant.access,
+                    kind: RuleKind::CarveOut {
+                        grant: self.grant.path.clone(),
+                    },
+                    origin: self.grant.origin.clone(),
+                },
+            );
+        }
+        if !node.dir_below {
+            let rights =
+                rights::list_only(self.abi) & rights::for_access(self.grant.access, self.abi, true);
+            push(
+                self.out,
+                dirfd,
+                rights,
+                RuleLine {
+                    path: dir.to_path_buf(),
+                    access: crate::plan::Access::READ,
+                    kind: RuleKind::ListOnly {
+                        grant: self.grant.path.clone(),
+                    },
+                    origin: self.grant.origin.clone(),
+                },
+            );
+        }
+        Ok(())
+    }
+}

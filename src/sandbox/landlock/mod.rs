@@ -1,0 +1,263 @@
+//! Landlock: the filesystem (and TCP, and scope) layer.
+//!
+//! [`prepare`] runs in the parent before fork: it opens every rule's path once,
+//! builds the ruleset at the highest ABI the kernel offers with **every**
+//! filesystem right of that ABI handled (so anything not granted is denied), adds
+//! every rule, and reports what it built. [`Prepared::restrict_in_child`] runs in
+//! the forked child: it adds the child's own `/proc/self`, sets no_new_privs,
+//! calls `landlock_restrict_self` and checks the result against the promise.
+//!
+//! Fail closed: when the kernel lacks Landlock, or something the plan needs
+//! (TCP rules on ABI < 4, scopes on ABI < 6), `prepare` fails naming what is
+//! missing and the first kernel that has it, unless `best_effort`, in which case
+//! it is listed in [`Report::missing`].
+//!
+//! Carve-outs of denied paths beneath grants are described in [`carveout`]. In
+//! short: Landlock cannot subtract, so a grant with a denied path beneath it is
+//! expanded into rules on the siblings along the way; entries created later
+//! directly in an expanded directory are not reachable, and symbolic links in an
+//! expanded directory get no rule of their own.
+//!
+//! The `landlock` crate (0.4.8) knows ABIs up to 10; a newer kernel is used at
+//! ABI 10. This layer's types never expose the crate's.
+
+mod abi;
+mod carveout;
+mod error;
+mod report;
+mod rights;
+
+#[cfg(test)]
+mod tests;
+
+use landlock::{
+    AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath, PathFd, RestrictionStatus,
+    Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+};
+
+pub use abi::kernel_abi;
+pub use error::LandlockError;
+pub use report::{DenyLine, DroppedGrant, Report, RuleKind, RuleLine};
+
+use crate::plan::{Access, FsPlan, Origin};
+
+/// TCP rules (ABI 4+).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NetRules {
+    /// Deny TCP bind and connect, except connect to `connect_ports`.
+    pub handle_tcp: bool,
+    /// Ports the child may connect to (on any address: pair with seccomp or a netns).
+    pub connect_ports: Vec<u16>,
+}
+
+/// IPC scopes (ABI 6+).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Scopes {
+    /// No signals to processes outside the sandbox.
+    pub signal: bool,
+    /// No connecting to abstract Unix sockets created outside the sandbox.
+    pub abstract_unix: bool,
+}
+
+/// A ruleset with every rule added, ready for the child to apply to itself.
+#[derive(Debug)]
+pub struct Prepared {
+    /// None when Landlock is unavailable and best effort was allowed.
+    ruleset: Option<RulesetCreated>,
+    report: Report,
+    abi: ABI,
+    proc_self: bool,
+    best_effort: bool,
+}
+
+/// Build the ruleset for `fs`, `net` and `scopes` at the kernel's highest ABI.
+///
+/// Opens every rule's path (once); the returned [`Prepared`] holds one ruleset fd
+/// (close-on-exec). Fails closed unless `best_effort`, see the module docs.
+pub fn prepare(
+    fs: &FsPlan,
+    net: &NetRules,
+    scopes: &Scopes,
+    best_effort: bool,
+) -> Result<Prepared, LandlockError> {
+    let kernel = kernel_abi();
+    let abi_n = abi::effective(kernel);
+    let abi = abi::to_crate(abi_n);
+    let want_scopes = scopes.signal || scopes.abstract_unix;
+    let missing = abi::missing_features(kernel, net.handle_tcp, want_scopes);
+    if !missing.is_empty() && !best_effort {
+        return Err(LandlockError::Unsupported {
+            kernel_abi: kernel,
+            missing,
+        });
+    }
+    for m in &missing {
+        tracing::warn!(missing = %m, "best effort: Landlock protection not enforced");
+    }
+    if kernel > abi_n {
+        tracing::debug!(
+            kernel,
+            used = abi_n,
+            "kernel Landlock ABI is newer than the landlock crate knows"
+        );
+    }
+
+    let fs_on = abi_n >= 1;
+    let tcp_on = net.handle_tcp && abi_n >= 4;
+    let scopes_on = want_scopes && abi_n >= 6;
+    let planned = carveout::plan(fs, abi)?;
+
+    let ruleset = if fs_on {
+        let level = if best_effort {
+            CompatLevel::BestEffort
+        } else {
+            CompatLevel::HardRequirement
+        };
+        let mut rs = Ruleset::default()
+            .set_compatibility(level)
+            .handle_access(rights::handled(abi))
+            .map_err(|e| LandlockError::ruleset("handle filesystem rights", e))?;
+        if tcp_on {
+            rs = rs
+                .handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)
+                .map_err(|e| LandlockError::ruleset("handle TCP rights", e))?;
+        }
+        if scopes_on {
+            let mut s = BitFlags::<Scope>::EMPTY;
+            if scopes.signal {
+                s |= Scope::Signal;
+            }
+            if scopes.abstract_unix {
+                s |= Scope::AbstractUnixSocket;
+            }
+            rs = rs
+                .scope(s)
+                .map_err(|e| LandlockError::ruleset("scope", e))?;
+        }
+        let mut created = rs
+            .create()
+            .map_err(|e| LandlockError::ruleset("create ruleset", e))?;
+        for rule in planned.rules {
+            if rule.rights.is_empty() {
+                continue;
+            }
+            created = created
+                .add_rule(PathBeneath::new(rule.fd, rule.rights))
+                .map_err(|e| LandlockError::ruleset("add path rule", e))?;
+        }
+        if tcp_on {
+            for &port in &net.connect_ports {
+                created = created
+                    .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
+                    .map_err(|e| LandlockError::ruleset("add TCP port rule", e))?;
+            }
+        }
+        Some(created)
+    } else {
+        None
+    };
+
+    let mut rules = planned.lines;
+    if fs.proc_self {
+        rules.push(RuleLine {
+            path: "/proc/self".into(),
+            access: Access::READ,
+            kind: RuleKind::ProcSelf,
+            origin: Origin::System,
+        });
+    }
+    let report = Report {
+        abi: abi_n,
+        kernel_abi: kernel,
+        fs: fs_on,
+        tcp: tcp_on,
+        scopes: scopes_on,
+        missing,
+        rules,
+        denied: planned.denied,
+        dropped: planned.dropped,
+        connect_ports: if tcp_on {
+            net.connect_ports.clone()
+        } else {
+            Vec::new()
+        },
+    };
+    Ok(Prepared {
+        ruleset,
+        report,
+        abi,
+        proc_self: fs.proc_self,
+        best_effort,
+    })
+}
+
+impl Prepared {
+    /// What this ruleset enforces, one line per rule (for `--dry-run` and `check`).
+    pub fn report(&self) -> &Report {
+        &self.report
+    }
+
+    /// Apply the ruleset to the calling process. Runs in the forked child
+    /// (single-threaded; small allocations only): adds the child's own /proc/self
+    /// (read) when the plan asks, sets no_new_privs, restricts itself, and checks
+    /// that the kernel enforced what [`prepare`] promised.
+    pub fn restrict_in_child(self) -> Result<(), LandlockError> {
+        let Prepared {
+            ruleset,
+            report,
+            abi,
+            proc_self,
+            best_effort,
+        } = self;
+        let Some(mut ruleset) = ruleset else {
+            // Only reachable with best effort on a kernel without Landlock.
+            nix::sys::prctl::set_no_new_privs()
+                .map_err(|e| LandlockError::NoNewPrivs(e.to_string()))?;
+            return Ok(());
+        };
+        if proc_self {
+            // Opened here, after fork, so that /proc/self is the child's own.
+            let fd = PathFd::new("/proc/self")
+                .map_err(|e| LandlockError::ruleset("open /proc/self", e))?;
+            ruleset = ruleset
+                .add_rule(PathBeneath::new(
+                    fd,
+                    rights::for_access(Access::READ, abi, true),
+                ))
+                .map_err(|e| LandlockError::ruleset("add /proc/self rule", e))?;
+        }
+        let status = ruleset
+            .no_new_privs(true)
+            .restrict_self()
+            .map_err(|e| LandlockError::ruleset("restrict_self", e))?;
+        check_status(&status, report.fs, best_effort)
+    }
+}
+
+fn check_status(
+    status: &RestrictionStatus,
+    promised: bool,
+    best_effort: bool,
+) -> Result<(), LandlockError> {
+    if !status.no_new_privs {
+        return Err(LandlockError::NoNewPrivs("not set by restrict_self".into()));
+    }
+    let got = match status.ruleset {
+        RulesetStatus::FullyEnforced => return Ok(()),
+        RulesetStatus::PartiallyEnforced => "partially enforced",
+        RulesetStatus::NotEnforced => "not enforced",
+    };
+    if !best_effort {
+        return Err(LandlockError::NotEnforced {
+            got,
+            expected: "full enforcement",
+        });
+    }
+    if promised && status.ruleset == RulesetStatus::NotEnforced {
+        return Err(LandlockError::NotEnforced {
+            got,
+            expected: "the enforcement reported before fork",
+        });
+    }
+    Ok(())
+}

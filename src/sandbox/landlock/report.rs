@@ -1,0 +1,141 @@
+//! What the Landlock layer will enforce, for `--dry-run`, `check` and the result.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use crate::plan::{Access, Origin};
+
+/// How a rule came about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuleKind {
+    /// The grant's own path.
+    Grant,
+    /// An entry of a directory expanded around a denied path beneath `grant`.
+    CarveOut { grant: PathBuf },
+    /// Listing only (ReadDir) of a directory expanded around denied files beneath `grant`.
+    ListOnly { grant: PathBuf },
+    /// The child's own /proc/self, added after fork.
+    ProcSelf,
+}
+
+/// One Landlock rule: a path, what it gives, and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleLine {
+    pub path: PathBuf,
+    pub access: Access,
+    pub kind: RuleKind,
+    pub origin: Origin,
+}
+
+/// A denied path that was carved out of a grant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DenyLine {
+    pub path: PathBuf,
+    pub origin: Origin,
+    /// The grant it was carved out of.
+    pub grant: PathBuf,
+}
+
+/// A grant dropped because it lies inside a denied path (deny = no access at all).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DroppedGrant {
+    pub path: PathBuf,
+    pub access: Access,
+    pub origin: Origin,
+    pub deny: PathBuf,
+    pub deny_origin: Origin,
+}
+
+/// What `prepare` built, and what it could not.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// The ABI the ruleset uses: the kernel's, capped at what the crate knows (0 = none).
+    pub abi: u32,
+    /// The ABI the kernel reports (may be above `abi`).
+    pub kernel_abi: u32,
+    /// Filesystem rights are enforced.
+    pub fs: bool,
+    /// TCP bind/connect rules are enforced.
+    pub tcp: bool,
+    /// Signal and abstract-unix-socket scopes are enforced.
+    pub scopes: bool,
+    /// What the plan asked for and this kernel lacks (only non-empty with best effort).
+    pub missing: Vec<String>,
+    /// One line per rule, in the order added.
+    pub rules: Vec<RuleLine>,
+    /// Carve-outs that took effect.
+    pub denied: Vec<DenyLine>,
+    /// Grants dropped because they lie inside a denied path.
+    pub dropped: Vec<DroppedGrant>,
+    /// TCP ports the child may connect to (when `tcp`).
+    pub connect_ports: Vec<u16>,
+}
+
+impl fmt::Display for RuleLine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            RuleKind::ListOnly { .. } => write!(f, "list {}", self.path.display())?,
+            _ => write!(f, "{} {}", self.access.label(), self.path.display())?,
+        }
+        match &self.kind {
+            RuleKind::Grant => write!(f, " — {}", self.origin),
+            RuleKind::CarveOut { grant } | RuleKind::ListOnly { grant } => {
+                write!(
+                    f,
+                    " — {} (part of {}, around denied paths)",
+                    self.origin,
+                    grant.display()
+                )
+            }
+            RuleKind::ProcSelf => write!(f, " — the child's own /proc/self"),
+        }
+    }
+}
+
+impl Report {
+    /// One human line per rule, deny and dropped grant, each naming the enforcing layer.
+    pub fn lines(&self) -> Vec<String> {
+        let layer = if self.fs {
+            format!("Landlock ABI {}", self.abi)
+        } else {
+            "NOT ENFORCED (no Landlock)".to_string()
+        };
+        let mut out = Vec::with_capacity(self.rules.len() + self.denied.len() + 2);
+        for r in &self.rules {
+            out.push(format!("{r} — {layer}"));
+        }
+        for d in &self.denied {
+            out.push(format!(
+                "deny {} — {} (carved out of {}) — {layer}",
+                d.path.display(),
+                d.origin,
+                d.grant.display()
+            ));
+        }
+        for d in &self.dropped {
+            out.push(format!(
+                "dropped {} {} — {}: inside denied {} ({})",
+                d.access.label(),
+                d.path.display(),
+                d.origin,
+                d.deny.display(),
+                d.deny_origin
+            ));
+        }
+        if self.tcp {
+            out.push(format!(
+                "tcp: bind denied, connect only to ports {:?} — {layer}",
+                self.connect_ports
+            ));
+        }
+        if self.scopes {
+            out.push(format!(
+                "scopes: signals and abstract unix sockets confined to the sandbox — {layer}"
+            ));
+        }
+        for m in &self.missing {
+            out.push(format!("missing: {m}"));
+        }
+        out
+    }
+}

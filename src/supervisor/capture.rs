@@ -1,0 +1,99 @@
+//! Draining the child's stdout and stderr.
+//!
+//! Each stream is read until end-of-file whatever the limit: past
+//! `max_output_bytes` bytes are counted and dropped, so the child never
+//! blocks on a full pipe and capsule's memory stays bounded (at most the
+//! limit per stream, plus one read buffer). With `--json` the kept bytes go
+//! into the result; otherwise they are written live to capsule's own
+//! stdout/stderr.
+
+use std::os::fd::OwnedFd;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The exact marker that ends a truncated stream.
+pub const TRUNCATION_MARKER: &str = "\n[...output truncated at byte limit]\n";
+
+const CHUNK: usize = 64 * 1024;
+
+/// Where a stream's bytes go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sink {
+    /// Keep them for the JSON result.
+    Capture,
+    /// Write them to capsule's own stdout.
+    Stdout,
+    /// Write them to capsule's own stderr.
+    Stderr,
+}
+
+/// What one stream produced.
+#[derive(Debug, Default, Clone)]
+pub struct Captured {
+    /// Kept bytes (Capture only), marker included when truncated.
+    pub data: Vec<u8>,
+    /// Every byte the child wrote.
+    pub total: u64,
+    pub truncated: bool,
+}
+
+/// Read `fd` to end-of-file, keeping at most `limit` bytes.
+pub async fn pump(fd: OwnedFd, sink: Sink, limit: u64) -> Captured {
+    let mut out = Captured::default();
+    let mut rx = match tokio::net::unix::pipe::Receiver::from_owned_fd(fd) {
+        Ok(rx) => rx,
+        Err(e) => {
+            tracing::warn!("cannot watch an output pipe: {e}");
+            return out;
+        }
+    };
+    let mut writer: Option<Box<dyn tokio::io::AsyncWrite + Unpin + Send>> = match sink {
+        Sink::Capture => None,
+        Sink::Stdout => Some(Box::new(tokio::io::stdout())),
+        Sink::Stderr => Some(Box::new(tokio::io::stderr())),
+    };
+    let mut buf = vec![0u8; CHUNK];
+    let mut kept: u64 = 0;
+    loop {
+        let n = match rx.read(&mut buf).await {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                tracing::debug!("output pipe read failed: {e}");
+                break;
+            }
+        };
+        out.total += n as u64;
+        if out.truncated {
+            continue;
+        }
+        let room = limit.saturating_sub(kept) as usize;
+        let take = n.min(room);
+        let slice = &buf[..take];
+        kept += take as u64;
+        match writer.as_mut() {
+            None => out.data.extend_from_slice(slice),
+            Some(w) => {
+                if w.write_all(slice).await.is_err() {
+                    // capsule's own stdout went away: keep draining so the child is not blocked.
+                    writer = None;
+                }
+            }
+        }
+        if take < n {
+            out.truncated = true;
+            match writer.as_mut() {
+                None => out.data.extend_from_slice(TRUNCATION_MARKER.as_bytes()),
+                Some(w) => {
+                    let _ = w.write_all(TRUNCATION_MARKER.as_bytes()).await;
+                    let _ = w.flush().await;
+                }
+            }
+        }
+    }
+    if let Some(w) = writer.as_mut() {
+        let _ = w.flush().await;
+    }
+    out
+}

@@ -1,0 +1,142 @@
+//! Watching the child: its exit, its messages, signals to capsule, and the
+//! wall-clock limit.
+//!
+//! At the limit the run gets SIGTERM (in a pid namespace, init passes it to
+//! every process of the run), then after a short grace SIGKILL of the whole
+//! tree. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to capsule are forwarded
+//! the same way, as GNU timeout does.
+
+use std::os::fd::OwnedFd;
+use std::time::Duration;
+
+use nix::errno::Errno;
+use tokio::signal::unix::{signal, SignalKind};
+
+use super::spawn::{Spawned, TreeMode};
+use crate::sys::{self, channel::Msg};
+
+/// Send `sig` to every process of the run.
+pub fn signal_run(sp: &Spawned, sig: libc::c_int) {
+    match sp.tree {
+        TreeMode::PidNamespace => sys::signal(sp.pid, sig),
+        TreeMode::Subreaper => {
+            sys::signal(-sp.pid, sig);
+            sys::signal(sp.pid, sig);
+        }
+    }
+}
+
+/// Kill every process of the run now.
+pub fn kill_run(sp: &Spawned) {
+    match sp.tree {
+        // The kernel kills the whole namespace with its init.
+        TreeMode::PidNamespace => sys::signal(sp.pid, libc::SIGKILL),
+        TreeMode::Subreaper => {
+            sys::signal(-sp.pid, libc::SIGKILL);
+            sys::signal(sp.pid, libc::SIGKILL);
+            for k in super::treekill::children_of(nix::unistd::getpid().as_raw()) {
+                sys::signal(k, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+fn try_wait(pid: libc::pid_t) -> Option<i32> {
+    let mut status = 0;
+    // SAFETY: waitpid writes into our local.
+    let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG | libc::__WALL) };
+    (r == pid).then_some(status)
+}
+
+/// Run until the child (init, or the command itself) has exited; returns its
+/// raw wait status. Messages from the child go to `on_msg`.
+pub async fn watch(
+    sp: &Spawned,
+    limit: Duration,
+    grace: Duration,
+    timed_out: &mut bool,
+    mut on_msg: impl FnMut(Msg, Option<OwnedFd>),
+) -> Option<i32> {
+    let pidfd = sys::pidfd_open(sp.pid).ok().and_then(|fd| sys::async_fd(fd).ok());
+    let _ = sys::set_nonblocking(sp.chan.raw());
+    let chan = sp.chan.try_clone_fd().ok().and_then(|fd| sys::async_fd(fd).ok());
+    let mut chan_open = chan.is_some();
+    let mut sig_int = signal(SignalKind::interrupt()).ok();
+    let mut sig_term = signal(SignalKind::terminate()).ok();
+    let mut sig_hup = signal(SignalKind::hangup()).ok();
+    let mut sig_quit = signal(SignalKind::quit()).ok();
+    let deadline = tokio::time::sleep(limit);
+    tokio::pin!(deadline);
+    let far = tokio::time::Instant::now() + Duration::from_secs(86_400 * 365);
+    let kill_at = tokio::time::sleep_until(far);
+    tokio::pin!(kill_at);
+    let mut kill_armed = false;
+    let mut poll_tick = tokio::time::interval(Duration::from_millis(20));
+
+    let drain = |on_msg: &mut dyn FnMut(Msg, Option<OwnedFd>)| -> bool {
+        loop {
+            match sp.chan.recv() {
+                Ok(Some((Some(m), fd))) => on_msg(m, fd),
+                Ok(Some((None, _))) => {}
+                Ok(None) => return false,
+                Err(Errno::EAGAIN) => return true,
+                Err(_) => return false,
+            }
+        }
+    };
+
+    let status = loop {
+        tokio::select! {
+            r = async { pidfd.as_ref().unwrap().readable().await }, if pidfd.is_some() => {
+                if let Ok(mut guard) = r {
+                    if let Some(st) = try_wait(sp.pid) { break Some(st); }
+                    guard.clear_ready();
+                }
+            }
+            _ = poll_tick.tick(), if pidfd.is_none() => {
+                if let Some(st) = try_wait(sp.pid) { break Some(st); }
+            }
+            r = async { chan.as_ref().unwrap().readable().await }, if chan_open => {
+                if let Ok(mut guard) = r {
+                    chan_open = drain(&mut on_msg);
+                    guard.clear_ready();
+                }
+            }
+            _ = &mut deadline, if !*timed_out => {
+                *timed_out = true;
+                tracing::info!("wall-clock limit reached; sending SIGTERM to the run");
+                signal_run(sp, libc::SIGTERM);
+                kill_at.as_mut().reset(tokio::time::Instant::now() + grace);
+                kill_armed = true;
+            }
+            _ = &mut kill_at, if kill_armed => {
+                kill_armed = false;
+                tracing::info!("grace period over; killing every process of the run");
+                kill_run(sp);
+            }
+            _ = recv(&mut sig_int) => forward(sp, libc::SIGINT),
+            _ = recv(&mut sig_term) => forward(sp, libc::SIGTERM),
+            _ = recv(&mut sig_hup) => forward(sp, libc::SIGHUP),
+            _ = recv(&mut sig_quit) => forward(sp, libc::SIGQUIT),
+        }
+    };
+    if chan_open {
+        drain(&mut on_msg);
+    }
+    status
+}
+
+/// The next delivery of a signal, or never when it could not be registered.
+async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
+    match s {
+        Some(s) => {
+            s.recv().await;
+        }
+        None => std::future::pending::<()>().await,
+    }
+}
+
+fn forward(sp: &Spawned, sig: libc::c_int) {
+    tracing::info!("forwarding signal {sig} to the run");
+    signal_run(sp, sig);
+}

@@ -1,0 +1,53 @@
+//! Killing every process of a run.
+//!
+//! In a pid namespace this is one `kill(init, SIGKILL)`: the kernel takes the
+//! whole namespace down. Without one, capsule is a child subreaper, so every
+//! orphaned descendant is reparented to it; [`kill_descendants`] SIGKILLs
+//! the command's process group and then, round after round, every child of
+//! capsule it finds in /proc, reaping each, until none is left.
+
+use nix::sys::wait::{waitpid, WaitPidFlag};
+use nix::unistd::Pid;
+
+use crate::sys;
+
+/// Pids whose parent is `parent`, from /proc/*/stat.
+pub fn children_of(parent: libc::pid_t) -> Vec<libc::pid_t> {
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return out };
+    for entry in dir.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|s| s.parse::<libc::pid_t>().ok()) else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        // pid (comm) state ppid ...  — comm may contain spaces and parentheses.
+        let Some((_, rest)) = stat.rsplit_once(')') else { continue };
+        let mut it = rest.split_whitespace();
+        let _state = it.next();
+        if it.next().and_then(|p| p.parse::<libc::pid_t>().ok()) == Some(parent) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// SIGKILL the process group led by `leader` and every descendant reparented
+/// to us, reaping them. Gives up after `rounds` rounds (a fork bomb racing
+/// the kill is bounded by the run's process limit).
+pub fn kill_descendants(leader: Option<libc::pid_t>, rounds: usize) {
+    if let Some(l) = leader {
+        sys::signal(-l, libc::SIGKILL);
+    }
+    let me = nix::unistd::getpid().as_raw();
+    for _ in 0..rounds {
+        let kids = children_of(me);
+        if kids.is_empty() {
+            return;
+        }
+        for &k in &kids {
+            sys::signal(k, libc::SIGKILL);
+        }
+        for &k in &kids {
+            let _ = waitpid(Pid::from_raw(k), Some(WaitPidFlag::__WALL));
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! The typed channel between the supervisor and its child.
+//!
+//! A `SOCK_SEQPACKET` socketpair, close-on-exec on both ends. Messages are
+//! fixed 16-byte records so the child can send them without allocating:
+//! `[kind, a, b, c]` as native-endian `i32`s. A descriptor (the proxy's
+//! listening socket made inside the child's network namespace) can ride
+//! along with SCM_RIGHTS.
+
+use std::io::IoSliceMut;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use nix::errno::Errno;
+use nix::sys::socket::{
+    recvmsg, sendmsg, socketpair, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType,
+};
+
+/// Where in the child a set-up step failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i32)]
+pub enum Stage {
+    Wait = 1,
+    Session = 2,
+    Stdio = 3,
+    Rlimits = 4,
+    Cwd = 5,
+    Capabilities = 6,
+    NoNewPrivs = 7,
+    Landlock = 8,
+    Seccomp = 9,
+    Fds = 10,
+    Fork = 11,
+    Network = 12,
+}
+
+impl Stage {
+    pub fn from_i32(v: i32) -> Option<Stage> {
+        use Stage::*;
+        Some(match v {
+            1 => Wait,
+            2 => Session,
+            3 => Stdio,
+            4 => Rlimits,
+            5 => Cwd,
+            6 => Capabilities,
+            7 => NoNewPrivs,
+            8 => Landlock,
+            9 => Seccomp,
+            10 => Fds,
+            11 => Fork,
+            12 => Network,
+            _ => return None,
+        })
+    }
+    pub fn describe(self) -> &'static str {
+        match self {
+            Stage::Wait => "waiting for the supervisor",
+            Stage::Session => "creating the child's session",
+            Stage::Stdio => "setting up stdio",
+            Stage::Rlimits => "applying resource limits",
+            Stage::Cwd => "changing to the working directory",
+            Stage::Capabilities => "dropping capabilities",
+            Stage::NoNewPrivs => "setting no_new_privs",
+            Stage::Landlock => "applying the Landlock ruleset",
+            Stage::Seccomp => "installing the seccomp filter",
+            Stage::Fds => "closing inherited descriptors",
+            Stage::Fork => "forking the command inside the namespace",
+            Stage::Network => "setting up the network namespace",
+        }
+    }
+}
+
+/// A message from the child (or its init stage) to the supervisor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Msg {
+    /// execve failed with this errno (the command never ran).
+    ExecFailed { errno: i32 },
+    /// A confinement step failed: nothing ran.
+    SetupFailed { stage: Stage, errno: i32 },
+    /// The init stage reports how the command ended (a raw wait status).
+    Exited { status: i32 },
+    /// A descriptor is attached (its meaning is agreed by the sender and receiver).
+    Fd { tag: i32 },
+}
+
+const KIND_EXEC: i32 = 1;
+const KIND_SETUP: i32 = 2;
+const KIND_EXITED: i32 = 3;
+const KIND_FD: i32 = 4;
+
+impl Msg {
+    fn encode(self) -> [u8; 16] {
+        let (k, a, b) = match self {
+            Msg::ExecFailed { errno } => (KIND_EXEC, errno, 0),
+            Msg::SetupFailed { stage, errno } => (KIND_SETUP, stage as i32, errno),
+            Msg::Exited { status } => (KIND_EXITED, status, 0),
+            Msg::Fd { tag } => (KIND_FD, tag, 0),
+        };
+        let mut out = [0u8; 16];
+        out[0..4].copy_from_slice(&k.to_ne_bytes());
+        out[4..8].copy_from_slice(&a.to_ne_bytes());
+        out[8..12].copy_from_slice(&b.to_ne_bytes());
+        out
+    }
+
+    fn decode(buf: &[u8]) -> Option<Msg> {
+        if buf.len() != 16 {
+            return None;
+        }
+        let word = |i: usize| i32::from_ne_bytes([buf[i], buf[i + 1], buf[i + 2], buf[i + 3]]);
+        let (k, a, b) = (word(0), word(4), word(8));
+        Some(match k {
+            KIND_EXEC => Msg::ExecFailed { errno: a },
+            KIND_SETUP => Msg::SetupFailed { stage: Stage::from_i32(a)?, errno: b },
+            KIND_EXITED => Msg::Exited { status: a },
+            KIND_FD => Msg::Fd { tag: a },
+            _ => return None,
+        })
+    }
+}
+
+/// One end of the channel.
+#[derive(Debug)]
+pub struct Channel {
+    fd: OwnedFd,
+}
+
+/// Create both ends (close-on-exec).
+pub fn pair() -> Result<(Channel, Channel), Errno> {
+    let (a, b) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)?;
+    Ok((Channel { fd: a }, Channel { fd: b }))
+}
+
+impl Channel {
+    pub fn raw(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    pub fn into_fd(self) -> OwnedFd {
+        self.fd
+    }
+
+    /// A second descriptor for the same end (for readiness polling).
+    pub fn try_clone_fd(&self) -> Result<OwnedFd, Errno> {
+        nix::unistd::dup(&self.fd)
+    }
+
+    /// Send a message (no allocation: safe in the forked child).
+    pub fn send(&self, msg: Msg) -> Result<(), Errno> {
+        let bytes = msg.encode();
+        loop {
+            // SAFETY: bytes is a valid 16-byte buffer.
+            let n = unsafe { libc::send(self.raw(), bytes.as_ptr().cast(), bytes.len(), libc::MSG_NOSIGNAL) };
+            if n >= 0 {
+                return Ok(());
+            }
+            let e = Errno::last();
+            if e != Errno::EINTR {
+                return Err(e);
+            }
+        }
+    }
+
+    /// Send a message with a descriptor attached.
+    pub fn send_fd(&self, msg: Msg, fd: RawFd) -> Result<(), Errno> {
+        let bytes = msg.encode();
+        let iov = [std::io::IoSlice::new(&bytes)];
+        let fds = [fd];
+        let cmsg = [ControlMessage::ScmRights(&fds)];
+        sendmsg::<()>(self.raw(), &iov, &cmsg, MsgFlags::MSG_NOSIGNAL, None).map(drop)
+    }
+
+    /// A single byte: "go on" (used by the supervisor once uid maps and cgroups are set).
+    pub fn send_go(&self) -> Result<(), Errno> {
+        // SAFETY: one valid byte.
+        let n = unsafe { libc::send(self.raw(), b"g".as_ptr().cast(), 1, libc::MSG_NOSIGNAL) };
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(Errno::last())
+        }
+    }
+
+    /// Block until "go" arrives; false if the other end went away.
+    pub fn wait_go(&self) -> bool {
+        let mut b = [0u8; 1];
+        loop {
+            // SAFETY: b is a valid one-byte buffer.
+            let n = unsafe { libc::recv(self.raw(), b.as_mut_ptr().cast(), 1, 0) };
+            if n == 1 {
+                return b[0] == b'g';
+            }
+            if n < 0 && Errno::last() == Errno::EINTR {
+                continue;
+            }
+            return false;
+        }
+    }
+
+    /// Receive one message, with any descriptor that came along.
+    /// `Ok(None)` is end-of-file: every sender is gone.
+    pub fn recv(&self) -> Result<Option<(Option<Msg>, Option<OwnedFd>)>, Errno> {
+        let mut buf = [0u8; 16];
+        let mut cbuf = nix::cmsg_space!([RawFd; 2]);
+        let mut iov = [IoSliceMut::new(&mut buf)];
+        let (n, fd) = loop {
+            match recvmsg::<()>(self.raw(), &mut iov, Some(&mut cbuf), MsgFlags::MSG_CMSG_CLOEXEC) {
+                Ok(m) => {
+                    let mut fd = None;
+                    if let Ok(cmsgs) = m.cmsgs() {
+                        for c in cmsgs {
+                            if let ControlMessageOwned::ScmRights(fds) = c {
+                                for (i, raw) in fds.into_iter().enumerate() {
+                                    // SAFETY: SCM_RIGHTS just installed these fds in our table; we own them.
+                                    let owned = unsafe { OwnedFd::from_raw_fd(raw) };
+                                    if i == 0 {
+                                        fd = Some(owned);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    break (m.bytes, fd);
+                }
+                Err(Errno::EINTR) => continue,
+                Err(e) => return Err(e),
+            }
+        };
+        if n == 0 && fd.is_none() {
+            return Ok(None);
+        }
+        Ok(Some((Msg::decode(&buf[..n]), fd)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip() {
+        for m in [
+            Msg::ExecFailed { errno: 2 },
+            Msg::SetupFailed { stage: Stage::Landlock, errno: 38 },
+            Msg::Exited { status: 0x0300 },
+            Msg::Fd { tag: 7 },
+        ] {
+            assert_eq!(Msg::decode(&m.encode()), Some(m));
+        }
+        assert_eq!(Msg::decode(&[0u8; 3]), None);
+        assert_eq!(Msg::decode(&[9u8; 16]), None);
+    }
+
+    #[test]
+    fn eof_when_peer_closes() {
+        let (a, b) = pair().unwrap();
+        a.send(Msg::Exited { status: 0 }).unwrap();
+        drop(a);
+        assert!(matches!(b.recv(), Ok(Some((Some(Msg::Exited { status: 0 }), None)))));
+        assert!(matches!(b.recv(), Ok(None)));
+    }
+}

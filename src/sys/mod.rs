@@ -1,0 +1,267 @@
+//! The few raw system calls capsule needs that `nix` does not wrap in a
+//! fork-friendly way. Every `unsafe` block of the supervisor and the child
+//! lives here, each with the reason it holds.
+
+pub mod channel;
+
+use std::ffi::{c_char, CStr};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+
+use nix::errno::Errno;
+
+/// `clone(flags | SIGCHLD)` with no new stack: behaves like `fork()` but can
+/// create namespaces at the same time. Returns 0 in the child.
+///
+/// The caller must be single-threaded (see `supervisor::spawn`), since the
+/// child continues on a copy of the caller's stack and must only run code
+/// that does not depend on other threads' locks.
+pub fn clone_process(flags: libc::c_int) -> Result<libc::pid_t, Errno> {
+    // SAFETY: a raw clone without CLONE_VM and without a new stack duplicates
+    // the address space exactly as fork() does; the child returns 0 on the
+    // copied stack. glibc's fork handlers do not run, which is fine because
+    // the process is single-threaded and the child only execs or _exits.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            (flags | libc::SIGCHLD) as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    };
+    if ret < 0 {
+        Err(Errno::last())
+    } else {
+        Ok(ret as libc::pid_t)
+    }
+}
+
+/// `pidfd_open(pid, 0)`: a descriptor that becomes readable when `pid` exits.
+pub fn pidfd_open(pid: libc::pid_t) -> Result<OwnedFd, Errno> {
+    // SAFETY: plain syscall with integer arguments; on success it returns a
+    // new descriptor that we own.
+    let ret = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if ret < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: the kernel just returned this fd to us and nobody else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(ret as RawFd) })
+}
+
+/// Mark every descriptor from `first` upwards close-on-exec (they stay usable
+/// until execve, so the error channel keeps working).
+pub fn cloexec_from(first: RawFd) -> Result<(), Errno> {
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only changes flags of fds
+    // of this process; it does not free anything Rust owns.
+    let ret = unsafe {
+        libc::syscall(libc::SYS_close_range, first as libc::c_uint, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC)
+    };
+    if ret == 0 {
+        return Ok(());
+    }
+    // Kernels before 5.11: walk the table.
+    let max = match nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE) {
+        Ok((soft, _)) => soft.min(65536) as RawFd,
+        Err(_) => 4096,
+    };
+    for fd in first..max {
+        // SAFETY: fcntl on an fd number that may or may not be open; EBADF is ignored.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+    Ok(())
+}
+
+/// `execve` with prebuilt, NULL-terminated pointer arrays. Only returns on error.
+pub fn execve(path: &CStr, argv: &[*const c_char], envp: &[*const c_char]) -> Errno {
+    debug_assert!(argv.last().is_some_and(|p| p.is_null()));
+    debug_assert!(envp.last().is_some_and(|p| p.is_null()));
+    // SAFETY: path is NUL-terminated; argv/envp are NULL-terminated arrays of
+    // pointers into CStrings that the caller keeps alive across this call.
+    unsafe { libc::execve(path.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+    Errno::last()
+}
+
+/// Leave the process now, without running atexit handlers or destructors
+/// (the right way out of a forked child).
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit is async-signal-safe and never returns.
+    unsafe { libc::_exit(code) }
+}
+
+/// Block or unblock every signal of this thread; returns the previous mask.
+pub fn block_all_signals() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; sigfillset/sigprocmask only write into it.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        old
+    }
+}
+
+/// Restore every signal disposition to its default and unblock all signals
+/// (a forked child must not inherit the parent's handlers or mask).
+pub fn reset_signals() {
+    for sig in 1..libc::SIGRTMAX() {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: setting SIG_DFL is always valid; errors for reserved
+        // signals (glibc's internal ones) are ignored.
+        unsafe { libc::signal(sig, libc::SIG_DFL) };
+    }
+    // SAFETY: an empty set unblocks everything.
+    unsafe {
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+    }
+}
+
+/// Wait for one of the signals in `set` (which must be blocked); returns its number.
+pub fn sigwait_any(set: &libc::sigset_t) -> libc::c_int {
+    let mut sig: libc::c_int = 0;
+    // SAFETY: sigwait only reads the set and writes the signal number.
+    let r = unsafe { libc::sigwait(set, &mut sig) };
+    if r != 0 {
+        return 0;
+    }
+    sig
+}
+
+/// A signal set holding `sigs`.
+pub fn sigset_of(sigs: &[libc::c_int]) -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data manipulated only through libc.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for &s in sigs {
+            libc::sigaddset(&mut set, s);
+        }
+        set
+    }
+}
+
+/// Number of threads of this process, from /proc/self/stat (field 20).
+pub fn thread_count() -> Option<usize> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let after = stat.rsplit_once(')')?.1;
+    after.split_whitespace().nth(17)?.parse().ok()
+}
+
+/// `prctl(PR_SET_PDEATHSIG, sig)`.
+pub fn set_parent_death_signal(sig: libc::c_int) -> Result<(), Errno> {
+    // SAFETY: prctl with integer arguments.
+    Errno::result(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, sig as libc::c_ulong, 0, 0, 0) }).map(drop)
+}
+
+/// `prctl(PR_SET_CHILD_SUBREAPER, 1)`: orphaned descendants are reparented to us.
+pub fn set_child_subreaper() -> Result<(), Errno> {
+    // SAFETY: prctl with integer arguments.
+    Errno::result(unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) }).map(drop)
+}
+
+/// `prctl(PR_SET_NO_NEW_PRIVS, 1)`.
+pub fn set_no_new_privs() -> Result<(), Errno> {
+    // SAFETY: prctl with integer arguments.
+    Errno::result(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) }).map(drop)
+}
+
+/// Empty every capability set: bounding (needs CAP_SETPCAP, which root and a
+/// fresh user namespace have; without it NO_NEW_PRIVS already stops any gain),
+/// ambient, then effective/permitted/inheritable.
+pub fn drop_all_capabilities() -> Result<(), Errno> {
+    // SAFETY: prctl with integer arguments.
+    let last = unsafe { libc::prctl(libc::PR_CAPBSET_READ, 0, 0, 0, 0) };
+    if last >= 0 {
+        for cap in 0..=63 {
+            // SAFETY: prctl with integer arguments; EINVAL past the last cap is ignored.
+            let r = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
+            if r != 0 {
+                let e = Errno::last();
+                if e == Errno::EINVAL {
+                    break;
+                }
+                if e != Errno::EPERM {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    // SAFETY: prctl with integer arguments; EINVAL on kernels without ambient caps.
+    unsafe { libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) };
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let mut header = Header { version: 0x2008_0522, pid: 0 }; // _LINUX_CAPABILITY_VERSION_3
+    let data = [Data { effective: 0, permitted: 0, inheritable: 0 }; 2];
+    // SAFETY: capset reads a v3 header and two data structs, which we pass.
+    let r = unsafe { libc::syscall(libc::SYS_capset, &mut header as *mut Header, data.as_ptr()) };
+    if r != 0 {
+        return Err(Errno::last());
+    }
+    Ok(())
+}
+
+/// Write all of `buf` to `fd`, retrying on EINTR (usable in the child).
+pub fn write_all(fd: RawFd, buf: &[u8]) -> Result<(), Errno> {
+    let mut off = 0;
+    while off < buf.len() {
+        // SAFETY: buf[off..] is valid for reading for its length.
+        let n = unsafe { libc::write(fd, buf[off..].as_ptr().cast(), buf.len() - off) };
+        if n < 0 {
+            let e = Errno::last();
+            if e == Errno::EINTR {
+                continue;
+            }
+            return Err(e);
+        }
+        off += n as usize;
+    }
+    Ok(())
+}
+
+/// `kill(pid, sig)`, ignoring ESRCH.
+pub fn signal(pid: libc::pid_t, sig: libc::c_int) {
+    // SAFETY: kill with integer arguments.
+    unsafe { libc::kill(pid, sig) };
+}
+
+/// Make `fd` non-blocking (and keep it open).
+pub fn set_nonblocking(fd: RawFd) -> Result<(), Errno> {
+    // SAFETY: fcntl on a descriptor we own.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: as above.
+    Errno::result(unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) }).map(drop)
+}
+
+/// Grow a pipe's buffer (best effort): fewer wake-ups when capturing floods.
+pub fn grow_pipe(fd: RawFd, size: libc::c_int) {
+    // SAFETY: fcntl on a pipe descriptor we own; failure is harmless.
+    unsafe { libc::fcntl(fd, libc::F_SETPIPE_SZ, size) };
+}
+
+/// Watch an owned descriptor for readiness on the current tokio runtime
+/// (made non-blocking first).
+pub fn async_fd(fd: OwnedFd) -> std::io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
+    use std::os::fd::AsRawFd;
+    set_nonblocking(fd.as_raw_fd()).map_err(std::io::Error::from)?;
+    // SAFETY: an OwnedFd stays open, and keeps referring to the same open file
+    // description, for as long as the AsyncFd owns it.
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+        .map_err(|e| std::io::Error::other(e.to_string()))
+}
