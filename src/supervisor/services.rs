@@ -4,7 +4,9 @@
 //! environment), started on the event loop after fork, and asked for their
 //! counters when the run ends.
 
-use std::os::fd::{OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+use std::time::Duration;
 
 use nix::errno::Errno;
 use thiserror::Error;
@@ -12,12 +14,19 @@ use thiserror::Error;
 use super::result::RunResult;
 use crate::plan::Plan;
 use crate::policy::NetMode;
+use crate::rpc::{Broker, BrokerConfig};
 use crate::sys::channel::Channel;
 
 #[derive(Debug, Error)]
 pub enum ServiceError {
     #[error("network.mode proxy is not available in this build yet; use `none` or `unrestricted` (nothing ran)")]
     ProxyUnavailable,
+    #[error("host LLM configuration: {0}")]
+    HostConfig(#[from] crate::rpc::HostConfigError),
+    #[error(transparent)]
+    Broker(#[from] crate::rpc::RpcError),
+    #[error("creating the RPC socketpair: {0}")]
+    Socket(std::io::Error),
 }
 
 /// Counters gathered from the services at the end of a run.
@@ -41,9 +50,14 @@ impl Usage {
 }
 
 /// The run's services.
-#[derive(Default)]
+///
+/// Every run gets the RPC pipe (so `ping` always works and tools/LLM
+/// refusals are answered and counted even without a `tools` section).
 pub struct Services {
-    tool_fd: Option<OwnedFd>,
+    broker: Arc<Broker>,
+    rpc_parent: Option<std::os::unix::net::UnixStream>,
+    rpc_child: Option<OwnedFd>,
+    rpc_task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Services {
@@ -51,7 +65,18 @@ impl Services {
         if plan.net.mode == NetMode::Proxy {
             return Err(ServiceError::ProxyUnavailable);
         }
-        Ok(Services { tool_fd })
+        let host = crate::rpc::host_config::load()?;
+        let broker = Broker::new(BrokerConfig {
+            tools: plan.tools.clone(),
+            llm: plan.llm.clone(),
+            policy_dir: plan.policy_dir.clone(),
+            tool_fd,
+            host,
+            capsule_exe: std::env::current_exe().unwrap_or_else(|_| "capsule".into()),
+        })?;
+        // Both ends close-on-exec; the child clears the flag on its end only.
+        let (parent, child) = std::os::unix::net::UnixStream::pair().map_err(ServiceError::Socket)?;
+        Ok(Services { broker: Arc::new(broker), rpc_parent: Some(parent), rpc_child: Some(child.into()), rpc_task: None })
     }
     /// The loopback port of a proxy the child reaches without a netns.
     pub fn proxy_port(&self) -> Option<u16> {
@@ -59,10 +84,14 @@ impl Services {
     }
     /// Variables the services add to the child's environment.
     pub fn child_env(&self) -> Vec<(String, String)> {
-        vec![]
+        let mut env = vec![];
+        if let Some(fd) = self.child_rpc_fd() {
+            env.push(("CAPSULE_RPC_FD".to_string(), fd.to_string()));
+        }
+        env
     }
     pub fn child_rpc_fd(&self) -> Option<RawFd> {
-        None
+        self.rpc_child.as_ref().map(|f| f.as_raw_fd())
     }
     pub fn wants_netns(&self) -> bool {
         false
@@ -71,15 +100,42 @@ impl Services {
         None
     }
     /// Close the parent's copies of descriptors that now belong to the child.
-    pub fn close_child_ends(&mut self) {}
+    pub fn close_child_ends(&mut self) {
+        self.rpc_child = None;
+    }
     /// Start serving on the event loop.
     pub fn start(&mut self, _chan: &Channel) {
-        let _ = &self.tool_fd;
+        if let Some(parent) = self.rpc_parent.take() {
+            let _ = parent.set_nonblocking(true);
+            match tokio::net::UnixStream::from_std(parent) {
+                Ok(stream) => self.rpc_task = Some(tokio::spawn(crate::rpc::serve(stream, self.broker.clone()))),
+                Err(e) => tracing::warn!("cannot serve the RPC pipe: {e}"),
+            }
+        }
     }
     /// A descriptor the child sent (e.g. the proxy's listening socket).
     pub fn on_fd(&mut self, _tag: i32, _fd: Option<OwnedFd>) {}
     /// Stop serving and collect counters.
     pub async fn finish(&mut self) -> Usage {
-        Usage::default()
+        // The child's end is closed once every process of the run is gone, so
+        // the broker sees end-of-file; give in-flight answers a moment.
+        if let Some(mut task) = self.rpc_task.take() {
+            if tokio::time::timeout(Duration::from_millis(500), &mut task).await.is_err() {
+                task.abort();
+            }
+        }
+        let c = self.broker.counters();
+        let detail = serde_json::json!({
+            "tool_refusals_by_reason": c.tool_refusals_by_reason,
+            "tool_errors": c.tool_errors,
+            "llm": c.llm,
+        });
+        Usage {
+            tool_calls: c.tool_calls,
+            tool_refusals: c.tool_refusals,
+            llm_calls: c.llm.calls,
+            denied_hosts: vec![],
+            detail: Some(detail),
+        }
     }
 }

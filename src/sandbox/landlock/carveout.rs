@@ -335,3 +335,124 @@ impl Walk<'_, '_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{Access, Origin};
+    use std::path::PathBuf;
+
+    fn g(path: &Path, access: Access) -> FsGrant {
+        FsGrant {
+            path: path.to_path_buf(),
+            access,
+            origin: Origin::Workspace,
+        }
+    }
+    fn d(path: &Path) -> FsDeny {
+        FsDeny {
+            path: path.to_path_buf(),
+            origin: Origin::Credential,
+        }
+    }
+    fn paths(r: &FsRules) -> Vec<(PathBuf, RuleKind)> {
+        let mut v: Vec<_> = r
+            .lines
+            .iter()
+            .map(|l| (l.path.clone(), l.kind.clone()))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
+    #[test]
+    fn expansion_skips_denies_and_symlinks() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let root = std::fs::canonicalize(t.path()).expect("canonical");
+        for dir in ["a/b/secret", "a/c", "e"] {
+            std::fs::create_dir_all(root.join(dir)).expect("mkdir");
+        }
+        for f in ["a/f", "a/b/z", "a/b/secret/k", "e/key", "e/pub"] {
+            std::fs::write(root.join(f), "x").expect("write");
+        }
+        std::os::unix::fs::symlink("/etc/passwd", root.join("a/link")).expect("symlink");
+        let fs = FsPlan {
+            grants: vec![g(&root, Access::READ)],
+            deny: vec![
+                d(&root.join("a/b/secret")),
+                d(&root.join("e/key")),
+                d(&root.join("missing/x")),
+            ],
+            proc_self: false,
+        };
+        let r = plan(&fs, ABI::V7).expect("plan");
+        let carve = || RuleKind::CarveOut {
+            grant: root.clone(),
+        };
+        let list = || RuleKind::ListOnly {
+            grant: root.clone(),
+        };
+        assert_eq!(
+            paths(&r),
+            vec![
+                (root.join("a/b/z"), carve()),
+                (root.join("a/c"), carve()),
+                (root.join("a/f"), carve()),
+                (root.join("e"), list()),
+                (root.join("e/pub"), carve()),
+            ]
+        );
+        assert_eq!(r.rules.len(), r.lines.len());
+        let file = r
+            .lines
+            .iter()
+            .position(|l| l.path == root.join("a/f"))
+            .expect("a/f");
+        assert_eq!(r.rules[file].rights, BitFlags::from(AccessFs::ReadFile));
+        let mut denied: Vec<_> = r.denied.iter().map(|x| x.path.clone()).collect();
+        denied.sort();
+        assert_eq!(denied, vec![root.join("a/b/secret"), root.join("e/key")]);
+    }
+
+    #[test]
+    fn no_deny_beneath_means_one_rule() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let root = std::fs::canonicalize(t.path()).expect("canonical");
+        std::fs::create_dir_all(root.join("w")).expect("mkdir");
+        let fs = FsPlan {
+            grants: vec![g(&root.join("w"), Access::WRITE)],
+            deny: vec![d(&root), d(&root.join("other"))], // above the grant: not carved here
+            proc_self: false,
+        };
+        // root is denied and w lies inside it: dropped.
+        let r = plan(&fs, ABI::V7).expect("plan");
+        assert!(r.lines.is_empty());
+        assert_eq!(r.dropped.len(), 1);
+        let fs = FsPlan {
+            grants: fs.grants,
+            deny: vec![d(&root.join("elsewhere"))],
+            proc_self: false,
+        };
+        let r = plan(&fs, ABI::V7).expect("plan");
+        assert_eq!(paths(&r), vec![(root.join("w"), RuleKind::Grant)]);
+    }
+
+    #[test]
+    fn deny_through_a_symlink_is_refused() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let root = std::fs::canonicalize(t.path()).expect("canonical");
+        std::fs::create_dir_all(root.join("real")).expect("mkdir");
+        std::fs::write(root.join("real/k"), "k").expect("write");
+        std::os::unix::fs::symlink(root.join("real"), root.join("link")).expect("symlink");
+        let fs = FsPlan {
+            grants: vec![g(&root, Access::READ)],
+            deny: vec![d(&root.join("link/k"))],
+            proc_self: false,
+        };
+        match plan(&fs, ABI::V7) {
+            Err(LandlockError::NotCanonical { .. }) => {}
+            Err(e) => panic!("unexpected error {e}"),
+            Ok(_) => panic!("a deny through a symlink must be refused"),
+        }
+    }
+}

@@ -12,7 +12,7 @@
 //! missing and the first kernel that has it, unless `best_effort`, in which case
 //! it is listed in [`Report::missing`].
 //!
-//! Carve-outs of denied paths beneath grants are described in [`carveout`]. In
+//! Carve-outs of denied paths beneath grants are described in `carveout.rs`. In
 //! short: Landlock cannot subtract, so a grant with a denied path beneath it is
 //! expanded into rules on the siblings along the way; entries created later
 //! directly in an expanded directory are not reachable, and symbolic links in an
@@ -172,6 +172,11 @@ pub fn prepare(
         fs: fs_on,
         tcp: tcp_on,
         scopes: scopes_on,
+        scoped: if scopes_on {
+            scope_names(scopes)
+        } else {
+            Vec::new()
+        },
         missing,
         rules,
         denied: planned.denied,
@@ -232,6 +237,17 @@ impl Prepared {
             .map_err(|e| LandlockError::ruleset("restrict_self", e))?;
         check_status(&status, report.fs, best_effort)
     }
+}
+
+fn scope_names(scopes: &Scopes) -> Vec<&'static str> {
+    let mut v = Vec::with_capacity(2);
+    if scopes.signal {
+        v.push("signals");
+    }
+    if scopes.abstract_unix {
+        v.push("abstract unix sockets");
+    }
+    v
 }
 
 fn check_status(

@@ -57,8 +57,10 @@ pub struct Report {
     pub fs: bool,
     /// TCP bind/connect rules are enforced.
     pub tcp: bool,
-    /// Signal and abstract-unix-socket scopes are enforced.
+    /// The requested scopes (signal, abstract unix sockets) are enforced.
     pub scopes: bool,
+    /// Which scopes: "signals", "abstract unix sockets".
+    pub scoped: Vec<&'static str>,
     /// What the plan asked for and this kernel lacks (only non-empty with best effort).
     pub missing: Vec<String>,
     /// One line per rule, in the order added.
@@ -130,7 +132,8 @@ impl Report {
         }
         if self.scopes {
             out.push(format!(
-                "scopes: signals and abstract unix sockets confined to the sandbox — {layer}"
+                "scopes: {} confined to the sandbox — {layer}",
+                self.scoped.join(" and ")
             ));
         }
         for m in &self.missing {
