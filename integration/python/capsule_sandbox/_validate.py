@@ -1,0 +1,188 @@
+"""Fail-closed checks shared by the provider and the backend.
+
+Everything here raises ``ValueError`` with a message naming the offending
+field, before capsule is ever started. capsule applies the same rules itself
+(exit 125); refusing early gives a Python exception at config time instead of
+a refused run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Mapping
+
+AGENT_ID_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+# host, *.domain, IPv4, [IPv6], each with an optional :port; capsule checks the finer rules.
+_HOST_RE = re.compile(
+    r"^(?:(?:\*\.)?[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]|[0-9A-Fa-f:]*:[0-9A-Fa-f:.]*)(?::[0-9]{1,5})?$"
+)
+
+# Variables capsule refuses even in env.set (contract section 3).
+_REFUSED_ENV = frozenset(
+    {
+        "PYTHONSTARTUP",
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "NODE_OPTIONS",
+        "BASH_ENV",
+        "ENV",
+        "PERL5OPT",
+        "PERL5LIB",
+        "RUBYOPT",
+        "JAVA_TOOL_OPTIONS",
+        "_JAVA_OPTIONS",
+        "DOTNET_STARTUP_HOOKS",
+    }
+)
+# Variables capsule sets itself; a caller overriding them would break the run
+# (or, for the proxy variables, route around the egress proxy).
+_RESERVED_ENV = frozenset(
+    {
+        "CAPSULE_RPC_FD",
+        "CAPSULE_CONTEXT",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "NO_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+        "no_proxy",
+        "TMPDIR",
+    }
+)
+
+# Never a mount, whatever the access.
+_PROTECTED_EXACT = frozenset(
+    {
+        "/",
+        "/etc",
+        "/proc",
+        "/sys",
+        "/dev",
+        "/usr",
+        "/boot",
+        "/bin",
+        "/sbin",
+        "/lib",
+        "/lib32",
+        "/lib64",
+        "/libx32",
+        "/var",
+        "/root",
+        "/run",
+        "/home",
+    }
+)
+# Nothing beneath these is a mount either (kernel interfaces, host config).
+_PROTECTED_TREES = ("/proc", "/sys", "/dev", "/boot", "/etc")
+# Nothing beneath these is a writable mount (the host's programs).
+_PROTECTED_WRITE_TREES = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# Credential stores beneath the home directory.
+_CREDENTIAL_DIRS = (
+    ".ssh",
+    ".aws",
+    ".gnupg",
+    ".config/gcloud",
+    ".kube",
+    ".netrc",
+    ".docker",
+    ".config/capsule",
+    ".local/state/capsule",
+)
+
+
+def agent_id(value: object) -> str:
+    if not isinstance(value, str) or not AGENT_ID_RE.match(value):
+        raise ValueError(
+            f"invalid agent_id {value!r}: must match ^[a-zA-Z0-9][a-zA-Z0-9_.-]{{0,127}}$"
+        )
+    return value
+
+
+def execution_id(value: object) -> str:
+    if not isinstance(value, str) or not AGENT_ID_RE.match(value):
+        raise ValueError(
+            f"invalid execution_id {value!r}: must match ^[a-zA-Z0-9][a-zA-Z0-9_.-]{{0,127}}$"
+        )
+    return value
+
+
+def tool_name(value: object) -> str:
+    if not isinstance(value, str) or not _TOOL_NAME_RE.match(value):
+        raise ValueError(f"invalid tool name {value!r}: 1-64 of A-Z a-z 0-9 _ . -")
+    return value
+
+
+def host_entry(value: object) -> str:
+    if not isinstance(value, str) or not _HOST_RE.match(value) or value.startswith("*.*"):
+        raise ValueError(
+            f"invalid network_allowlist entry {value!r}: use 'host', '*.domain' or 'host:port'"
+        )
+    return value
+
+
+def env_name_refused(name: str) -> str | None:
+    """Why ``name`` may not be set in the sandbox, or None if it may."""
+    if not _ENV_NAME_RE.match(name):
+        return "not a valid environment variable name"
+    if name.startswith("LD_") or name in _REFUSED_ENV:
+        return "a loader/interpreter hook that capsule refuses"
+    if name in _RESERVED_ENV:
+        return "set by capsule itself"
+    return None
+
+
+def env_vars(values: Mapping[str, str]) -> None:
+    if not isinstance(values, Mapping):
+        raise ValueError("env_vars must be a mapping of str to str")
+    for name, value in values.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise ValueError(f"env_vars entry {name!r} must map a str to a str")
+        why = env_name_refused(name)
+        if why is not None:
+            raise ValueError(f"env_vars may not set {name}: {why}")
+        if "\x00" in value:
+            raise ValueError(f"env_vars value of {name} contains a NUL byte")
+
+
+def _beneath(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def mount_path(value: object, field_name: str, *, write: bool) -> str:
+    """Validate a host directory granted to the sandbox; return it resolved.
+
+    Symlinks are resolved first, so a link to ``/etc`` is refused like ``/etc``.
+    """
+    if not isinstance(value, (str, os.PathLike)) or str(value) == "":
+        raise ValueError(f"{field_name} must be a non-empty path")
+    raw = os.fspath(value)
+    if "\x00" in str(raw):
+        raise ValueError(f"{field_name} contains a NUL byte")
+    resolved = os.path.realpath(os.path.expanduser(str(raw)))
+    candidates = {os.path.normpath(os.path.abspath(os.path.expanduser(str(raw)))), resolved}
+    for path in candidates:
+        if path in _PROTECTED_EXACT:
+            raise ValueError(f"{field_name} {raw!r} is a protected system directory")
+        for root in _PROTECTED_TREES:
+            if _beneath(path, root):
+                raise ValueError(f"{field_name} {raw!r} is beneath protected {root}")
+        if write:
+            for root in _PROTECTED_WRITE_TREES:
+                if _beneath(path, root):
+                    raise ValueError(
+                        f"{field_name} {raw!r} is beneath {root}: system directories "
+                        "are never writable"
+                    )
+        home = str(Path.home())
+        if path == home:
+            raise ValueError(f"{field_name} {raw!r} is the whole home directory")
+        for cred in _CREDENTIAL_DIRS:
+            if _beneath(path, os.path.join(home, cred)):
+                raise ValueError(f"{field_name} {raw!r} is a credential store")
+    return resolved

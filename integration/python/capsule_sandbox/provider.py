@@ -1,0 +1,496 @@
+"""``CapsuleSandboxProvider``: the session-style SandboxProvider on capsule.
+
+A *session* is a host workspace directory::
+
+    <workspace>/
+      policy-<execution>.json   generated per execution (not visible inside)
+      scripts/                  read-only inside: submitted code + the client
+        capsule_sandbox/        in-sandbox copy of capsule_sandbox.client
+      output/                   read-write inside, the cwd; kept across executions
+
+Each execution is one fresh ``capsule exec --json --workspace <workspace>
+--policy <file> [--tool-fd N] --agent-id <agent> -- <interpreter>
+<workspace>/scripts/<execution>.py``; nothing but ``output/`` (and the
+configured ``output_dir``) survives from one execution to the next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import shlex
+import shutil
+import sys
+import tempfile
+import threading
+import uuid
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from capsule_sandbox import _policy, _validate
+from capsule_sandbox._binary import Availability, AvailabilityCache
+from capsule_sandbox._exec import CapsuleRun
+from capsule_sandbox.types import (
+    ExecutionHandle,
+    ExecutionStatus,
+    SandboxConfig,
+    SandboxResult,
+    SessionHandle,
+    SessionStatus,
+)
+
+logger = logging.getLogger("capsule_sandbox")
+
+_PYTHON_RE = re.compile(r"^(?:py|python|pypy)\d*(?:\.\d+)*$", re.IGNORECASE)
+_KEEP_FINISHED = 256
+
+_IN_SANDBOX_INIT = '''"""In-sandbox copy of capsule_sandbox: only the RPC client lives here."""
+from capsule_sandbox.client import (  # noqa: F401
+    CapsuleClient,
+    CapsuleRpcError,
+    call_tool,
+    complete,
+    list_tools,
+    ping,
+)
+'''
+
+
+class SessionNotFoundError(RuntimeError):
+    """No live session with this agent_id and session_id."""
+
+
+def is_python_interpreter(path: str) -> bool:
+    """Whether ``path`` names a Python interpreter (python, python3.11, pypy3...)."""
+    return bool(_PYTHON_RE.match(Path(path).name))
+
+
+def _resolve_interpreter(interpreter: str | os.PathLike[str] | None) -> str:
+    if interpreter is None:
+        if not sys.executable:
+            raise ValueError("sys.executable is empty: give interpreter= explicitly")
+        return os.path.abspath(sys.executable)
+    raw = os.fspath(interpreter)
+    found = raw if os.sep in raw else shutil.which(raw)
+    if not found or not os.path.isfile(found) or not os.access(found, os.X_OK):
+        raise ValueError(f"interpreter {raw!r} not found or not executable on the host")
+    return os.path.abspath(found)
+
+
+class _Session:
+    def __init__(
+        self,
+        agent_id: str,
+        session_id: str,
+        config: SandboxConfig,
+        workspace: Path,
+        runtime: Any,
+    ) -> None:
+        self.agent_id = agent_id
+        self.session_id = session_id
+        self.config = config
+        self.workspace = workspace
+        self.runtime = runtime
+        self.status = SessionStatus.READY
+        self.running: dict[str, CapsuleRun] = {}
+        self.finished: OrderedDict[str, ExecutionHandle] = OrderedDict()
+
+
+class CapsuleSandboxProvider:
+    """SandboxProvider backed by the ``capsule`` binary.
+
+    Parameters
+    ----------
+    binary:
+        Path (or name on PATH) of ``capsule``; default ``$CAPSULE_BIN``, then PATH.
+    tools:
+        ``{"name": callable}``: Python tools offered to sessions whose
+        ``SandboxConfig.tool_allowlist`` names them, served over ``--tool-fd``
+        and called with the tool's arguments as keyword arguments; the return
+        value must be JSON-serialisable.
+    policy:
+        Base policy (a dict, or a JSON file) that every generated policy starts
+        from; ``SandboxConfig`` fields override it.
+    interpreter:
+        Python used by ``execute_code``; resolved on the host now (default
+        ``sys.executable``).
+    workspace_root:
+        Where session workspaces are created (default: the system temp dir).
+    audit_log:
+        ``None``: capsule's default audit log; a path: ``--audit-log PATH``;
+        ``False``: ``--no-audit``.
+    """
+
+    def __init__(
+        self,
+        binary: str | os.PathLike[str] | None = None,
+        *,
+        tools: Mapping[str, Callable[..., Any]] | None = None,
+        policy: Mapping[str, Any] | str | os.PathLike[str] | None = None,
+        interpreter: str | os.PathLike[str] | None = None,
+        workspace_root: str | os.PathLike[str] | None = None,
+        audit_log: str | os.PathLike[str] | bool | None = None,
+    ) -> None:
+        self._availability = AvailabilityCache(binary)
+        self._tools: dict[str, Callable[..., Any]] = {}
+        for name, func in (tools or {}).items():
+            _validate.tool_name(name)
+            if not callable(func):
+                raise TypeError(f"tool {name!r} is not callable")
+            self._tools[name] = func
+        self._base_policy = _policy.load_base_policy(policy)
+        self._interpreter = _resolve_interpreter(interpreter)
+        self._workspace_root = os.fspath(workspace_root) if workspace_root is not None else None
+        self._audit_log = audit_log
+        self._lock = threading.RLock()
+        self._sessions: dict[tuple[str, str], _Session] = {}
+
+    # -- availability -----------------------------------------------------------
+
+    def availability(self, refresh: bool = False) -> Availability:
+        """Binary path, doctor report and the reason capsule is unusable (if so)."""
+        return self._availability.get(refresh)
+
+    def is_available(self) -> bool:
+        return self._availability.get().available
+
+    @property
+    def unavailable_reason(self) -> str:
+        """Why ``is_available()`` is False ("" when it is True)."""
+        return self._availability.get().reason
+
+    @property
+    def interpreter(self) -> str:
+        return self._interpreter
+
+    def _require_binary(self) -> str:
+        avail = self._availability.get()
+        if not avail.available or avail.binary is None:
+            raise RuntimeError(f"capsule unavailable: {avail.reason or 'unknown reason'}")
+        return avail.binary
+
+    # -- sessions ---------------------------------------------------------------
+
+    def create_session(
+        self,
+        agent_id: str,
+        *args: Any,
+        runtime: Any | None = None,
+        config: SandboxConfig | None = None,
+    ) -> SessionHandle:
+        """Create a session workspace. ``config`` may also be given positionally."""
+        for extra in args:
+            if isinstance(extra, SandboxConfig) and config is None:
+                config = extra
+            elif extra is not None and runtime is None:
+                runtime = extra
+        _validate.agent_id(agent_id)
+        config = config if config is not None else SandboxConfig()
+        if not isinstance(config, SandboxConfig):
+            raise TypeError("config must be a SandboxConfig")
+        config.validate()
+        # Build once now so every refusal happens before anything is created.
+        _policy.build(config, base=self._base_policy, python_tools=self._tools)
+        self._require_binary()
+
+        session_id = uuid.uuid4().hex[:12]
+        workspace = Path(
+            tempfile.mkdtemp(prefix=f"capsule-{agent_id}-{session_id}-", dir=self._workspace_root)
+        )
+        try:
+            self._install_workspace(workspace)
+        except OSError:
+            shutil.rmtree(workspace, ignore_errors=True)
+            raise
+        session = _Session(agent_id, session_id, config, workspace, runtime)
+        with self._lock:
+            self._sessions[(agent_id, session_id)] = session
+        logger.info("capsule session created: agent=%s session=%s", agent_id, session_id)
+        return SessionHandle(agent_id, session_id, SessionStatus.READY, str(workspace))
+
+    @staticmethod
+    def _install_workspace(workspace: Path) -> None:
+        os.chmod(workspace, 0o700)
+        scripts = workspace / "scripts"
+        (workspace / "output").mkdir()
+        package = scripts / "capsule_sandbox"
+        package.mkdir(parents=True)
+        client_src = Path(__file__).with_name("client.py")
+        shutil.copyfile(client_src, package / "client.py")
+        (package / "__init__.py").write_text(_IN_SANDBOX_INIT, encoding="utf-8")
+
+    def _session(self, agent_id: str, session_id: str) -> _Session:
+        with self._lock:
+            session = self._sessions.get((agent_id, session_id))
+        if session is None or session.status in (SessionStatus.DESTROYING, SessionStatus.DESTROYED):
+            raise SessionNotFoundError(
+                f"no active session {session_id!r} for agent {agent_id!r}; call create_session() first"
+            )
+        return session
+
+    def get_session_status(self, agent_id: str, session_id: str) -> SessionStatus:
+        with self._lock:
+            session = self._sessions.get((agent_id, session_id))
+            if session is None:
+                return SessionStatus.DESTROYED
+            if session.status is SessionStatus.READY and session.running:
+                return SessionStatus.EXECUTING
+            return session.status
+
+    def destroy_session(self, agent_id: str, session_id: str) -> None:
+        """Cancel running executions and remove the workspace. Idempotent."""
+        with self._lock:
+            session = self._sessions.get((agent_id, session_id))
+            if session is None or session.status is not SessionStatus.READY:
+                return
+            session.status = SessionStatus.DESTROYING
+            running = list(session.running.values())
+        for run in running:
+            run.cancel()
+        shutil.rmtree(session.workspace, ignore_errors=True)
+        with self._lock:
+            session.status = SessionStatus.DESTROYED
+            self._sessions.pop((agent_id, session_id), None)
+        logger.info("capsule session destroyed: agent=%s session=%s", agent_id, session_id)
+
+    # -- executions -------------------------------------------------------------
+
+    def execute_code(
+        self,
+        agent_id: str,
+        session_id: str,
+        code: str,
+        *,
+        context: Mapping[str, Any] | None = None,
+        execution_id: str | None = None,
+    ) -> ExecutionHandle:
+        """Run ``code`` with the session's Python in a fresh sandbox.
+
+        ``context`` reaches the code as JSON in ``$CAPSULE_CONTEXT``.
+        ``execution_id`` may be chosen by the caller (so another thread can
+        ``cancel_execution`` it); by default a random one is used.
+        """
+        session = self._session(agent_id, session_id)
+        if not isinstance(code, str):
+            raise TypeError("code must be a str")
+        if not is_python_interpreter(self._interpreter):
+            raise ValueError(
+                f"execute_code runs Python only; the interpreter is {self._interpreter!r}. "
+                "Use run() with an explicit command for other languages."
+            )
+        self._runtime_gate(session, code, context)
+        eid = _validate.execution_id(execution_id) if execution_id else uuid.uuid4().hex[:12]
+        script = session.workspace / "scripts" / f"{eid}.py"
+        if script.exists() or eid in session.running:
+            raise ValueError(f"execution_id {eid!r} already used in this session")
+        script.write_text(code, encoding="utf-8")
+        result = self._execute(session, eid, [self._interpreter, str(script)], context=context)
+        if result.termination_reason == "cancelled":
+            status = ExecutionStatus.CANCELLED
+        elif result.success:
+            status = ExecutionStatus.COMPLETED
+        else:
+            status = ExecutionStatus.FAILED
+        handle = ExecutionHandle(eid, agent_id, session_id, status, result)
+        with self._lock:
+            session.finished[eid] = handle
+            while len(session.finished) > _KEEP_FINISHED:
+                session.finished.popitem(last=False)
+        return handle
+
+    def run(
+        self,
+        agent_id: str,
+        command: Sequence[str] | str,
+        config: SandboxConfig | None = None,
+        *,
+        session_id: str | None = None,
+    ) -> SandboxResult:
+        """Run a command (argv list, or a string split with shlex) in a fresh sandbox.
+
+        With ``session_id``, in that session's workspace and config (``config``
+        must then be None); otherwise in a throwaway workspace built from
+        ``config``, removed afterwards.
+        """
+        argv = shlex.split(command) if isinstance(command, str) else [str(a) for a in command]
+        if not argv:
+            raise ValueError("empty command")
+        if session_id is not None:
+            session = self._session(agent_id, session_id)
+            if config is not None:
+                raise ValueError("run(): config applies to sessionless runs only; the session has its own")
+            return self._execute(session, uuid.uuid4().hex[:12], argv, context=None)
+        _validate.agent_id(agent_id)
+        config = config if config is not None else SandboxConfig()
+        config.validate()
+        _policy.build(config, base=self._base_policy, python_tools=self._tools)
+        self._require_binary()
+        workspace = Path(tempfile.mkdtemp(prefix=f"capsule-{agent_id}-run-", dir=self._workspace_root))
+        try:
+            self._install_workspace(workspace)
+            ephemeral = _Session(agent_id, "ephemeral", config, workspace, None)
+            return self._execute(ephemeral, uuid.uuid4().hex[:12], argv, context=None)
+        finally:
+            shutil.rmtree(workspace, ignore_errors=True)
+
+    def run_once(
+        self,
+        agent_id: str,
+        code: str,
+        *,
+        config: SandboxConfig | None = None,
+        context: Mapping[str, Any] | None = None,
+        runtime: Any | None = None,
+    ) -> ExecutionHandle:
+        """create_session + execute_code + destroy_session in one call."""
+        handle = self.create_session(agent_id, runtime=runtime, config=config)
+        try:
+            return self.execute_code(agent_id, handle.session_id, code, context=context)
+        finally:
+            self.destroy_session(agent_id, handle.session_id)
+
+    def running_executions(self, agent_id: str, session_id: str) -> list[str]:
+        """Ids of this session's executions that are running now."""
+        with self._lock:
+            session = self._sessions.get((agent_id, session_id))
+            return list(session.running) if session is not None else []
+
+    def get_execution_status(self, agent_id: str, session_id: str, execution_id: str) -> ExecutionHandle:
+        with self._lock:
+            session = self._sessions.get((agent_id, session_id))
+            if session is not None:
+                if execution_id in session.running:
+                    return ExecutionHandle(execution_id, agent_id, session_id, ExecutionStatus.RUNNING)
+                if execution_id in session.finished:
+                    return session.finished[execution_id]
+        raise KeyError(f"unknown execution {execution_id!r} in session {session_id!r}")
+
+    def cancel_execution(self, agent_id: str, session_id: str, execution_id: str) -> bool:
+        """Kill a running execution's capsule (which kills its process tree).
+
+        True if it was running and is now stopped; False if unknown or finished.
+        """
+        with self._lock:
+            session = self._sessions.get((agent_id, session_id))
+            run = session.running.get(execution_id) if session is not None else None
+        if run is None:
+            return False
+        return run.cancel()
+
+    def _execute(
+        self,
+        session: _Session,
+        eid: str,
+        command: list[str],
+        *,
+        context: Mapping[str, Any] | None,
+    ) -> SandboxResult:
+        binary = self._require_binary()
+        policy = _policy.build(
+            session.config,
+            base=self._base_policy,
+            python_tools=self._tools,
+            context=context,
+        )
+        policy_path = _policy.write(policy, str(session.workspace / f"policy-{eid}.json"))
+        head = [
+            binary,
+            "exec",
+            "--json",
+            "--workspace",
+            str(session.workspace),
+            "--policy",
+            policy_path,
+            "--agent-id",
+            session.agent_id,
+        ]
+        if self._audit_log is False:
+            head.append("--no-audit")
+        elif self._audit_log not in (None, True):
+            head += ["--audit-log", os.fspath(self._audit_log)]  # type: ignore[arg-type]
+        tools = None
+        if _policy.has_forward_tools(policy):
+            tools = {n: f for n, f in self._tools.items() if n in session.config.tool_allowlist}
+        run = CapsuleRun(head, command, timeout_seconds=session.config.timeout_seconds, tools=tools)
+        with self._lock:
+            if session.status is not SessionStatus.READY:
+                raise SessionNotFoundError(f"session {session.session_id!r} is being destroyed")
+            session.running[eid] = run
+        try:
+            return run.run()
+        finally:
+            with self._lock:
+                session.running.pop(eid, None)
+            try:
+                os.unlink(policy_path)
+            except OSError:
+                pass
+
+    @staticmethod
+    def _runtime_gate(session: _Session, code: str, context: Mapping[str, Any] | None) -> None:
+        """Ask a governance runtime (if the session has one) before running code."""
+        evaluate = getattr(session.runtime, "evaluate_pre_tool_call", None)
+        if evaluate is None:
+            return
+        args: dict[str, Any] = {"agent_id": session.agent_id, "action": "execute", "code": code}
+        args.update(context or {})
+        decision = evaluate(tool_name="sandbox_execute", args=args, call_id=uuid.uuid4().hex[:8])
+        allowed = getattr(decision, "is_allowed", None)
+        if callable(allowed) and not allowed():
+            reason = getattr(decision, "message", None) or getattr(decision, "reason_code", "denied")
+            raise PermissionError(f"governance denied: {reason}")
+
+    # -- async twins --------------------------------------------------------------
+
+    async def create_session_async(
+        self, agent_id: str, *, runtime: Any | None = None, config: SandboxConfig | None = None
+    ) -> SessionHandle:
+        return await asyncio.to_thread(self.create_session, agent_id, runtime=runtime, config=config)
+
+    async def execute_code_async(
+        self,
+        agent_id: str,
+        session_id: str,
+        code: str,
+        *,
+        context: Mapping[str, Any] | None = None,
+        execution_id: str | None = None,
+    ) -> ExecutionHandle:
+        return await asyncio.to_thread(
+            self.execute_code, agent_id, session_id, code, context=context, execution_id=execution_id
+        )
+
+    async def run_async(
+        self,
+        agent_id: str,
+        command: Sequence[str] | str,
+        config: SandboxConfig | None = None,
+        *,
+        session_id: str | None = None,
+    ) -> SandboxResult:
+        return await asyncio.to_thread(self.run, agent_id, command, config, session_id=session_id)
+
+    async def run_once_async(
+        self,
+        agent_id: str,
+        code: str,
+        *,
+        config: SandboxConfig | None = None,
+        context: Mapping[str, Any] | None = None,
+        runtime: Any | None = None,
+    ) -> ExecutionHandle:
+        return await asyncio.to_thread(
+            self.run_once, agent_id, code, config=config, context=context, runtime=runtime
+        )
+
+    async def destroy_session_async(self, agent_id: str, session_id: str) -> None:
+        await asyncio.to_thread(self.destroy_session, agent_id, session_id)
+
+    async def get_session_status_async(self, agent_id: str, session_id: str) -> SessionStatus:
+        return await asyncio.to_thread(self.get_session_status, agent_id, session_id)
+
+    async def cancel_execution_async(self, agent_id: str, session_id: str, execution_id: str) -> bool:
+        return await asyncio.to_thread(self.cancel_execution, agent_id, session_id, execution_id)

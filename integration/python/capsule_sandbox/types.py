@@ -1,0 +1,158 @@
+"""Public value types of the session-style provider.
+
+The names, fields and defaults follow the SandboxProvider contract used by
+agent governance toolkits (``SandboxConfig``, ``SandboxResult``,
+``SessionHandle``, ``ExecutionHandle``, ``SessionStatus``,
+``ExecutionStatus``), extended with what capsule reports (truncation flags,
+termination reason, counters).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from capsule_sandbox import _validate
+
+
+class SessionStatus(str, Enum):
+    """Lifecycle state of a sandbox session."""
+
+    PROVISIONING = "provisioning"
+    READY = "ready"
+    EXECUTING = "executing"
+    DESTROYING = "destroying"
+    DESTROYED = "destroyed"
+    FAILED = "failed"
+
+
+class ExecutionStatus(str, Enum):
+    """State of one execution within a session."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+
+@dataclass
+class SandboxConfig:
+    """What a session (or a one-off ``run``) may do; mapped onto a capsule policy.
+
+    Validated when constructed (fail closed, before anything runs):
+
+    * ``network_enabled`` with an empty ``network_allowlist`` needs
+      ``network_default="allow"`` (unrestricted egress is never implicit);
+    * ``input_dir`` / ``output_dir`` may not be protected system directories;
+    * ``env_vars`` may not set loader/interpreter hooks (``LD_*``,
+      ``PYTHONPATH``, ...) nor the variables capsule itself provides.
+
+    ``tool_max_calls`` and ``tool_timeout_seconds`` are capsule extensions
+    (``tools.max_calls`` and each forwarded tool's ``timeout_seconds``).
+    """
+
+    timeout_seconds: float = 60.0
+    memory_mb: int | None = 512
+    cpu_limit: float | None = 1.0
+    network_enabled: bool = False
+    read_only_fs: bool = True
+    env_vars: dict[str, str] = field(default_factory=dict)
+    input_dir: str | None = None
+    output_dir: str | None = None
+    runtime: str | None = None
+    output_max_bytes: int = 1_048_576
+    network_allowlist: list[str] = field(default_factory=list)
+    network_default: str = "deny"
+    tool_allowlist: list[str] = field(default_factory=list)
+    tool_max_calls: int = 40
+    tool_timeout_seconds: float = 30.0
+    ring: Any = None  # accepted for compatibility; capsule has no rings
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` if this config must be refused."""
+        if not (isinstance(self.timeout_seconds, (int, float)) and self.timeout_seconds > 0):
+            raise ValueError("timeout_seconds must be a number > 0")
+        if self.memory_mb is not None and int(self.memory_mb) <= 0:
+            raise ValueError("memory_mb must be > 0 (or None for no limit)")
+        if self.cpu_limit is not None and float(self.cpu_limit) <= 0:
+            raise ValueError("cpu_limit must be > 0 (or None for no limit)")
+        if int(self.output_max_bytes) <= 0:
+            raise ValueError("output_max_bytes must be > 0")
+        if int(self.tool_max_calls) <= 0:
+            raise ValueError("tool_max_calls must be > 0")
+        if not float(self.tool_timeout_seconds) > 0:
+            raise ValueError("tool_timeout_seconds must be > 0")
+        if self.network_default not in ("allow", "deny"):
+            raise ValueError(
+                f"network_default must be 'allow' or 'deny', not {self.network_default!r}"
+            )
+        for host in self.network_allowlist:
+            _validate.host_entry(host)
+        if self.network_enabled and not self.network_allowlist:
+            if self.network_default != "allow":
+                raise ValueError(
+                    "network_enabled=True without a network_allowlist would grant "
+                    "unrestricted egress; refusing. Give network_allowlist (egress "
+                    "through capsule's filtering proxy) or set network_default='allow' "
+                    "to ask for unrestricted networking explicitly."
+                )
+        _validate.env_vars(self.env_vars)
+        if self.input_dir is not None:
+            _validate.mount_path(self.input_dir, "input_dir", write=False)
+        if self.output_dir is not None:
+            _validate.mount_path(self.output_dir, "output_dir", write=True)
+        for name in self.tool_allowlist:
+            _validate.tool_name(name)
+
+
+@dataclass
+class SandboxResult:
+    """Result of one execution (capsule's ``--json`` result, section 4)."""
+
+    success: bool
+    exit_code: int = 0
+    stdout: str = ""
+    stderr: str = ""
+    duration_seconds: float = 0.0
+    killed: bool = False
+    kill_reason: str = ""
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+    termination_reason: str = ""
+    signal: int | None = None
+    run_id: str = ""
+    error: str = ""
+    tool_calls: int = 0
+    tool_refusals: int = 0
+    llm_calls: int = 0
+    denied_hosts: list[str] = field(default_factory=list)
+    enforcement: dict[str, Any] = field(default_factory=dict)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class SessionHandle:
+    """Returned by ``create_session``: identifies a live session."""
+
+    agent_id: str
+    session_id: str
+    status: SessionStatus = SessionStatus.READY
+    workspace: str = ""
+
+
+@dataclass
+class ExecutionHandle:
+    """Returned by ``execute_code``: one execution and its result."""
+
+    execution_id: str
+    agent_id: str
+    session_id: str
+    status: ExecutionStatus = ExecutionStatus.COMPLETED
+    result: SandboxResult | None = None

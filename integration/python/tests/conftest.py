@@ -1,0 +1,76 @@
+"""Fixtures: the real capsule binary, or a clear failure.
+
+The binary is ``$CAPSULE_BIN``, else ``<repo>/target/debug/capsule``. A missing
+binary, or one whose ``capsule doctor --json`` does not report a working
+Landlock + seccomp, FAILS the tests that need it: a sandbox test suite that
+skips when the sandbox is absent proves nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+PACKAGE_ROOT = HERE.parent
+REPO = HERE.parents[2]
+sys.path.insert(0, str(PACKAGE_ROOT))
+
+from capsule_sandbox import CapsuleSandboxProvider  # noqa: E402
+from capsule_sandbox._binary import probe  # noqa: E402
+
+
+def _binary_path() -> str:
+    return os.environ.get("CAPSULE_BIN") or str(REPO / "target" / "debug" / "capsule")
+
+
+@pytest.fixture(scope="session")
+def capsule_bin() -> str:
+    path = _binary_path()
+    if not os.path.isfile(path):
+        pytest.fail(
+            f"capsule binary not found at {path}: build it (cargo build) or set CAPSULE_BIN",
+            pytrace=False,
+        )
+    avail = probe(path)
+    if not avail.available:
+        pytest.fail(
+            f"capsule at {path} is not usable: {avail.reason} "
+            "(a stub binary, or a kernel without Landlock/seccomp)",
+            pytrace=False,
+        )
+    return path
+
+
+@pytest.fixture(scope="session")
+def doctor(capsule_bin: str) -> dict:
+    return probe(capsule_bin).doctor
+
+
+@pytest.fixture
+def audit_log(tmp_path: Path) -> Path:
+    return tmp_path / "audit.jsonl"
+
+
+@pytest.fixture
+def provider(capsule_bin: str, audit_log: Path, tmp_path: Path) -> CapsuleSandboxProvider:
+    root = tmp_path / "workspaces"
+    root.mkdir()
+    return CapsuleSandboxProvider(capsule_bin, workspace_root=root, audit_log=audit_log)
+
+
+@pytest.fixture
+def make_provider(capsule_bin: str, audit_log: Path, tmp_path: Path):
+    root = tmp_path / "workspaces-custom"
+    root.mkdir()
+
+    def make(**kwargs):
+        kwargs.setdefault("workspace_root", root)
+        kwargs.setdefault("audit_log", audit_log)
+        return CapsuleSandboxProvider(capsule_bin, **kwargs)
+
+    return make
+

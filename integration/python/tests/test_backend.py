@@ -1,0 +1,130 @@
+"""The agentnode-style backend: CapsuleBackend + ProcessSpec."""
+
+from __future__ import annotations
+
+import socket
+import sys
+
+import pytest
+
+from capsule_sandbox import CapsuleBackend, MountSpec, ProcessSpec, SandboxRequiredError
+
+
+@pytest.fixture
+def backend(capsule_bin, audit_log):
+    b = CapsuleBackend(capsule_bin, agent_id="agentnode-test", audit_log=audit_log)
+    yield b
+    b.close()
+
+
+def test_check_available(backend, capsule_bin):
+    avail = backend.check_available()
+    assert avail.available, avail.reason
+    assert avail.backend == "capsule"
+    assert avail.executable_path == capsule_bin
+    assert avail.landlock_abi >= 1
+
+
+def test_wrap_command_builds_capsule_argv(backend, capsule_bin):
+    spec = ProcessSpec(command=["echo", "hi"], env={"A": "1"}, limits={"memory": "256m", "timeout": 5})
+    argv = backend.wrap_command(spec)
+    assert argv[0] == capsule_bin and argv[1] == "exec"
+    assert argv[argv.index("--") + 1 :] == ["echo", "hi"]
+    assert "--agent-id" in argv and "agentnode-test" in argv
+
+
+def test_run_process_with_stdin(backend):
+    spec = ProcessSpec(command=[sys.executable, "-c", "import sys; print(sys.stdin.read().upper())"])
+    outcome = backend.run_process(spec, input_text="hello sandbox", timeout=30)
+    rc, out, err = outcome
+    assert rc == 0, err
+    assert out == "HELLO SANDBOX\n"
+    assert outcome.reason == "exited"
+
+
+def test_run_process_exit_code_and_timeout(backend):
+    rc, _, _ = backend.run_process(ProcessSpec(command=["sh", "-c", "exit 4"]), timeout=30)
+    assert rc == 4
+    outcome = backend.run_process(ProcessSpec(command=["sleep", "30"]), timeout=1)
+    assert outcome.reason == "timeout"
+    assert outcome.exit_code is None and outcome.native_status == 124
+
+
+def test_read_only_mounts(backend, tmp_path):
+    (tmp_path / "f.txt").write_text("mounted")
+    spec = ProcessSpec(command=["cat", str(tmp_path / "f.txt")], read_only_mounts=[str(tmp_path)])
+    rc, out, err = backend.run_process(spec, timeout=30)
+    assert rc == 0, err
+    assert out == "mounted"
+    spec = ProcessSpec(command=["sh", "-c", f"echo x > {tmp_path}/new.txt"], read_only_mounts=[str(tmp_path)])
+    rc, _, _ = backend.run_process(spec, timeout=30)
+    assert rc != 0
+    assert not (tmp_path / "new.txt").exists()
+    spec = ProcessSpec(command=["sh", "-c", f"echo x > {tmp_path}/new.txt"], mounts=[MountSpec(str(tmp_path), str(tmp_path), read_only=False)])
+    rc, _, err = backend.run_process(spec, timeout=30)
+    assert rc == 0, err
+    assert (tmp_path / "new.txt").read_text() == "x\n"
+
+
+def test_network_none_by_default(backend):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    listener.settimeout(0.5)
+    port = listener.getsockname()[1]
+    code = (
+        "import socket\ntry:\n"
+        f" socket.create_connection(('127.0.0.1', {port}), 2)\n print('CONNECTED')\n"
+        "except OSError:\n print('blocked')"
+    )
+    try:
+        rc, out, err = backend.run_process(ProcessSpec(command=[sys.executable, "-c", code]), timeout=30)
+        assert out.strip() == "blocked", err
+        with pytest.raises(socket.timeout):
+            listener.accept()
+    finally:
+        listener.close()
+
+
+def test_fail_closed_specs(backend):
+    with pytest.raises(SandboxRequiredError):
+        backend.wrap_command(ProcessSpec(command=["true"], network="restricted"))
+    with pytest.raises(SandboxRequiredError):
+        backend.wrap_command(ProcessSpec(command=["true"], network="bogus"))
+    with pytest.raises(SandboxRequiredError):
+        backend.wrap_command(ProcessSpec(command=["true"], mounts=[MountSpec("/tmp", "/elsewhere")]))
+    with pytest.raises(ValueError):
+        backend.wrap_command(ProcessSpec(command=["true"], env={"LD_PRELOAD": "x"}))
+    with pytest.raises(ValueError):
+        backend.wrap_command(ProcessSpec(command=["true"], read_only_mounts=["/etc"]))
+    argv = backend.wrap_command(ProcessSpec(command=["true"], network="egress", allow_hosts=["api.example.com"]))
+    assert argv[-1] == "true"
+
+
+def test_unavailable_backend_refuses():
+    b = CapsuleBackend("/nonexistent/capsule")
+    assert b.check_available().available is False
+    assert b.explain_unavailable()
+    with pytest.raises(SandboxRequiredError):
+        b.wrap_command(ProcessSpec(command=["true"]))
+
+
+def test_open_agent_session(backend):
+    agent = (
+        "import sys, json\n"
+        "for line in sys.stdin:\n"
+        "    msg = json.loads(line)\n"
+        "    print(json.dumps({'echo': msg, 'n': len(line)}), flush=True)\n"
+    )
+    session = backend.open_agent_session(ProcessSpec(command=[sys.executable, "-c", agent], interactive=True))
+    try:
+        session.send({"type": "hello", "value": 1})
+        assert session.recv(timeout=30) == {"echo": {"type": "hello", "value": 1}, "n": 27}
+        session.send({"type": "second"})
+        assert session.recv(timeout=30)["echo"] == {"type": "second"}
+        with pytest.raises(TimeoutError):
+            session.recv(timeout=0.3)
+    finally:
+        session.close()
+    assert session.recv(timeout=5) is None
+    assert session.returncode == 0
