@@ -114,7 +114,7 @@ pub fn run(a: ExecArgs) -> i32 {
             }
         }
         if json && print_result {
-            print!("{}", r.to_json_line());
+            let _ = r.write_json_line(std::io::stdout().lock());
         } else if r.killed {
             if let Some(k) = &r.kill_reason {
                 error_line(format!("killed: {k}"));

@@ -73,7 +73,13 @@ pub async fn pump(fd: OwnedFd, sink: Sink, limit: u64) -> Captured {
         let slice = &buf[..take];
         kept += take as u64;
         match writer.as_mut() {
-            None => out.data.extend_from_slice(slice),
+            None => {
+                if out.data.capacity() == 0 && limit <= (16 << 20) {
+                    // One allocation of exactly what can be kept, not a doubling series.
+                    out.data.reserve_exact(limit as usize + TRUNCATION_MARKER.len());
+                }
+                out.data.extend_from_slice(slice)
+            }
             Some(w) => {
                 if w.write_all(slice).await.is_err() {
                     // capsule's own stdout went away: keep draining so the child is not blocked.

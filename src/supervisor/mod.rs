@@ -187,7 +187,8 @@ fn run_prepared(
 
     let mut r = RunResult::not_run(plan.run_id.clone(), Termination::Exited, 0, String::new());
     r.error = None;
-    r.set_streams(&sup.stdout, &sup.stderr);
+    let mut sup = sup;
+    r.set_streams(&mut sup.stdout, &mut sup.stderr);
     r.duration_seconds = duration.as_secs_f64();
     r.enforcement = enforcement;
     r.policy_sha256 = plan.policy_sha256.clone();

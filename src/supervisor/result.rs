@@ -105,18 +105,24 @@ impl RunResult {
         }
     }
 
-    pub fn set_streams(&mut self, out: &Captured, err: &Captured) {
-        self.stdout = String::from_utf8_lossy(&out.data).into_owned();
-        self.stderr = String::from_utf8_lossy(&err.data).into_owned();
+    /// Take the captured streams (decoded as UTF-8 with replacement, without a copy when already valid).
+    pub fn set_streams(&mut self, out: &mut Captured, err: &mut Captured) {
+        let text = |v: Vec<u8>| String::from_utf8(v).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+        self.stdout = text(std::mem::take(&mut out.data));
+        self.stderr = text(std::mem::take(&mut err.data));
         self.stdout_bytes = out.total;
         self.stderr_bytes = err.total;
         self.stdout_truncated = out.truncated;
         self.stderr_truncated = err.truncated;
     }
 
-    pub fn to_json_line(&self) -> String {
-        let mut s = serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
-        s.push('\n');
-        s
+    /// Write the result as one JSON line, streamed (no copy of the output in
+    /// memory); a closed stdout is not an error worth dying for.
+    pub fn write_json_line(&self, out: impl std::io::Write) -> std::io::Result<()> {
+        use std::io::Write;
+        let mut w = std::io::BufWriter::with_capacity(64 * 1024, out);
+        serde_json::to_writer(&mut w, self).map_err(std::io::Error::other)?;
+        w.write_all(b"\n")?;
+        w.flush()
     }
 }
