@@ -1,6 +1,6 @@
 //! `capsule exec`: load the policy, plan, run, report, audit.
 
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -144,12 +144,10 @@ pub fn run(a: ExecArgs) -> i32 {
     let tool_fd = match a.tool_fd {
         None => None,
         Some(fd) => {
-            // SAFETY: fcntl(F_GETFD) only checks that the descriptor exists.
-            if fd < 3 || unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
+            if fd < 3 || !crate::sys::fd_is_open(fd) {
                 return refuse("bad_tool_fd", format!("--tool-fd {fd}: not an open inherited descriptor (> 2)"));
             }
-            // SAFETY: the caller handed this descriptor to us for the tool channel; we own it from here.
-            Some(unsafe { OwnedFd::from_raw_fd(fd) })
+            Some(crate::sys::adopt_fd(fd))
         }
     };
     let input = BuildInput {

@@ -41,7 +41,7 @@ enum Command {
 
 /// Entry point of the binary; returns the process exit status.
 pub fn main() -> i32 {
-    ensure_std_fds();
+    crate::sys::ensure_std_fds();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -76,18 +76,6 @@ fn init_logging(verbose: u8) {
     let filter = tracing_subscriber::EnvFilter::try_new(env.as_deref().unwrap_or(default))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
-}
-
-/// Make sure fds 0, 1 and 2 are open (to /dev/null if not), so no pipe or
-/// socket capsule creates can land on them by accident.
-fn ensure_std_fds() {
-    for fd in 0..3 {
-        // SAFETY: fcntl(F_GETFD) only queries the descriptor.
-        if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
-            // SAFETY: opening /dev/null with a static C string; the lowest free fd is `fd`.
-            unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
-        }
-    }
 }
 
 /// Print one error line for the user.

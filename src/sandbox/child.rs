@@ -94,12 +94,10 @@ pub fn init_stage(spec: &mut ChildSpec, chan: &Channel) -> ! {
             fail(chan, Stage::Network, e);
         }
     }
-    // SAFETY: this process is single-threaded (a fresh clone of the
-    // single-threaded supervisor), so fork is as safe as in the supervisor.
-    let cmd = unsafe { libc::fork() };
-    if cmd < 0 {
-        fail(chan, Stage::Fork, Errno::last());
-    }
+    let cmd = match sys::fork() {
+        Ok(pid) => pid,
+        Err(e) => fail(chan, Stage::Fork, e),
+    };
     if cmd == 0 {
         spec.wait_go = false;
         command_stage(spec, chan);
@@ -126,7 +124,7 @@ pub fn init_stage(spec: &mut ChildSpec, chan: &Channel) -> ! {
                 if let Some(status) = reap(cmd) {
                     // The command is done: nothing it left behind survives it.
                     sys::signal(-1, libc::SIGKILL);
-                    while reap_blocking() {}
+                    while sys::wait_any() {}
                     let _ = chan.send(Msg::Exited { status });
                     sys::exit_now(0);
                 }
@@ -140,24 +138,12 @@ pub fn init_stage(spec: &mut ChildSpec, chan: &Channel) -> ! {
 /// Reap every exited child without blocking; the command's wait status if it was among them.
 fn reap(cmd: libc::pid_t) -> Option<i32> {
     let mut found = None;
-    loop {
-        let mut status = 0;
-        // SAFETY: waitpid writes the status into our local.
-        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
-        if pid <= 0 {
-            return found;
-        }
+    while let Some((pid, status)) = sys::try_wait(-1) {
         if pid == cmd {
             found = Some(status);
         }
     }
-}
-
-fn reap_blocking() -> bool {
-    let mut status = 0;
-    // SAFETY: as above, blocking.
-    let pid = unsafe { libc::waitpid(-1, &mut status, 0) };
-    pid > 0 || (pid < 0 && Errno::last() == Errno::EINTR)
+    found
 }
 
 /// Confine this process and exec the command. Never returns.
@@ -178,9 +164,8 @@ pub fn command_stage(spec: &mut ChildSpec, chan: &Channel) -> ! {
     }
     for (src, dst) in [(spec.stdout_w, 1), (spec.stderr_w, 2)] {
         if let Some(src) = src {
-            // SAFETY: dup2 on descriptors this process owns.
-            if unsafe { libc::dup2(src, dst) } < 0 {
-                fail(chan, Stage::Stdio, Errno::last());
+            if let Err(e) = sys::dup2(src, dst) {
+                fail(chan, Stage::Stdio, e);
             }
         }
     }
@@ -211,9 +196,8 @@ pub fn command_stage(spec: &mut ChildSpec, chan: &Channel) -> ! {
         fail(chan, Stage::Fds, e);
     }
     if let Some(rpc) = spec.rpc_fd {
-        // SAFETY: fcntl on our own descriptor.
-        if unsafe { libc::fcntl(rpc, libc::F_SETFD, 0) } < 0 {
-            fail(chan, Stage::Fds, Errno::last());
+        if let Err(e) = sys::keep_across_exec(rpc) {
+            fail(chan, Stage::Fds, e);
         }
     }
     if let Some(filters) = spec.seccomp.as_ref() {

@@ -42,10 +42,7 @@ pub fn kill_run(sp: &Spawned) {
 }
 
 fn try_wait(pid: libc::pid_t) -> Option<i32> {
-    let mut status = 0;
-    // SAFETY: waitpid writes into our local.
-    let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG | libc::__WALL) };
-    (r == pid).then_some(status)
+    sys::try_wait(pid).map(|(_, status)| status)
 }
 
 /// Run until the child (init, or the command itself) has exited; returns its

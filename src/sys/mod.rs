@@ -263,3 +263,70 @@ pub fn async_fd(fd: OwnedFd) -> std::io::Result<tokio::io::unix::AsyncFd<OwnedFd
     unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
         .map_err(|e| std::io::Error::other(e.to_string()))
 }
+
+/// `fork()`. Only for a single-threaded caller (the child's init stage).
+pub fn fork() -> Result<libc::pid_t, Errno> {
+    // SAFETY: the callers are single-threaded copies of the single-threaded
+    // supervisor, so no lock can be held by a thread missing in the child.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        Err(Errno::last())
+    } else {
+        Ok(pid)
+    }
+}
+
+/// `dup2(src, dst)`.
+pub fn dup2(src: RawFd, dst: RawFd) -> Result<(), Errno> {
+    // SAFETY: dup2 on descriptor numbers; it closes `dst` first if open, which
+    // is the intent (stdio of the forked child).
+    Errno::result(unsafe { libc::dup2(src, dst) }).map(drop)
+}
+
+/// Clear FD_CLOEXEC so `fd` survives execve.
+pub fn keep_across_exec(fd: RawFd) -> Result<(), Errno> {
+    // SAFETY: fcntl on a descriptor number; no memory is involved.
+    Errno::result(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }).map(drop)
+}
+
+/// `waitpid(pid, WNOHANG | __WALL)`: the raw status if `pid` has exited.
+/// `pid == -1` reaps any child; then the reaped pid is returned too.
+pub fn try_wait(pid: libc::pid_t) -> Option<(libc::pid_t, i32)> {
+    let mut status = 0;
+    // SAFETY: waitpid writes the status into our local.
+    let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG | libc::__WALL) };
+    (r > 0).then_some((r, status))
+}
+
+/// Blocking `waitpid(-1)`; false once there is no child left.
+pub fn wait_any() -> bool {
+    let mut status = 0;
+    // SAFETY: waitpid writes the status into our local.
+    let pid = unsafe { libc::waitpid(-1, &mut status, libc::__WALL) };
+    pid > 0 || (pid < 0 && Errno::last() == Errno::EINTR)
+}
+
+/// Whether `fd` is an open descriptor of this process.
+pub fn fd_is_open(fd: RawFd) -> bool {
+    // SAFETY: fcntl(F_GETFD) only queries the descriptor table.
+    unsafe { libc::fcntl(fd, libc::F_GETFD) != -1 }
+}
+
+/// Take ownership of an inherited descriptor number (e.g. `--tool-fd`).
+/// The caller must have checked it is open and that nothing else owns it.
+pub fn adopt_fd(fd: RawFd) -> OwnedFd {
+    // SAFETY: per the contract above, fd is open and owned by nobody else in
+    // this process: it was handed to capsule by its parent.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+/// Make sure fds 0, 1 and 2 are open (to /dev/null if not), so no pipe or
+/// socket capsule creates can land on them by accident.
+pub fn ensure_std_fds() {
+    for fd in 0..3 {
+        if !fd_is_open(fd) {
+            // SAFETY: opening /dev/null with a static C string; the lowest free fd is `fd`.
+            unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
+        }
+    }
+}
