@@ -54,6 +54,9 @@ pub fn main() -> i32 {
         }
     };
     init_logging(cli.verbose);
+    if !matches!(&cli.command, Command::Exec(a) if !a.dry_run) {
+        crate::sys::default_sigpipe();
+    }
     match cli.command {
         Command::Exec(a) => exec::run(a),
         Command::Check(a) => check::run(a),

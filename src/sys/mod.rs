@@ -330,3 +330,10 @@ pub fn ensure_std_fds() {
         }
     }
 }
+
+/// Die quietly on a closed stdout (`capsule doctor | head`), as Unix tools do.
+/// Not for `capsule exec`, which keeps draining the child when its reader goes.
+pub fn default_sigpipe() {
+    // SAFETY: setting SIG_DFL is always valid.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
