@@ -59,9 +59,16 @@ impl Broker {
         self.counters.lock().map(|c| c.clone()).unwrap_or_default()
     }
 
-    /// Methods answered inline by the connection's reader (no I/O).
-    pub fn is_quick(method: &str) -> bool {
-        matches!(method, "ping" | "tools/list" | "initialize")
+    /// Answer a quick method straight into `out`; false when `method` needs
+    /// [`Broker::answer`] (it may wait on a tool or a provider).
+    pub fn answer_quick(&self, id: &Id, method: &str, params: &Value, out: &mut Vec<u8>) -> bool {
+        match method {
+            "ping" => protocol::write_raw_result(out, id, b"{}"),
+            "tools/list" => out.extend_from_slice(&protocol::result_line(id, self.tools.list())),
+            "initialize" => out.extend_from_slice(&protocol::result_line(id, initialize(params))),
+            _ => return false,
+        }
+        true
     }
 
     /// Answer one request: the full line to write, at most 1 MiB.

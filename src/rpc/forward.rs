@@ -40,6 +40,14 @@ struct Link {
 
 impl Forwarder {
     pub fn new(fd: Option<OwnedFd>) -> Forwarder {
+        // The descriptor was inherited without close-on-exec; host tool
+        // processes (and nested capsules) must not inherit it too.
+        if let Some(fd) = &fd {
+            use nix::fcntl::{fcntl, FcntlArg, FdFlag};
+            if let Err(e) = fcntl(fd, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC)) {
+                tracing::warn!(error = %e, "--tool-fd: cannot set close-on-exec");
+            }
+        }
         Forwarder {
             fd: Mutex::new(fd),
             link: OnceCell::new(),

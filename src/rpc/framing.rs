@@ -4,7 +4,7 @@
 //! newline and reported as [`Frame::TooLong`], so the connection stays usable
 //! and memory stays bounded whatever the peer sends.
 
-use tokio::io::{AsyncBufRead, AsyncBufReadExt};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, BufReader};
 
 /// One unit read from the stream.
 #[derive(Debug, PartialEq, Eq)]
@@ -81,6 +81,14 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
             line.shrink_to_fit();
         }
         Frame::Line(line)
+    }
+}
+
+impl<T: AsyncRead> LineReader<BufReader<T>> {
+    /// Whether a complete line is already buffered (the next frame needs
+    /// no read), so answers may wait to be written together.
+    pub fn has_buffered_line(&self) -> bool {
+        !self.discarding && self.inner.buffer().contains(&b'\n')
     }
 }
 

@@ -121,6 +121,16 @@ pub fn error_line(id: &Id, fault: &RpcFault) -> Vec<u8> {
     line(&json!({"jsonrpc": "2.0", "id": id, "error": fault.to_json()}))
 }
 
+/// Append a success line whose result is already serialized JSON.
+pub fn write_raw_result(out: &mut Vec<u8>, id: &Id, result: &[u8]) {
+    out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+    // Writing a Value into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, id);
+    out.extend_from_slice(br#","result":"#);
+    out.extend_from_slice(result);
+    out.extend_from_slice(b"}\n");
+}
+
 fn line(v: &Value) -> Vec<u8> {
     // serde_json cannot fail on a Value with string keys.
     let mut out = serde_json::to_vec(v).unwrap_or_else(|_| b"{}".to_vec());
@@ -236,6 +246,23 @@ mod tests {
             parse_line(br#"{"jsonrpc":"2.0","id":"a","method":"ping"}"#),
             Incoming::Request { method, .. } if method == "ping"
         ));
+    }
+
+    #[test]
+    fn raw_result_line_is_json() {
+        let mut out = vec![];
+        write_raw_result(&mut out, &json!("a\"b"), b"{}");
+        write_raw_result(&mut out, &json!(7), b"{}");
+        let lines: Vec<Value> = out
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).unwrap())
+            .collect();
+        assert_eq!(
+            lines[0],
+            json!({"jsonrpc": "2.0", "id": "a\"b", "result": {}})
+        );
+        assert_eq!(lines[1]["id"], 7);
     }
 
     #[test]
