@@ -230,7 +230,9 @@ class CapsuleClient:
                     self._deliver(message)
                     if slot.done:
                         self._reading = False
-                        self._cv.notify_all()
+                        if len(self._pending) > 1:
+                            # Another thread waits: it takes over reading.
+                            self._cv.notify_all()
                         return self._take(ident, slot)
                     self._cv.notify_all()
         except (OSError, EOFError, ValueError) as exc:
@@ -294,6 +296,9 @@ _default_lock = threading.Lock()
 def default_client() -> CapsuleClient:
     """The process-wide client on ``$CAPSULE_RPC_FD`` (created on first use)."""
     global _default
+    client = _default
+    if client is not None:  # the common case: no lock per call
+        return client
     with _default_lock:
         if _default is None:
             _default = CapsuleClient()
