@@ -1,18 +1,18 @@
-//! Loading the prepared programs into the kernel, in the forked child.
+//! Loading the prepared program into the kernel, in the forked child.
 //!
 //! Runs between fork and execve, so it must be async-signal-safe: it only
-//! reads the programs built before fork and makes `prctl`/`seccomp` syscalls;
+//! reads the program built before fork and makes `prctl`/`seccomp` syscalls;
 //! no allocation, no locks, no logging. Errors are the raw errno.
 
+use super::bpf::SockFilter;
 use nix::errno::Errno;
-use seccompiler::sock_filter;
 
-/// `struct sock_fprog` (linux/filter.h). seccompiler's `sock_filter` is
-/// `#[repr(C)]` with the kernel's layout (u16 code, u8 jt, u8 jf, u32 k).
+/// `struct sock_fprog` (linux/filter.h); [`SockFilter`] is `#[repr(C)]` with
+/// the kernel's layout (u16 code, u8 jt, u8 jf, u32 k).
 #[repr(C)]
 struct SockFprog {
     len: libc::c_ushort,
-    filter: *const sock_filter,
+    filter: *const SockFilter,
 }
 
 /// Sets `PR_SET_NO_NEW_PRIVS` (idempotent; the kernel refuses an unprivileged
@@ -28,7 +28,7 @@ pub(super) fn set_no_new_privs() -> Result<(), Errno> {
 
 /// Installs one filter on the calling thread. `prog` was length-checked when
 /// built (1..=4096 instructions); a program that is not gives EINVAL.
-pub(super) fn install_one(prog: &[sock_filter]) -> Result<(), Errno> {
+pub(super) fn install_one(prog: &[SockFilter]) -> Result<(), Errno> {
     let len = match libc::c_ushort::try_from(prog.len()) {
         Ok(len) if len > 0 => len,
         _ => return Err(Errno::EINVAL),

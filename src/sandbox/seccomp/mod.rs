@@ -1,49 +1,51 @@
 //! seccomp: the syscall layer.
 //!
-//! Three classic-BPF filters are built in the parent, before fork
-//! ([`build`]), and stacked by the child right before execve
-//! ([`Filters::install`]):
+//! ONE classic-BPF program is built in the parent, before fork ([`build`]),
+//! and installed by the child right before execve ([`Filters::install`]):
 //!
-//! 1. **arch** (`arch.rs`, hand-built): a syscall from a foreign ABI (i386
-//!    `int 0x80` on x86_64) or with an x32 number kills the process.
+//! 1. **architecture** (`arch.rs`): a syscall from a foreign ABI (i386
+//!    `int 0x80` on x86_64) or with an x32 number kills the process;
 //! 2. **allowlist** (`allowlist.rs`): the known syscalls, in the shape of
 //!    Docker's default profile, are allowed; anything else fails with ENOSYS,
 //!    so a new kernel syscall never opens a hole and libc falls back
-//!    (clone3 → clone).
-//! 3. **deny** (`deny.rs`, `sockets.rs`): explicit denials with EPERM:
-//!    ptrace, mounts, namespaces, bpf, keyrings, modules, io_uring, ...,
-//!    `clone` with `CLONE_NEW*`, `personality` changes, `ioctl(TIOCSTI)`,
-//!    and sockets by domain/type/protocol per network mode; everything else
-//!    is allowed (by this filter).
+//!    (clone3 → clone);
+//! 3. **denials** (`deny.rs`, `sockets.rs`), which win over the allowlist:
+//!    EPERM for ptrace, mounts, namespaces, bpf, keyrings, modules,
+//!    io_uring, ..., `clone` with `CLONE_NEW*`, `personality` changes,
+//!    `ioctl(TIOCSTI)`, and sockets by domain/type/protocol per network mode.
 //!
-//! Precedence: seccompiler gives each filter one match action, so the policy
-//! is split over filters. The kernel runs every installed filter and takes the
-//! most restrictive action (KILL_PROCESS > ... > ERRNO > ... > ALLOW); among
-//! equal actions the *most recently installed* filter's data wins
-//! (`seccomp_run_filters` walks from the newest filter and replaces only on
-//! a strictly more restrictive action). So "deny" is installed last: for a
-//! syscall both unknown to the allowlist (ENOSYS) and denied (EPERM), the
-//! caller sees EPERM. The arch filter's KILL beats both. Tested in `tests.rs`
-//! (including the reversed order, which yields ENOSYS).
+//! The tables are declarative; `compile.rs` turns them into a binary search
+//! over syscall-number intervals plus small argument checks (~110
+//! instructions), because loading seccomp filters costs kernel time per
+//! filter and per instruction (see there). The decisions are exactly those of
+//! the three stacked seccompiler filters capsule installed before (arch,
+//! allowlist, deny — deny last, so its EPERM beat the allowlist's ENOSYS);
+//! `equivalence.rs` checks that with a BPF interpreter against that
+//! reference (`oracle.rs`, seccompiler, a dev-dependency now), and `tests.rs`
+//! checks the program in the real kernel.
 //!
 //! Names are translated to numbers with per-architecture tables (`table.rs`);
 //! x86_64 is the target, aarch64 builds too.
 
 mod allowlist;
 mod arch;
+mod bpf;
+mod compile;
 mod deny;
+#[cfg(test)]
+mod equivalence;
 mod install;
+#[cfg(test)]
+mod oracle;
 mod sockets;
 mod table;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
-
-use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, SeccompRule};
-
+use self::bpf::SockFilter;
 use self::table::Arch;
 
+pub use self::compile::CompileError;
 pub use nix::errno::Errno;
 
 /// The kernel's limit on one classic-BPF program (BPF_MAXINSNS).
@@ -63,134 +65,57 @@ pub enum SeccompError {
          and aarch64 (use --best-effort to run without one)"
     )]
     UnsupportedArch { arch: &'static str },
-    #[error("seccomp: compiling the {filter} filter failed: {source}")]
-    Compile {
-        filter: &'static str,
-        #[source]
-        source: seccompiler::BackendError,
-    },
-    #[error(
-        "seccomp: the {filter} filter has {len} BPF instructions; the kernel accepts 1 to {max}"
-    )]
-    BadLength {
-        filter: &'static str,
-        len: usize,
-        max: usize,
-    },
+    #[error(transparent)]
+    Compile(#[from] CompileError),
+    #[error("seccomp: the filter has {len} BPF instructions; the kernel accepts 1 to {max}")]
+    BadLength { len: usize, max: usize },
 }
 
-/// One prepared filter.
-struct Stage {
-    name: &'static str,
-    program: BpfProgram,
-}
-
-/// The prepared filters, in installation order. Built before fork; installing
-/// them only reads this memory.
+/// The prepared program. Built before fork; installing it only reads this memory.
 pub struct Filters {
-    stages: Vec<Stage>,
+    program: Vec<SockFilter>,
     arch: Arch,
     opts: SeccompOptions,
     allowed_count: usize,
+    intervals: usize,
 }
 
 impl std::fmt::Debug for Filters {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut l = f.debug_list();
-        for s in &self.stages {
-            l.entry(&format_args!("{} ({} insns)", s.name, s.program.len()));
-        }
-        l.finish()
+        f.debug_struct("Filters")
+            .field("arch", &self.arch.name())
+            .field("instructions", &self.program.len())
+            .field("intervals", &self.intervals)
+            .finish()
     }
 }
 
-fn compile(
-    name: &'static str,
-    arch: Arch,
-    rules: BTreeMap<i64, Vec<SeccompRule>>,
-    mismatch: SeccompAction,
-    on_match: SeccompAction,
-) -> Result<Stage, SeccompError> {
-    let program = SeccompFilter::new(rules, mismatch, on_match, arch.target())
-        .and_then(BpfProgram::try_from)
-        .map_err(|source| match source {
-            seccompiler::BackendError::FilterTooLarge(len) => SeccompError::BadLength {
-                filter: name,
-                len,
-                max: MAX_INSTRUCTIONS,
-            },
-            source => SeccompError::Compile {
-                filter: name,
-                source,
-            },
-        })?;
-    Ok(Stage { name, program })
-}
-
-fn check_length(stage: &Stage) -> Result<(), SeccompError> {
-    let len = stage.program.len();
-    if len == 0 || len > MAX_INSTRUCTIONS {
-        return Err(SeccompError::BadLength {
-            filter: stage.name,
-            len,
-            max: MAX_INSTRUCTIONS,
-        });
-    }
-    Ok(())
-}
-
-/// Builds and length-checks the filters for `opts`. Call in the parent, before fork.
+/// Builds and length-checks the program for `opts`. Call in the parent, before fork.
 pub fn build(opts: &SeccompOptions) -> Result<Filters, SeccompError> {
     let arch = Arch::native().ok_or(SeccompError::UnsupportedArch {
         arch: std::env::consts::ARCH,
     })?;
-
-    let arch_stage = Stage {
-        name: "arch",
-        program: arch::program(arch),
-    };
-
-    let allowed: BTreeMap<i64, Vec<SeccompRule>> = allowlist::ALLOWED
-        .iter()
-        .filter_map(|name| arch.nr(name))
-        .map(|nr| (nr, Vec::new()))
-        .collect();
-    let allowed_count = allowed.len();
-    let allow_stage = compile(
-        "allowlist",
-        arch,
-        allowed,
-        SeccompAction::Errno(libc::ENOSYS as u32),
-        SeccompAction::Allow,
-    )?;
-
-    let deny_rules = deny::rules(arch, opts).map_err(|source| SeccompError::Compile {
-        filter: "deny",
-        source,
-    })?;
-    let deny_stage = compile(
-        "deny",
-        arch,
-        deny_rules,
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::EPERM as u32),
-    )?;
-
-    let stages = vec![arch_stage, allow_stage, deny_stage];
-    for stage in &stages {
-        check_length(stage)?;
+    let compiled = compile::compile(arch, opts)?;
+    let len = compiled.program.len();
+    if len == 0 || len > MAX_INSTRUCTIONS {
+        return Err(SeccompError::BadLength {
+            len,
+            max: MAX_INSTRUCTIONS,
+        });
     }
     let filters = Filters {
-        stages,
+        program: compiled.program,
         arch,
         opts: *opts,
-        allowed_count,
+        allowed_count: compiled.allowed,
+        intervals: compiled.intervals,
     };
-    tracing::debug!(?filters, arch = arch.name(), "seccomp filters built");
+    tracing::debug!(?filters, "seccomp program built");
     Ok(filters)
 }
 
-fn summarize(arch: Arch, opts: &SeccompOptions, allowed: usize, stages: &[Stage]) -> Vec<String> {
+fn summarize(f: &Filters) -> Vec<String> {
+    let (arch, opts) = (f.arch, &f.opts);
     let mut lines = Vec::new();
     let x32 = if arch == Arch::X86_64 {
         " and x32 syscall numbers"
@@ -202,8 +127,9 @@ fn summarize(arch: Arch, opts: &SeccompOptions, allowed: usize, stages: &[Stage]
         arch.name()
     ));
     lines.push(format!(
-        "seccomp: {allowed} known syscalls allowed; any other fails with ENOSYS \
-         (clone3 → ENOSYS, libc falls back to clone)"
+        "seccomp: {} known syscalls allowed; any other fails with ENOSYS \
+         (clone3 → ENOSYS, libc falls back to clone)",
+        f.allowed_count
     ));
     for (group, names) in deny::DENIED {
         let present: Vec<&str> = names
@@ -222,76 +148,81 @@ fn summarize(arch: Arch, opts: &SeccompOptions, allowed: usize, stages: &[Stage]
         flags.join("|")
     ));
     lines.push(format!("seccomp: {}", sockets::describe(opts)));
-    let sizes: Vec<String> = stages
-        .iter()
-        .map(|s| format!("{} {}", s.name, s.program.len()))
-        .collect();
     lines.push(format!(
-        "seccomp: BPF instructions per filter (limit {MAX_INSTRUCTIONS}): {}",
-        sizes.join(", ")
+        "seccomp: one BPF program, {} instructions (limit {MAX_INSTRUCTIONS}): binary search \
+         over {} syscall-number intervals",
+        f.program.len(),
+        f.intervals
     ));
     lines
 }
 
 impl Filters {
-    /// Installs the filters on the calling thread, in order (arch, allowlist,
-    /// deny). Call in the forked child right before execve.
+    /// Installs the program on the calling thread. Call in the forked child
+    /// right before execve.
     ///
     /// Async-signal-safe: no allocation, no locks; only `prctl` and `seccomp`
     /// syscalls. Sets `PR_SET_NO_NEW_PRIVS` itself (idempotent). On error the
-    /// child may be left with some of the filters: it must not exec, only
-    /// report the errno and `_exit`.
+    /// child must not exec, only report the errno and `_exit`.
     pub fn install(&self) -> Result<(), Errno> {
         install::set_no_new_privs()?;
-        for stage in &self.stages {
-            install::install_one(&stage.program)?;
-        }
-        Ok(())
+        install::install_one(&self.program)
     }
 
     /// Human-readable lines for `--dry-run`, `check` and `doctor`.
     pub fn summary(&self) -> Vec<String> {
-        summarize(self.arch, &self.opts, self.allowed_count, &self.stages)
+        summarize(self)
     }
 
-    /// Number of filters [`Filters::install`] loads.
+    /// Number of filters [`Filters::install`] loads: one.
     pub fn len(&self) -> usize {
-        self.stages.len()
+        1
     }
 
-    /// Always false: [`build`] makes every filter.
+    /// Always false: [`build`] makes the program.
     pub fn is_empty(&self) -> bool {
-        self.stages.is_empty()
+        false
+    }
+
+    /// Number of BPF instructions in the program.
+    pub fn instructions(&self) -> usize {
+        self.program.len()
     }
 }
 
-/// Whether this kernel can enforce the filters: seccomp is configured
-/// (`PR_GET_SECCOMP` answers) and filter mode knows the actions used here
-/// (`SECCOMP_GET_ACTION_AVAIL`, Linux 4.14+, needed for KILL_PROCESS).
+/// Whether this kernel can enforce the program: seccomp filter mode is built
+/// in and knows SECCOMP_RET_KILL_PROCESS (Linux 4.14+). ERRNO and ALLOW, the
+/// other actions used, are as old as filter mode itself (3.5).
+///
+/// Two syscalls, nothing cached across runs: `SECCOMP_GET_ACTION_AVAIL` (4.14+,
+/// EOPNOTSUPP for an unknown action, EINVAL/ENOSYS before 4.14 or without
+/// CONFIG_SECCOMP) and `SECCOMP_SET_MODE_FILTER` with a NULL program, which
+/// fails with EFAULT where filter mode exists (CONFIG_SECCOMP_FILTER) and
+/// EINVAL where it does not; it installs nothing either way.
 pub fn kernel_supports_seccomp() -> bool {
-    // SAFETY: prctl with integer arguments only.
-    let mode = unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) };
-    if mode < 0 {
+    let action: u32 = libc::SECCOMP_RET_KILL_PROCESS;
+    // SAFETY: SECCOMP_GET_ACTION_AVAIL reads one u32 through the pointer,
+    // which points at a live local; it changes no state.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_GET_ACTION_AVAIL,
+            0 as libc::c_uint,
+            &action as *const u32,
+        )
+    };
+    if rc != 0 {
         return false;
     }
-    [
-        libc::SECCOMP_RET_KILL_PROCESS,
-        libc::SECCOMP_RET_ERRNO,
-        libc::SECCOMP_RET_ALLOW,
-    ]
-    .iter()
-    .all(|action| {
-        let action: u32 = *action;
-        // SAFETY: SECCOMP_GET_ACTION_AVAIL reads one u32 through the pointer,
-        // which points at a live local; it changes no state.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_seccomp,
-                libc::SECCOMP_GET_ACTION_AVAIL,
-                0 as libc::c_uint,
-                &action as *const u32,
-            )
-        };
-        rc == 0
-    })
+    // SAFETY: a NULL program pointer: the kernel's copy_from_user fails with
+    // EFAULT before any filter is prepared or attached; no memory of ours is touched.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            0 as libc::c_uint,
+            std::ptr::null::<libc::c_void>(),
+        )
+    };
+    rc == -1 && Errno::last() == Errno::EFAULT
 }

@@ -18,39 +18,29 @@
 //! ssh-agent) is a host escape that has nothing to do with IP networking, and
 //! AF_VSOCK/AF_PACKET reach the hypervisor or the link layer.
 
-use seccompiler::{BackendError, SeccompCmpOp, SeccompRule};
-
-use super::deny::{cond, not_in};
+use super::compile::ArgCheck;
 use super::SeccompOptions;
 use crate::policy::NetMode;
 
-const AF_UNIX: u64 = libc::AF_UNIX as u64;
-const AF_INET: u64 = libc::AF_INET as u64;
-const AF_INET6: u64 = libc::AF_INET6 as u64;
-const AF_NETLINK: u64 = libc::AF_NETLINK as u64;
-const NETLINK_ROUTE: u64 = libc::NETLINK_ROUTE as u64;
-const IPPROTO_TCP: u64 = libc::IPPROTO_TCP as u64;
-const SOCK_STREAM: u64 = libc::SOCK_STREAM as u64;
-const SOCK_NONBLOCK: u64 = libc::SOCK_NONBLOCK as u64;
-const SOCK_CLOEXEC: u64 = libc::SOCK_CLOEXEC as u64;
+// `socket`'s arguments are `int`s: compared as 32 bits.
+pub(super) const AF_UNIX: u32 = libc::AF_UNIX as u32;
+pub(super) const AF_INET: u32 = libc::AF_INET as u32;
+pub(super) const AF_INET6: u32 = libc::AF_INET6 as u32;
+pub(super) const AF_NETLINK: u32 = libc::AF_NETLINK as u32;
+pub(super) const NETLINK_ROUTE: u32 = libc::NETLINK_ROUTE as u32;
+pub(super) const IPPROTO_TCP: u32 = libc::IPPROTO_TCP as u32;
+const SOCK_STREAM: u32 = libc::SOCK_STREAM as u32;
+const SOCK_NONBLOCK: u32 = libc::SOCK_NONBLOCK as u32;
+const SOCK_CLOEXEC: u32 = libc::SOCK_CLOEXEC as u32;
 
-/// The domains `socket` may create, sorted.
-pub(super) fn allowed_domains(opts: &SeccompOptions) -> Vec<u64> {
-    let mut d = vec![AF_NETLINK];
-    if opts.allow_unix_sockets {
-        d.push(AF_UNIX);
-    }
-    if opts.net != NetMode::None {
-        d.push(AF_INET);
-        d.push(AF_INET6);
-    }
-    d.sort_unstable();
-    d
-}
+/// `socket`'s arguments.
+const DOMAIN: u8 = 0;
+const TYPE: u8 = 1;
+const PROTOCOL: u8 = 2;
 
 /// The `type` values a proxy-mode IP socket may have: SOCK_STREAM with any of
 /// the two flags the kernel accepts there (anything else in the type is EINVAL anyway).
-fn stream_types() -> Vec<u64> {
+pub(super) fn stream_types() -> Vec<u32> {
     let mut t = vec![
         SOCK_STREAM,
         SOCK_STREAM | SOCK_NONBLOCK,
@@ -61,19 +51,30 @@ fn stream_types() -> Vec<u64> {
     t
 }
 
-/// The rules on `socket`'s arguments that make it fail with EPERM.
-pub(super) fn rules(opts: &SeccompOptions) -> Result<Vec<SeccompRule>, BackendError> {
-    // arg0 domain, arg1 type, arg2 protocol (all `int`: compared as 32 bits).
-    let mut rules = not_in(0, &allowed_domains(opts), &[])?;
-    let is = |domain: u64| cond(0, SeccompCmpOp::Eq, domain);
-    rules.extend(not_in(2, &[NETLINK_ROUTE], &[is(AF_NETLINK)?])?);
-    if opts.net == NetMode::Proxy {
-        for domain in [AF_INET, AF_INET6] {
-            rules.extend(not_in(1, &stream_types(), &[is(domain)?])?);
-            rules.extend(not_in(2, &[0, IPPROTO_TCP], &[is(domain)?])?);
-        }
+/// The check on `socket(domain, type, protocol)`: the table above.
+pub(super) fn check(opts: &SeccompOptions) -> ArgCheck {
+    use ArgCheck::{Deny, Pass};
+    let netlink = ArgCheck::one_of(PROTOCOL, &[NETLINK_ROUTE], Pass, Deny);
+    let tcp_only = ArgCheck::one_of(
+        TYPE,
+        &stream_types(),
+        ArgCheck::one_of(PROTOCOL, &[0, IPPROTO_TCP], Pass, Deny),
+        Deny,
+    );
+    let mut arms = vec![(vec![AF_NETLINK], netlink)];
+    if opts.allow_unix_sockets {
+        arms.push((vec![AF_UNIX], Pass));
     }
-    Ok(rules)
+    match opts.net {
+        NetMode::None => {}
+        NetMode::Proxy => arms.push((vec![AF_INET, AF_INET6], tcp_only)),
+        NetMode::Unrestricted => arms.push((vec![AF_INET, AF_INET6], Pass)),
+    }
+    ArgCheck::Match {
+        arg: DOMAIN,
+        arms,
+        otherwise: Box::new(Deny),
+    }
 }
 
 /// One line for `--dry-run`.

@@ -36,13 +36,6 @@ impl Arch {
         }
     }
 
-    pub(super) fn target(self) -> seccompiler::TargetArch {
-        match self {
-            Arch::X86_64 => seccompiler::TargetArch::x86_64,
-            Arch::Aarch64 => seccompiler::TargetArch::aarch64,
-        }
-    }
-
     fn table(self) -> &'static [(&'static str, i64)] {
         match self {
             Arch::X86_64 => x86_64::TABLE,

@@ -1,6 +1,8 @@
-//! Tests against the real kernel.
+//! Tests of the compact program: against the reference (the three stacked
+//! seccompiler filters capsule used to install, `oracle.rs`) in a BPF
+//! interpreter, and against the real kernel.
 //!
-//! Each case spawns a fresh child (`python3 -c` or `/bin/sh -c`) through
+//! Each kernel case spawns a fresh child (`python3 -c` or `/bin/sh -c`) through
 //! `std::process::Command` with a `pre_exec` hook that calls
 //! `Filters::install()`: the hook runs in the forked child right before
 //! execve, exactly where capsule's child installs the filters, so the test
@@ -11,6 +13,8 @@ use std::collections::BTreeMap;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, Output, Stdio};
 
+use super::bpf::{self, Data};
+use super::equivalence::audit_arch;
 use super::*;
 use crate::policy::NetMode;
 
@@ -25,8 +29,23 @@ fn native() -> Arch {
     Arch::native().expect("tests run on x86_64 or aarch64")
 }
 
+/// What a test child installs right before exec.
+enum Load {
+    /// capsule's program, through [`Filters::install`].
+    Compact(Filters),
+    /// Raw programs stacked in this order (the reference form).
+    Stack(Vec<Vec<SockFilter>>),
+}
+
+impl From<Filters> for Load {
+    fn from(f: Filters) -> Load {
+        Load::Compact(f)
+    }
+}
+
 /// Runs `program args` with `filters` installed (or none) right before exec.
-fn run(filters: Option<Filters>, program: &str, args: &[&str]) -> Output {
+fn run(filters: Option<impl Into<Load>>, program: &str, args: &[&str]) -> Output {
+    let filters: Option<Load> = filters.map(Into::into);
     let mut cmd = Command::new(program);
     cmd.args(args).stdin(Stdio::null());
     // SAFETY: the hook runs in the forked child of a possibly multi-threaded
@@ -39,7 +58,14 @@ fn run(filters: Option<Filters>, program: &str, args: &[&str]) -> Output {
             // No core files from the children these tests kill with SIGSYS/SIGSEGV.
             setrlimit(Resource::RLIMIT_CORE, 0, 0)?;
             match &filters {
-                Some(filters) => filters.install().map_err(std::io::Error::from),
+                Some(Load::Compact(filters)) => filters.install().map_err(std::io::Error::from),
+                Some(Load::Stack(stack)) => {
+                    install::set_no_new_privs()?;
+                    for prog in stack {
+                        install::install_one(prog)?;
+                    }
+                    Ok(())
+                }
                 None => Ok(()),
             }
         });
@@ -119,7 +145,7 @@ def expect(name, args, want):
     )
 }
 
-fn python(filters: Option<Filters>, body: &str) -> Output {
+fn python(filters: Option<impl Into<Load>>, body: &str) -> Output {
     let script = format!("{}\n{}\nprint('DONE')\n", python_prelude(), body);
     run(filters, "python3", &["-c", &script])
 }
@@ -189,41 +215,22 @@ fn x86_64_resolves_every_denied_syscall() {
 }
 
 #[test]
-fn programs_fit_the_kernel_limit_in_every_mode() {
+fn programs_are_compact_in_every_mode() {
     for net in [NetMode::None, NetMode::Proxy, NetMode::Unrestricted] {
         for unix in [false, true] {
             let f = filters(net, unix);
-            assert_eq!(f.len(), 3);
-            for s in &f.stages {
-                assert!(
-                    (1..=MAX_INSTRUCTIONS).contains(&s.program.len()),
-                    "{} has {} instructions",
-                    s.name,
-                    s.program.len()
-                );
-            }
+            assert_eq!(f.len(), 1);
+            eprintln!("{net:?} unix={unix}: {} instructions", f.instructions());
+            assert!(
+                (1..250).contains(&f.instructions()),
+                "{net:?}/{unix}: {} instructions",
+                f.instructions()
+            );
             let summary = f.summary();
             assert!(summary.iter().any(|l| l.contains("ENOSYS")), "{summary:?}");
             assert!(summary.iter().any(|l| l.contains("ptrace")), "{summary:?}");
         }
     }
-}
-
-#[test]
-fn not_in_rejects_empty_gaps() {
-    // {0, 0xffffffff}: only the middle gap.
-    assert_eq!(
-        deny::not_in(0, &[0, 0xffff_ffff], &[])
-            .expect("rules")
-            .len(),
-        1
-    );
-    // {1, 2, 10, 16}: x<1, 2<x<10, 10<x<16, x>16.
-    assert_eq!(
-        deny::not_in(0, &[1, 2, 10, 16], &[]).expect("rules").len(),
-        4
-    );
-    assert_eq!(deny::not_in(0, &[], &[]).expect("rules").len(), 1);
 }
 
 #[test]
@@ -286,7 +293,7 @@ expect('ioctl', [0, 0x5413, 0], E.ENOTTY)                    # TIOCGWINSZ: ioctl
 fn without_the_filter_the_same_probes_do_not_fail_with_eperm() {
     // Control: shows the EPERMs above come from the filter.
     let out = python(
-        None,
+        None::<Filters>,
         r#"
 expect('personality', [0xffffffff], 0)
 expect('ioctl', [0, 0x5412 | (1 << 32), 0], errno.ENOTTY)
@@ -322,17 +329,43 @@ print('fork, thread and subprocess work')
 }
 
 #[test]
-fn deny_filter_installed_last_wins_over_the_allowlist() {
-    // ptrace is unknown to the allowlist (ENOSYS) and denied (EPERM): installed
-    // last, the deny filter's EPERM wins...
-    let f = filters(NetMode::None, false);
-    let out = python(Some(f), "expect('ptrace', [0, 0, 0, 0], errno.EPERM)");
+fn denied_and_unknown_to_the_allowlist_gives_eperm() {
+    // ptrace is unknown to the allowlist and denied: EPERM, as with the
+    // reference stack, whose deny filter was installed last.
+    let out = python(
+        Some(filters(NetMode::None, false)),
+        "expect('ptrace', [0, 0, 0, 0], errno.EPERM)",
+    );
     assert_ok(&out);
-    // ...and in the reverse order the allowlist's ENOSYS would win: the most
-    // recently installed filter's errno is the one returned.
-    let mut f = filters(NetMode::None, false);
-    f.stages.swap(1, 2);
-    let out = python(Some(f), "expect('ptrace', [0, 0, 0, 0], errno.ENOSYS)");
+}
+
+#[test]
+fn the_kernel_stacks_the_reference_filters_as_the_interpreter_does() {
+    // The equivalence test below combines the reference filters with
+    // `bpf::run_stacked` (newest filter's errno wins among equal actions).
+    // The kernel agrees: in order, deny's EPERM wins...
+    let stack = oracle::three_filters(native(), &opts(NetMode::None, false));
+    let out = python(
+        Some(Load::Stack(stack.clone())),
+        "expect('ptrace', [0, 0, 0, 0], errno.EPERM)\nexpect('clone3', [0, 0], errno.ENOSYS)",
+    );
+    assert_ok(&out);
+    // ...and with allowlist and deny swapped, the allowlist's ENOSYS does.
+    let mut swapped = stack;
+    swapped.swap(1, 2);
+    let probe = Data {
+        nr: native().nr("ptrace").expect("ptrace") as u32,
+        arch: audit_arch(native()),
+        args: [0; 6],
+    };
+    assert_eq!(
+        bpf::run_stacked(&swapped, &probe),
+        bpf::ret_errno(libc::ENOSYS)
+    );
+    let out = python(
+        Some(Load::Stack(swapped)),
+        "expect('ptrace', [0, 0, 0, 0], errno.ENOSYS)",
+    );
     assert_ok(&out);
 }
 
@@ -360,7 +393,7 @@ addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
 pid = ctypes.CFUNCTYPE(ctypes.c_int)(addr)()
 print('int80 getpid', pid, os.getpid())
 "#;
-    let control = python(None, probe);
+    let control = python(None::<Filters>, probe);
     if !control.status.success() {
         eprintln!("skipped: this kernel runs no i386 syscalls (IA32 emulation off): {control:?}");
         return;
@@ -536,7 +569,7 @@ print(json.dumps({'ok': True}))
     );
     assert_ok(&out);
 
-    // Shell, coreutils and curl; /proc/self/status shows the three filters.
+    // Shell, coreutils and curl; /proc/self/status shows the one filter.
     let f = filters(NetMode::None, false);
     let out = run(
         Some(f),
@@ -552,11 +585,11 @@ print(json.dumps({'ok': True}))
     assert_ok(&out);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("Seccomp:\t2"), "{stdout}");
-    assert!(stdout.contains("Seccomp_filters:\t3"), "{stdout}");
+    assert!(stdout.contains("Seccomp_filters:\t1"), "{stdout}");
 }
 
 #[test]
-fn compiled_allowlist_has_one_entry_per_known_name() {
+fn the_reference_is_the_old_three_filter_form() {
     let arch = native();
     let expected: BTreeMap<i64, ()> = allowlist::ALLOWED
         .iter()
@@ -566,8 +599,16 @@ fn compiled_allowlist_has_one_entry_per_known_name() {
     // seccompiler 0.5 emits 5 instructions per syscall without rules (jeq,
     // ja, ja, ret match, ret mismatch), plus the arch check (3), the load of
     // the number (1) and the final default (1).
-    let f = filters(NetMode::None, false);
-    assert_eq!(f.stages[1].program.len(), expected.len() * 5 + 5);
+    let stack = oracle::three_filters(arch, &opts(NetMode::None, false));
+    assert_eq!(stack.len(), 3);
+    assert_eq!(stack[1].len(), expected.len() * 5 + 5);
+    if arch == Arch::X86_64 {
+        // What `strace` showed capsule loading before the compact program.
+        assert_eq!(
+            stack.iter().map(Vec::len).collect::<Vec<_>>(),
+            vec![8, 1525, 369]
+        );
+    }
 }
 
 #[test]

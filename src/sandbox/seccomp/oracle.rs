@@ -1,0 +1,205 @@
+//! The reference: the three stacked filters capsule used to install, built
+//! with seccompiler from the same tables (tests only).
+//!
+//! 1. arch: the prologue (`arch.rs`) followed by `return ALLOW`;
+//! 2. allowlist: the allowed syscalls → ALLOW, anything else → ENOSYS;
+//! 3. deny: the denied syscalls and the argument rules → EPERM, anything else → ALLOW.
+//!
+//! The rules here are written the way seccompiler wants them (an OR of ANDs of
+//! 32-bit comparisons), independently of the decision trees the compact
+//! program is generated from; the tests check that both decide the same.
+
+use std::collections::BTreeMap;
+
+use seccompiler::{
+    BackendError, BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition,
+    SeccompFilter, SeccompRule, TargetArch,
+};
+
+use super::bpf::SockFilter;
+use super::deny::{CLONE_NEW_FLAGS, DENIED, PERSONALITY_ALLOWED, TIOCLINUX, TIOCSTI};
+use super::sockets::{
+    stream_types, AF_INET, AF_INET6, AF_NETLINK, AF_UNIX, IPPROTO_TCP, NETLINK_ROUTE,
+};
+use super::table::Arch;
+use super::{allowlist, arch, SeccompOptions};
+use crate::policy::NetMode;
+
+fn target(arch: Arch) -> TargetArch {
+    match arch {
+        Arch::X86_64 => TargetArch::x86_64,
+        Arch::Aarch64 => TargetArch::aarch64,
+    }
+}
+
+/// A comparison of the low 32 bits of argument `arg` (seccompiler's `Dword`).
+pub(super) fn cond(
+    arg: u8,
+    op: SeccompCmpOp,
+    value: u32,
+) -> Result<SeccompCondition, BackendError> {
+    SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, u64::from(value))
+}
+
+/// Rules matching when 32-bit argument `arg` is NOT one of `allowed`, each
+/// rule also requiring `also`. `allowed` must be sorted and without duplicates.
+///
+/// "not in {a < b < c}" is the union of the gaps: `x < a`, `a < x < b`,
+/// `b < x < c`, `x > c` (empty gaps left out).
+pub(super) fn not_in(
+    arg: u8,
+    allowed: &[u32],
+    also: &[SeccompCondition],
+) -> Result<Vec<SeccompRule>, BackendError> {
+    let mut gaps: Vec<Vec<SeccompCondition>> = Vec::new();
+    match (allowed.first(), allowed.last()) {
+        (Some(&first), Some(&last)) => {
+            if first > 0 {
+                gaps.push(vec![cond(arg, SeccompCmpOp::Lt, first)?]);
+            }
+            for w in allowed.windows(2) {
+                if w[1] > w[0] + 1 {
+                    gaps.push(vec![
+                        cond(arg, SeccompCmpOp::Gt, w[0])?,
+                        cond(arg, SeccompCmpOp::Lt, w[1])?,
+                    ]);
+                }
+            }
+            if last < u32::MAX {
+                gaps.push(vec![cond(arg, SeccompCmpOp::Gt, last)?]);
+            }
+        }
+        // Nothing allowed: every value matches (`x >= 0` always holds).
+        _ => gaps.push(vec![cond(arg, SeccompCmpOp::Ge, 0)?]),
+    }
+    gaps.into_iter()
+        .map(|mut conds| {
+            conds.extend_from_slice(also);
+            SeccompRule::new(conds)
+        })
+        .collect()
+}
+
+/// The domains `socket` may create, sorted.
+fn allowed_domains(opts: &SeccompOptions) -> Vec<u32> {
+    let mut d = vec![AF_NETLINK];
+    if opts.allow_unix_sockets {
+        d.push(AF_UNIX);
+    }
+    if opts.net != NetMode::None {
+        d.push(AF_INET);
+        d.push(AF_INET6);
+    }
+    d.sort_unstable();
+    d
+}
+
+/// The rules on `socket`'s arguments that make it fail with EPERM.
+fn socket_rules(opts: &SeccompOptions) -> Result<Vec<SeccompRule>, BackendError> {
+    let mut rules = not_in(0, &allowed_domains(opts), &[])?;
+    let is = |domain: u32| cond(0, SeccompCmpOp::Eq, domain);
+    rules.extend(not_in(2, &[NETLINK_ROUTE], &[is(AF_NETLINK)?])?);
+    if opts.net == NetMode::Proxy {
+        let mut types = stream_types();
+        types.sort_unstable();
+        for domain in [AF_INET, AF_INET6] {
+            rules.extend(not_in(1, &types, &[is(domain)?])?);
+            rules.extend(not_in(2, &[0, IPPROTO_TCP], &[is(domain)?])?);
+        }
+    }
+    Ok(rules)
+}
+
+/// The denial rules, keyed by syscall number. An empty rule list means
+/// "deny whatever the arguments".
+fn deny_rules(
+    arch: Arch,
+    opts: &SeccompOptions,
+) -> Result<BTreeMap<i64, Vec<SeccompRule>>, BackendError> {
+    let mut map = BTreeMap::new();
+    for (_, names) in DENIED {
+        for nr in names.iter().filter_map(|n| arch.nr(n)) {
+            map.insert(nr, Vec::new());
+        }
+    }
+    if let Some(nr) = arch.nr("clone") {
+        let rules = CLONE_NEW_FLAGS
+            .iter()
+            .map(|&(_, flag)| {
+                SeccompRule::new(vec![cond(
+                    0,
+                    SeccompCmpOp::MaskedEq(u64::from(flag)),
+                    flag,
+                )?])
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        map.insert(nr, rules);
+    }
+    if let Some(nr) = arch.nr("personality") {
+        map.insert(nr, not_in(0, PERSONALITY_ALLOWED, &[])?);
+    }
+    if let Some(nr) = arch.nr("ioctl") {
+        let rules = [TIOCSTI, TIOCLINUX]
+            .iter()
+            .map(|&req| SeccompRule::new(vec![cond(1, SeccompCmpOp::Eq, req)?]))
+            .collect::<Result<Vec<_>, _>>()?;
+        map.insert(nr, rules);
+    }
+    if let Some(nr) = arch.nr("socket") {
+        map.insert(nr, socket_rules(opts)?);
+    }
+    Ok(map)
+}
+
+fn convert(p: BpfProgram) -> Vec<SockFilter> {
+    p.into_iter()
+        .map(|i| SockFilter {
+            code: i.code,
+            jt: i.jt,
+            jf: i.jf,
+            k: i.k,
+        })
+        .collect()
+}
+
+fn seccompiler(
+    arch: Arch,
+    rules: BTreeMap<i64, Vec<SeccompRule>>,
+    mismatch: SeccompAction,
+    on_match: SeccompAction,
+) -> Vec<SockFilter> {
+    let filter =
+        SeccompFilter::new(rules, mismatch, on_match, target(arch)).expect("reference filter");
+    convert(BpfProgram::try_from(filter).expect("reference filter compiles"))
+}
+
+/// The three filters, in installation order: arch, allowlist, deny.
+pub(super) fn three_filters(arch: Arch, opts: &SeccompOptions) -> Vec<Vec<SockFilter>> {
+    let allowed: BTreeMap<i64, Vec<SeccompRule>> = allowlist::ALLOWED
+        .iter()
+        .filter_map(|name| arch.nr(name))
+        .map(|nr| (nr, Vec::new()))
+        .collect();
+    let allow = seccompiler(
+        arch,
+        allowed,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        SeccompAction::Allow,
+    );
+    let deny = seccompiler(
+        arch,
+        deny_rules(arch, opts).expect("reference deny rules"),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+    );
+    vec![arch::program(arch), allow, deny]
+}
+
+#[test]
+fn not_in_rejects_empty_gaps() {
+    // {0, 0xffffffff}: only the middle gap.
+    assert_eq!(not_in(0, &[0, 0xffff_ffff], &[]).expect("rules").len(), 1);
+    // {1, 2, 10, 16}: x<1, 2<x<10, 10<x<16, x>16.
+    assert_eq!(not_in(0, &[1, 2, 10, 16], &[]).expect("rules").len(), 4);
+    assert_eq!(not_in(0, &[], &[]).expect("rules").len(), 1);
+}
