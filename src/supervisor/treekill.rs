@@ -11,8 +11,12 @@ use nix::unistd::Pid;
 
 use crate::sys;
 
-/// Pids whose parent is `parent`, from /proc/*/stat.
+/// Pids whose parent is `parent`: from /proc/PID/task/*/children when the
+/// kernel has it (cheap), else by scanning /proc/*/stat.
 pub fn children_of(parent: libc::pid_t) -> Vec<libc::pid_t> {
+    if let Some(kids) = children_from_task_files(parent) {
+        return kids;
+    }
     let mut out = Vec::new();
     let Ok(dir) = std::fs::read_dir("/proc") else { return out };
     for entry in dir.flatten() {
@@ -50,4 +54,13 @@ pub fn kill_descendants(leader: Option<libc::pid_t>, rounds: usize) {
             let _ = waitpid(Pid::from_raw(k), Some(WaitPidFlag::__WALL));
         }
     }
+}
+
+fn children_from_task_files(parent: libc::pid_t) -> Option<Vec<libc::pid_t>> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{parent}/task")).ok()?.flatten() {
+        let text = std::fs::read_to_string(task.path().join("children")).ok()?;
+        out.extend(text.split_whitespace().filter_map(|p| p.parse::<libc::pid_t>().ok()));
+    }
+    Some(out)
 }
