@@ -11,7 +11,8 @@
 //! * [`destination`] — classifying resolved addresses;
 //! * [`decide`] — the policy decision around resolution (pure, unit-tested);
 //! * `dial` — decide, resolve, connect, count;
-//! * `server` — accept loop and hyper server; `connect` — tunnels; `forward` — plain HTTP;
+//! * `server` — accept loop and hyper server; `connect` — tunnels (relayed with
+//!   `splice`, zero-copy); `forward` — plain HTTP;
 //! * [`stats`] — counters for the result and the audit record;
 //! * [`service`] — one run's proxy: the netns path and the Landlock TCP fallback;
 //! * [`netns`] — the endpoint inside the child's network namespace (init stage);
@@ -28,6 +29,7 @@ pub mod netns;
 pub mod refusal;
 mod server;
 pub mod service;
+mod splice;
 pub mod stats;
 
 #[cfg(test)]
