@@ -9,10 +9,18 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use proxy_support::{capsule_bin, exec, runnable, shared_tempdir, NetPath, Origin, Variant, Who, CURL};
+use proxy_support::{
+    capsule_bin, exec, runnable, shared_tempdir, NetPath, Origin, Variant, Who, CURL,
+};
 
-const INVOKER_NETNS: Variant = Variant { who: Who::Invoker, path: NetPath::Netns };
-const INVOKER_FALLBACK: Variant = Variant { who: Who::Invoker, path: NetPath::Fallback };
+const INVOKER_NETNS: Variant = Variant {
+    who: Who::Invoker,
+    path: NetPath::Netns,
+};
+const INVOKER_FALLBACK: Variant = Variant {
+    who: Who::Invoker,
+    path: NetPath::Fallback,
+};
 
 fn write(dir: &Path, name: &str, text: &str) -> String {
     let p = dir.join(name);
@@ -25,12 +33,24 @@ fn write(dir: &Path, name: &str, text: &str) -> String {
 #[test]
 fn proxy_without_hosts_is_125() {
     let dir = shared_tempdir("capsule-proxy-policy-");
-    let policy = write(dir.path(), "p.yaml", "version: 1\nnetwork:\n  mode: proxy\n");
-    let empty = write(dir.path(), "e.yaml", "version: 1\nnetwork:\n  mode: proxy\n  allow_hosts: []\n");
+    let policy = write(
+        dir.path(),
+        "p.yaml",
+        "version: 1\nnetwork:\n  mode: proxy\n",
+    );
+    let empty = write(
+        dir.path(),
+        "e.yaml",
+        "version: 1\nnetwork:\n  mode: proxy\n  allow_hosts: []\n",
+    );
     let marker = dir.path().join("ran");
     let touch = format!("/usr/bin/touch {}", marker.display());
     for v in [INVOKER_NETNS, INVOKER_FALLBACK] {
-        for args in [vec!["--net", "proxy"], vec!["--policy", &policy], vec!["--policy", &empty]] {
+        for args in [
+            vec!["--net", "proxy"],
+            vec!["--policy", &policy],
+            vec!["--policy", &empty],
+        ] {
             let r = exec(v, &args, &["/bin/sh", "-c", &touch]);
             assert_eq!(r.status, 125, "{args:?}: {}", r.describe());
             assert_eq!(r.json["termination_reason"], "refused", "{}", r.describe());
@@ -62,8 +82,17 @@ fn policy_hosts_and_flag_hosts_combine() {
     );
     let only_policy = exec(v, &["--policy", &policy], &["/bin/sh", "-c", &script]);
     only_policy.on_path(v);
-    assert_eq!(only_policy.stdout(), "200\n403\n", "{}", only_policy.describe());
-    let both = exec(v, &["--policy", &policy, "--allow-host", "localhost"], &["/bin/sh", "-c", &script]);
+    assert_eq!(
+        only_policy.stdout(),
+        "200\n403\n",
+        "{}",
+        only_policy.describe()
+    );
+    let both = exec(
+        v,
+        &["--policy", &policy, "--allow-host", "localhost"],
+        &["/bin/sh", "-c", &script],
+    );
     assert_eq!(both.stdout(), "200\n200\n", "{}", both.describe());
 }
 
@@ -98,7 +127,16 @@ fn audit_record_counts_proxy_decisions() {
             NetPath::Netns => cmd.env_remove("CAPSULE_NO_NAMESPACES"),
         };
         let out = cmd
-            .args(["exec", "--audit-log", &log_s, "--net", "proxy", "--allow-host", "127.0.0.1", "--"])
+            .args([
+                "exec",
+                "--audit-log",
+                &log_s,
+                "--net",
+                "proxy",
+                "--allow-host",
+                "127.0.0.1",
+                "--",
+            ])
             .args(["/bin/sh", "-c", &script])
             .timeout(std::time::Duration::from_secs(90))
             .output()
@@ -110,11 +148,23 @@ fn audit_record_counts_proxy_decisions() {
         assert_eq!(rec["enforcement"]["network_path"], v.path.name(), "{rec}");
         assert_eq!(rec["proxy"]["allowed"], 2, "{rec}");
         assert_eq!(rec["proxy"]["denied"], 1, "{rec}");
-        assert_eq!(rec["proxy"]["denied_hosts"], serde_json::json!(["denied.invalid"]), "{rec}");
+        assert_eq!(
+            rec["proxy"]["denied_hosts"],
+            serde_json::json!(["denied.invalid"]),
+            "{rec}"
+        );
     }
 
     let out = assert_cmd::Command::new(capsule_bin())
-        .args(["exec", "--audit-log", &log_s, "--net", "unrestricted", "--", "/bin/true"])
+        .args([
+            "exec",
+            "--audit-log",
+            &log_s,
+            "--net",
+            "unrestricted",
+            "--",
+            "/bin/true",
+        ])
         .timeout(std::time::Duration::from_secs(90))
         .output()
         .expect("run capsule");
@@ -134,7 +184,21 @@ fn unrestricted_is_the_host_network() {
     let o = Origin::http();
     let url = format!("http://127.0.0.1:{}/direct", o.port);
     let script = format!("{CURL} -sS --max-time 20 {url}; env | grep -ci _proxy");
-    let r = exec(INVOKER_FALLBACK, &["--net", "unrestricted"], &["/bin/sh", "-c", &script]);
-    assert_eq!(r.json["enforcement"]["network"], "unrestricted", "{}", r.describe());
-    assert_eq!(r.stdout(), "hello from origin /direct\n0\n", "{}", r.describe());
+    let r = exec(
+        INVOKER_FALLBACK,
+        &["--net", "unrestricted"],
+        &["/bin/sh", "-c", &script],
+    );
+    assert_eq!(
+        r.json["enforcement"]["network"],
+        "unrestricted",
+        "{}",
+        r.describe()
+    );
+    assert_eq!(
+        r.stdout(),
+        "hello from origin /direct\n0\n",
+        "{}",
+        r.describe()
+    );
 }

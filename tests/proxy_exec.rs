@@ -20,19 +20,31 @@ macro_rules! matrix {
             use super::*;
             #[test]
             fn invoker_netns() {
-                run(Variant { who: Who::Invoker, path: NetPath::Netns })
+                run(Variant {
+                    who: Who::Invoker,
+                    path: NetPath::Netns,
+                })
             }
             #[test]
             fn invoker_fallback() {
-                run(Variant { who: Who::Invoker, path: NetPath::Fallback })
+                run(Variant {
+                    who: Who::Invoker,
+                    path: NetPath::Fallback,
+                })
             }
             #[test]
             fn nobody_netns() {
-                run(Variant { who: Who::Nobody, path: NetPath::Netns })
+                run(Variant {
+                    who: Who::Nobody,
+                    path: NetPath::Netns,
+                })
             }
             #[test]
             fn nobody_fallback() {
-                run(Variant { who: Who::Nobody, path: NetPath::Fallback })
+                run(Variant {
+                    who: Who::Nobody,
+                    path: NetPath::Fallback,
+                })
             }
             fn run(v: Variant) {
                 if runnable(v) {
@@ -44,22 +56,39 @@ macro_rules! matrix {
 }
 
 fn curl_code(url: &str) -> Vec<String> {
-    [CURL, "-sS", "-o", "/dev/null", "-w", "%{http_code}\\n", "--max-time", "20", url]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
+    [
+        CURL,
+        "-sS",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}\\n",
+        "--max-time",
+        "20",
+        url,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
 }
 
 /// A command line for `sh -c`, every word quoted.
 fn sh(v: &[String]) -> String {
-    v.iter().map(|w| shell_quote(w)).collect::<Vec<_>>().join(" ")
+    v.iter()
+        .map(|w| shell_quote(w))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Plain HTTP through the proxy to an allowed host: 200, counted as allowed.
 fn curl_http_allowed(v: Variant) {
     let o = Origin::http();
     let url = format!("http://127.0.0.1:{}/plain", o.port);
-    let r = exec(v, &["--net", "proxy", "--allow-host", "127.0.0.1"], &[CURL, "-sS", "--max-time", "20", &url]);
+    let r = exec(
+        v,
+        &["--net", "proxy", "--allow-host", "127.0.0.1"],
+        &[CURL, "-sS", "--max-time", "20", &url],
+    );
     r.on_path(v);
     assert_eq!(r.status, 0, "{}", r.describe());
     assert_eq!(r.stdout(), "hello from origin /plain\n", "{}", r.describe());
@@ -78,7 +107,14 @@ fn curl_https_connect_allowed(v: Variant) {
     let dir = c.dir.display().to_string();
     let r = exec(
         v,
-        &["--net", "proxy", "--allow-host", "localhost", "--allow-read", &dir],
+        &[
+            "--net",
+            "proxy",
+            "--allow-host",
+            "localhost",
+            "--allow-read",
+            &dir,
+        ],
         &[CURL, "-sS", "--max-time", "20", "--cacert", &ca, &url],
     );
     r.on_path(v);
@@ -115,14 +151,41 @@ fn python_urllib(v: Variant) {
     let ca = c.cert.display().to_string();
     let r = exec(
         v,
-        &["--net", "proxy", "--allow-host", "127.0.0.1", "--allow-host", "localhost", "--allow-read", &dir],
-        &[PYTHON, "-c", URLLIB_PY, &plain_url, &tls_url, &ca, &denied_url],
+        &[
+            "--net",
+            "proxy",
+            "--allow-host",
+            "127.0.0.1",
+            "--allow-host",
+            "localhost",
+            "--allow-read",
+            &dir,
+        ],
+        &[
+            PYTHON,
+            "-c",
+            URLLIB_PY,
+            &plain_url,
+            &tls_url,
+            &ca,
+            &denied_url,
+        ],
     );
     r.on_path(v);
     assert_eq!(r.status, 0, "{}", r.describe());
     let lines: Vec<&str> = r.stdout().lines().collect();
-    assert_eq!(lines.first(), Some(&"hello from origin /py-plain"), "{}", r.describe());
-    assert_eq!(lines.get(1), Some(&"hello from origin /py-tls"), "{}", r.describe());
+    assert_eq!(
+        lines.first(),
+        Some(&"hello from origin /py-plain"),
+        "{}",
+        r.describe()
+    );
+    assert_eq!(
+        lines.get(1),
+        Some(&"hello from origin /py-tls"),
+        "{}",
+        r.describe()
+    );
     let refused = lines.get(2).copied().unwrap_or("");
     assert!(refused.starts_with("refused 403"), "{}", r.describe());
     assert!(refused.contains("not-listed.invalid"), "{}", r.describe());
@@ -138,13 +201,18 @@ matrix!(python_urllib);
 fn unlisted_hosts_are_refused(v: Variant) {
     let o = Origin::http();
     let plain = format!("http://localhost:{}/", o.port);
-    let script = format!(
+    let script =
+        format!(
         "{} ; {} ; {} -sS --max-time 20 -o /dev/null https://blocked.invalid/ ; echo connect=$?",
         sh(&curl_code(&plain)),
         sh(&curl_code("http://metadata.google.internal/computeMetadata/v1/")),
         CURL
     );
-    let r = exec(v, &["--net", "proxy", "--allow-host", "127.0.0.1"], &["/bin/sh", "-c", &script]);
+    let r = exec(
+        v,
+        &["--net", "proxy", "--allow-host", "127.0.0.1"],
+        &["/bin/sh", "-c", &script],
+    );
     r.on_path(v);
     assert_eq!(r.status, 0, "{}", r.describe());
     let lines: Vec<&str> = r.stdout().lines().collect();
@@ -152,7 +220,11 @@ fn unlisted_hosts_are_refused(v: Variant) {
     assert!(r.child_stderr().contains("403"), "{}", r.describe());
     let denied = r.denied_hosts();
     for h in ["localhost", "metadata.google.internal", "blocked.invalid"] {
-        assert!(denied.iter().any(|d| d == h), "{h} not in {denied:?}: {}", r.describe());
+        assert!(
+            denied.iter().any(|d| d == h),
+            "{h} not in {denied:?}: {}",
+            r.describe()
+        );
     }
     assert_eq!(r.proxy_counter("denied"), 3, "{}", r.describe());
     assert_eq!(r.proxy_counter("allowed"), 0, "{}", r.describe());
@@ -182,14 +254,30 @@ fn direct_connections_fail(v: Variant) {
         sh(&curl_code(&url)),
         shell_quote(&py)
     );
-    let r = exec(v, &["--net", "proxy", "--allow-host", "127.0.0.1"], &["/bin/sh", "-c", &script]);
+    let r = exec(
+        v,
+        &["--net", "proxy", "--allow-host", "127.0.0.1"],
+        &["/bin/sh", "-c", &script],
+    );
     r.on_path(v);
     let out = r.stdout();
     assert!(out.contains("000\ncurl=7\n"), "{}", r.describe());
-    assert!(out.contains(&format!("failed {} ", o.port)), "{}", r.describe());
-    assert!(out.contains(&format!("failed {other_port} ")), "{}", r.describe());
+    assert!(
+        out.contains(&format!("failed {} ", o.port)),
+        "{}",
+        r.describe()
+    );
+    assert!(
+        out.contains(&format!("failed {other_port} ")),
+        "{}",
+        r.describe()
+    );
     assert!(!out.contains("connected"), "{}", r.describe());
-    assert!(other.accept().is_err(), "the other local port saw a connection: {}", r.describe());
+    assert!(
+        other.accept().is_err(),
+        "the other local port saw a connection: {}",
+        r.describe()
+    );
     assert_eq!(r.proxy_counter("allowed"), 0, "{}", r.describe());
 }
 matrix!(direct_connections_fail);
@@ -220,9 +308,14 @@ except OSError as e:
 /// raw sockets fail; the UDP server receives nothing.
 fn udp_and_dns_fail(v: Variant) {
     let udp = UdpSocket::bind("127.0.0.1:0").expect("bind udp");
-    udp.set_read_timeout(Some(Duration::from_millis(300))).expect("timeout");
+    udp.set_read_timeout(Some(Duration::from_millis(300)))
+        .expect("timeout");
     let port = udp.local_addr().expect("addr").port().to_string();
-    let r = exec(v, &["--net", "proxy", "--allow-host", "127.0.0.1"], &[PYTHON, "-c", UDP_PY, &port]);
+    let r = exec(
+        v,
+        &["--net", "proxy", "--allow-host", "127.0.0.1"],
+        &[PYTHON, "-c", UDP_PY, &port],
+    );
     r.on_path(v);
     assert_eq!(r.status, 0, "{}", r.describe());
     let out = r.stdout();
@@ -230,7 +323,10 @@ fn udp_and_dns_fail(v: Variant) {
     assert!(out.contains("udp6 failed 1\n"), "{}", r.describe());
     assert!(out.contains("raw failed 1\n"), "{}", r.describe());
     let mut buf = [0u8; 512];
-    assert!(udp.recv_from(&mut buf).is_err(), "the UDP server received a datagram");
+    assert!(
+        udp.recv_from(&mut buf).is_err(),
+        "the UDP server received a datagram"
+    );
 }
 matrix!(udp_and_dns_fail);
 
@@ -248,34 +344,67 @@ fn wildcard_and_port_rules(v: Variant) {
     );
     let r = exec(
         v,
-        &["--net", "proxy", "--allow-host", &entry, "--allow-host", "*.example.com"],
+        &[
+            "--net",
+            "proxy",
+            "--allow-host",
+            &entry,
+            "--allow-host",
+            "*.example.com",
+        ],
         &["/bin/sh", "-c", &script],
     );
     r.on_path(v);
     let lines: Vec<&str> = r.stdout().lines().collect();
     assert_eq!(lines, vec!["200", "403", "403"], "{}", r.describe());
     let denied = r.denied_hosts();
-    assert!(denied.contains(&"127.0.0.1".to_string()), "{}", r.describe());
-    assert!(denied.contains(&"example.com".to_string()), "{}", r.describe());
+    assert!(
+        denied.contains(&"127.0.0.1".to_string()),
+        "{}",
+        r.describe()
+    );
+    assert!(
+        denied.contains(&"example.com".to_string()),
+        "{}",
+        r.describe()
+    );
 }
 matrix!(wildcard_and_port_rules);
 
 /// The child's environment names the proxy (upper- and lower-case), NO_PROXY is
 /// empty.
 fn proxy_environment(v: Variant) {
-    let r = exec(v, &["--net", "proxy", "--allow-host", "127.0.0.1"], &["/usr/bin/env"]);
+    let r = exec(
+        v,
+        &["--net", "proxy", "--allow-host", "127.0.0.1"],
+        &["/usr/bin/env"],
+    );
     r.on_path(v);
     assert_eq!(r.status, 0, "{}", r.describe());
     let env: Vec<(String, String)> = r
         .stdout()
         .lines()
-        .filter_map(|l| l.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
+        .filter_map(|l| {
+            l.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+        })
         .collect();
-    let get = |k: &str| env.iter().filter(|(n, _)| n == k).map(|(_, v)| v.clone()).collect::<Vec<_>>();
+    let get = |k: &str| {
+        env.iter()
+            .filter(|(n, _)| n == k)
+            .map(|(_, v)| v.clone())
+            .collect::<Vec<_>>()
+    };
     let url = get("HTTP_PROXY");
     assert_eq!(url.len(), 1, "{}", r.describe());
     assert!(url[0].starts_with("http://127.0.0.1:"), "{}", r.describe());
-    for k in ["http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"] {
+    for k in [
+        "http_proxy",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ] {
         assert_eq!(get(k), url, "{k}: {}", r.describe());
     }
     assert_eq!(get("NO_PROXY"), vec![String::new()]);

@@ -84,9 +84,11 @@ impl ProxyService {
         want_netns: bool,
     ) -> Result<ProxyService, ProxyServiceError> {
         let allow = Allowlist::parse(allow_hosts)?;
-        // std binds with SOCK_CLOEXEC; the command never inherits it.
-        let host =
-            std::net::TcpListener::bind(("127.0.0.1", 0)).map_err(ProxyServiceError::Bind)?;
+        // Close-on-exec (the command never inherits it), with a deep backlog for bursts
+        // of connections (std's is 128).
+        let host = netns::listen_loopback(0)
+            .map(std::net::TcpListener::from)
+            .map_err(|e| ProxyServiceError::Bind(e.into()))?;
         let port = host.local_addr().map_err(ProxyServiceError::Bind)?.port();
         netns::set_port(port, Some(host.as_raw_fd()));
         Ok(ProxyService {

@@ -69,7 +69,10 @@ pub fn capsule_bin() -> PathBuf {
 
 /// A world-readable, world-writable temp dir (sticky) that `nobody` can use.
 pub fn shared_tempdir(prefix: &str) -> tempfile::TempDir {
-    let d = tempfile::Builder::new().prefix(prefix).tempdir().expect("tempdir");
+    let d = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .expect("tempdir");
     fs::set_permissions(d.path(), fs::Permissions::from_mode(0o1777)).expect("chmod");
     d
 }
@@ -78,7 +81,10 @@ pub fn shared_tempdir(prefix: &str) -> tempfile::TempDir {
 fn nobody_bin() -> &'static Path {
     static BIN: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
     &BIN.get_or_init(|| {
-        let d = tempfile::Builder::new().prefix("capsule-bin-").tempdir().expect("tempdir");
+        let d = tempfile::Builder::new()
+            .prefix("capsule-bin-")
+            .tempdir()
+            .expect("tempdir");
         fs::set_permissions(d.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
         let bin = d.path().join("capsule");
         fs::copy(capsule_bin(), &bin).expect("copy capsule");
@@ -92,7 +98,10 @@ fn nobody_bin() -> &'static Path {
 pub fn namespaces_available() -> bool {
     static NS: OnceLock<bool> = OnceLock::new();
     *NS.get_or_init(|| {
-        let out = StdCommand::new(capsule_bin()).args(["doctor", "--json"]).output().expect("doctor");
+        let out = StdCommand::new(capsule_bin())
+            .args(["doctor", "--json"])
+            .output()
+            .expect("doctor");
         let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
         v["user_namespaces"].as_bool().unwrap_or(false)
     })
@@ -139,7 +148,11 @@ impl Run {
     pub fn denied_hosts(&self) -> Vec<String> {
         self.json["denied_hosts"]
             .as_array()
-            .map(|a| a.iter().filter_map(|h| h.as_str().map(String::from)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|h| h.as_str().map(String::from))
+                    .collect()
+            })
             .unwrap_or_default()
     }
     pub fn proxy_counter(&self, name: &str) -> u64 {
@@ -154,7 +167,10 @@ impl Run {
         self
     }
     pub fn describe(&self) -> String {
-        format!("capsule exit {}; result {}; capsule stderr {}", self.status, self.json, self.stderr)
+        format!(
+            "capsule exit {}; result {}; capsule stderr {}",
+            self.status, self.json, self.stderr
+        )
     }
 }
 
@@ -204,7 +220,11 @@ pub fn exec_in(v: Variant, args: &[&str], command: &[&str], env: &[(&str, &str)]
             String::from_utf8_lossy(&out.stderr)
         )
     });
-    Run { status: out.status.code().unwrap_or(-1), json, stderr: String::from_utf8_lossy(&out.stderr).into_owned() }
+    Run {
+        status: out.status.code().unwrap_or(-1),
+        json,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
 }
 
 /// A self-signed certificate for `localhost` / 127.0.0.1, readable by everyone.
@@ -218,14 +238,32 @@ pub fn cert() -> &'static Cert {
     static CERT: OnceLock<(tempfile::TempDir, Cert)> = OnceLock::new();
     &CERT
         .get_or_init(|| {
-            let d = tempfile::Builder::new().prefix("capsule-proxy-tls-").tempdir().expect("tempdir");
+            let d = tempfile::Builder::new()
+                .prefix("capsule-proxy-tls-")
+                .tempdir()
+                .expect("tempdir");
             fs::set_permissions(d.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
             let dir = fs::canonicalize(d.path()).expect("canonicalize");
             let cert = dir.join("cert.pem");
             let key = dir.join("key.pem");
             let st = StdCommand::new("openssl")
-                .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
-                .args(["-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+                .args([
+                    "req",
+                    "-x509",
+                    "-newkey",
+                    "ec",
+                    "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1",
+                    "-nodes",
+                    "-days",
+                    "2",
+                ])
+                .args([
+                    "-subj",
+                    "/CN=localhost",
+                    "-addext",
+                    "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                ])
                 .arg("-keyout")
                 .arg(&key)
                 .arg("-out")
@@ -290,8 +328,13 @@ impl Origin {
             .spawn()
             .expect("start origin");
         let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("origin port");
-        let port = line.trim().parse().unwrap_or_else(|_| panic!("origin printed {line:?}"));
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("origin port");
+        let port = line
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("origin printed {line:?}"));
         Origin { child, port }
     }
 }
