@@ -126,11 +126,4 @@ mod tests {
         let (s, _) = l.accept().expect("accept");
         assert_eq!(s.peer_addr().expect("peer"), c.local_addr().expect("local"));
     }
-
-    #[test]
-    fn setup_needs_a_port() {
-        let (a, _b) = crate::sys::channel::pair().expect("pair");
-        set_port(0, None);
-        assert_eq!(setup(&a), Err(Errno::EINVAL));
-    }
 }

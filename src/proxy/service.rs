@@ -20,12 +20,11 @@
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 
-use nix::errno::Errno;
 use thiserror::Error;
 use tokio::task::JoinHandle;
 
 use super::{listener_from_fd, netns, serve, Allowlist, AllowlistError, ProxyReport, ProxyStats};
-use crate::sys::channel::Channel;
+use crate::sandbox::child::NetSetup;
 
 #[derive(Debug, Error)]
 pub enum ProxyServiceError {
@@ -116,9 +115,9 @@ impl ProxyService {
     }
 
     /// The init-stage hook that creates the endpoint inside the namespace.
-    pub fn net_setup(&self) -> Option<fn(&Channel) -> Result<(), Errno>> {
+    pub fn net_setup(&self) -> Option<NetSetup> {
         if self.want_netns {
-            Some(netns::setup as fn(&Channel) -> Result<(), Errno>)
+            Some(netns::setup as NetSetup)
         } else {
             None
         }

@@ -8,7 +8,6 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
 
-use nix::errno::Errno;
 use thiserror::Error;
 
 use super::result::RunResult;
@@ -105,7 +104,7 @@ impl Services {
     pub fn wants_netns(&self) -> bool {
         self.proxy.as_ref().is_some_and(ProxyService::wants_netns)
     }
-    pub fn net_setup(&self) -> Option<fn(&Channel) -> Result<(), Errno>> {
+    pub fn net_setup(&self) -> Option<crate::sandbox::child::NetSetup> {
         self.proxy.as_ref().and_then(ProxyService::net_setup)
     }
     /// How the child reaches the proxy ("netns" | "landlock-tcp-fallback"), once started.
