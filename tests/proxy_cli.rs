@@ -202,3 +202,50 @@ fn unrestricted_is_the_host_network() {
         r.describe()
     );
 }
+
+/// Metadata and link-local destinations stay refused even when listed. End to end
+/// only inside a network namespace this test creates (`unshare --net`, root only):
+/// there, nothing but a loopback interface exists, so even a broken proxy could not
+/// send a packet to this machine's real link-local or metadata addresses.
+#[test]
+fn metadata_and_link_local_refused_even_when_listed() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || !Path::new("/usr/bin/unshare").exists() {
+        eprintln!("SKIP: needs root and unshare(1) to make a private network namespace");
+        return;
+    }
+    let curls = [
+        "http://169.254.169.254/latest/meta-data/",
+        "http://metadata.google.internal/",
+        "http://[fe80::1]/",
+    ]
+    .map(|u| format!("{CURL} -sS -o /dev/null -w '%{{http_code}}\\n' '{u}'"))
+    .join("; ");
+    for fallback in [false, true] {
+        let mut cmd = assert_cmd::Command::new("/usr/bin/unshare");
+        cmd.args(["--net", "--", "/bin/sh", "-c"]);
+        cmd.arg(
+            "ip link set lo up && test \"$(ip -o link show | grep -vc ': lo:')\" = 0 && exec \"$0\" exec --json --no-audit --net proxy \
+             --allow-host 169.254.169.254 --allow-host metadata.google.internal --allow-host '[fe80::1]' \
+             -- /bin/sh -c \"$1\"",
+        );
+        cmd.arg(capsule_bin()).arg(&curls);
+        if fallback {
+            cmd.env("CAPSULE_NO_NAMESPACES", "1");
+        } else {
+            cmd.env_remove("CAPSULE_NO_NAMESPACES");
+        }
+        let out = cmd
+            .timeout(std::time::Duration::from_secs(90))
+            .output()
+            .expect("run capsule");
+        let r: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{out:?}"));
+        assert_eq!(r["stdout"], "403\n403\n403\n", "{r}");
+        assert_eq!(
+            r["denied_hosts"],
+            serde_json::json!(["169.254.169.254", "metadata.google.internal", "[fe80::1]"]),
+            "{r}"
+        );
+        assert_eq!(r["usage"]["proxy"]["allowed"], 0, "{r}");
+    }
+}
