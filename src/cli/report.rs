@@ -46,6 +46,10 @@ pub fn plan_json(plan: &Plan, k: &KernelView) -> serde_json::Value {
             "allow_hosts": plan.net.allow_hosts,
             "allow_unix_sockets": plan.net.allow_unix_sockets,
             "layer": network_layer(plan.net.mode, k),
+            // As `enforcement.network_path` will say (if clone() grants the namespaces).
+            "path": (plan.net.mode == NetMode::Proxy).then(|| {
+                if k.namespaces { crate::proxy::ProxyPath::Netns } else { crate::proxy::ProxyPath::LandlockTcpFallback }.as_str()
+            }),
         },
         "seccomp": if k.seccomp { "allowlist (unknown syscalls ENOSYS), explicit EPERM denials, socket filter" } else { "NOT AVAILABLE" },
         "tree_kill": if k.namespaces { "pid-namespace" } else { "subreaper" },
@@ -72,7 +76,7 @@ fn network_layer(mode: NetMode, k: &KernelView) -> String {
             if k.namespaces {
                 "own network namespace with only the proxy endpoint".into()
             } else {
-                "Landlock TCP port rule + seccomp (TCP only)".into()
+                "Landlock TCP port rule + seccomp (TCP only); cannot pin the address, only the port".into()
             }
         }
         NetMode::Unrestricted => "host network (no filtering)".into(),

@@ -81,13 +81,21 @@ async fn relay(upgraded: Upgraded, mut upstream: TcpStream) -> std::io::Result<(
             if !parts.read_buf.is_empty() {
                 upstream.write_all(&parts.read_buf).await?;
             }
-            tokio::io::copy_bidirectional_with_sizes(
-                &mut down,
-                &mut upstream,
-                RELAY_BUF,
-                RELAY_BUF,
-            )
-            .await?;
+            match (super::splice::Pipe::new(), super::splice::Pipe::new()) {
+                (Ok(p1), Ok(p2)) => {
+                    super::splice::relay(&down, &upstream, (p1, p2)).await?;
+                }
+                (Err(e), _) | (_, Err(e)) => {
+                    tracing::debug!(error = %e, "proxy tunnel: no pipe for splice; copying");
+                    tokio::io::copy_bidirectional_with_sizes(
+                        &mut down,
+                        &mut upstream,
+                        RELAY_BUF,
+                        RELAY_BUF,
+                    )
+                    .await?;
+                }
+            }
         }
         Err(upgraded) => {
             let mut down = TokioIo::new(upgraded);

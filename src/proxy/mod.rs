@@ -11,8 +11,11 @@
 //! * [`destination`] — classifying resolved addresses;
 //! * [`decide`] — the policy decision around resolution (pure, unit-tested);
 //! * `dial` — decide, resolve, connect, count;
-//! * `server` — accept loop and hyper server; `connect` — tunnels; `forward` — plain HTTP;
+//! * `server` — accept loop and hyper server; `connect` — tunnels (relayed with
+//!   `splice`, zero-copy); `forward` — plain HTTP;
 //! * [`stats`] — counters for the result and the audit record;
+//! * [`service`] — one run's proxy: the netns path and the Landlock TCP fallback;
+//! * [`netns`] — the endpoint inside the child's network namespace (init stage);
 //! * [`refusal`] — 403/502/400 responses.
 
 pub mod allowlist;
@@ -22,8 +25,11 @@ pub mod destination;
 mod dial;
 mod forward;
 mod headers;
+pub mod netns;
 pub mod refusal;
 mod server;
+pub mod service;
+mod splice;
 pub mod stats;
 
 #[cfg(test)]
@@ -34,6 +40,7 @@ use std::os::fd::OwnedFd;
 pub use allowlist::{Allowlist, AllowlistError};
 pub use destination::DestClass;
 pub use server::serve;
+pub use service::{ProxyPath, ProxyService, ProxyServiceError};
 pub use stats::{ProxyReport, ProxyStats};
 
 /// Turn a listening TCP socket received as a raw fd (e.g. over SCM_RIGHTS from a child

@@ -24,6 +24,10 @@ use nix::sys::resource::{setrlimit, Resource};
 use crate::sandbox::{landlock, seccomp};
 use crate::sys::{self, channel::Channel, channel::Msg, channel::Stage};
 
+/// A set-up step run by the init stage inside the new namespaces, before it forks
+/// the command (proxy mode: the network namespace's endpoint).
+pub type NetSetup = fn(&Channel) -> Result<(), Errno>;
+
 /// Everything the child needs, prepared in the parent.
 pub struct ChildSpec {
     pub program: CString,
@@ -46,7 +50,7 @@ pub struct ChildSpec {
     /// (0 when the child is in a new pid namespace and cannot see it).
     pub parent_pid: libc::pid_t,
     /// Hook for the network namespace set-up of proxy mode (runs in init, before the fork).
-    pub net_setup: Option<fn(&Channel) -> Result<(), Errno>>,
+    pub net_setup: Option<NetSetup>,
 }
 
 impl ChildSpec {

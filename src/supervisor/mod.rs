@@ -115,7 +115,10 @@ fn run_prepared(
     sys::grow_pipe(out_r.as_raw_fd(), 1 << 20);
 
     let mut env = plan.env.clone();
-    env.extend(services.child_env());
+    let service_env = services.child_env();
+    // The services' variables win (e.g. no `env.set` HTTP_PROXY may bypass the proxy).
+    env.retain(|(k, _)| !service_env.iter().any(|(s, _)| s == k));
+    env.extend(service_env);
     let (program, argv, envp, cwd) = match ChildSpec::strings(&plan.program, &plan.argv, &env, &plan.cwd) {
         Ok(s) => s,
         Err(e) => return fail("a NUL byte in the command, environment or cwd", &e),
@@ -174,6 +177,7 @@ fn run_prepared(
         seccomp: true,
         network: plan.net.mode.as_str().to_string(),
         netns: spawned.netns,
+        network_path: services.network_path(),
         tree_kill: spawned.tree.as_str().to_string(),
         limits: layers.limits.clone(),
         missing: layers.missing.clone(),
@@ -272,7 +276,7 @@ async fn supervise(
     let (so, se) = if json { (Sink::Capture, Sink::Capture) } else { (Sink::Stdout, Sink::Stderr) };
     let out_task = tokio::spawn(capture::pump(out_r, so, limit));
     let err_task = tokio::spawn(capture::pump(err_r, se, limit));
-    services.start(&sp.chan);
+    services.start(&sp.chan, sp.netns);
 
     let mut state = Supervised {
         stdout: Captured::default(),

@@ -35,6 +35,10 @@ pub struct Enforcement {
     pub network: String,
     /// The child has its own network namespace.
     pub netns: bool,
+    /// Proxy mode only: how the child reaches the proxy, "netns" (its own network
+    /// namespace holding only the proxy endpoint) or "landlock-tcp-fallback" (the host's
+    /// loopback, Landlock TCP port rule + seccomp TCP-only); null in other modes.
+    pub network_path: Option<String>,
     /// pid-namespace | subreaper
     pub tree_kill: String,
     /// How each limit is enforced, e.g. {"memory_mb": "cgroup-v1"}.

@@ -8,19 +8,19 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
 
-use nix::errno::Errno;
 use thiserror::Error;
 
 use super::result::RunResult;
 use crate::plan::Plan;
 use crate::policy::NetMode;
+use crate::proxy::ProxyService;
 use crate::rpc::{Broker, BrokerConfig};
 use crate::sys::channel::Channel;
 
 #[derive(Debug, Error)]
 pub enum ServiceError {
-    #[error("network.mode proxy is not available in this build yet; use `none` or `unrestricted` (nothing ran)")]
-    ProxyUnavailable,
+    #[error("network.mode proxy: {0}")]
+    Proxy(#[from] crate::proxy::ProxyServiceError),
     #[error("host LLM configuration: {0}")]
     HostConfig(#[from] crate::rpc::HostConfigError),
     #[error(transparent)]
@@ -58,13 +58,18 @@ pub struct Services {
     rpc_parent: Option<std::os::unix::net::UnixStream>,
     rpc_child: Option<OwnedFd>,
     rpc_task: Option<tokio::task::JoinHandle<()>>,
+    /// The egress proxy (`network.mode: proxy` only).
+    proxy: Option<ProxyService>,
 }
 
 impl Services {
     pub fn prepare(plan: &Plan, tool_fd: Option<OwnedFd>) -> Result<Services, ServiceError> {
-        if plan.net.mode == NetMode::Proxy {
-            return Err(ServiceError::ProxyUnavailable);
-        }
+        let proxy = if plan.net.mode == NetMode::Proxy {
+            // Predict what clone() will grant (CAPSULE_NO_NAMESPACES=1 forces the fallback).
+            Some(ProxyService::prepare(&plan.net.allow_hosts, crate::sandbox::namespaces_available())?)
+        } else {
+            None
+        };
         let host = crate::rpc::host_config::load()?;
         let broker = Broker::new(BrokerConfig {
             tools: plan.tools.clone(),
@@ -76,11 +81,11 @@ impl Services {
         })?;
         // Both ends close-on-exec; the child clears the flag on its end only.
         let (parent, child) = std::os::unix::net::UnixStream::pair().map_err(ServiceError::Socket)?;
-        Ok(Services { broker: Arc::new(broker), rpc_parent: Some(parent), rpc_child: Some(child.into()), rpc_task: None })
+        Ok(Services { broker: Arc::new(broker), rpc_parent: Some(parent), rpc_child: Some(child.into()), rpc_task: None, proxy })
     }
     /// The loopback port of a proxy the child reaches without a netns.
     pub fn proxy_port(&self) -> Option<u16> {
-        None
+        self.proxy.as_ref().map(ProxyService::port)
     }
     /// Variables the services add to the child's environment.
     pub fn child_env(&self) -> Vec<(String, String)> {
@@ -88,23 +93,33 @@ impl Services {
         if let Some(fd) = self.child_rpc_fd() {
             env.push(("CAPSULE_RPC_FD".to_string(), fd.to_string()));
         }
+        if let Some(p) = &self.proxy {
+            env.extend(p.child_env());
+        }
         env
     }
     pub fn child_rpc_fd(&self) -> Option<RawFd> {
         self.rpc_child.as_ref().map(|f| f.as_raw_fd())
     }
     pub fn wants_netns(&self) -> bool {
-        false
+        self.proxy.as_ref().is_some_and(ProxyService::wants_netns)
     }
-    pub fn net_setup(&self) -> Option<fn(&Channel) -> Result<(), Errno>> {
-        None
+    pub fn net_setup(&self) -> Option<crate::sandbox::child::NetSetup> {
+        self.proxy.as_ref().and_then(ProxyService::net_setup)
+    }
+    /// How the child reaches the proxy ("netns" | "landlock-tcp-fallback"), once started.
+    pub fn network_path(&self) -> Option<String> {
+        self.proxy.as_ref().and_then(|p| p.path()).map(|p| p.as_str().to_string())
     }
     /// Close the parent's copies of descriptors that now belong to the child.
     pub fn close_child_ends(&mut self) {
         self.rpc_child = None;
     }
-    /// Start serving on the event loop.
-    pub fn start(&mut self, _chan: &Channel) {
+    /// Start serving on the event loop; `netns`: the child got its own network namespace.
+    pub fn start(&mut self, _chan: &Channel, netns: bool) {
+        if let Some(p) = &mut self.proxy {
+            p.start(netns);
+        }
         if let Some(parent) = self.rpc_parent.take() {
             let _ = parent.set_nonblocking(true);
             match tokio::net::UnixStream::from_std(parent) {
@@ -114,7 +129,12 @@ impl Services {
         }
     }
     /// A descriptor the child sent (e.g. the proxy's listening socket).
-    pub fn on_fd(&mut self, _tag: i32, _fd: Option<OwnedFd>) {}
+    /// Only the proxy's listener is expected; anything else is closed.
+    pub fn on_fd(&mut self, tag: i32, fd: Option<OwnedFd>) {
+        if let Some(p) = &mut self.proxy {
+            p.on_fd(tag, fd);
+        }
+    }
     /// Stop serving and collect counters.
     pub async fn finish(&mut self) -> Usage {
         // The child's end is closed once every process of the run is gone, so
@@ -125,16 +145,22 @@ impl Services {
             }
         }
         let c = self.broker.counters();
-        let detail = serde_json::json!({
+        let mut detail = serde_json::json!({
             "tool_refusals_by_reason": c.tool_refusals_by_reason,
             "tool_errors": c.tool_errors,
             "llm": c.llm,
         });
+        let mut denied_hosts = vec![];
+        if let Some(p) = &mut self.proxy {
+            let report = p.finish();
+            denied_hosts = report.denied_hosts.clone();
+            detail["proxy"] = serde_json::to_value(&report).unwrap_or_default();
+        }
         Usage {
             tool_calls: c.tool_calls,
             tool_refusals: c.tool_refusals,
             llm_calls: c.llm.calls,
-            denied_hosts: vec![],
+            denied_hosts,
             detail: Some(detail),
         }
     }

@@ -1,0 +1,129 @@
+//! The proxy endpoint inside the child's own network namespace.
+//!
+//! [`setup`] runs in the child's init stage (pid 1 of the run, already inside the new
+//! user, pid and network namespaces, before it forks the command; no seccomp filter is
+//! installed there). The namespace holds nothing but a loopback interface that is down,
+//! so init brings `lo` up, listens on `127.0.0.1:<port>` and hands the listening socket
+//! to the supervisor over the channel (SCM_RIGHTS, [`LISTENER_TAG`]), then closes its
+//! own copy. The supervisor accepts on that socket from the host's namespace and dials
+//! upstream from there: the command can reach the proxy and nothing else.
+//!
+//! The hook is a plain `fn(&Channel)` (no captures), so the port is agreed through
+//! [`set_port`], which the supervisor calls before it forks: the forked child reads
+//! its copy of the value.
+
+use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicI32, AtomicU16, Ordering};
+
+use nix::errno::Errno;
+use nix::sys::socket::{
+    listen, setsockopt, socket, sockopt, AddressFamily, Backlog, SockFlag, SockType,
+};
+
+use crate::sys::channel::{Channel, Msg};
+
+/// The `Msg::Fd` tag of the proxy's listening socket.
+pub const LISTENER_TAG: i32 = 0x7078; // "px"
+
+/// Pending connections the namespace's listener queues before the supervisor accepts.
+const BACKLOG: i32 = 4096;
+
+static PORT: AtomicU16 = AtomicU16::new(0);
+static HOST_LISTENER: AtomicI32 = AtomicI32::new(-1);
+
+/// The loopback port [`setup`] listens on, and the supervisor's own listener on the
+/// host's loopback (the fallback endpoint), which init closes. Call before fork.
+pub fn set_port(port: u16, host_listener: Option<RawFd>) {
+    PORT.store(port, Ordering::Relaxed);
+    HOST_LISTENER.store(host_listener.unwrap_or(-1), Ordering::Relaxed);
+}
+
+/// Bring `lo` up, listen on 127.0.0.1:port and send the socket to the supervisor.
+/// Runs in the forked child: no threads, no runtime.
+pub fn setup(chan: &Channel) -> Result<(), Errno> {
+    // Init keeps nothing of the host's network: not even the fallback listener
+    // (the supervisor closes its own copy once it knows the namespace exists).
+    let host = HOST_LISTENER.load(Ordering::Relaxed);
+    if host >= 0 {
+        let _ = nix::unistd::close(host);
+    }
+    let port = PORT.load(Ordering::Relaxed);
+    if port == 0 {
+        return Err(Errno::EINVAL);
+    }
+    loopback_up()?;
+    let listener = listen_loopback(port)?;
+    chan.send_fd(Msg::Fd { tag: LISTENER_TAG }, listener.as_raw_fd())
+    // `listener` closes here: the supervisor holds the only copy.
+}
+
+/// `ip link set lo up`, with the SIOCGIFFLAGS/SIOCSIFFLAGS ioctls.
+pub fn loopback_up() -> Result<(), Errno> {
+    let sock = socket(
+        AddressFamily::Inet,
+        SockType::Datagram,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    // SAFETY: ifreq is plain old data; all-zero is a valid value.
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in ifr.ifr_name.iter_mut().zip(b"lo\0") {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: SIOCGIFFLAGS reads the name and writes the flags member of our ifreq.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS as _, &mut ifr) } < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: SIOCGIFFLAGS just filled `ifru_flags`, so that union member is the live one.
+    unsafe {
+        ifr.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+    }
+    // SAFETY: SIOCSIFFLAGS reads the name and flags of our ifreq.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS as _, &ifr) } < 0 {
+        return Err(Errno::last());
+    }
+    Ok(())
+}
+
+/// A close-on-exec TCP socket listening on 127.0.0.1:port.
+pub fn listen_loopback(port: u16) -> Result<OwnedFd, Errno> {
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    setsockopt(&fd, sockopt::ReuseAddr, &true)?;
+    let addr = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: `addr` is a valid sockaddr_in of `len` bytes for the duration of the call.
+    if unsafe { libc::bind(fd.as_raw_fd(), std::ptr::addr_of!(addr).cast(), len) } < 0 {
+        return Err(Errno::last());
+    }
+    listen(&fd, Backlog::new(BACKLOG).unwrap_or(Backlog::MAXCONN))?;
+    Ok(fd)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listens_on_loopback_and_accepts() {
+        // Port 0 is refused by `setup`, but `listen_loopback` takes any port.
+        let fd = listen_loopback(0).expect("listen");
+        let l = std::net::TcpListener::from(fd);
+        let port = l.local_addr().expect("addr").port();
+        let c = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        let (s, _) = l.accept().expect("accept");
+        assert_eq!(s.peer_addr().expect("peer"), c.local_addr().expect("local"));
+    }
+}
