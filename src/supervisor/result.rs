@@ -73,9 +73,10 @@ pub struct RunResult {
     pub denied_hosts: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// Detail from the broker and proxy (counters by reason) for the audit
-    /// record; not part of the printed result, whose keys are the contract's.
-    #[serde(skip)]
+    /// The broker's and the proxy's counters in detail (tool refusals by
+    /// reason, LLM calls/ok/refusals by reason/provider errors/model/caps,
+    /// proxy allowed/denied), also written to the audit record.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<serde_json::Value>,
 }
 
