@@ -14,7 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// The exact marker that ends a truncated stream.
 pub const TRUNCATION_MARKER: &str = "\n[...output truncated at byte limit]\n";
 
-const CHUNK: usize = 64 * 1024;
+const CHUNK: usize = 256 * 1024;
 
 /// Where a stream's bytes go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,7 +66,9 @@ pub async fn pump(fd: OwnedFd, sink: Sink, limit: u64) -> Captured {
         };
         out.total += n as u64;
         if out.truncated {
-            continue;
+            // Past the limit nothing is kept: let the kernel drop the rest.
+            out.total += discard(&rx).await;
+            break;
         }
         let room = limit.saturating_sub(kept) as usize;
         let take = n.min(room);
@@ -102,4 +104,48 @@ pub async fn pump(fd: OwnedFd, sink: Sink, limit: u64) -> Captured {
         let _ = w.flush().await;
     }
     out
+}
+
+/// Drain the pipe to end-of-file by splicing it into /dev/null (no copy
+/// through capsule's memory); returns the bytes drained.
+async fn discard(rx: &tokio::net::unix::pipe::Receiver) -> u64 {
+    use std::os::fd::AsRawFd;
+    let null = match std::fs::OpenOptions::new().write(true).open("/dev/null") {
+        Ok(f) => f,
+        Err(_) => return discard_by_reading(rx).await,
+    };
+    let mut total = 0u64;
+    loop {
+        if rx.readable().await.is_err() {
+            return total;
+        }
+        loop {
+            match rx.try_io(|| crate::sys::splice_out(rx.as_raw_fd(), null.as_raw_fd(), 1 << 20)) {
+                Ok(0) => return total,
+                Ok(n) => total += n as u64,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return total + discard_by_reading(rx).await,
+                Err(_) => return total,
+            }
+        }
+    }
+}
+
+/// The portable way: read and forget.
+async fn discard_by_reading(rx: &tokio::net::unix::pipe::Receiver) -> u64 {
+    let mut buf = vec![0u8; CHUNK];
+    let mut total = 0u64;
+    loop {
+        if rx.readable().await.is_err() {
+            return total;
+        }
+        match rx.try_read(&mut buf) {
+            Ok(0) => return total,
+            Ok(n) => total += n as u64,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return total,
+        }
+    }
 }

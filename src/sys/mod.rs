@@ -337,3 +337,25 @@ pub fn default_sigpipe() {
     // SAFETY: setting SIG_DFL is always valid.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
 }
+
+/// Move up to `len` bytes from the pipe `from` to `to` without copying them
+/// through user space (non-blocking). Ok(0) is end-of-file.
+pub fn splice_out(from: RawFd, to: RawFd, len: usize) -> std::io::Result<usize> {
+    // SAFETY: splice with null offsets on descriptors we own; no memory of
+    // ours is read or written.
+    let n = unsafe {
+        libc::splice(
+            from,
+            std::ptr::null_mut(),
+            to,
+            std::ptr::null_mut(),
+            len,
+            libc::SPLICE_F_NONBLOCK | libc::SPLICE_F_MOVE,
+        )
+    };
+    if n < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
