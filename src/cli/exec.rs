@@ -95,6 +95,7 @@ pub fn default_policy() -> LoadedPolicy {
 }
 
 pub fn run(a: ExecArgs) -> i32 {
+    tracing::debug!("exec: arguments parsed");
     let run_id = ulid::Ulid::new().to_string();
     let audit_path = if a.no_audit { None } else { Some(a.audit_log.clone().unwrap_or_else(audit::default_path)) };
     let json = a.json;
@@ -150,6 +151,7 @@ pub fn run(a: ExecArgs) -> i32 {
             Some(crate::sys::adopt_fd(fd))
         }
     };
+    tracing::debug!("exec: policy loaded");
     let input = BuildInput {
         loaded,
         overrides: Overrides {
@@ -182,6 +184,7 @@ pub fn run(a: ExecArgs) -> i32 {
         }
         Err(e) => return refuse("policy_invalid", e.to_string()),
     };
+    tracing::debug!("exec: plan built");
     if a.dry_run {
         return super::report::dry_run(&plan, json);
     }

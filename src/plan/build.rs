@@ -99,6 +99,7 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         }
     }
     validate::validate(&loaded, &resolved)?;
+    tracing::debug!("plan: policy resolved and validated");
     let policy = &loaded.policy;
 
     let mut grants: Vec<FsGrant> = Vec::new();
@@ -175,6 +176,7 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         grants.extend(system::grants());
     }
 
+    tracing::debug!("plan: command and system grants");
     // Carve-outs: the policy's, and credential paths beneath a broader grant.
     let mut deny: Vec<FsDeny> = resolved
         .deny
@@ -189,6 +191,7 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         }
     }
 
+    tracing::debug!("plan: carve-outs");
     // Environment.
     let home_dir = ws_output
         .as_ref()
