@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import socket
 import threading
 from typing import Any, Dict, List, Optional
@@ -80,6 +81,9 @@ class CapsuleRpcError(Exception):
         return f"{self.reason}: {self.message}"
 
 
+_PLAIN_METHOD = re.compile(r"[A-Za-z0-9_/.-]{1,64}")
+
+
 class _Slot:
     __slots__ = ("done", "message")
 
@@ -125,19 +129,24 @@ class CapsuleClient:
     def request(self, method: str, params: Optional[Dict[str, Any]] = None) -> Any:
         """Send one request and return its ``result``; raise on an error."""
         ident = next(self._ids)
-        message: Dict[str, Any] = {"jsonrpc": "2.0", "id": ident, "method": method}
-        if params is not None:
-            message["params"] = params
-        line = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode(
-            "utf-8"
-        )
-        if len(line) + 1 > MAX_LINE_BYTES:
-            raise CapsuleRpcError(
-                "input_too_large",
-                f"request is {len(line) + 1} bytes; the pipe takes at most "
-                f"{MAX_LINE_BYTES} bytes a line",
-                code=-32004,
+        if params is None and _PLAIN_METHOD.fullmatch(method):
+            # The hot path (ping, tools/list): no JSON encoder needed.
+            line = b'{"jsonrpc":"2.0","id":%d,"method":"%s"}\n' % (ident, method.encode("ascii"))
+        else:
+            message: Dict[str, Any] = {"jsonrpc": "2.0", "id": ident, "method": method}
+            if params is not None:
+                message["params"] = params
+            line = (
+                json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+                + b"\n"
             )
+            if len(line) > MAX_LINE_BYTES:
+                raise CapsuleRpcError(
+                    "input_too_large",
+                    f"request is {len(line)} bytes; the pipe takes at most "
+                    f"{MAX_LINE_BYTES} bytes a line",
+                    code=-32004,
+                )
         slot = _Slot()
         with self._cv:
             if self._broken is not None:
@@ -145,7 +154,7 @@ class CapsuleClient:
             self._pending[ident] = slot
         try:
             with self._wlock:
-                self._sock.sendall(line + b"\n")
+                self._sock.sendall(line)
         except OSError as exc:
             with self._cv:
                 self._pending.pop(ident, None)
