@@ -12,7 +12,7 @@
 //! does) and the other direction carries on.
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 
 use tokio::io::Interest;
 use tokio::net::TcpStream;
@@ -36,25 +36,6 @@ impl Pipe {
     }
 }
 
-fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
-    // SAFETY: splice between descriptors we own, no offsets (sockets and pipes).
-    let n = unsafe {
-        libc::splice(
-            from,
-            std::ptr::null_mut(),
-            to,
-            std::ptr::null_mut(),
-            len,
-            libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
-        )
-    };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
-}
-
 /// Move bytes from `src` to `dst` until `src` reaches end-of-file; returns the count.
 async fn one_way(src: &TcpStream, dst: &TcpStream, pipe: &Pipe) -> io::Result<u64> {
     let mut total = 0u64;
@@ -62,7 +43,7 @@ async fn one_way(src: &TcpStream, dst: &TcpStream, pipe: &Pipe) -> io::Result<u6
         let n = loop {
             src.readable().await?;
             match src.try_io(Interest::READABLE, || {
-                splice(src.as_raw_fd(), pipe.w.as_raw_fd(), CHUNK)
+                crate::sys::splice_out(src.as_raw_fd(), pipe.w.as_raw_fd(), CHUNK)
             }) {
                 Ok(n) => break n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
@@ -78,7 +59,7 @@ async fn one_way(src: &TcpStream, dst: &TcpStream, pipe: &Pipe) -> io::Result<u6
         while left > 0 {
             dst.writable().await?;
             match dst.try_io(Interest::WRITABLE, || {
-                splice(pipe.r.as_raw_fd(), dst.as_raw_fd(), left)
+                crate::sys::splice_out(pipe.r.as_raw_fd(), dst.as_raw_fd(), left)
             }) {
                 Ok(m) => left -= m,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,

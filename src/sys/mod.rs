@@ -338,8 +338,8 @@ pub fn default_sigpipe() {
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
 }
 
-/// Move up to `len` bytes from the pipe `from` to `to` without copying them
-/// through user space (non-blocking). Ok(0) is end-of-file.
+/// Move up to `len` bytes from `from` to `to` (one of them a pipe) without
+/// copying them through user space (non-blocking). Ok(0) is end-of-file.
 pub fn splice_out(from: RawFd, to: RawFd, len: usize) -> std::io::Result<usize> {
     // SAFETY: splice with null offsets on descriptors we own; no memory of
     // ours is read or written.
