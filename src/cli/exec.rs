@@ -66,7 +66,7 @@ pub struct ExecArgs {
     #[arg(long)]
     pub dry_run: bool,
     /// The command and its arguments.
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }
 
