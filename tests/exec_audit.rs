@@ -136,3 +136,26 @@ fn default_location_and_no_audit() {
     let mode = std::fs::metadata(&default).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
 }
+
+#[test]
+fn unusable_arguments_are_a_refusal_with_a_result_and_an_audit_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.jsonl");
+    let out = std::process::Command::new(common::capsule_bin())
+        .args(["exec", "--json", "--net", "bogus", "--audit-log"])
+        .arg(&log)
+        .args(["--", "/bin/true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.trim().lines().count(), 1, "{stdout}");
+    let r: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(r["termination_reason"], "refused");
+    assert!(r["error"].as_str().unwrap_or_default().contains("--net"), "{r}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(text.lines().count(), 1, "{text}");
+    let a: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(a["outcome"], "refused");
+    assert_eq!(a["reason"], "usage_error");
+}

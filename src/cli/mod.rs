@@ -50,6 +50,9 @@ pub fn main() -> i32 {
                 _ => crate::supervisor::result::exit::REFUSED,
             };
             let _ = e.print();
+            if code != 0 {
+                exec_usage_refusal(&e);
+            }
             return code;
         }
     };
@@ -63,6 +66,44 @@ pub fn main() -> i32 {
         Command::Doctor(a) => doctor::run(a),
         Command::Policy(c) => policy_cmd::run(c),
         Command::Rpc(a) => rpc_cmd::run(a),
+    }
+}
+
+/// `capsule exec` with unusable arguments is a refusal like any other: it
+/// is audited, and with `--json` it prints one result object.
+fn exec_usage_refusal(e: &clap::Error) {
+    let args: Vec<String> = std::env::args().skip(1).take_while(|a| a != "--").collect();
+    if args.first().map(String::as_str) != Some("exec") {
+        return;
+    }
+    let value_of = |flag: &str| -> Option<String> {
+        let eq = format!("{flag}=");
+        args.iter().enumerate().find_map(|(i, a)| {
+            if a == flag {
+                args.get(i + 1).cloned()
+            } else {
+                a.strip_prefix(&eq).map(str::to_string)
+            }
+        })
+    };
+    let detail = e.to_string();
+    let first = detail.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ").to_string();
+    let r = crate::supervisor::result::RunResult::not_run(
+        ulid::Ulid::new().to_string(),
+        crate::supervisor::result::Termination::Refused,
+        crate::supervisor::result::exit::REFUSED,
+        first,
+    );
+    if !args.iter().any(|a| a == "--no-audit") {
+        let path = value_of("--audit-log").map(std::path::PathBuf::from).unwrap_or_else(crate::audit::default_path);
+        let agent = value_of("--agent-id").filter(|id| exec::valid_agent_id(id));
+        let rec = crate::audit::Record::from_result(&r, agent.as_deref(), "usage_error");
+        if let Err(e) = crate::audit::append(&path, &rec) {
+            error_line(e);
+        }
+    }
+    if args.iter().any(|a| a == "--json") {
+        let _ = r.write_json_line(std::io::stdout().lock());
     }
 }
 
