@@ -79,6 +79,17 @@ pub fn valid_agent_id(id: &str) -> bool {
         && b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
 }
 
+/// Append the run's audit record to `path` (None: `--no-audit`); an invalid
+/// agent id is not recorded. A failure to write is reported, not fatal.
+pub fn write_audit(path: Option<&std::path::Path>, r: &RunResult, agent_id: Option<&str>, reason: &'static str) {
+    if let Some(p) = path {
+        let rec = audit::Record::from_result(r, agent_id.filter(|id| valid_agent_id(id)), reason);
+        if let Err(e) = audit::append(p, &rec) {
+            error_line(&e);
+        }
+    }
+}
+
 /// The policy of a run without `--policy`: `version: 1` with system and tmp.
 pub fn default_policy() -> LoadedPolicy {
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
@@ -103,12 +114,7 @@ pub fn run(a: ExecArgs) -> i32 {
 
     let finish = |f: Finished, print_result: bool| -> i32 {
         let r = &f.result;
-        if let Some(p) = &audit_path {
-            let rec = audit::Record::from_result(r, agent_id.as_deref().filter(|id| valid_agent_id(id)), f.reason);
-            if let Err(e) = audit::append(p, &rec) {
-                error_line(&e);
-            }
-        }
+        write_audit(audit_path.as_deref(), r, agent_id.as_deref(), f.reason);
         if let Some(err) = &r.error {
             if r.termination_reason != Termination::Exited {
                 error_line(err);

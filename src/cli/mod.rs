@@ -94,14 +94,9 @@ fn exec_usage_refusal(e: &clap::Error) {
         crate::supervisor::result::exit::REFUSED,
         first,
     );
-    if !args.iter().any(|a| a == "--no-audit") {
-        let path = value_of("--audit-log").map(std::path::PathBuf::from).unwrap_or_else(crate::audit::default_path);
-        let agent = value_of("--agent-id").filter(|id| exec::valid_agent_id(id));
-        let rec = crate::audit::Record::from_result(&r, agent.as_deref(), "usage_error");
-        if let Err(e) = crate::audit::append(&path, &rec) {
-            error_line(e);
-        }
-    }
+    let audit_path = (!args.iter().any(|a| a == "--no-audit"))
+        .then(|| value_of("--audit-log").map(std::path::PathBuf::from).unwrap_or_else(crate::audit::default_path));
+    exec::write_audit(audit_path.as_deref(), &r, value_of("--agent-id").as_deref(), "usage_error");
     if args.iter().any(|a| a == "--json") {
         let _ = r.write_json_line(std::io::stdout().lock());
     }

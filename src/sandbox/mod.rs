@@ -43,6 +43,8 @@ pub struct Layers {
     /// Protections asked for but not enforced (only with best_effort).
     pub missing: Vec<String>,
     pub landlock_abi: u32,
+    /// Whether the seccomp filter will be installed.
+    pub seccomp_enforced: bool,
     /// Whether a pid namespace is expected to be available.
     pub want_pidns: bool,
 }
@@ -50,6 +52,12 @@ pub struct Layers {
 /// Whether this process may create a pid namespace (root, or unprivileged
 /// user namespaces are allowed).
 pub fn namespaces_available() -> bool {
+    // Asked by the proxy set-up and by `prepare` in the same run: read the sysctls once.
+    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(probe_namespaces)
+}
+
+fn probe_namespaces() -> bool {
     if std::env::var_os("CAPSULE_NO_NAMESPACES").is_some() {
         return false;
     }
@@ -86,7 +94,10 @@ pub fn prepare(plan: &Plan, proxy_port: Option<u16>) -> Result<Layers, SandboxEr
     };
     let want_pidns = namespaces_available();
     if !want_pidns {
-        missing_note_tree_kill();
+        tracing::info!(
+            "no pid namespace available: descendants are killed through a child subreaper, and a setsid'd \
+             grandchild can outlive capsule if capsule itself is SIGKILLed"
+        );
     }
 
     // Landlock.
@@ -172,6 +183,7 @@ pub fn prepare(plan: &Plan, proxy_port: Option<u16>) -> Result<Layers, SandboxEr
     Ok(Layers {
         landlock_abi: ll.report().abi,
         landlock: Some(ll),
+        seccomp_enforced: filters.is_some(),
         seccomp: filters,
         rlimits: rlimits::plan(l, memory, procs, nproc_base),
         cgroup: cg,
@@ -179,11 +191,4 @@ pub fn prepare(plan: &Plan, proxy_port: Option<u16>) -> Result<Layers, SandboxEr
         missing,
         want_pidns,
     })
-}
-
-fn missing_note_tree_kill() {
-    tracing::info!(
-        "no pid namespace available: descendants are killed through a child subreaper, and a setsid'd \
-         grandchild can outlive capsule if capsule itself is SIGKILLed"
-    );
 }

@@ -165,7 +165,7 @@ fn run_prepared(
             return fail("starting the supervisor's event loop", &e);
         }
     };
-    let sup = rt.block_on(supervise(&spawned, out_r, err_r, json, plan, grace, services));
+    let mut sup = rt.block_on(supervise(&spawned, out_r, err_r, json, plan, grace, services));
     let duration = start.elapsed();
     tracing::debug!("supervisor: child gone, output drained");
     let usage = rt.block_on(services.finish());
@@ -174,7 +174,7 @@ fn run_prepared(
 
     let mut enforcement = Enforcement {
         landlock_abi: layers.landlock_abi,
-        seccomp: true,
+        seccomp: layers.seccomp_enforced,
         network: plan.net.mode.as_str().to_string(),
         netns: spawned.netns,
         network_path: services.network_path(),
@@ -182,7 +182,6 @@ fn run_prepared(
         limits: layers.limits.clone(),
         missing: layers.missing.clone(),
     };
-    enforcement.seccomp = !layers.missing.iter().any(|m| m.starts_with("seccomp"));
     if spawned.tree == TreeMode::Subreaper {
         enforcement.missing.push(
             "pid namespace: a setsid'd descendant can outlive capsule if capsule itself is SIGKILLed".into(),
@@ -191,7 +190,6 @@ fn run_prepared(
 
     let mut r = RunResult::not_run(plan.run_id.clone(), Termination::Exited, 0, String::new());
     r.error = None;
-    let mut sup = sup;
     r.set_streams(&mut sup.stdout, &mut sup.stderr);
     r.duration_seconds = duration.as_secs_f64();
     r.enforcement = enforcement;

@@ -101,7 +101,8 @@ pub fn spawn(spec: &mut ChildSpec, ns: NsRequest, before_go: BeforeGo<'_>) -> Re
     let root = uid.is_root();
 
     let mut attempts: Vec<(libc::c_int, TreeMode)> = Vec::new();
-    if ns.pid && std::env::var_os("CAPSULE_NO_NAMESPACES").is_none() {
+    // `ns.pid` already reflects `sandbox::namespaces_available()` (and thus CAPSULE_NO_NAMESPACES).
+    if ns.pid {
         let mut flags = libc::CLONE_NEWPID;
         if !root {
             flags |= libc::CLONE_NEWUSER;

@@ -26,17 +26,14 @@ pub fn signal_run(sp: &Spawned, sig: libc::c_int) {
     }
 }
 
-/// Kill every process of the run now.
+/// Kill every process of the run now. In a pid namespace the kernel takes
+/// the whole namespace down with its init; a subreaper also kills the
+/// orphans that were reparented to it.
 pub fn kill_run(sp: &Spawned) {
-    match sp.tree {
-        // The kernel kills the whole namespace with its init.
-        TreeMode::PidNamespace => sys::signal(sp.pid, libc::SIGKILL),
-        TreeMode::Subreaper => {
-            sys::signal(-sp.pid, libc::SIGKILL);
-            sys::signal(sp.pid, libc::SIGKILL);
-            for k in super::treekill::children_of(nix::unistd::getpid().as_raw()) {
-                sys::signal(k, libc::SIGKILL);
-            }
+    signal_run(sp, libc::SIGKILL);
+    if sp.tree == TreeMode::Subreaper {
+        for k in super::treekill::children_of(nix::unistd::getpid().as_raw()) {
+            sys::signal(k, libc::SIGKILL);
         }
     }
 }
