@@ -21,7 +21,8 @@ use nix::sys::socket::{
     listen, setsockopt, socket, sockopt, AddressFamily, Backlog, SockFlag, SockType,
 };
 
-use crate::sys::channel::{Channel, Msg};
+use crate::sys::channel::Msg;
+use crate::sys::raw;
 
 /// The `Msg::Fd` tag of the proxy's listening socket.
 pub const LISTENER_TAG: i32 = 0x7078; // "px"
@@ -40,50 +41,66 @@ pub fn set_port(port: u16, host_listener: Option<RawFd>) {
 }
 
 /// Bring `lo` up, listen on 127.0.0.1:port and send the socket to the supervisor.
-/// Runs in the forked child: no threads, no runtime.
-pub fn setup(chan: &Channel) -> Result<(), Errno> {
+/// Runs in the init stage, which shares the supervisor's memory: raw system
+/// calls only, no allocation (see `sandbox::child`). Errors are errno numbers.
+pub fn setup(chan: RawFd) -> Result<(), i32> {
     // Init keeps nothing of the host's network: not even the fallback listener
     // (the supervisor closes its own copy once it knows the namespace exists).
     let host = HOST_LISTENER.load(Ordering::Relaxed);
     if host >= 0 {
-        let _ = nix::unistd::close(host);
+        raw::close(host);
     }
     let port = PORT.load(Ordering::Relaxed);
     if port == 0 {
-        return Err(Errno::EINVAL);
+        return Err(libc::EINVAL);
     }
     loopback_up()?;
-    let listener = listen_loopback(port)?;
-    chan.send_fd(Msg::Fd { tag: LISTENER_TAG }, listener.as_raw_fd())
-    // `listener` closes here: the supervisor holds the only copy.
+    let listener = listen_raw(port)?;
+    let sent = raw::send_with_fd(chan, &Msg::Fd { tag: LISTENER_TAG }.encode(), listener);
+    // The supervisor holds the only copy from here on.
+    raw::close(listener);
+    sent.map(drop)
 }
 
 /// `ip link set lo up`, with the SIOCGIFFLAGS/SIOCSIFFLAGS ioctls.
-pub fn loopback_up() -> Result<(), Errno> {
-    let sock = socket(
-        AddressFamily::Inet,
-        SockType::Datagram,
-        SockFlag::SOCK_CLOEXEC,
-        None,
-    )?;
+fn loopback_up() -> Result<(), i32> {
+    let sock = raw::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0)? as libc::c_int;
     // SAFETY: ifreq is plain old data; all-zero is a valid value.
     let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
     for (dst, src) in ifr.ifr_name.iter_mut().zip(b"lo\0") {
         *dst = *src as libc::c_char;
     }
+    let ifr_ptr = std::ptr::addr_of_mut!(ifr).cast();
     // SAFETY: SIOCGIFFLAGS reads the name and writes the flags member of our ifreq.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS as _, &mut ifr) } < 0 {
-        return Err(Errno::last());
+    let r = unsafe { raw::ioctl(sock, libc::SIOCGIFFLAGS as libc::c_ulong, ifr_ptr) }.and_then(|_| {
+        // SAFETY: SIOCGIFFLAGS just filled `ifru_flags`, so that union member is the live one.
+        unsafe { ifr.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short };
+        // SAFETY: SIOCSIFFLAGS reads the name and flags of our ifreq.
+        unsafe { raw::ioctl(sock, libc::SIOCSIFFLAGS as libc::c_ulong, ifr_ptr) }
+    });
+    raw::close(sock);
+    r.map(drop)
+}
+
+/// A close-on-exec TCP socket listening on 127.0.0.1:port (raw, for init).
+fn listen_raw(port: u16) -> Result<libc::c_int, i32> {
+    let fd = raw::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0)? as libc::c_int;
+    let addr = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr { s_addr: u32::from_be_bytes([127, 0, 0, 1]).to_be() },
+        sin_zero: [0; 8],
+    };
+    let r = raw::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)
+        .and_then(|_| raw::bind_v4(fd, &addr))
+        .and_then(|_| raw::listen(fd, BACKLOG));
+    match r {
+        Ok(_) => Ok(fd),
+        Err(e) => {
+            raw::close(fd);
+            Err(e)
+        }
     }
-    // SAFETY: SIOCGIFFLAGS just filled `ifru_flags`, so that union member is the live one.
-    unsafe {
-        ifr.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
-    }
-    // SAFETY: SIOCSIFFLAGS reads the name and flags of our ifreq.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS as _, &ifr) } < 0 {
-        return Err(Errno::last());
-    }
-    Ok(())
 }
 
 /// A close-on-exec TCP socket listening on 127.0.0.1:port.

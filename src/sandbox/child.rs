@@ -1,34 +1,43 @@
-//! What runs in the forked child, between fork and exec.
+//! What runs in the child stages, between clone and exec.
 //!
-//! The supervisor is single-threaded when it forks (see `supervisor::spawn`),
-//! so this code may allocate, but it is kept to the minimum: everything it
-//! touches — argv/envp pointer arrays, the working directory, the Landlock
-//! ruleset with its rules, the seccomp BPF programs, the rlimits — was built
-//! before fork in a [`ChildSpec`]. Each step that fails reports
-//! `SetupFailed { stage, errno }` on the channel and exits 125: nothing runs.
+//! Both stages are created with `CLONE_VM` (see `supervisor::spawn`): they
+//! run on stacks of their own but inside the supervisor's address space, at
+//! the same time as the supervisor. That is what makes them cheap (no page
+//! tables copied, nothing copied on write, nothing torn down at exit), and it
+//! sets the rules for this file:
+//! * only raw system calls (`crate::sys::raw`: no libc wrapper, so no
+//!   `errno` written into the supervisor's thread-local storage);
+//! * no allocation, no lock, no logging, no panic: nothing but reads of the
+//!   [`ChildSpec`] the supervisor prepared (and then leaked, so it stays valid
+//!   and unchanged), writes to the stage's own stack, and system calls;
+//! * the spec is shared memory: a stage never writes to it.
 //!
-//! Two shapes:
-//! * [`init_stage`]: when the child is pid 1 of a fresh pid namespace. It
-//!   forks the command, forwards the signals the supervisor sends it to every
-//!   process of the namespace, reaps orphans, and when the command ends kills
+//! Each step that fails reports `SetupFailed { stage, errno }` on the
+//! channel and exits 125: nothing runs.
+//!
+//! Two stages:
+//! * [`init_main`]: pid 1 of the run's own pid namespace. It creates the
+//!   command (`CLONE_VM | CLONE_VFORK`: it sleeps until the command has
+//!   exec'd), forwards the signals the supervisor sends it to every process
+//!   of the namespace, reaps orphans, and when the command ends kills
 //!   whatever is left, reports the wait status and exits. If the supervisor
 //!   dies, PR_SET_PDEATHSIG kills init and with it the whole namespace.
-//! * [`command_stage`]: confines this process and execs the command.
+//! * [`command_main`]: confines this process and execs the command.
 
-use std::ffi::{c_char, CString};
-use std::os::fd::RawFd;
-
-use nix::errno::Errno;
-use nix::sys::resource::{setrlimit, Resource};
+use std::ffi::{c_char, c_int, c_void, CString};
+use std::os::fd::{AsRawFd, RawFd};
 
 use crate::sandbox::{landlock, seccomp};
-use crate::sys::{self, channel::Channel, channel::Msg, channel::Stage};
+use crate::sys::channel::{Msg, Stage};
+use crate::sys::raw::{self, SigSet};
 
-/// A set-up step run by the init stage inside the new namespaces, before it forks
-/// the command (proxy mode: the network namespace's endpoint).
-pub type NetSetup = fn(&Channel) -> Result<(), Errno>;
+/// A set-up step the init stage runs inside the new namespaces before it
+/// creates the command (proxy mode: the network namespace's endpoint). It
+/// gets the channel's descriptor and must follow this file's rules.
+pub type NetSetup = fn(chan: RawFd) -> Result<(), i32>;
 
-/// Everything the child needs, prepared in the parent.
+/// Everything the child stages need, prepared by the supervisor before the
+/// clone and never changed after it.
 pub struct ChildSpec {
     pub program: CString,
     pub argv: Vec<CString>,
@@ -41,20 +50,51 @@ pub struct ChildSpec {
     pub stderr_w: Option<RawFd>,
     /// The child's end of the RPC socketpair, kept open across exec at this number.
     pub rpc_fd: Option<RawFd>,
-    pub rlimits: Vec<(Resource, u64)>,
-    pub landlock: Option<landlock::Prepared>,
+    /// (RLIMIT_* resource, value for both limits).
+    pub rlimits: Vec<(c_int, u64)>,
+    pub landlock: Option<landlock::ChildRules>,
     pub seccomp: Option<seccomp::Filters>,
     /// Wait for the supervisor's "go" (uid maps written, cgroup joined).
     pub wait_go: bool,
     /// The supervisor's pid, to detect its death before PR_SET_PDEATHSIG took effect
     /// (0 when the child is in a new pid namespace and cannot see it).
     pub parent_pid: libc::pid_t,
-    /// Hook for the network namespace set-up of proxy mode (runs in init, before the fork).
+    /// Hook for the network namespace set-up of proxy mode (runs in init).
     pub net_setup: Option<NetSetup>,
+    /// The child's end of the channel (set by `spawn`).
+    pub chan: RawFd,
+    /// Top of the stack the command stage runs on when init creates it (set by `spawn`).
+    pub command_stack: *mut c_void,
+    /// The seccomp program as a `sock_fprog` (set by [`ChildSpec::seal`]).
+    seccomp_prog: Option<seccomp::RawProgram>,
 }
 
 impl ChildSpec {
-    /// Build argv/envp CStrings and their NULL-terminated pointer arrays.
+    /// A spec with the command's strings; the rest is filled in by the caller.
+    pub fn new(program: CString, argv: Vec<CString>, envp: Vec<CString>, cwd: CString) -> ChildSpec {
+        ChildSpec {
+            program,
+            argv,
+            argv_ptrs: Vec::new(),
+            envp,
+            envp_ptrs: Vec::new(),
+            cwd,
+            stdout_w: None,
+            stderr_w: None,
+            rpc_fd: None,
+            rlimits: Vec::new(),
+            landlock: None,
+            seccomp: None,
+            wait_go: false,
+            parent_pid: 0,
+            net_setup: None,
+            chan: -1,
+            command_stack: std::ptr::null_mut(),
+            seccomp_prog: None,
+        }
+    }
+
+    /// Build argv/envp CStrings.
     pub fn strings(
         program: &std::path::Path,
         argv: &[String],
@@ -72,77 +112,108 @@ impl ChildSpec {
         Ok((program, argv, envp, cwd))
     }
 
-    /// Pointer arrays into `argv`/`envp`; call after the strings are in place.
-    pub fn fill_pointers(&mut self) {
+    /// Fill the pointer arrays and the raw seccomp program: the last step
+    /// before the spec is handed to `spawn`.
+    pub fn seal(&mut self) {
         self.argv_ptrs = self.argv.iter().map(|c| c.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
         self.envp_ptrs = self.envp.iter().map(|c| c.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+        self.seccomp_prog = self.seccomp.as_ref().and_then(seccomp::Filters::raw_program);
     }
 }
 
-fn fail(chan: &Channel, stage: Stage, errno: Errno) -> ! {
-    let _ = chan.send(Msg::SetupFailed { stage, errno: errno as i32 });
-    sys::exit_now(125)
+fn report(chan: RawFd, msg: Msg) {
+    let _ = raw::send(chan, &msg.encode());
 }
 
-/// Pid 1 of the run's pid namespace.
-pub fn init_stage(spec: &mut ChildSpec, chan: &Channel) -> ! {
-    if let Err(e) = sys::set_parent_death_signal(libc::SIGKILL) {
-        fail(chan, Stage::Session, e);
+fn fail(spec: &ChildSpec, stage: Stage, errno: i32) -> ! {
+    report(spec.chan, Msg::SetupFailed { stage, errno });
+    raw::exit_group(125)
+}
+
+/// Block until the supervisor's "go"; exit quietly if it went away.
+fn wait_go(spec: &ChildSpec) {
+    let mut b = [0u8; 1];
+    match raw::recv(spec.chan, &mut b, 0) {
+        Ok(1) if b[0] == b'g' => {}
+        _ => raw::exit_group(125),
     }
-    sys::block_all_signals();
-    if spec.wait_go && !chan.wait_go() {
-        sys::exit_now(125);
+}
+
+/// The signals init passes on to every process of the run.
+const FORWARDED: [c_int; 7] =
+    [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT, libc::SIGUSR1, libc::SIGUSR2, libc::SIGWINCH];
+
+/// Pid 1 of the run's pid namespace. `arg` is the leaked `&'static ChildSpec`.
+/// Starts with every signal blocked (the supervisor blocks them around the clone).
+pub extern "C" fn init_main(arg: *mut c_void) -> c_int {
+    // SAFETY: `spawn` passes a pointer to a leaked ChildSpec that nobody writes any more.
+    let spec: &ChildSpec = unsafe { &*(arg as *const ChildSpec) };
+    if let Err(e) = raw::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as usize) {
+        fail(spec, Stage::Session, e);
     }
-    if let Some(setup) = spec.net_setup {
-        if let Err(e) = setup(chan) {
-            fail(chan, Stage::Network, e);
+    if spec.wait_go {
+        wait_go(spec);
+    } else {
+        // The supervisor may have died before PR_SET_PDEATHSIG took effect:
+        // then its end of the channel is closed and a peek sees end-of-file.
+        let mut b = [0u8; 1];
+        if raw::recv(spec.chan, &mut b, libc::MSG_PEEK | libc::MSG_DONTWAIT) == Ok(0) {
+            raw::exit_group(125);
         }
     }
-    let cmd = match sys::fork() {
-        Ok(pid) => pid,
-        Err(e) => fail(chan, Stage::Fork, e),
-    };
-    if cmd == 0 {
-        spec.wait_go = false;
-        command_stage(spec, chan);
+    if let Some(setup) = spec.net_setup {
+        if let Err(e) = setup(spec.chan) {
+            fail(spec, Stage::Network, e);
+        }
     }
+    // SAFETY: the command stage runs on its own stack (`command_stack`), reads
+    // only the leaked spec, and either execs or exits; CLONE_VFORK keeps this
+    // stage asleep until then.
+    let cmd = match unsafe {
+        crate::sys::clone_on_stack(
+            libc::CLONE_VM | libc::CLONE_VFORK,
+            spec.command_stack,
+            command_main,
+            arg,
+        )
+    } {
+        Ok(pid) => pid,
+        Err(e) => fail(spec, Stage::Fork, e),
+    };
     // Init keeps nothing of the command's plumbing, so that end-of-file on
     // the capture pipes means every process of the run is gone.
     for fd in [spec.stdout_w, spec.stderr_w, spec.rpc_fd].into_iter().flatten() {
-        let _ = nix::unistd::close(fd);
+        raw::close(fd);
     }
-    drop(spec.landlock.take());
-    let waited = sys::sigset_of(&[
-        libc::SIGCHLD,
-        libc::SIGTERM,
-        libc::SIGINT,
-        libc::SIGHUP,
-        libc::SIGQUIT,
-        libc::SIGUSR1,
-        libc::SIGUSR2,
-        libc::SIGWINCH,
-    ]);
+    if let Some(fd) = spec.landlock.as_ref().and_then(|l| l.ruleset.as_ref()) {
+        raw::close(fd.as_raw_fd());
+    }
+    let mut waited = SigSet::of(&FORWARDED);
+    waited.0 |= SigSet::of(&[libc::SIGCHLD]).0;
     loop {
-        match sys::sigwait_any(&waited) {
-            libc::SIGCHLD => {
+        match raw::sigwait(waited) {
+            Ok(s) if s as c_int == libc::SIGCHLD => {
                 if let Some(status) = reap(cmd) {
                     // The command is done: nothing it left behind survives it.
-                    sys::signal(-1, libc::SIGKILL);
-                    while sys::wait_any() {}
-                    let _ = chan.send(Msg::Exited { status });
-                    sys::exit_now(0);
+                    raw::kill(-1, libc::SIGKILL);
+                    while raw::wait4(-1, libc::__WALL).is_ok() {}
+                    report(spec.chan, Msg::Exited { status });
+                    raw::exit_group(0);
                 }
             }
-            0 => {}
-            sig => sys::signal(-1, sig),
+            Ok(s) => raw::kill(-1, s as c_int),
+            Err(_) => {}
         }
     }
 }
 
 /// Reap every exited child without blocking; the command's wait status if it was among them.
-fn reap(cmd: libc::pid_t) -> Option<i32> {
+fn reap(cmd: c_int) -> Option<c_int> {
     let mut found = None;
-    while let Some((pid, status)) = sys::try_wait(-1) {
+    while let Ok((pid, status)) = raw::wait4(-1, libc::WNOHANG | libc::__WALL) {
+        if pid <= 0 {
+            break;
+        }
         if pid == cmd {
             found = Some(status);
         }
@@ -150,66 +221,121 @@ fn reap(cmd: libc::pid_t) -> Option<i32> {
     found
 }
 
-/// Confine this process and exec the command. Never returns.
-pub fn command_stage(spec: &mut ChildSpec, chan: &Channel) -> ! {
-    sys::reset_signals();
-    if let Err(e) = sys::set_parent_death_signal(libc::SIGKILL) {
-        fail(chan, Stage::Session, e);
+/// Confine this process and exec the command. `arg` is the leaked
+/// `&'static ChildSpec`. Never returns.
+pub extern "C" fn command_main(arg: *mut c_void) -> c_int {
+    // SAFETY: as in `init_main`.
+    let spec: &ChildSpec = unsafe { &*(arg as *const ChildSpec) };
+    // Default dispositions and an empty mask for the command. execve resets
+    // caught signals by itself; only ignored ones survive it, and Rust's
+    // SIGPIPE = ignore must not leak into the command (`yes | head` would
+    // never end).
+    let _ = raw::default_action(libc::SIGPIPE);
+    let _ = raw::sigprocmask(libc::SIG_SETMASK, SigSet::EMPTY);
+    if let Err(e) = raw::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as usize) {
+        fail(spec, Stage::Session, e);
     }
     // The supervisor may have died before PR_SET_PDEATHSIG took effect.
-    if spec.parent_pid != 0 && nix::unistd::getppid().as_raw() != spec.parent_pid {
-        sys::exit_now(125);
+    if spec.parent_pid != 0 && raw::getppid() != spec.parent_pid {
+        raw::exit_group(125);
     }
-    if spec.wait_go && !chan.wait_go() {
-        sys::exit_now(125);
+    if spec.wait_go && spec.parent_pid != 0 {
+        wait_go(spec);
     }
-    if let Err(e) = nix::unistd::setsid() {
-        fail(chan, Stage::Session, e);
+    if let Err(e) = raw::setsid() {
+        fail(spec, Stage::Session, e);
     }
     for (src, dst) in [(spec.stdout_w, 1), (spec.stderr_w, 2)] {
         if let Some(src) = src {
-            if let Err(e) = sys::dup2(src, dst) {
-                fail(chan, Stage::Stdio, e);
+            if let Err(e) = raw::dup_onto(src, dst) {
+                fail(spec, Stage::Stdio, e);
             }
         }
     }
     for &(res, val) in &spec.rlimits {
-        if let Err(e) = setrlimit(res, val, val) {
-            fail(chan, Stage::Rlimits, e);
+        if let Err(e) = raw::set_rlimit(res, val) {
+            fail(spec, Stage::Rlimits, e);
         }
     }
-    if let Err(e) = nix::unistd::chdir(spec.cwd.as_c_str()) {
-        fail(chan, Stage::Cwd, e);
+    if let Err(e) = raw::chdir(&spec.cwd) {
+        fail(spec, Stage::Cwd, e);
     }
-    if let Err(e) = sys::drop_all_capabilities() {
-        fail(chan, Stage::Capabilities, e);
+    if let Err(e) = drop_capabilities() {
+        fail(spec, Stage::Capabilities, e);
     }
-    if let Err(e) = sys::set_no_new_privs() {
-        fail(chan, Stage::NoNewPrivs, e);
+    if let Err(e) = raw::prctl(libc::PR_SET_NO_NEW_PRIVS, 1) {
+        fail(spec, Stage::NoNewPrivs, e);
     }
-    if let Some(ll) = spec.landlock.take() {
-        if ll.restrict_in_child().is_err() {
-            // The parent already checked what this kernel supports; a failure
-            // here means the restriction was refused or weaker than promised.
-            fail(chan, Stage::Landlock, Errno::EPERM);
+    if let Some(ll) = &spec.landlock {
+        if let Err(e) = restrict(ll) {
+            fail(spec, Stage::Landlock, e);
         }
     }
     // Every inherited descriptor above stderr goes at exec, except the RPC
     // end; the channel stays usable until then to report an exec failure.
-    if let Err(e) = sys::cloexec_from(3) {
-        fail(chan, Stage::Fds, e);
+    if let Err(e) = cloexec_from(3) {
+        fail(spec, Stage::Fds, e);
     }
     if let Some(rpc) = spec.rpc_fd {
-        if let Err(e) = sys::keep_across_exec(rpc) {
-            fail(chan, Stage::Fds, e);
+        if let Err(e) = raw::fcntl(rpc, libc::F_SETFD, 0) {
+            fail(spec, Stage::Fds, e);
         }
     }
-    if let Some(filters) = spec.seccomp.as_ref() {
-        if let Err(e) = filters.install() {
-            fail(chan, Stage::Seccomp, e);
+    if let Some(prog) = &spec.seccomp_prog {
+        // SAFETY: the program points into `spec.seccomp`, alive and unchanged (leaked spec).
+        if let Err(e) = unsafe { raw::seccomp_set_filter(prog.as_ptr()) } {
+            fail(spec, Stage::Seccomp, e);
         }
     }
-    let err = sys::execve(&spec.program, &spec.argv_ptrs, &spec.envp_ptrs);
-    let _ = chan.send(Msg::ExecFailed { errno: err as i32 });
-    sys::exit_now(if err == Errno::ENOENT { 127 } else { 126 })
+    // SAFETY: `seal` built both arrays NULL-terminated, pointing into the spec's CStrings.
+    let err = unsafe { raw::execve(&spec.program, spec.argv_ptrs.as_ptr(), spec.envp_ptrs.as_ptr()) };
+    report(spec.chan, Msg::ExecFailed { errno: err });
+    raw::exit_group(if err == libc::ENOENT { 127 } else { 126 })
+}
+
+/// Landlock: the child's own /proc/self rule (it can only be opened here),
+/// then `landlock_restrict_self`. No_new_privs is already set.
+fn restrict(ll: &landlock::ChildRules) -> Result<(), i32> {
+    let Some(ruleset) = ll.ruleset.as_ref().map(AsRawFd::as_raw_fd) else {
+        // No Landlock on this kernel (best effort only; already reported).
+        return Ok(());
+    };
+    if ll.proc_self_access != 0 {
+        let fd = raw::openat(libc::AT_FDCWD, c"/proc/self", libc::O_PATH | libc::O_CLOEXEC)? as c_int;
+        let r = raw::landlock_add_path_rule(ruleset, ll.proc_self_access, fd);
+        raw::close(fd);
+        r?;
+    }
+    raw::landlock_restrict_self(ruleset).map(drop)
+}
+
+/// Empty every capability set: bounding (needs CAP_SETPCAP, which root and a
+/// fresh user namespace have; without it NO_NEW_PRIVS already stops any gain),
+/// ambient, then effective/permitted/inheritable.
+fn drop_capabilities() -> Result<(), i32> {
+    if raw::prctl(libc::PR_CAPBSET_READ, 0).is_ok() {
+        for cap in 0..=63usize {
+            match raw::prctl(libc::PR_CAPBSET_DROP, cap) {
+                Ok(_) => {}
+                Err(libc::EINVAL) => break,
+                Err(libc::EPERM) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    // EINVAL on kernels without ambient capabilities.
+    let _ = raw::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL as usize);
+    raw::clear_capabilities().map(drop)
+}
+
+/// Mark every descriptor from `first` upwards close-on-exec.
+fn cloexec_from(first: c_int) -> Result<(), i32> {
+    if raw::cloexec_range(first).is_ok() {
+        return Ok(());
+    }
+    // Kernels before 5.11: walk the table up to a bound.
+    for fd in first..65536 {
+        let _ = raw::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC as usize);
+    }
+    Ok(())
 }

@@ -123,35 +123,26 @@ fn run_prepared(
         Ok(s) => s,
         Err(e) => return fail("a NUL byte in the command, environment or cwd", &e),
     };
-    let mut spec = ChildSpec {
-        program,
-        argv,
-        argv_ptrs: vec![],
-        envp,
-        envp_ptrs: vec![],
-        cwd,
-        stdout_w: Some(out_w.as_raw_fd()),
-        stderr_w: Some(err_w.as_raw_fd()),
-        rpc_fd: services.child_rpc_fd(),
-        rlimits: std::mem::take(&mut layers.rlimits),
-        landlock: layers.landlock.take(),
-        seccomp: layers.seccomp.take(),
-        wait_go: !layers.cgroup.is_empty(),
-        parent_pid: 0,
-        net_setup: services.net_setup(),
-    };
-    spec.fill_pointers();
+    let mut spec = ChildSpec::new(program, argv, envp, cwd);
+    spec.stdout_w = Some(out_w.as_raw_fd());
+    spec.stderr_w = Some(err_w.as_raw_fd());
+    spec.rpc_fd = services.child_rpc_fd();
+    spec.rlimits = std::mem::take(&mut layers.rlimits).into_iter().map(|(r, v)| (r as libc::c_int, v)).collect();
+    spec.landlock = layers.landlock.take().map(sandbox::landlock::Prepared::into_child);
+    spec.seccomp = layers.seccomp.take();
+    spec.wait_go = !layers.cgroup.is_empty();
+    spec.net_setup = services.net_setup();
+    spec.seal();
 
     let ns = NsRequest { pid: layers.want_pidns, net: services.wants_netns() };
     let cgroup = &layers.cgroup;
     let mut join = |pid: libc::pid_t| cgroup.join(pid);
     let start = Instant::now();
-    let spawned = spawn::spawn(&mut spec, ns, &mut join);
+    let spawned = spawn::spawn(spec, ns, &mut join);
     // The parent's copies of the child's ends.
     drop(out_w);
     drop(err_w);
     services.close_child_ends();
-    drop(spec);
     tracing::debug!("supervisor: spawned");
     let spawned = match spawned {
         Ok(s) => s,

@@ -1,30 +1,37 @@
 //! Spawning the confined child.
 //!
-//! Fork safety — the design: **capsule forks before any thread exists.**
-//! `capsule exec` parses the policy, builds the plan, prepares the Landlock
-//! ruleset (an fd with every rule already added), compiles and checks the
-//! seccomp BPF programs and builds every CString and pointer array on the
-//! main thread. Only then does it `clone()`; the tokio runtime (stdio
-//! capture, timeout, proxy, RPC broker) starts after the fork. The child is
-//! therefore a copy of a single-threaded process: no lock can be held by a
-//! thread that does not exist in the child, so even allocation would be
-//! sound there, though the child does almost nothing but apply what was
-//! prepared (see `sandbox::child`). [`spawn`] checks the thread count and
-//! refuses to fork from a multi-threaded process. A re-exec'd stage would
-//! cost a whole extra exec (~1.5 ms on our 2-core VMs), which is three times
-//! the start-up budget.
+//! Fork safety — the design: **the child stages share the supervisor's
+//! memory and make nothing but raw system calls.** `capsule exec` parses the
+//! policy, builds the plan, prepares the Landlock ruleset (an fd with every
+//! rule already added), compiles the seccomp BPF program and builds every
+//! CString and pointer array before the clone, in a [`ChildSpec`] that is
+//! then leaked: it stays valid and unchanged for as long as any stage reads
+//! it. The stages are created with `CLONE_VM` on stacks of their own
+//! (posix_spawn does the same): no page table is copied, nothing is copied on
+//! write afterwards, and nothing is torn down when init exits — a plain fork
+//! of this large process, twice, cost about a millisecond of start-up. The
+//! price is the rule `sandbox::child` follows: raw system calls only (no
+//! libc wrapper, which would write the supervisor's thread-local errno), no
+//! allocation, no lock, no panic. That rule also makes the child independent
+//! of how many threads the supervisor has. Signals are blocked around the
+//! clone, so no handler of the supervisor ever runs in a stage. A re-exec'd
+//! stage would cost a whole extra exec (~1.5 ms on our 2-core VMs).
 //!
-//! Tree containment: the child is created with `CLONE_NEWPID` (plus
+//! Tree containment: the first stage is created with `CLONE_NEWPID` (plus
 //! `CLONE_NEWUSER` when capsule is not root) and becomes pid 1 of the run's
-//! own pid namespace, running a tiny init that forks the command. Killing
-//! that init kills every process of the run — also ones that called setsid
-//! or double-forked — and PR_SET_PDEATHSIG kills it when capsule dies. Where
-//! the kernel refuses namespaces (no unprivileged user namespaces, or
-//! `CAPSULE_NO_NAMESPACES=1`), capsule becomes a child subreaper and kills
-//! every descendant it can find instead; the result reports which is used.
+//! own pid namespace, a tiny init that creates the command (`CLONE_VFORK`:
+//! init sleeps until the command has exec'd). Killing that init kills every
+//! process of the run — also ones that called setsid or double-forked — and
+//! PR_SET_PDEATHSIG kills it when capsule dies. Where the kernel refuses
+//! namespaces (no unprivileged user namespaces, or `CAPSULE_NO_NAMESPACES=1`),
+//! capsule creates the command stage directly, becomes a child subreaper and
+//! kills every descendant it can find instead; the result reports which is
+//! used.
 
 use nix::errno::Errno;
 use thiserror::Error;
+
+use std::ffi::c_void;
 
 use crate::sandbox::child::{self, ChildSpec};
 use crate::sys::{self, channel::Channel};
@@ -49,8 +56,8 @@ impl TreeMode {
 
 #[derive(Debug, Error)]
 pub enum SpawnError {
-    #[error("refusing to fork: capsule has {0} threads (the child must be forked from a single-threaded process)")]
-    Threaded(usize),
+    #[error("allocating a stack for the child: {0}")]
+    Stack(Errno),
     #[error("clone() => {0}")]
     Clone(Errno),
     #[error("writing the user namespace maps of pid {pid}: {source}")]
@@ -85,20 +92,24 @@ pub struct Spawned {
 /// Something to do between clone and "go" (e.g. joining a cgroup).
 pub type BeforeGo<'a> = &'a mut dyn FnMut(libc::pid_t) -> Result<(), String>;
 
-/// Fork the child and let it confine itself and exec.
+/// Stack size of each child stage (both run small, non-recursive code).
+const STAGE_STACK: usize = 256 * 1024;
+
+/// Create the child and let it confine itself and exec.
 ///
-/// `spec` must be complete; the parent's copies of the child's fds in it are
-/// closed by the caller after this returns.
-pub fn spawn(spec: &mut ChildSpec, ns: NsRequest, before_go: BeforeGo<'_>) -> Result<Spawned, SpawnError> {
-    if let Some(n) = sys::thread_count() {
-        if n > 1 {
-            return Err(SpawnError::Threaded(n));
-        }
-    }
+/// `spec` must be complete (sealed); it is leaked here, because the stages
+/// read it from the shared address space until they exec or exit. The
+/// caller closes its own copies of the child's descriptors after this
+/// returns (the stages have their own descriptor tables).
+pub fn spawn(mut spec: ChildSpec, ns: NsRequest, before_go: BeforeGo<'_>) -> Result<Spawned, SpawnError> {
     let (ours, theirs) = sys::channel::pair().map_err(SpawnError::Channel)?;
     let uid = nix::unistd::getuid();
     let gid = nix::unistd::getgid();
     let root = uid.is_root();
+    let stack = |_| sys::leaked_stack(STAGE_STACK).map_err(SpawnError::Stack);
+    spec.chan = theirs.raw();
+    spec.command_stack = stack(())?;
+    let init_stack = if ns.pid { stack(())? } else { std::ptr::null_mut() };
 
     let mut attempts: Vec<(libc::c_int, TreeMode)> = Vec::new();
     // `ns.pid` already reflects `sandbox::namespaces_available()` (and thus CAPSULE_NO_NAMESPACES).
@@ -115,25 +126,29 @@ pub fn spawn(spec: &mut ChildSpec, ns: NsRequest, before_go: BeforeGo<'_>) -> Re
     attempts.push((0, TreeMode::Subreaper));
 
     let parent_pid = nix::unistd::getpid().as_raw();
+    let spec: &'static mut ChildSpec = Box::leak(Box::new(spec));
     for (flags, tree) in attempts {
         let userns = flags & libc::CLONE_NEWUSER != 0;
         let go_needed = userns || spec.wait_go;
+        // No stage exists yet: the spec may still change between attempts.
         spec.wait_go = go_needed;
-        if tree == TreeMode::Subreaper {
+        let (entry, stack): (extern "C" fn(*mut c_void) -> libc::c_int, _) = if tree == TreeMode::Subreaper {
             // Orphaned descendants come to us, so we can find and kill them.
             let _ = sys::set_child_subreaper();
             spec.parent_pid = parent_pid;
+            (child::command_main, spec.command_stack)
         } else {
             spec.parent_pid = 0;
-        }
-        match sys::clone_process(flags) {
-            Ok(0) => {
-                drop(ours);
-                match tree {
-                    TreeMode::PidNamespace => child::init_stage(spec, &theirs),
-                    TreeMode::Subreaper => child::command_stage(spec, &theirs),
-                }
-            }
+            (child::init_main, init_stack)
+        };
+        let arg: *mut c_void = (spec as *mut ChildSpec).cast();
+        let mask = sys::block_all_signals();
+        // SAFETY: `entry` is one of the stages of `sandbox::child`, which follow
+        // the CLONE_VM rules; `arg` is the leaked spec, never written after a
+        // successful clone; `stack` is a leaked stage stack used by this stage only.
+        let cloned = unsafe { sys::clone_on_stack(flags | libc::CLONE_VM, stack, entry, arg) };
+        sys::restore_signals(&mask);
+        match cloned {
             Ok(pid) => {
                 drop(theirs);
                 if userns {
@@ -150,13 +165,13 @@ pub fn spawn(spec: &mut ChildSpec, ns: NsRequest, before_go: BeforeGo<'_>) -> Re
                 }
                 return Ok(Spawned { pid, tree, netns: flags & libc::CLONE_NEWNET != 0, chan: ours });
             }
-            Err(e @ (Errno::EPERM | Errno::EINVAL | Errno::ENOSPC | Errno::EUSERS | Errno::EACCES))
+            Err(e @ (libc::EPERM | libc::EINVAL | libc::ENOSPC | libc::EUSERS | libc::EACCES))
                 if tree == TreeMode::PidNamespace =>
             {
-                tracing::debug!("clone with namespaces refused ({e}); falling back to a subreaper");
+                tracing::debug!("clone with namespaces refused ({}); falling back to a subreaper", Errno::from_raw(e));
                 continue;
             }
-            Err(e) => return Err(SpawnError::Clone(e)),
+            Err(e) => return Err(SpawnError::Clone(Errno::from_raw(e))),
         }
     }
     Err(SpawnError::Clone(Errno::EAGAIN))

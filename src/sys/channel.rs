@@ -88,7 +88,8 @@ const KIND_EXITED: i32 = 3;
 const KIND_FD: i32 = 4;
 
 impl Msg {
-    fn encode(self) -> [u8; 16] {
+    /// The 16-byte record (no allocation).
+    pub fn encode(self) -> [u8; 16] {
         let (k, a, b) = match self {
             Msg::ExecFailed { errno } => (KIND_EXEC, errno, 0),
             Msg::SetupFailed { stage, errno } => (KIND_SETUP, stage as i32, errno),

@@ -3,38 +3,69 @@
 //! lives here, each with the reason it holds.
 
 pub mod channel;
+pub mod raw;
 
 use std::ffi::{c_char, CStr};
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
 use nix::errno::Errno;
 
-/// `clone(flags | SIGCHLD)` with no new stack: behaves like `fork()` but can
-/// create namespaces at the same time. Returns 0 in the child.
-///
-/// The caller must be single-threaded (see `supervisor::spawn`), since the
-/// child continues on a copy of the caller's stack and must only run code
-/// that does not depend on other threads' locks.
-pub fn clone_process(flags: libc::c_int) -> Result<libc::pid_t, Errno> {
-    // SAFETY: a raw clone without CLONE_VM and without a new stack duplicates
-    // the address space exactly as fork() does; the child returns 0 on the
-    // copied stack. glibc's fork handlers do not run, which is fine because
-    // the process is single-threaded and the child only execs or _exits.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_clone,
-            (flags | libc::SIGCHLD) as libc::c_ulong,
-            0usize,
-            0usize,
-            0usize,
-            0usize,
+/// A stack for a child stage created with `CLONE_VM`: an anonymous mapping
+/// with a guard page below it, never unmapped (the stage may outlive every
+/// Rust owner in the supervisor).
+pub fn leaked_stack(size: usize) -> Result<*mut std::ffi::c_void, Errno> {
+    let page = 4096usize;
+    // SAFETY: a fresh private anonymous mapping; nothing else refers to it.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size + page,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_STACK,
+            -1,
+            0,
         )
     };
-    if ret < 0 {
-        Err(Errno::last())
-    } else {
-        Ok(ret as libc::pid_t)
+    if base == libc::MAP_FAILED {
+        return Err(Errno::last());
     }
+    // SAFETY: the lowest page of our own mapping becomes the guard.
+    unsafe { libc::mprotect(base, page, libc::PROT_NONE) };
+    // SAFETY: one past the end of the mapping: the initial stack pointer (stacks grow down).
+    Ok(unsafe { base.cast::<u8>().add(size + page) }.cast())
+}
+
+/// `clone(flags | SIGCHLD)` running `entry(arg)` on `stack` (the top of a
+/// [`leaked_stack`]); the pid of the new process.
+///
+/// # Safety
+/// With `CLONE_VM` the new process shares this address space: `entry` must
+/// follow the rules of `sandbox::child` (raw system calls only, no
+/// allocation, no thread-locals, no panic), and everything `arg` points to
+/// must stay valid and unchanged for as long as the new process reads it.
+pub unsafe fn clone_on_stack(
+    flags: libc::c_int,
+    stack: *mut std::ffi::c_void,
+    entry: extern "C" fn(*mut std::ffi::c_void) -> libc::c_int,
+    arg: *mut std::ffi::c_void,
+) -> Result<libc::pid_t, i32> {
+    // SAFETY: per the caller's contract. glibc's clone() calls `entry` on the
+    // new stack and touches no thread-local state in the child. Only a
+    // failure writes errno: when the caller is itself a CLONE_VM stage (init
+    // creating the command), that write lands in the supervisor's errno — a
+    // run whose command could not even be created is refused anyway.
+    let pid = unsafe { libc::clone(entry, stack, flags | libc::SIGCHLD, arg) };
+    if pid < 0 {
+        Err(Errno::last() as i32)
+    } else {
+        Ok(pid)
+    }
+}
+
+/// Restore a signal mask saved by [`block_all_signals`].
+pub fn restore_signals(old: &libc::sigset_t) {
+    // SAFETY: the set was filled by pthread_sigmask.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, old, std::ptr::null_mut()) };
 }
 
 /// `pidfd_open(pid, 0)`: a descriptor that becomes readable when `pid` exits.

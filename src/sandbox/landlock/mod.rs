@@ -23,6 +23,7 @@
 
 mod abi;
 mod carveout;
+mod child;
 mod error;
 mod report;
 mod rights;
@@ -36,6 +37,7 @@ use landlock::{
 };
 
 pub use abi::kernel_abi;
+pub use child::ChildRules;
 pub use error::LandlockError;
 pub use report::{DenyLine, DroppedGrant, Report, RuleKind, RuleLine};
 

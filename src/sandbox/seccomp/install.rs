@@ -53,3 +53,25 @@ pub(super) fn install_one(prog: &[SockFilter]) -> Result<(), Errno> {
     }
     Ok(())
 }
+
+/// The program as a `struct sock_fprog` for a raw `seccomp()` call in the
+/// child stage (which shares the supervisor's memory and must not use libc).
+/// Valid for as long as `prog` is alive and unchanged.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct RawProgram {
+    len: libc::c_ushort,
+    filter: *const SockFilter,
+}
+
+impl RawProgram {
+    pub(super) fn of(prog: &[SockFilter]) -> Option<RawProgram> {
+        let len = libc::c_ushort::try_from(prog.len()).ok().filter(|&l| l > 0)?;
+        Some(RawProgram { len, filter: prog.as_ptr() })
+    }
+
+    /// Pointer to pass as `seccomp(SECCOMP_SET_MODE_FILTER, 0, ptr)`.
+    pub fn as_ptr(&self) -> *const std::ffi::c_void {
+        (self as *const RawProgram).cast()
+    }
+}

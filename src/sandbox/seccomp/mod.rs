@@ -46,6 +46,7 @@ use self::bpf::SockFilter;
 use self::table::Arch;
 
 pub use self::compile::CompileError;
+pub use self::install::RawProgram;
 pub use nix::errno::Errno;
 
 /// The kernel's limit on one classic-BPF program (BPF_MAXINSNS).
@@ -167,6 +168,12 @@ impl Filters {
     pub fn install(&self) -> Result<(), Errno> {
         install::set_no_new_privs()?;
         install::install_one(&self.program)
+    }
+
+    /// The program for a raw `seccomp()` call; it points into `self`, which
+    /// must stay alive and unmoved-from until the child has installed it.
+    pub fn raw_program(&self) -> Option<RawProgram> {
+        RawProgram::of(&self.program)
     }
 
     /// Human-readable lines for `--dry-run`, `check` and `doctor`.

@@ -1,0 +1,297 @@
+//! Raw system calls for the child stages that share the supervisor's memory.
+//!
+//! The run's init and the command's pre-exec stage are created with
+//! `CLONE_VM` (see `supervisor::spawn`): they run on their own stacks but in
+//! the supervisor's address space, while the supervisor goes on. So they
+//! must not touch anything the supervisor's thread owns: not the allocator,
+//! not thread-locals — and libc's syscall wrappers write the failing errno
+//! into the supervisor's thread-local `errno`. Everything here goes through
+//! the `syscalls` crate instead (inline assembly, the result in a register,
+//! no errno), takes only pointers to data prepared before the clone, and
+//! never allocates or panics. Errors are the raw errno numbers.
+//!
+//! Every function is `unsafe`-free for callers except where it takes raw
+//! pointers; each `unsafe` block says why the kernel's use of its arguments
+//! is sound.
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+
+use syscalls::{syscall, Sysno};
+
+/// A raw syscall result: the value, or the errno number.
+pub type Ret = Result<usize, i32>;
+
+fn map(r: Result<usize, syscalls::Errno>) -> Ret {
+    r.map_err(|e| e.into_raw())
+}
+
+/// A kernel signal set (`_NSIG` = 64 on the architectures capsule supports).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(transparent)]
+pub struct SigSet(pub u64);
+
+impl SigSet {
+    pub const ALL: SigSet = SigSet(u64::MAX);
+    pub const EMPTY: SigSet = SigSet(0);
+
+    pub fn of(sigs: &[c_int]) -> SigSet {
+        let mut bits = 0u64;
+        for &s in sigs {
+            if (1..=64).contains(&s) {
+                bits |= 1u64 << (s - 1);
+            }
+        }
+        SigSet(bits)
+    }
+}
+
+const SIGSET_SIZE: usize = std::mem::size_of::<SigSet>();
+
+/// The kernel's `struct sigaction` (x86_64 and aarch64 both have sa_restorer).
+#[repr(C)]
+struct KernelSigaction {
+    handler: usize,
+    flags: u64,
+    restorer: usize,
+    mask: SigSet,
+}
+
+pub fn prctl(option: c_int, arg2: usize) -> Ret {
+    // SAFETY: the prctl options capsule uses take integer arguments only.
+    map(unsafe { syscall!(Sysno::prctl, option, arg2, 0, 0, 0) })
+}
+
+pub fn setsid() -> Ret {
+    // SAFETY: no arguments.
+    map(unsafe { syscall!(Sysno::setsid) })
+}
+
+pub fn getppid() -> c_int {
+    // SAFETY: no arguments; getppid cannot fail.
+    unsafe { syscall!(Sysno::getppid) }.map(|p| p as c_int).unwrap_or(0)
+}
+
+/// `dup3(src, dst, 0)`, or nothing when they are already the same descriptor.
+pub fn dup_onto(src: c_int, dst: c_int) -> Ret {
+    if src == dst {
+        return Ok(dst as usize);
+    }
+    // SAFETY: descriptor numbers only.
+    map(unsafe { syscall!(Sysno::dup3, src, dst, 0) })
+}
+
+pub fn close(fd: c_int) {
+    // SAFETY: closes a descriptor number of this process; the callers own it.
+    let _ = unsafe { syscall!(Sysno::close, fd) };
+}
+
+pub fn chdir(path: &CStr) -> Ret {
+    // SAFETY: `path` is NUL-terminated and outlives the call.
+    map(unsafe { syscall!(Sysno::chdir, path.as_ptr()) })
+}
+
+pub fn openat(dir: c_int, path: &CStr, flags: c_int) -> Ret {
+    // SAFETY: `path` is NUL-terminated and outlives the call; no mode is needed without O_CREAT.
+    map(unsafe { syscall!(Sysno::openat, dir, path.as_ptr(), flags, 0) })
+}
+
+/// `prlimit64(0, resource, &limit, NULL)`: set both limits of this process.
+pub fn set_rlimit(resource: c_int, value: u64) -> Ret {
+    let lim = [value, value];
+    // SAFETY: `lim` is a struct rlimit64 {cur, max} on our stack for the call.
+    map(unsafe { syscall!(Sysno::prlimit64, 0, resource, lim.as_ptr(), 0) })
+}
+
+pub fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> Ret {
+    // SAFETY: the commands used (F_SETFD/F_GETFD/F_SETFL) take integers.
+    map(unsafe { syscall!(Sysno::fcntl, fd, cmd, arg) })
+}
+
+/// `close_range(first, ~0, CLOSE_RANGE_CLOEXEC)`.
+pub fn cloexec_range(first: c_int) -> Ret {
+    // SAFETY: flags only change descriptor flags of this process.
+    map(unsafe { syscall!(Sysno::close_range, first, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) })
+}
+
+/// `capset` with a v3 header and all-zero sets.
+pub fn clear_capabilities() -> Ret {
+    let header: [u32; 2] = [0x2008_0522, 0]; // _LINUX_CAPABILITY_VERSION_3, this process
+    let data = [0u32; 6]; // two {effective, permitted, inheritable} structs
+    // SAFETY: capset reads the header and both data structs from our stack.
+    map(unsafe { syscall!(Sysno::capset, header.as_ptr(), data.as_ptr()) })
+}
+
+/// `landlock_add_rule(ruleset, LANDLOCK_RULE_PATH_BENEATH, {access, parent_fd})`.
+pub fn landlock_add_path_rule(ruleset: c_int, access: u64, parent_fd: c_int) -> Ret {
+    #[repr(C, packed)]
+    struct PathBeneath {
+        allowed_access: u64,
+        parent_fd: i32,
+    }
+    let attr = PathBeneath { allowed_access: access, parent_fd };
+    // SAFETY: the kernel reads the packed attribute from our stack during the call.
+    map(unsafe { syscall!(Sysno::landlock_add_rule, ruleset, 1, std::ptr::addr_of!(attr), 0) })
+}
+
+pub fn landlock_restrict_self(ruleset: c_int) -> Ret {
+    // SAFETY: descriptor number and flags only.
+    map(unsafe { syscall!(Sysno::landlock_restrict_self, ruleset, 0) })
+}
+
+/// `seccomp(SECCOMP_SET_MODE_FILTER, 0, prog)`; `prog` points at a `struct sock_fprog`.
+///
+/// # Safety
+/// `prog` must point at a valid `sock_fprog` whose filter array is alive.
+pub unsafe fn seccomp_set_filter(prog: *const c_void) -> Ret {
+    // SAFETY: per the caller's contract; the kernel copies the program.
+    map(unsafe { syscall!(Sysno::seccomp, libc::SECCOMP_SET_MODE_FILTER, 0, prog) })
+}
+
+/// `execve`; only returns on failure.
+///
+/// # Safety
+/// `argv` and `envp` must be NULL-terminated arrays of pointers to NUL-terminated strings.
+pub unsafe fn execve(path: &CStr, argv: *const *const c_char, envp: *const *const c_char) -> i32 {
+    // SAFETY: per the caller's contract.
+    match unsafe { syscall!(Sysno::execve, path.as_ptr(), argv, envp) } {
+        Ok(_) => 0,
+        Err(e) => e.into_raw(),
+    }
+}
+
+pub fn exit_group(code: c_int) -> ! {
+    // SAFETY: exit_group ends every thread of this process; it never returns.
+    let _ = unsafe { syscall!(Sysno::exit_group, code) };
+    // Not reached; the loop only satisfies the type.
+    #[allow(clippy::empty_loop)]
+    loop {}
+}
+
+/// `send(fd, buf, MSG_NOSIGNAL)`, retried on EINTR.
+pub fn send(fd: c_int, buf: &[u8]) -> Ret {
+    loop {
+        // SAFETY: buf is valid for reading for its length during the call.
+        let r = map(unsafe { syscall!(Sysno::sendto, fd, buf.as_ptr(), buf.len(), libc::MSG_NOSIGNAL, 0, 0) });
+        if r != Err(libc::EINTR) {
+            return r;
+        }
+    }
+}
+
+/// `recv(fd, buf, flags)`, retried on EINTR.
+pub fn recv(fd: c_int, buf: &mut [u8], flags: c_int) -> Ret {
+    loop {
+        // SAFETY: buf is valid for writing for its length during the call.
+        let r = map(unsafe { syscall!(Sysno::recvfrom, fd, buf.as_mut_ptr(), buf.len(), flags, 0, 0) });
+        if r != Err(libc::EINTR) {
+            return r;
+        }
+    }
+}
+
+/// `sendmsg` of `buf` with one descriptor attached (SCM_RIGHTS), no allocation.
+pub fn send_with_fd(sock: c_int, buf: &[u8], fd: c_int) -> Ret {
+    // cmsghdr {len: usize, level: i32, type: i32} + one i32, padded to 8 bytes.
+    #[repr(C)]
+    struct Cmsg {
+        len: usize,
+        level: c_int,
+        kind: c_int,
+        fd: c_int,
+        pad: c_int,
+    }
+    let cmsg = Cmsg {
+        len: std::mem::size_of::<usize>() + 2 * std::mem::size_of::<c_int>() + std::mem::size_of::<c_int>(),
+        level: libc::SOL_SOCKET,
+        kind: libc::SCM_RIGHTS,
+        fd,
+        pad: 0,
+    };
+    let iov = libc::iovec { iov_base: buf.as_ptr() as *mut c_void, iov_len: buf.len() };
+    // SAFETY: msghdr is plain data; every pointer in it refers to our stack for the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = std::ptr::addr_of!(iov) as *mut libc::iovec;
+    msg.msg_iovlen = 1;
+    msg.msg_control = std::ptr::addr_of!(cmsg) as *mut c_void;
+    msg.msg_controllen = std::mem::size_of::<Cmsg>() as _;
+    loop {
+        // SAFETY: as above; the kernel only reads msg, iov, buf and cmsg.
+        let r = map(unsafe { syscall!(Sysno::sendmsg, sock, std::ptr::addr_of!(msg), libc::MSG_NOSIGNAL) });
+        if r != Err(libc::EINTR) {
+            return r;
+        }
+    }
+}
+
+pub fn sigprocmask(how: c_int, set: SigSet) -> Ret {
+    // SAFETY: the kernel reads one sigset from our stack.
+    map(unsafe { syscall!(Sysno::rt_sigprocmask, how, std::ptr::addr_of!(set), 0, SIGSET_SIZE) })
+}
+
+/// Restore the default disposition of `sig`.
+pub fn default_action(sig: c_int) -> Ret {
+    let act = KernelSigaction { handler: 0, flags: 0, restorer: 0, mask: SigSet::EMPTY };
+    // SAFETY: the kernel reads one struct sigaction from our stack; no old action is asked for.
+    map(unsafe { syscall!(Sysno::rt_sigaction, sig, std::ptr::addr_of!(act), 0, SIGSET_SIZE) })
+}
+
+/// Wait for one signal of `set` (which must be blocked); its number.
+pub fn sigwait(set: SigSet) -> Ret {
+    loop {
+        // SAFETY: the kernel reads the set; no siginfo and no timeout are passed.
+        let r = map(unsafe { syscall!(Sysno::rt_sigtimedwait, std::ptr::addr_of!(set), 0, 0, SIGSET_SIZE) });
+        if r != Err(libc::EINTR) {
+            return r;
+        }
+    }
+}
+
+/// `wait4(pid, &status, options, NULL)`: (pid, raw status).
+pub fn wait4(pid: c_int, options: c_int) -> Result<(c_int, c_int), i32> {
+    let mut status: c_int = 0;
+    loop {
+        // SAFETY: the kernel writes the status into our local.
+        let r = map(unsafe { syscall!(Sysno::wait4, pid, std::ptr::addr_of_mut!(status), options, 0) });
+        match r {
+            Err(libc::EINTR) => continue,
+            Err(e) => return Err(e),
+            Ok(p) => return Ok((p as c_int, status)),
+        }
+    }
+}
+
+pub fn kill(pid: c_int, sig: c_int) {
+    // SAFETY: integers only.
+    let _ = unsafe { syscall!(Sysno::kill, pid, sig) };
+}
+
+pub fn socket(domain: c_int, kind: c_int, protocol: c_int) -> Ret {
+    // SAFETY: integers only.
+    map(unsafe { syscall!(Sysno::socket, domain, kind, protocol) })
+}
+
+/// # Safety
+/// `arg` must be what `request` expects.
+pub unsafe fn ioctl(fd: c_int, request: libc::c_ulong, arg: *mut c_void) -> Ret {
+    // SAFETY: per the caller's contract.
+    map(unsafe { syscall!(Sysno::ioctl, fd, request, arg) })
+}
+
+pub fn setsockopt_int(fd: c_int, level: c_int, name: c_int, value: c_int) -> Ret {
+    // SAFETY: the kernel reads one int from our stack.
+    map(unsafe {
+        syscall!(Sysno::setsockopt, fd, level, name, std::ptr::addr_of!(value), std::mem::size_of::<c_int>())
+    })
+}
+
+pub fn bind_v4(fd: c_int, addr: &libc::sockaddr_in) -> Ret {
+    // SAFETY: the kernel reads the address from our borrow during the call.
+    map(unsafe {
+        syscall!(Sysno::bind, fd, addr as *const libc::sockaddr_in, std::mem::size_of::<libc::sockaddr_in>())
+    })
+}
+
+pub fn listen(fd: c_int, backlog: c_int) -> Ret {
+    // SAFETY: integers only.
+    map(unsafe { syscall!(Sysno::listen, fd, backlog) })
+}
