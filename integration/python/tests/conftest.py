@@ -1,6 +1,7 @@
 """Fixtures: the real capsule binary, or a clear failure.
 
-The binary is ``$CAPSULE_BIN``, else ``<repo>/target/debug/capsule``. A missing
+The binary is ``$CAPSULE_BIN``, else the debug build under ``<repo>/target``
+(``scripts/capsule-path debug``). A missing
 binary, or one whose ``capsule doctor --json`` does not report a working
 Landlock + seccomp, FAILS the tests that need it: a sandbox test suite that
 skips when the sandbox is absent proves nothing.
@@ -24,7 +25,11 @@ from capsule_sandbox._binary import probe  # noqa: E402
 
 
 def _binary_path() -> str:
-    return os.environ.get("CAPSULE_BIN") or str(REPO / "target" / "debug" / "capsule")
+    if os.environ.get("CAPSULE_BIN"):
+        return os.environ["CAPSULE_BIN"]
+    # .cargo/config.toml builds for the host triple: target/<triple>/debug/capsule.
+    found = sorted((REPO / "target").glob("*/debug/capsule"))
+    return str(found[0] if found else REPO / "target" / "debug" / "capsule")
 
 
 @pytest.fixture(scope="session")
