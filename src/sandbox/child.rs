@@ -195,8 +195,13 @@ pub extern "C" fn init_main(arg: *mut c_void) -> c_int {
             Ok(s) if s as c_int == libc::SIGCHLD => {
                 if let Some(status) = reap(cmd) {
                     // The command is done: nothing it left behind survives it.
-                    raw::kill(-1, libc::SIGKILL);
-                    while raw::wait4(-1, libc::__WALL).is_ok() {}
+                    // Every process of the namespace descends from init, so
+                    // when init has no child left there is nothing to kill
+                    // (and kill(-1) walks every task of the system).
+                    if raw::wait4(-1, libc::WNOHANG | libc::__WALL) != Err(libc::ECHILD) {
+                        raw::kill(-1, libc::SIGKILL);
+                        while raw::wait4(-1, libc::__WALL).is_ok() {}
+                    }
                     report(spec.chan, Msg::Exited { status });
                     raw::exit_group(0);
                 }
