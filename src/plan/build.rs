@@ -184,9 +184,10 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         .map(|r| FsDeny { path: r.path.clone(), origin: Origin::Policy { key: r.key.clone(), line: r.line } })
         .collect();
     for cred in validate::credential_paths(&home) {
-        let beneath = grants.iter().any(|g| cred.starts_with(&g.path) && g.path != cred);
-        let named = grants.iter().any(|g| g.path == cred);
-        if beneath && !named && cred.exists() {
+        // Cheapest test first: usually no grant lies above a credential path.
+        let beneath = || grants.iter().any(|g| cred.starts_with(&g.path) && g.path != cred);
+        let named = || grants.iter().any(|g| g.path == cred);
+        if beneath() && !named() && cred.exists() {
             deny.push(FsDeny { path: cred, origin: Origin::Credential });
         }
     }

@@ -64,8 +64,11 @@ pub fn grants() -> Vec<FsGrant> {
     };
     for d in EXEC_DIRS {
         // On merged-/usr systems /bin, /lib... are symlinks into /usr: one rule suffices.
-        let into_usr = std::fs::read_link(d).is_ok_and(|t| t.starts_with("usr/") || t.starts_with("/usr/"));
-        if !into_usr {
+        let link = std::fs::read_link(d);
+        let into_usr = link.as_ref().is_ok_and(|t| t.starts_with("usr/") || t.starts_with("/usr/"));
+        // No entry at all (/lib32 on most hosts): nothing to stat either.
+        let absent = link.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
+        if !into_usr && !absent {
             add(d, Access::EXEC);
         }
     }
