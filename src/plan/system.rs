@@ -10,8 +10,12 @@
 //! Paths that do not exist on this host are skipped.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
-use super::{Access, FsGrant, Origin};
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
+
+use super::{Access, FsGrant, Opened, Origin};
 
 /// Directories granted read+exec.
 const EXEC_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"];
@@ -58,8 +62,9 @@ pub fn grants() -> Vec<FsGrant> {
     let mut add = |p: &str, access: Access| {
         // symlink_metadata: /lib -> usr/lib is fine to grant (the rule lands on
         // the target), but a dangling entry is skipped.
-        if std::fs::metadata(p).is_ok() {
-            out.push(FsGrant { path: PathBuf::from(p), access, origin: Origin::System });
+        // Opened rather than stat'ed: the same path walk, and Landlock reuses the descriptor.
+        if let Ok(fd) = nix::fcntl::open(p, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()) {
+            out.push(FsGrant { opened: Opened(Some(Arc::new(fd))), path: PathBuf::from(p), access, origin: Origin::System });
         }
     };
     for d in EXEC_DIRS {
