@@ -89,7 +89,7 @@ fn exec_usage_refusal(e: &clap::Error) {
     let detail = e.to_string();
     let first = detail.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ").to_string();
     let r = crate::supervisor::result::RunResult::not_run(
-        ulid::Ulid::new().to_string(),
+        exec::new_run_id(),
         crate::supervisor::result::Termination::Refused,
         crate::supervisor::result::exit::REFUSED,
         first,

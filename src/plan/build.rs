@@ -8,7 +8,7 @@ use thiserror::Error;
 use super::command::{self, CommandError};
 
 use super::env::{self, EnvError};
-use super::{system, Access, FsDeny, FsGrant, FsPlan, LimitsPlan, NetPlan, Origin, Plan};
+use super::{system, Access, FsDeny, FsGrant, FsPlan, LimitsPlan, NetPlan, Opened, Origin, Plan};
 use crate::policy::resolve::{self, ResolvedPath};
 use crate::policy::validate::{self, GrantKind};
 use crate::policy::{LoadedPolicy, NetMode, PolicyError};
@@ -104,6 +104,7 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
 
     let mut grants: Vec<FsGrant> = Vec::new();
     let from_policy = |r: &ResolvedPath, access: Access| FsGrant {
+        opened: Opened::NONE,
         path: r.path.clone(),
         access,
         origin: if r.key.starts_with("--") {
@@ -123,7 +124,7 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
     // The private tmp dir (created by the supervisor just before spawn).
     let tmpdir = policy.filesystem.tmp.then(|| std::env::temp_dir().join(format!("capsule-{run_id}")));
     if let Some(t) = &tmpdir {
-        grants.push(FsGrant { path: t.clone(), access: Access::WRITE, origin: Origin::Tmp });
+        grants.push(FsGrant { opened: Opened::NONE, path: t.clone(), access: Access::WRITE, origin: Origin::Tmp });
     }
 
     // The workspace: scripts/ read-only (+exec, it is the host's code), output/ read-write.
@@ -136,8 +137,8 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         }
         let canon = |p: &Path| std::fs::canonicalize(p).map_err(|source| PlanError::Workspace { path: p.to_path_buf(), source });
         let (scripts, output) = (canon(&scripts)?, canon(&output)?);
-        grants.push(FsGrant { path: scripts, access: Access::EXEC, origin: Origin::Workspace });
-        grants.push(FsGrant { path: output.clone(), access: Access::WRITE, origin: Origin::Workspace });
+        grants.push(FsGrant { opened: Opened::NONE, path: scripts, access: Access::EXEC, origin: Origin::Workspace });
+        grants.push(FsGrant { opened: Opened::NONE, path: output.clone(), access: Access::WRITE, origin: Origin::Workspace });
         ws_output = Some(output);
     }
 
@@ -167,11 +168,11 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         None => command::ResolvedCommand { program: PathBuf::new(), files: vec![], prefixes: vec![] },
     };
     for f in &cmd.files {
-        grants.push(FsGrant { path: f.clone(), access: Access::EXEC, origin: Origin::Command });
+        grants.push(FsGrant { opened: Opened::NONE, path: f.clone(), access: Access::EXEC, origin: Origin::Command });
     }
     if policy.filesystem.system {
         for p in &cmd.prefixes {
-            grants.push(FsGrant { path: p.clone(), access: Access::EXEC, origin: Origin::Command });
+            grants.push(FsGrant { opened: Opened::NONE, path: p.clone(), access: Access::EXEC, origin: Origin::Command });
         }
         grants.extend(system::grants());
     }
@@ -184,9 +185,10 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         .map(|r| FsDeny { path: r.path.clone(), origin: Origin::Policy { key: r.key.clone(), line: r.line } })
         .collect();
     for cred in validate::credential_paths(&home) {
-        let beneath = grants.iter().any(|g| cred.starts_with(&g.path) && g.path != cred);
-        let named = grants.iter().any(|g| g.path == cred);
-        if beneath && !named && cred.exists() {
+        // Cheapest test first: usually no grant lies above a credential path.
+        let beneath = || grants.iter().any(|g| cred.starts_with(&g.path) && g.path != cred);
+        let named = || grants.iter().any(|g| g.path == cred);
+        if beneath() && !named() && cred.exists() {
             deny.push(FsDeny { path: cred, origin: Origin::Credential });
         }
     }

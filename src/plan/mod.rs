@@ -92,7 +92,28 @@ pub struct FsGrant {
     pub path: PathBuf,
     pub access: Access,
     pub origin: Origin,
+    /// The path opened (`O_PATH`) while planning, when planning had to look
+    /// at it anyway (system grants), so Landlock need not resolve it again.
+    pub opened: Opened,
 }
+
+/// An `O_PATH` descriptor of a grant's path, or none (then Landlock opens
+/// the path itself). Not part of a grant's identity: it compares equal to
+/// any other.
+#[derive(Debug, Clone, Default)]
+pub struct Opened(pub Option<std::sync::Arc<std::os::fd::OwnedFd>>);
+
+impl Opened {
+    pub const NONE: Opened = Opened(None);
+}
+
+impl PartialEq for Opened {
+    fn eq(&self, _: &Opened) -> bool {
+        true
+    }
+}
+
+impl Eq for Opened {}
 
 /// A path that must stay inaccessible even beneath a grant.
 #[derive(Debug, Clone, PartialEq, Eq)]

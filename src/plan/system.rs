@@ -10,8 +10,12 @@
 //! Paths that do not exist on this host are skipped.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
-use super::{Access, FsGrant, Origin};
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
+
+use super::{Access, FsGrant, Opened, Origin};
 
 /// Directories granted read+exec.
 const EXEC_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"];
@@ -58,14 +62,18 @@ pub fn grants() -> Vec<FsGrant> {
     let mut add = |p: &str, access: Access| {
         // symlink_metadata: /lib -> usr/lib is fine to grant (the rule lands on
         // the target), but a dangling entry is skipped.
-        if std::fs::metadata(p).is_ok() {
-            out.push(FsGrant { path: PathBuf::from(p), access, origin: Origin::System });
+        // Opened rather than stat'ed: the same path walk, and Landlock reuses the descriptor.
+        if let Ok(fd) = nix::fcntl::open(p, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()) {
+            out.push(FsGrant { opened: Opened(Some(Arc::new(fd))), path: PathBuf::from(p), access, origin: Origin::System });
         }
     };
     for d in EXEC_DIRS {
         // On merged-/usr systems /bin, /lib... are symlinks into /usr: one rule suffices.
-        let into_usr = std::fs::read_link(d).is_ok_and(|t| t.starts_with("usr/") || t.starts_with("/usr/"));
-        if !into_usr {
+        let link = std::fs::read_link(d);
+        let into_usr = link.as_ref().is_ok_and(|t| t.starts_with("usr/") || t.starts_with("/usr/"));
+        // No entry at all (/lib32 on most hosts): nothing to stat either.
+        let absent = link.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
+        if !into_usr && !absent {
             add(d, Access::EXEC);
         }
     }

@@ -50,7 +50,7 @@ pub fn load_file(path: &Path) -> Result<LoadedPolicy, PolicyError> {
     let base_dir = base_dir_of(path).map_err(read_err)?;
     let mut lp = load_str(text, &file, json, &base_dir)?;
     lp.source = Some(path.to_path_buf());
-    lp.sha256 = sha256_hex(&bytes);
+    // load_str already hashed `text`, which is `bytes`.
     Ok(lp)
 }
 
@@ -163,6 +163,13 @@ pub(crate) fn position(file: &str, at: Option<LineCol>) -> Position {
 }
 
 fn parse_yaml(text: &str, name: &str) -> Result<Policy, PolicyError> {
+    // The success path skips serde_path_to_error (its wrappers cost start-up
+    // time); an error is re-parsed with it to name the key path.
+    if let Ok(p) = serde_saphyr::with_deserializer_from_str(text, |de| {
+        <Policy as serde::Deserialize>::deserialize(de)
+    }) {
+        return Ok(p);
+    }
     let mut path: Option<String> = None;
     let res = serde_saphyr::with_deserializer_from_str(text, |de| {
         serde_path_to_error::deserialize(de).map_err(|e| {
@@ -201,6 +208,15 @@ fn parse_yaml(text: &str, name: &str) -> Result<Policy, PolicyError> {
 }
 
 fn parse_json(text: &str, name: &str) -> Result<Policy, PolicyError> {
+    // As for YAML: no serde_path_to_error on the success path.
+    {
+        let mut de = serde_json::Deserializer::from_str(text);
+        if let Ok(p) = <Policy as serde::Deserialize>::deserialize(&mut de) {
+            if de.end().is_ok() {
+                return Ok(p);
+            }
+        }
+    }
     let mut de = serde_json::Deserializer::from_str(text);
     let (path, inner) = match serde_path_to_error::deserialize::<_, Policy>(&mut de) {
         Ok(p) => match de.end() {

@@ -31,6 +31,7 @@
 use std::ffi::{OsStr, OsString};
 use std::os::fd::OwnedFd;
 use std::path::{Component, Path};
+use std::sync::Arc;
 
 use landlock::{AccessFs, BitFlags, ABI};
 use nix::errno::Errno;
@@ -44,7 +45,7 @@ use crate::plan::{FsDeny, FsGrant, FsPlan};
 
 /// A rule ready to add: the opened path and its rights.
 pub(super) struct PlannedRule {
-    pub fd: OwnedFd,
+    pub fd: Arc<OwnedFd>,
     pub rights: BitFlags<AccessFs>,
 }
 
@@ -188,13 +189,18 @@ impl<'a> Node<'a> {
 
 fn add_grant(out: &mut FsRules, grant: &FsGrant, abi: ABI) -> Result<(), LandlockError> {
     // Plan paths are absolute and canonical; following a final link would be a no-op.
-    let fd =
-        open(&grant.path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).map_err(|source| {
-            LandlockError::Open {
-                path: grant.path.clone(),
-                source,
-            }
-        })?;
+    // Planning may have opened the path already (the same flags).
+    let fd = match &grant.opened.0 {
+        Some(fd) => fd.clone(),
+        None => Arc::new(
+            open(&grant.path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).map_err(
+                |source| LandlockError::Open {
+                    path: grant.path.clone(),
+                    source,
+                },
+            )?,
+        ),
+    };
     let is_dir = fd_is_dir(&fd, &grant.path)?.unwrap_or(false);
     push(
         out,
@@ -212,7 +218,7 @@ fn add_grant(out: &mut FsRules, grant: &FsGrant, abi: ABI) -> Result<(), Landloc
 
 /// Record a rule. Its rights are empty only without Landlock (ABI 0), where the
 /// rule is reported but never added.
-fn push(out: &mut FsRules, fd: OwnedFd, rights: BitFlags<AccessFs>, line: RuleLine) {
+fn push(out: &mut FsRules, fd: Arc<OwnedFd>, rights: BitFlags<AccessFs>, line: RuleLine) {
     out.rules.push(PlannedRule { fd, rights });
     out.lines.push(line);
 }
@@ -303,7 +309,7 @@ impl Walk<'_, '_> {
             let rights = rights::for_access(self.grant.access, self.abi, is_dir);
             push(
                 self.out,
-                fd,
+                Arc::new(fd),
                 rights,
                 RuleLine {
                     path,
@@ -320,7 +326,7 @@ impl Walk<'_, '_> {
                 rights::list_only(self.abi) & rights::for_access(self.grant.access, self.abi, true);
             push(
                 self.out,
-                dirfd,
+                Arc::new(dirfd),
                 rights,
                 RuleLine {
                     path: dir.to_path_buf(),
@@ -339,11 +345,12 @@ impl Walk<'_, '_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{Access, Origin};
+    use crate::plan::{Access, Opened, Origin};
     use std::path::PathBuf;
 
     fn g(path: &Path, access: Access) -> FsGrant {
         FsGrant {
+            opened: Opened::NONE,
             path: path.to_path_buf(),
             access,
             origin: Origin::Workspace,

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use super::*;
-use crate::plan::{Access, FsDeny, FsGrant, FsPlan, Origin};
+use crate::plan::{Access, FsDeny, FsGrant, FsPlan, Opened, Origin};
 
 /// Skip (with a reason) when the kernel has no Landlock or lacks `min` ABI.
 fn landlock_at_least(min: u32) -> bool {
@@ -34,6 +34,7 @@ fn origin(key: &str) -> Origin {
 
 fn grant(path: &Path, access: Access) -> FsGrant {
     FsGrant {
+        opened: Opened::NONE,
         path: path.to_path_buf(),
         access,
         origin: origin("filesystem.test"),
@@ -565,6 +566,7 @@ fn report_lines_name_rights_origin_and_abi() {
     let (_t, t) = tmp();
     let plan = FsPlan {
         grants: vec![FsGrant {
+            opened: Opened::NONE,
             path: t.clone(),
             access: Access::WRITE,
             origin: Origin::Policy {

@@ -37,6 +37,7 @@ mod equivalence;
 mod install;
 #[cfg(test)]
 mod oracle;
+mod precompiled;
 mod sockets;
 mod table;
 #[cfg(test)]
@@ -74,7 +75,7 @@ pub enum SeccompError {
 
 /// The prepared program. Built before fork; installing it only reads this memory.
 pub struct Filters {
-    program: Vec<SockFilter>,
+    program: std::borrow::Cow<'static, [SockFilter]>,
     arch: Arch,
     opts: SeccompOptions,
     allowed_count: usize,
@@ -96,8 +97,14 @@ pub fn build(opts: &SeccompOptions) -> Result<Filters, SeccompError> {
     let arch = Arch::native().ok_or(SeccompError::UnsupportedArch {
         arch: std::env::consts::ARCH,
     })?;
-    let compiled = compile::compile(arch, opts)?;
-    let len = compiled.program.len();
+    let (program, allowed_count, intervals) = match precompiled::lookup(arch, opts) {
+        Some(p) => (std::borrow::Cow::Borrowed(p.insns), p.allowed, p.intervals),
+        None => {
+            let c = compile::compile(arch, opts)?;
+            (std::borrow::Cow::Owned(c.program), c.allowed, c.intervals)
+        }
+    };
+    let len = program.len();
     if len == 0 || len > MAX_INSTRUCTIONS {
         return Err(SeccompError::BadLength {
             len,
@@ -105,11 +112,11 @@ pub fn build(opts: &SeccompOptions) -> Result<Filters, SeccompError> {
         });
     }
     let filters = Filters {
-        program: compiled.program,
+        program,
         arch,
         opts: *opts,
-        allowed_count: compiled.allowed,
-        intervals: compiled.intervals,
+        allowed_count,
+        intervals,
     };
     tracing::debug!(?filters, "seccomp program built");
     Ok(filters)
