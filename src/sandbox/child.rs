@@ -257,11 +257,6 @@ pub extern "C" fn command_main(arg: *mut c_void) -> c_int {
             }
         }
     }
-    for &(res, val) in &spec.rlimits {
-        if let Err(e) = raw::set_rlimit(res, val) {
-            fail(spec, Stage::Rlimits, e);
-        }
-    }
     if let Err(e) = raw::chdir(&spec.cwd) {
         fail(spec, Stage::Cwd, e);
     }
@@ -284,6 +279,15 @@ pub extern "C" fn command_main(arg: *mut c_void) -> c_int {
     if let Some(rpc) = spec.rpc_fd {
         if let Err(e) = raw::fcntl(rpc, libc::F_SETFD, 0) {
             fail(spec, Stage::Fds, e);
+        }
+    }
+    // The limits come after every descriptor this stage opens or inherits
+    // (the plan's O_PATH descriptors, /proc/self): a small max_open_files
+    // must bind the command, not make its own confinement fail. They close
+    // at exec.
+    for &(res, val) in &spec.rlimits {
+        if let Err(e) = raw::set_rlimit(res, val) {
+            fail(spec, Stage::Rlimits, e);
         }
     }
     if let Some(prog) = &spec.seccomp_prog {

@@ -67,10 +67,20 @@ pub async fn watch(
     let mut kill_armed = false;
     let mut poll_tick = tokio::time::interval(Duration::from_millis(20));
 
+    // In a pid namespace, init's `Exited` report is the end of the run: it
+    // comes after init has reaped the command and killed and reaped
+    // everything else, so there is no need to wait for init's own exit too
+    // (it exits right after; capsule's exit reaps it).
+    let reported = std::cell::Cell::new(false);
     let drain = |on_msg: &mut dyn FnMut(Msg, Option<OwnedFd>)| -> bool {
         loop {
             match sp.chan.recv() {
-                Ok(Some((Some(m), fd))) => on_msg(m, fd),
+                Ok(Some((Some(m), fd))) => {
+                    if matches!(m, Msg::Exited { .. }) {
+                        reported.set(true);
+                    }
+                    on_msg(m, fd)
+                }
                 Ok(Some((None, _))) => {}
                 Ok(None) => return false,
                 Err(Errno::EAGAIN) => return true,
@@ -94,6 +104,9 @@ pub async fn watch(
                 if let Ok(mut guard) = r {
                     chan_open = drain(&mut on_msg);
                     guard.clear_ready();
+                }
+                if reported.get() && sp.tree == TreeMode::PidNamespace {
+                    break None;
                 }
             }
             _ = &mut deadline, if !*timed_out => {
