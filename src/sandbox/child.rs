@@ -145,7 +145,7 @@ const FORWARDED: [c_int; 7] =
 
 /// Pid 1 of the run's pid namespace. `arg` is the leaked `&'static ChildSpec`.
 /// Starts with every signal blocked (the supervisor blocks them around the clone).
-pub extern "C" fn init_main(arg: *mut c_void) -> c_int {
+pub(crate) extern "C" fn init_main(arg: *mut c_void) -> c_int {
     // SAFETY: `spawn` passes a pointer to a leaked ChildSpec that nobody writes any more.
     let spec: &ChildSpec = unsafe { &*(arg as *const ChildSpec) };
     if let Err(e) = raw::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as usize) {
@@ -228,7 +228,7 @@ fn reap(cmd: c_int) -> Option<c_int> {
 
 /// Confine this process and exec the command. `arg` is the leaked
 /// `&'static ChildSpec`. Never returns.
-pub extern "C" fn command_main(arg: *mut c_void) -> c_int {
+pub(crate) extern "C" fn command_main(arg: *mut c_void) -> c_int {
     // SAFETY: as in `init_main`.
     let spec: &ChildSpec = unsafe { &*(arg as *const ChildSpec) };
     // Default dispositions and an empty mask for the command. execve resets
