@@ -267,7 +267,7 @@ pub(crate) extern "C" fn command_main(arg: *mut c_void) -> c_int {
         fail(spec, Stage::NoNewPrivs, e);
     }
     if let Some(ll) = &spec.landlock {
-        if let Err(e) = restrict(ll) {
+        if let Err(e) = ll.restrict() {
             fail(spec, Stage::Landlock, e);
         }
     }
@@ -300,22 +300,6 @@ pub(crate) extern "C" fn command_main(arg: *mut c_void) -> c_int {
     let err = unsafe { raw::execve(&spec.program, spec.argv_ptrs.as_ptr(), spec.envp_ptrs.as_ptr()) };
     report(spec.chan, Msg::ExecFailed { errno: err });
     raw::exit_group(if err == libc::ENOENT { 127 } else { 126 })
-}
-
-/// Landlock: the child's own /proc/self rule (it can only be opened here),
-/// then `landlock_restrict_self`. No_new_privs is already set.
-fn restrict(ll: &landlock::ChildRules) -> Result<(), i32> {
-    let Some(ruleset) = ll.ruleset.as_ref().map(AsRawFd::as_raw_fd) else {
-        // No Landlock on this kernel (best effort only; already reported).
-        return Ok(());
-    };
-    if ll.proc_self_access != 0 {
-        let fd = raw::openat(libc::AT_FDCWD, c"/proc/self", libc::O_PATH | libc::O_CLOEXEC)? as c_int;
-        let r = raw::landlock_add_path_rule(ruleset, ll.proc_self_access, fd);
-        raw::close(fd);
-        r?;
-    }
-    raw::landlock_restrict_self(ruleset).map(drop)
 }
 
 /// Empty every capability set: bounding (needs CAP_SETPCAP, which root and a

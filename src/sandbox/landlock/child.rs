@@ -12,10 +12,11 @@
 //! is already in the report. A ruleset of `None` means no Landlock at all (only
 //! possible with `best_effort`): the child then sets no_new_privs and goes on.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 
 use super::{rights, Prepared};
 use crate::plan::Access;
+use crate::sys::raw;
 
 /// What the child needs to restrict itself with raw system calls.
 #[derive(Debug)]
@@ -36,5 +37,25 @@ impl Prepared {
         };
         let ruleset = self.ruleset.and_then(Option::<OwnedFd>::from);
         ChildRules { ruleset, proc_self_access }
+    }
+}
+
+impl ChildRules {
+    /// Restrict the calling process: the child's own /proc/self rule (it can
+    /// only be opened here), then `landlock_restrict_self`. No_new_privs must
+    /// already be set. Raw system calls only (see `sandbox::child`); the error
+    /// is the errno.
+    pub fn restrict(&self) -> Result<(), i32> {
+        let Some(ruleset) = self.ruleset.as_ref().map(AsRawFd::as_raw_fd) else {
+            // No Landlock on this kernel (best effort only; already reported).
+            return Ok(());
+        };
+        if self.proc_self_access != 0 {
+            let fd = raw::openat(libc::AT_FDCWD, c"/proc/self", libc::O_PATH | libc::O_CLOEXEC)? as libc::c_int;
+            let r = raw::landlock_add_path_rule(ruleset, self.proc_self_access, fd);
+            raw::close(fd);
+            r?;
+        }
+        raw::landlock_restrict_self(ruleset).map(drop)
     }
 }

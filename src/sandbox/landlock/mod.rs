@@ -3,9 +3,10 @@
 //! [`prepare`] runs in the parent before fork: it opens every rule's path once,
 //! builds the ruleset at the highest ABI the kernel offers with **every**
 //! filesystem right of that ABI handled (so anything not granted is denied), adds
-//! every rule, and reports what it built. [`Prepared::restrict_in_child`] runs in
-//! the forked child: it adds the child's own `/proc/self`, sets no_new_privs,
-//! calls `landlock_restrict_self` and checks the result against the promise.
+//! every rule, and reports what it built. Without `best_effort` every right and
+//! rule is a hard requirement, so a ruleset `prepare` returns is fully enforced
+//! once restricted. [`ChildRules::restrict`] runs in the child stage: it adds
+//! the child's own `/proc/self` and calls `landlock_restrict_self`.
 //!
 //! Fail closed: when the kernel lacks Landlock, or something the plan needs
 //! (TCP rules on ABI < 4, scopes on ABI < 6), `prepare` fails naming what is
@@ -32,8 +33,8 @@ mod rights;
 mod tests;
 
 use landlock::{
-    AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath, PathFd, RestrictionStatus,
-    Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+    AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath,
+    Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope, ABI,
 };
 
 pub use abi::kernel_abi;
@@ -69,7 +70,6 @@ pub struct Prepared {
     report: Report,
     abi: ABI,
     proc_self: bool,
-    best_effort: bool,
 }
 
 /// Build the ruleset for `fs`, `net` and `scopes` at the kernel's highest ABI.
@@ -194,7 +194,6 @@ pub fn prepare(
         report,
         abi,
         proc_self: fs.proc_self,
-        best_effort,
     })
 }
 
@@ -202,42 +201,6 @@ impl Prepared {
     /// What this ruleset enforces, one line per rule (for `--dry-run` and `check`).
     pub fn report(&self) -> &Report {
         &self.report
-    }
-
-    /// Apply the ruleset to the calling process. Runs in the forked child
-    /// (single-threaded; small allocations only): adds the child's own /proc/self
-    /// (read) when the plan asks, sets no_new_privs, restricts itself, and checks
-    /// that the kernel enforced what [`prepare`] promised.
-    pub fn restrict_in_child(self) -> Result<(), LandlockError> {
-        let Prepared {
-            ruleset,
-            report,
-            abi,
-            proc_self,
-            best_effort,
-        } = self;
-        let Some(mut ruleset) = ruleset else {
-            // Only reachable with best effort on a kernel without Landlock.
-            nix::sys::prctl::set_no_new_privs()
-                .map_err(|e| LandlockError::NoNewPrivs(e.to_string()))?;
-            return Ok(());
-        };
-        if proc_self {
-            // Opened here, after fork, so that /proc/self is the child's own.
-            let fd = PathFd::new("/proc/self")
-                .map_err(|e| LandlockError::ruleset("open /proc/self", e))?;
-            ruleset = ruleset
-                .add_rule(PathBeneath::new(
-                    fd,
-                    rights::for_access(Access::READ, abi, true),
-                ))
-                .map_err(|e| LandlockError::ruleset("add /proc/self rule", e))?;
-        }
-        let status = ruleset
-            .no_new_privs(true)
-            .restrict_self()
-            .map_err(|e| LandlockError::ruleset("restrict_self", e))?;
-        check_status(&status, report.fs, best_effort)
     }
 }
 
@@ -250,32 +213,4 @@ fn scope_names(scopes: &Scopes) -> Vec<&'static str> {
         v.push("abstract unix sockets");
     }
     v
-}
-
-fn check_status(
-    status: &RestrictionStatus,
-    promised: bool,
-    best_effort: bool,
-) -> Result<(), LandlockError> {
-    if !status.no_new_privs {
-        return Err(LandlockError::NoNewPrivs("not set by restrict_self".into()));
-    }
-    let got = match status.ruleset {
-        RulesetStatus::FullyEnforced => return Ok(()),
-        RulesetStatus::PartiallyEnforced => "partially enforced",
-        RulesetStatus::NotEnforced => "not enforced",
-    };
-    if !best_effort {
-        return Err(LandlockError::NotEnforced {
-            got,
-            expected: "full enforcement",
-        });
-    }
-    if promised && status.ruleset == RulesetStatus::NotEnforced {
-        return Err(LandlockError::NotEnforced {
-            got,
-            expected: "the enforcement reported before fork",
-        });
-    }
-    Ok(())
 }

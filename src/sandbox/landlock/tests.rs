@@ -1,9 +1,9 @@
 //! Tests that really restrict a process.
 //!
-//! Each case spawns a fresh `/bin/sh -c` (or python3) whose `pre_exec` hook calls
-//! `restrict_in_child()` on a `Prepared` built before the spawn. `pre_exec` runs
-//! after fork in the multi-threaded test harness, so the hook does nothing but that
-//! call (a few syscalls and small allocations, which glibc keeps fork-safe).
+//! Each case spawns a fresh `/bin/sh -c` (or python3) whose `pre_exec` hook
+//! applies a `Prepared` built before the spawn the way the command stage does:
+//! no_new_privs, then `ChildRules::restrict`. `pre_exec` runs after fork in the
+//! multi-threaded test harness, so the hook makes only raw system calls.
 //! The shell prints `name=$?` lines that the test reads back.
 
 use std::collections::HashMap;
@@ -82,13 +82,15 @@ fn write(path: &Path, content: &str) {
 }
 
 fn sandboxed(prepared: Prepared, mut cmd: Command) -> Output {
-    let mut slot = Some(prepared);
-    // SAFETY: the hook runs in the forked child before exec; it only applies the
-    // ruleset built before the spawn (see the module comment on fork safety).
+    // What the command stage does (`sandbox::child`): no_new_privs, then the
+    // ruleset's own restrict, both raw system calls on data made before fork.
+    let rules = prepared.into_child();
+    // SAFETY: the hook runs in the forked child before exec and makes only raw
+    // system calls on `rules`, built before the spawn.
     unsafe {
-        cmd.pre_exec(move || match slot.take() {
-            Some(p) => p.restrict_in_child().map_err(io::Error::other),
-            None => Err(io::Error::other("pre_exec hook ran twice")),
+        cmd.pre_exec(move || {
+            crate::sys::raw::prctl(libc::PR_SET_NO_NEW_PRIVS, 1).map_err(io::Error::from_raw_os_error)?;
+            rules.restrict().map_err(io::Error::from_raw_os_error)
         });
     }
     cmd.env_clear()
