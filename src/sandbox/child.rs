@@ -65,8 +65,6 @@ pub struct ChildSpec {
     pub chan: RawFd,
     /// Top of the stack the command stage runs on when init creates it (set by `spawn`).
     pub command_stack: *mut c_void,
-    /// The seccomp program as a `sock_fprog` (set by [`ChildSpec::seal`]).
-    seccomp_prog: Option<seccomp::RawProgram>,
 }
 
 impl ChildSpec {
@@ -90,7 +88,6 @@ impl ChildSpec {
             net_setup: None,
             chan: -1,
             command_stack: std::ptr::null_mut(),
-            seccomp_prog: None,
         }
     }
 
@@ -112,12 +109,11 @@ impl ChildSpec {
         Ok((program, argv, envp, cwd))
     }
 
-    /// Fill the pointer arrays and the raw seccomp program: the last step
-    /// before the spec is handed to `spawn`.
+    /// Fill the argv/envp pointer arrays: the last step before the spec is
+    /// handed to `spawn`.
     pub fn seal(&mut self) {
         self.argv_ptrs = self.argv.iter().map(|c| c.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
         self.envp_ptrs = self.envp.iter().map(|c| c.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
-        self.seccomp_prog = self.seccomp.as_ref().and_then(seccomp::Filters::raw_program);
     }
 }
 
@@ -290,10 +286,9 @@ pub(crate) extern "C" fn command_main(arg: *mut c_void) -> c_int {
             fail(spec, Stage::Rlimits, e);
         }
     }
-    if let Some(prog) = &spec.seccomp_prog {
-        // SAFETY: the program points into `spec.seccomp`, alive and unchanged (leaked spec).
-        if let Err(e) = unsafe { raw::seccomp_set_filter(prog.as_ptr()) } {
-            fail(spec, Stage::Seccomp, e);
+    if let Some(filters) = &spec.seccomp {
+        if let Err(e) = filters.install() {
+            fail(spec, Stage::Seccomp, e as i32);
         }
     }
     // SAFETY: `seal` built both arrays NULL-terminated, pointing into the spec's CStrings.

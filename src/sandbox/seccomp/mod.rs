@@ -47,7 +47,6 @@ use self::bpf::SockFilter;
 use self::table::Arch;
 
 pub use self::compile::CompileError;
-pub use self::install::RawProgram;
 pub use nix::errno::Errno;
 
 /// The kernel's limit on one classic-BPF program (BPF_MAXINSNS).
@@ -166,21 +165,15 @@ fn summarize(f: &Filters) -> Vec<String> {
 }
 
 impl Filters {
-    /// Installs the program on the calling thread. Call in the forked child
+    /// Installs the program on the calling thread. Call in the command stage
     /// right before execve.
     ///
-    /// Async-signal-safe: no allocation, no locks; only `prctl` and `seccomp`
-    /// syscalls. Sets `PR_SET_NO_NEW_PRIVS` itself (idempotent). On error the
+    /// Fit for a stage that shares the supervisor's memory: no allocation, no
+    /// locks, only raw `prctl` and `seccomp` system calls. Sets `PR_SET_NO_NEW_PRIVS` itself (idempotent). On error the
     /// child must not exec, only report the errno and `_exit`.
     pub fn install(&self) -> Result<(), Errno> {
         install::set_no_new_privs()?;
         install::install_one(&self.program)
-    }
-
-    /// The program for a raw `seccomp()` call; it points into `self`, which
-    /// must stay alive and unmoved-from until the child has installed it.
-    pub fn raw_program(&self) -> Option<RawProgram> {
-        RawProgram::of(&self.program)
     }
 
     /// Human-readable lines for `--dry-run`, `check` and `doctor`.
