@@ -1,25 +1,23 @@
 //! The proxy endpoint inside the child's own network namespace.
 //!
 //! [`setup`] runs in the child's init stage (pid 1 of the run, already inside the new
-//! user, pid and network namespaces, before it forks the command; no seccomp filter is
-//! installed there). The namespace holds nothing but a loopback interface that is down,
+//! user, pid and network namespaces, before it creates the command; no seccomp filter
+//! is installed there). Init shares the supervisor's memory, so this file's child-side
+//! code makes raw system calls only (see `sandbox::child`). The namespace holds nothing but a loopback interface that is down,
 //! so init brings `lo` up, listens on `127.0.0.1:<port>` and hands the listening socket
 //! to the supervisor over the channel (SCM_RIGHTS, [`LISTENER_TAG`]), then closes its
 //! own copy. The supervisor accepts on that socket from the host's namespace and dials
 //! upstream from there: the command can reach the proxy and nothing else.
 //!
-//! The hook is a plain `fn(&Channel)` (no captures), so the port is agreed through
-//! [`set_port`], which the supervisor calls before it forks: the forked child reads
-//! its copy of the value.
+//! The hook is a plain `fn(RawFd)` taking the channel (no captures), so the port is
+//! agreed through [`set_port`], which the supervisor calls before the clone; init
+//! reads the value it stored.
 
 use std::os::fd::RawFd;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicI32, AtomicU16, Ordering};
 
 use nix::errno::Errno;
-use nix::sys::socket::{
-    listen, setsockopt, socket, sockopt, AddressFamily, Backlog, SockFlag, SockType,
-};
 
 use crate::sys::channel::Msg;
 use crate::sys::raw;
@@ -82,7 +80,8 @@ fn loopback_up() -> Result<(), i32> {
     r.map(drop)
 }
 
-/// A close-on-exec TCP socket listening on 127.0.0.1:port (raw, for init).
+/// A close-on-exec TCP socket listening on 127.0.0.1:port. Raw system calls
+/// only, so init can use it too (see `sandbox::child`).
 fn listen_raw(port: u16) -> Result<libc::c_int, i32> {
     let fd = raw::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0)? as libc::c_int;
     let addr = libc::sockaddr_in {
@@ -103,30 +102,12 @@ fn listen_raw(port: u16) -> Result<libc::c_int, i32> {
     }
 }
 
-/// A close-on-exec TCP socket listening on 127.0.0.1:port.
+/// A close-on-exec TCP socket listening on 127.0.0.1:port (the supervisor's
+/// fallback endpoint; the same code init uses inside the namespace).
 pub fn listen_loopback(port: u16) -> Result<OwnedFd, Errno> {
-    let fd = socket(
-        AddressFamily::Inet,
-        SockType::Stream,
-        SockFlag::SOCK_CLOEXEC,
-        None,
-    )?;
-    setsockopt(&fd, sockopt::ReuseAddr, &true)?;
-    let addr = libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: port.to_be(),
-        sin_addr: libc::in_addr {
-            s_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
-        },
-        sin_zero: [0; 8],
-    };
-    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-    // SAFETY: `addr` is a valid sockaddr_in of `len` bytes for the duration of the call.
-    if unsafe { libc::bind(fd.as_raw_fd(), std::ptr::addr_of!(addr).cast(), len) } < 0 {
-        return Err(Errno::last());
-    }
-    listen(&fd, Backlog::new(BACKLOG).unwrap_or(Backlog::MAXCONN))?;
-    Ok(fd)
+    let fd = listen_raw(port).map_err(Errno::from_raw)?;
+    // SAFETY: listen_raw just created this descriptor and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 #[cfg(test)]

@@ -106,10 +106,10 @@ pub fn spawn(mut spec: ChildSpec, ns: NsRequest, before_go: BeforeGo<'_>) -> Res
     let uid = nix::unistd::getuid();
     let gid = nix::unistd::getgid();
     let root = uid.is_root();
-    let stack = |_| sys::leaked_stack(STAGE_STACK).map_err(SpawnError::Stack);
+    let stack = || sys::leaked_stack(STAGE_STACK).map_err(SpawnError::Stack);
     spec.chan = theirs.raw();
-    spec.command_stack = stack(())?;
-    let init_stack = if ns.pid { stack(())? } else { std::ptr::null_mut() };
+    spec.command_stack = stack()?;
+    let init_stack = if ns.pid { stack()? } else { std::ptr::null_mut() };
 
     let mut attempts: Vec<(libc::c_int, TreeMode)> = Vec::new();
     // `ns.pid` already reflects `sandbox::namespaces_available()` (and thus CAPSULE_NO_NAMESPACES).

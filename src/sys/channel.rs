@@ -11,7 +11,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use nix::errno::Errno;
 use nix::sys::socket::{
-    recvmsg, sendmsg, socketpair, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType,
+    recvmsg, socketpair, AddressFamily, ControlMessageOwned, MsgFlags, SockFlag, SockType,
 };
 
 /// Where in the child a set-up step failed.
@@ -145,31 +145,6 @@ impl Channel {
         nix::unistd::dup(&self.fd)
     }
 
-    /// Send a message (no allocation: safe in the forked child).
-    pub fn send(&self, msg: Msg) -> Result<(), Errno> {
-        let bytes = msg.encode();
-        loop {
-            // SAFETY: bytes is a valid 16-byte buffer.
-            let n = unsafe { libc::send(self.raw(), bytes.as_ptr().cast(), bytes.len(), libc::MSG_NOSIGNAL) };
-            if n >= 0 {
-                return Ok(());
-            }
-            let e = Errno::last();
-            if e != Errno::EINTR {
-                return Err(e);
-            }
-        }
-    }
-
-    /// Send a message with a descriptor attached.
-    pub fn send_fd(&self, msg: Msg, fd: RawFd) -> Result<(), Errno> {
-        let bytes = msg.encode();
-        let iov = [std::io::IoSlice::new(&bytes)];
-        let fds = [fd];
-        let cmsg = [ControlMessage::ScmRights(&fds)];
-        sendmsg::<()>(self.raw(), &iov, &cmsg, MsgFlags::MSG_NOSIGNAL, None).map(drop)
-    }
-
     /// A single byte: "go on" (used by the supervisor once uid maps and cgroups are set).
     pub fn send_go(&self) -> Result<(), Errno> {
         // SAFETY: one valid byte.
@@ -178,22 +153,6 @@ impl Channel {
             Ok(())
         } else {
             Err(Errno::last())
-        }
-    }
-
-    /// Block until "go" arrives; false if the other end went away.
-    pub fn wait_go(&self) -> bool {
-        let mut b = [0u8; 1];
-        loop {
-            // SAFETY: b is a valid one-byte buffer.
-            let n = unsafe { libc::recv(self.raw(), b.as_mut_ptr().cast(), 1, 0) };
-            if n == 1 {
-                return b[0] == b'g';
-            }
-            if n < 0 && Errno::last() == Errno::EINTR {
-                continue;
-            }
-            return false;
         }
     }
 
@@ -254,7 +213,8 @@ mod tests {
     #[test]
     fn eof_when_peer_closes() {
         let (a, b) = pair().unwrap();
-        a.send(Msg::Exited { status: 0 }).unwrap();
+        // As the child stages send: one raw send of the encoded record.
+        crate::sys::raw::send(a.raw(), &Msg::Exited { status: 0 }.encode()).unwrap();
         drop(a);
         assert!(matches!(b.recv(), Ok(Some((Some(Msg::Exited { status: 0 }), None)))));
         assert!(matches!(b.recv(), Ok(None)));
