@@ -149,6 +149,39 @@ fn hanging_tool_is_killed_at_its_timeout_with_its_tree() {
 }
 
 #[test]
+fn setsid_tool_descendant_does_not_outlive_the_run() {
+    // A tool that leaves a SIGTERM-ignoring process behind in a session of
+    // its own: killing the tool's process group does not reach it, but it is
+    // reparented to capsule (a child subreaper when tools run host
+    // processes) and killed when the run ends.
+    let w = World::new();
+    let d = w.path().display().to_string();
+    w.write(
+        "detach.sh",
+        &format!(
+            "cat >/dev/null\n\
+             setsid /bin/sh -c 'trap \"\" TERM HUP; echo $$ > {d}/detached.pid; exec sleep 1000' </dev/null >/dev/null 2>&1 &\n\
+             while [ ! -s {d}/detached.pid ]; do sleep 0.02; done\n\
+             echo started\n"
+        ),
+    );
+    let p = tools_policy(&w, 5, &format!("    - name: detach\n      command: [/bin/sh, {d}/detach.sh]\n"));
+    let (r, a) = w.drive(&["--policy", &p], &[call("detach", json!({}))]);
+    assert_eq!(a.len(), 1, "{r}");
+    assert!(a[0]["result"].to_string().contains("started"), "{}", a[0]);
+    let pid: i32 = std::fs::read_to_string(w.path().join("detached.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let gone = wait_gone(pid, Duration::from_secs(3));
+    if !gone {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+    }
+    assert!(gone, "ESCAPE: the tool's setsid'd descendant {pid} outlived the run");
+}
+
+#[test]
 fn command_tools_get_no_secret_and_no_extra_fds() {
     let mut w = World::new();
     w.set_env("TEST_LLM_KEY", "sk-tool-env-SECRET-55");

@@ -153,6 +153,17 @@ fn run_prepared(
         Err(e) => return refused(&plan.run_id, "setup_failed", e.to_string()),
     };
 
+    // Tool processes run on the host, each in its own process group, which
+    // the broker kills when the call ends. A descendant that moved to a
+    // session of its own escapes that; as a child subreaper capsule inherits
+    // it instead and kills it with the run (below). In subreaper mode capsule
+    // already is one.
+    let reap_tool_orphans = services.starts_processes() && spawned.tree != TreeMode::Subreaper;
+    if reap_tool_orphans {
+        if let Err(e) = sys::set_child_subreaper() {
+            tracing::warn!("cannot become a child subreaper for tool processes: {e}");
+        }
+    }
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -166,6 +177,11 @@ fn run_prepared(
     let usage = rt.block_on(services.finish());
     tracing::debug!("supervisor: services finished");
     drop(rt);
+    if reap_tool_orphans {
+        // The run's init is gone or going; everything else still a child of
+        // capsule is what tool processes left behind.
+        treekill::kill_children_except(spawned.pid, 64);
+    }
 
     let mut enforcement = Enforcement {
         landlock_abi: layers.landlock_abi,

@@ -111,6 +111,10 @@ impl Services {
     pub fn network_path(&self) -> Option<String> {
         self.proxy.as_ref().and_then(|p| p.path()).map(|p| p.as_str().to_string())
     }
+    /// Whether tool calls may start host processes (see `supervisor::run_prepared`).
+    pub fn starts_processes(&self) -> bool {
+        self.broker.starts_processes()
+    }
     /// Close the parent's copies of descriptors that now belong to the child.
     pub fn close_child_ends(&mut self) {
         self.rpc_child = None;

@@ -41,9 +41,16 @@ pub fn kill_descendants(leader: Option<libc::pid_t>, rounds: usize) {
     if let Some(l) = leader {
         sys::signal(-l, libc::SIGKILL);
     }
+    kill_children_except(0, rounds);
+}
+
+/// SIGKILL and reap every child of capsule except `keep` (0: none), round
+/// after round until none is left (orphans reparented to capsule as a
+/// subreaper).
+pub fn kill_children_except(keep: libc::pid_t, rounds: usize) {
     let me = nix::unistd::getpid().as_raw();
     for _ in 0..rounds {
-        let kids = children_of(me);
+        let kids: Vec<_> = children_of(me).into_iter().filter(|&k| k != keep).collect();
         if kids.is_empty() {
             return;
         }
