@@ -72,8 +72,12 @@ fn setsid_grandchild_is_gone_after_capsule_is_sigkilled() {
         &["grandchild", &pidfile.to_string_lossy(), &tok, "1"],
         &["sleep", "60"],
     ]));
+    // A SIGKILLed capsule cannot remove its private TMPDIR: keep it in the
+    // test's own directory rather than the host's /tmp.
+    sb.mkdir("hosttmp");
     let mut capsule = sb
         .std_command(&args)
+        .env("TMPDIR", sb.path("hosttmp"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
