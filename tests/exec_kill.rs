@@ -192,3 +192,69 @@ fn sigterm_to_capsule_is_forwarded() {
 fn sigint_to_capsule_is_forwarded() {
     forwarded(libc::SIGINT, "SIGINT");
 }
+
+/// The children of `pid` (every thread's), from /proc.
+fn children(pid: i32) -> Vec<i32> {
+    let mut out = vec![];
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            if let Ok(s) = std::fs::read_to_string(t.path().join("children")) {
+                out.extend(s.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
+            }
+        }
+    }
+    out
+}
+
+/// What `pid` holds open above stdio: "fd -> target" per descriptor.
+fn open_fds(pid: i32) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return vec![] };
+    let mut out: Vec<String> = dir
+        .flatten()
+        .filter(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()).is_some_and(|n| n > 2))
+        .map(|e| format!("{} -> {}", e.file_name().to_string_lossy(), std::fs::read_link(e.path()).map(|t| t.display().to_string()).unwrap_or_default()))
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn init_keeps_only_its_channel() {
+    // Pid 1 of the run lives as long as the run: it must not keep the plan's
+    // O_PATH descriptors (they pin the paths they name), the ruleset or the
+    // command's pipes. Only its channel to capsule stays.
+    let sb = Sandbox::new();
+    let mut capsule = sb
+        .std_command(["exec", "--timeout", "30", "--", "/bin/sleep", "30"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn capsule");
+    let _capsule_guard = KillOnDrop { pid: capsule.id() as i32, token: None };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut last = (0, vec![]);
+    let ok = loop {
+        if let Some(&init) = children(capsule.id() as i32).first() {
+            // Init closes them right after the command stage has exec'd `sleep`.
+            let sleeping = children(init)
+                .first()
+                .and_then(|c| std::fs::read_to_string(format!("/proc/{c}/comm")).ok())
+                .is_some_and(|c| c.trim() == "sleep");
+            last = (init, open_fds(init));
+            if sleeping && last.1.len() <= 1 {
+                break true;
+            }
+        }
+        if Instant::now() > deadline {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let _ = capsule.kill();
+    let _ = capsule.wait();
+    if last.0 == 0 {
+        return skip("capsule started no init (no pid namespace here)");
+    }
+    assert!(ok, "init {} holds more than its channel: {:#?}", last.0, last.1);
+}

@@ -25,7 +25,7 @@
 //! * [`command_main`]: confines this process and execs the command.
 
 use std::ffi::{c_char, c_int, c_void, CString};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::RawFd;
 
 use crate::sandbox::{landlock, seccomp};
 use crate::sys::channel::{Msg, Stage};
@@ -176,14 +176,15 @@ pub(crate) extern "C" fn init_main(arg: *mut c_void) -> c_int {
         Ok(pid) => pid,
         Err(e) => fail(spec, Stage::Fork, e),
     };
-    // Init keeps nothing of the command's plumbing, so that end-of-file on
-    // the capture pipes means every process of the run is gone.
-    for fd in [spec.stdout_w, spec.stderr_w, spec.rpc_fd].into_iter().flatten() {
-        raw::close(fd);
+    // Init keeps nothing but stdio and its channel: not the command's
+    // plumbing (so that end-of-file on the capture pipes means every process
+    // of the run is gone), not the Landlock ruleset, not the plan's O_PATH
+    // descriptors (which would pin the paths they name for the whole run).
+    // The descriptor table is init's own copy (no CLONE_FILES).
+    if spec.chan > 3 {
+        let _ = raw::close_range(3, (spec.chan - 1) as std::ffi::c_uint);
     }
-    if let Some(fd) = spec.landlock.as_ref().and_then(|l| l.ruleset.as_ref()) {
-        raw::close(fd.as_raw_fd());
-    }
+    let _ = raw::close_range(spec.chan + 1, std::ffi::c_uint::MAX);
     let mut waited = SigSet::of(&FORWARDED);
     waited.0 |= SigSet::of(&[libc::SIGCHLD]).0;
     loop {

@@ -14,7 +14,7 @@
 //! pointers; each `unsafe` block says why the kernel's use of its arguments
 //! is sound.
 
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 
 use syscalls::{syscall, Sysno};
 
@@ -105,6 +105,12 @@ pub fn set_rlimit(resource: c_int, value: u64) -> Ret {
 pub fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> Ret {
     // SAFETY: the commands used (F_SETFD/F_GETFD/F_SETFL) take integers.
     map(unsafe { syscall!(Sysno::fcntl, fd, cmd, arg) })
+}
+
+/// `close_range(first, last, 0)`: close every descriptor in the range.
+pub fn close_range(first: c_int, last: c_uint) -> Ret {
+    // SAFETY: closes descriptor numbers of this process; the caller owns them.
+    map(unsafe { syscall!(Sysno::close_range, first, last, 0) })
 }
 
 /// `close_range(first, ~0, CLOSE_RANGE_CLOEXEC)`.
