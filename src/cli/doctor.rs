@@ -4,6 +4,7 @@ use clap::Args;
 use serde_json::json;
 
 use super::report::KernelView;
+use crate::policy::validate;
 use crate::sandbox::cgroup;
 
 #[derive(Debug, Args)]
@@ -54,6 +55,10 @@ pub fn run(a: DoctorArgs) -> i32 {
                 "netns": k.namespaces,
                 "mode": proxy_mode,
             },
+            "refused_env": {
+                "prefixes": validate::REFUSED_ENV_PREFIXES,
+                "names": validate::REFUSED_ENV_NAMES,
+            },
         });
         println!("{v}");
     } else {
@@ -70,6 +75,12 @@ pub fn run(a: DoctorArgs) -> i32 {
         println!("namespaces        {} (tree kill: {tree})", yes(k.namespaces));
         println!("cgroups           {cg}");
         println!("proxy mode        {proxy_mode}");
+        let refused: Vec<String> = validate::REFUSED_ENV_PREFIXES
+            .iter()
+            .map(|p| format!("{p}*"))
+            .chain(validate::REFUSED_ENV_NAMES.iter().map(|n| n.to_string()))
+            .collect();
+        println!("refused env vars  {}", refused.join(" "));
         println!("verdict           {}", if ok { "capsule can confine programs here" } else { "capsule cannot fully confine programs here (see NO above)" });
     }
     if ok {

@@ -40,24 +40,30 @@ pub const NO_READ: &[&str] = &["/proc", "/sys"];
 /// Longest wall-clock limit a policy may ask for (365 days).
 pub const MAX_TIMEOUT_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
 
-/// Environment variables that are refused in `env.pass` and `env.set`: each
-/// makes a program load code or options the policy author did not name.
+/// Environment variables refused in `env.pass` and `env.set`: each makes a
+/// program load code or options the policy author did not name. Every name
+/// with one of these prefixes...
+pub const REFUSED_ENV_PREFIXES: &[&str] = &["LD_"];
+/// ...and these names. `capsule doctor --json` prints both (`refused_env`),
+/// and the Python package's copy is checked against that.
+pub const REFUSED_ENV_NAMES: &[&str] = &[
+    "PYTHONSTARTUP",
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "NODE_OPTIONS",
+    "BASH_ENV",
+    "ENV",
+    "PERL5OPT",
+    "PERL5LIB",
+    "RUBYOPT",
+    "JAVA_TOOL_OPTIONS",
+    "_JAVA_OPTIONS",
+    "DOTNET_STARTUP_HOOKS",
+];
+
+/// Whether `name` may not appear in `env.pass` or `env.set`.
 pub fn is_refused_env(name: &str) -> bool {
-    const REFUSED: &[&str] = &[
-        "PYTHONSTARTUP",
-        "PYTHONPATH",
-        "PYTHONHOME",
-        "NODE_OPTIONS",
-        "BASH_ENV",
-        "ENV",
-        "PERL5OPT",
-        "PERL5LIB",
-        "RUBYOPT",
-        "JAVA_TOOL_OPTIONS",
-        "_JAVA_OPTIONS",
-        "DOTNET_STARTUP_HOOKS",
-    ];
-    name.starts_with("LD_") || REFUSED.contains(&name)
+    REFUSED_ENV_PREFIXES.iter().any(|p| name.starts_with(p)) || REFUSED_ENV_NAMES.contains(&name)
 }
 
 /// A usable environment variable name: non-empty, no `=` and no NUL.

@@ -21,7 +21,11 @@ _HOST_RE = re.compile(
     r"^(?:(?:\*\.)?[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]|[0-9A-Fa-f:]*:[0-9A-Fa-f:.]*)(?::[0-9]{1,5})?$"
 )
 
-# Variables capsule refuses even in env.set (contract section 3).
+# Variables capsule refuses even in env.set (contract section 3): every name
+# with one of these prefixes and these names. A copy, so that a bad config fails
+# before capsule is started; tests/test_refusals.py checks it against
+# `capsule doctor --json` (refused_env).
+_REFUSED_ENV_PREFIXES = ("LD_",)
 _REFUSED_ENV = frozenset(
     {
         "PYTHONSTARTUP",
@@ -130,7 +134,7 @@ def env_name_refused(name: str) -> str | None:
     """Why ``name`` may not be set in the sandbox, or None if it may."""
     if not _ENV_NAME_RE.match(name):
         return "not a valid environment variable name"
-    if name.startswith("LD_") or name in _REFUSED_ENV:
+    if name.startswith(_REFUSED_ENV_PREFIXES) or name in _REFUSED_ENV:
         return "a loader/interpreter hook that capsule refuses"
     if name in _RESERVED_ENV:
         return "set by capsule itself"

@@ -91,3 +91,12 @@ def test_unknown_base_policy_key_is_refused_by_capsule(make_provider):
     provider = make_provider(policy={"version": 1, "filesystem": {"reed": ["/tmp"]}})
     result = provider.run("agent-1", ["/bin/true"])
     assert result.exit_code == 125 and result.termination_reason == "refused"
+
+
+def test_refused_env_list_matches_capsule(doctor):
+    # The package refuses these before capsule runs; capsule is the authority.
+    from capsule_sandbox import _validate
+
+    refused = doctor["refused_env"]
+    assert sorted(_validate._REFUSED_ENV) == sorted(refused["names"])
+    assert sorted(_validate._REFUSED_ENV_PREFIXES) == sorted(refused["prefixes"])
