@@ -77,21 +77,42 @@ pub fn shared_tempdir(prefix: &str) -> tempfile::TempDir {
     d
 }
 
+/// A directory kept for the whole test process (in a `static`, which is never
+/// dropped): removed when the process exits, not left in the host's /tmp.
+fn process_tempdir(prefix: &str, mode: u32) -> PathBuf {
+    static DIRS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+    extern "C" fn remove_all() {
+        if let Ok(dirs) = DIRS.lock() {
+            for d in dirs.iter() {
+                let _ = fs::remove_dir_all(d);
+            }
+        }
+    }
+    static REGISTER: std::sync::Once = std::sync::Once::new();
+    // SAFETY: registers a plain function with no captured state; libtest's
+    // harness ends with exit(), which runs it on the main thread.
+    REGISTER.call_once(|| unsafe {
+        libc::atexit(remove_all);
+    });
+    let d = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .expect("tempdir")
+        .keep();
+    fs::set_permissions(&d, fs::Permissions::from_mode(mode)).expect("chmod");
+    DIRS.lock().unwrap().push(d.clone());
+    d
+}
+
 /// The binary copied where `nobody` can execute it (once per test process).
 fn nobody_bin() -> &'static Path {
-    static BIN: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
-    &BIN.get_or_init(|| {
-        let d = tempfile::Builder::new()
-            .prefix("capsule-bin-")
-            .tempdir()
-            .expect("tempdir");
-        fs::set_permissions(d.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
-        let bin = d.path().join("capsule");
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let bin = process_tempdir("capsule-bin-", 0o755).join("capsule");
         fs::copy(capsule_bin(), &bin).expect("copy capsule");
         fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).expect("chmod");
-        (d, bin)
+        bin
     })
-    .1
 }
 
 /// Whether the kernel gives this process namespaces (doctor says so).
@@ -235,15 +256,11 @@ pub struct Cert {
 }
 
 pub fn cert() -> &'static Cert {
-    static CERT: OnceLock<(tempfile::TempDir, Cert)> = OnceLock::new();
-    &CERT
+    static CERT: OnceLock<Cert> = OnceLock::new();
+    CERT
         .get_or_init(|| {
-            let d = tempfile::Builder::new()
-                .prefix("capsule-proxy-tls-")
-                .tempdir()
-                .expect("tempdir");
-            fs::set_permissions(d.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
-            let dir = fs::canonicalize(d.path()).expect("canonicalize");
+            let d = process_tempdir("capsule-proxy-tls-", 0o755);
+            let dir = fs::canonicalize(&d).expect("canonicalize");
             let cert = dir.join("cert.pem");
             let key = dir.join("key.pem");
             let st = StdCommand::new("openssl")
@@ -276,9 +293,8 @@ pub fn cert() -> &'static Cert {
             for f in [&cert, &key] {
                 fs::set_permissions(f, fs::Permissions::from_mode(0o644)).expect("chmod");
             }
-            (d, Cert { dir, cert, key })
+            Cert { dir, cert, key }
         })
-        .1
 }
 
 const ORIGIN_PY: &str = r#"
