@@ -229,7 +229,7 @@ fn exit_126_for_a_command_in_a_write_only_grant() {
     sb.write_exec("rw/script.sh", "#!/bin/sh\nexit 0\n");
     sb.exec_json(&["--allow-write", &sb.p("rw")], &[&sb.p("rw/script.sh")])
         .assert_code(0);
-    let inner = format!("{}", sb.p("rw/script.sh"));
+    let inner = sb.p("rw/script.sh");
     let run = sb.exec_json(&["--allow-write", &sb.p("rw")], &["/bin/sh", "-c", &inner]);
     run.assert_code(126);
     // capsule's own exec of a file that is not executable at all.

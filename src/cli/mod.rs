@@ -25,6 +25,7 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once per process; boxing buys nothing
 enum Command {
     /// Run COMMAND confined by a policy.
     Exec(exec::ExecArgs),

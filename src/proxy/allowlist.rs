@@ -230,7 +230,7 @@ impl Allowlist {
     /// As [`Allowlist::permits`], for an already-normalised target.
     pub fn permits_target(&self, target: &TargetHost, port: u16) -> bool {
         self.entries.iter().any(|e| {
-            e.port.map_or(true, |p| p == port)
+            e.port.is_none_or(|p| p == port)
                 && match (&e.host, target) {
                     (HostPattern::Exact(a), TargetHost::Name(b)) => a == b,
                     (HostPattern::Wildcard(suffix), TargetHost::Name(b)) => b

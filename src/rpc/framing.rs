@@ -100,7 +100,7 @@ mod tests {
     #[tokio::test]
     async fn long_lines_are_skipped_and_reading_goes_on() {
         let mut data = b"short\r\n".to_vec();
-        data.extend(std::iter::repeat(b'x').take(100));
+        data.extend(std::iter::repeat_n(b'x', 100));
         data.extend(b"\nok\nexactly10\n0123456789A\ntail");
         // A tiny BufReader capacity forces lines to span many reads.
         let mut r = LineReader::new(BufReader::with_capacity(7, &data[..]), 10);

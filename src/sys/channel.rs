@@ -131,6 +131,10 @@ pub fn pair() -> Result<(Channel, Channel), Errno> {
     Ok((Channel { fd: a }, Channel { fd: b }))
 }
 
+/// One message from the channel (None: not one capsule knows) and any descriptor
+/// that came with it.
+pub type Received = (Option<Msg>, Option<OwnedFd>);
+
 impl Channel {
     pub fn raw(&self) -> RawFd {
         self.fd.as_raw_fd()
@@ -158,7 +162,7 @@ impl Channel {
 
     /// Receive one message, with any descriptor that came along.
     /// `Ok(None)` is end-of-file: every sender is gone.
-    pub fn recv(&self) -> Result<Option<(Option<Msg>, Option<OwnedFd>)>, Errno> {
+    pub fn recv(&self) -> Result<Option<Received>, Errno> {
         let mut buf = [0u8; 16];
         let mut cbuf = nix::cmsg_space!([RawFd; 2]);
         let mut iov = [IoSliceMut::new(&mut buf)];

@@ -5,7 +5,7 @@
 //! be overridden so the suite runs from a copied location as another user:
 //! - `CAPSULE_BIN`        the capsule binary (default: cargo's build of this tree)
 //! - `CAPSULE_TEST_ROOT`  the source tree holding `policy/` and `tests/probes/`
-//!                        (default: `CARGO_MANIFEST_DIR`)
+//!   (default: `CARGO_MANIFEST_DIR`)
 //! - `CAPSULE_TEST_PYTHON` the interpreter for probes (default `/usr/bin/python3`)
 #![allow(dead_code)]
 

@@ -42,7 +42,7 @@ pub fn effective(policy: Option<&LlmAccess>, host: &HostConfig) -> LlmCaps {
 pub fn model_allowed(caps: &LlmCaps, model: &str) -> bool {
     caps.allowed_models
         .as_ref()
-        .map_or(true, |l| l.iter().any(|m| m == model))
+        .is_none_or(|l| l.iter().any(|m| m == model))
 }
 
 #[cfg(test)]

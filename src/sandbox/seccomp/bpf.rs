@@ -84,9 +84,9 @@ pub(super) fn run(prog: &[SockFilter], data: &Data) -> u32 {
         match k {
             OFFSET_NR => data.nr,
             OFFSET_ARCH => data.arch,
-            k if (OFFSET_ARGS..OFFSET_ARGS + 48).contains(&k) && k % 4 == 0 => {
+            k if (OFFSET_ARGS..OFFSET_ARGS + 48).contains(&k) && k.is_multiple_of(4) => {
                 let arg = data.args[((k - OFFSET_ARGS) / 8) as usize];
-                if (k - OFFSET_ARGS) % 8 == 0 {
+                if (k - OFFSET_ARGS).is_multiple_of(8) {
                     arg as u32
                 } else {
                     (arg >> 32) as u32
