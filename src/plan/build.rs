@@ -88,8 +88,9 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         ("--allow-exec", &ov.allow_exec, GrantKind::Exec),
     ] {
         for raw in list {
-            let r = resolve::resolve_one(raw, &here, &home, flag, false)?
+            let mut r = resolve::resolve_one(raw, &here, &home, flag, false)?
                 .ok_or_else(|| PlanError::Flag { flag, path: raw.clone(), why: "does not exist".into() })?;
+            r.flag = Some(flag);
             validate::check_grant(&r.path, kind).map_err(|why| PlanError::Flag { flag, path: raw.clone(), why })?;
             match kind {
                 GrantKind::Read => resolved.read.push(r),
@@ -107,14 +108,9 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         opened: Opened::NONE,
         path: r.path.clone(),
         access,
-        origin: if r.key.starts_with("--") {
-            Origin::Cli(match r.key.as_str() {
-                "--allow-read" => "--allow-read",
-                "--allow-write" => "--allow-write",
-                _ => "--allow-exec",
-            })
-        } else {
-            Origin::Policy { key: r.key.clone(), line: r.line }
+        origin: match r.flag {
+            Some(flag) => Origin::Cli(flag),
+            None => Origin::Policy { key: r.key.clone(), line: r.line },
         },
     };
     grants.extend(resolved.read.iter().map(|r| from_policy(r, Access::READ)));

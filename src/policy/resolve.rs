@@ -19,6 +19,8 @@ pub struct ResolvedPath {
     pub key: String,
     /// Policy line of the entry, when known.
     pub line: Option<usize>,
+    /// The command-line flag that added it (None: the policy file).
+    pub flag: Option<&'static str>,
 }
 
 /// The policy's filesystem grants, resolved. Optional entries that do not
@@ -125,6 +127,7 @@ pub fn resolve_one(
         path,
         key: key.to_string(),
         line: None,
+        flag: None,
     }))
 }
 
@@ -141,6 +144,7 @@ pub fn resolve_fs(lp: &LoadedPolicy, home: &Path) -> Result<ResolvedFs, PolicyEr
                     path,
                     line: lp.line_of(&key),
                     key,
+                    flag: None,
                 }),
                 Ok(None) => {}
                 Err(message) => {
