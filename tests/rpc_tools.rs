@@ -242,6 +242,27 @@ fn tool_under_its_own_policy_runs_nested_with_stdin() {
 }
 
 #[test]
+fn nested_capsule_reads_the_same_host_config() {
+    // The parent reads its host config from $XDG_CONFIG_HOME; the nested
+    // capsule of a `policy:` tool must read the same file, not one under
+    // $HOME (here a broken one, which would refuse the nested run).
+    let mut w = World::new();
+    w.host_config("llm:\n  provider: openai\n  model: m\n  api_key_env: NO_SUCH_KEY_VAR\n");
+    w.write("home/.config/capsule/config.yaml", "llm: [this is not a config\n");
+    let home = w.path().join("home").display().to_string();
+    w.set_env("HOME", &home);
+    std::fs::write(w.path().join("tool.yaml"), "version: 1\n").unwrap();
+    let p = tools_policy(
+        &w,
+        5,
+        "    - name: nested\n      policy: tool.yaml\n      command: [/bin/sh, -c, \"cat >/dev/null; echo ok\"]\n",
+    );
+    let (r, a) = w.drive(&["--policy", &p], &[call("nested", json!({}))]);
+    assert_eq!(a[0]["result"]["isError"], false, "{}\n{r}", a[0]);
+    assert!(a[0]["result"]["content"][0]["text"].as_str().unwrap_or("").contains("ok"), "{}", a[0]);
+}
+
+#[test]
 fn tool_under_an_invalid_policy_fails_closed() {
     let w = World::new();
     std::fs::write(w.path().join("bad.yaml"), "version: 1\nbogus_key: 1\n").unwrap();
@@ -252,6 +273,10 @@ fn tool_under_an_invalid_policy_fails_closed() {
     );
     let (_, a) = w.drive(&["--policy", &p], &[call("t", json!({}))]);
     assert_error(&a[0], -32003, "tool_failed");
+    // Why the nested capsule refused (host paths, policy and config lines)
+    // is for the operator's log, not for the sandbox.
+    let msg = a[0]["error"]["message"].as_str().unwrap_or("");
+    assert!(!msg.contains("bogus_key") && !msg.contains(&w.path().display().to_string()), "{msg}");
 }
 
 /// Serve `forward: true` tools on our end of the socketpair.

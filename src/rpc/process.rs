@@ -17,6 +17,18 @@ const PASSED_ENV: &[&str] = &[
     "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
 ];
 
+/// What a nested `capsule exec` (a tool with `policy:`) also gets, so that it
+/// reads the same host configuration as this capsule: the config directory
+/// and the CAPSULE_LLM_* overrides. Not the provider key: a tool's own
+/// sandbox must not spend LLM calls outside this run's caps.
+pub const NESTED_CAPSULE_ENV: &[&str] = &[
+    "XDG_CONFIG_HOME",
+    "CAPSULE_LLM_PROVIDER",
+    "CAPSULE_LLM_BASE_URL",
+    "CAPSULE_LLM_MODEL",
+    "CAPSULE_LLM_API_KEY_ENV",
+];
+
 /// stderr kept for an error message; the rest is drained and dropped.
 const MAX_STDERR: usize = 64 * 1024;
 
@@ -55,13 +67,15 @@ impl Drop for GroupGuard {
     }
 }
 
-/// Run `argv` in `cwd` with `input` on stdin.
+/// Run `argv` in `cwd` with `input` on stdin. The environment is
+/// [`PASSED_ENV`] plus `extra_env`, each copied from capsule's own when set.
 pub async fn run(
     argv: &[String],
     cwd: &Path,
     input: &[u8],
     timeout: Duration,
     max_stdout: usize,
+    extra_env: &[&str],
 ) -> Result<ProcessOutput, ProcessError> {
     let (program, args) = argv.split_first().ok_or_else(|| ProcessError::Spawn {
         program: String::new(),
@@ -77,7 +91,7 @@ pub async fn run(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    for k in PASSED_ENV {
+    for k in PASSED_ENV.iter().chain(extra_env) {
         if let Some(v) = std::env::var_os(k) {
             cmd.env(k, v);
         }

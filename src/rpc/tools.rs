@@ -171,7 +171,7 @@ pub async fn run_command(
     arguments: &Value,
 ) -> Result<Value, RpcFault> {
     let input = serde_json::to_vec(arguments).unwrap_or_default();
-    match process::run(argv, cwd, &input, spec.timeout, MAX_TOOL_OUTPUT).await {
+    match process::run(argv, cwd, &input, spec.timeout, MAX_TOOL_OUTPUT, &[]).await {
         Ok(out) => {
             if let Some(sig) = std::os::unix::process::ExitStatusExt::signal(&out.status) {
                 tracing::debug!(tool = %spec.name, signal = sig, "tool killed by a signal");
@@ -212,7 +212,7 @@ pub async fn run_under_policy(
     let input = serde_json::to_vec(arguments).unwrap_or_default();
     // The inner capsule enforces the tool's timeout; the outer one is a backstop.
     let backstop = spec.timeout + Duration::from_secs(5);
-    let out = process::run(&outer, cwd, &input, backstop, 16 * MAX_TOOL_OUTPUT)
+    let out = process::run(&outer, cwd, &input, backstop, 16 * MAX_TOOL_OUTPUT, process::NESTED_CAPSULE_ENV)
         .await
         .map_err(|e| fault_of(&spec.name, e))?;
     let v: Value = serde_json::from_slice(&out.stdout).map_err(|_| {
@@ -225,10 +225,16 @@ pub async fn run_under_policy(
     match field("termination_reason") {
         "timeout" => Err(fault_of(&spec.name, ProcessError::Timeout(spec.timeout))),
         "refused" | "error" => {
+            // The nested capsule's reason can quote host paths and host
+            // config lines: it goes to the operator's log, not to the sandbox.
             let why: String = field("error").chars().take(300).collect();
+            tracing::warn!(tool = %spec.name, "tool could not run under its policy: {why}");
             Err(RpcFault::new(
                 Reason::ToolFailed,
-                format!("tool '{}' could not run under its policy: {why}", spec.name),
+                format!(
+                    "tool '{}' could not run under its policy (the reason is in capsule's log: -v)",
+                    spec.name
+                ),
             ))
         }
         _ if v.get("stdout_truncated").and_then(Value::as_bool) == Some(true) => Err(fault_of(
