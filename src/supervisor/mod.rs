@@ -199,8 +199,7 @@ fn run_prepared(
         );
     }
 
-    let mut r = RunResult::not_run(plan.run_id.clone(), Termination::Exited, 0, String::new());
-    r.error = None;
+    let mut r = RunResult::new(plan.run_id.clone(), Termination::Exited, 0);
     r.set_streams(&mut sup.stdout, &mut sup.stderr);
     r.duration_seconds = duration.as_secs_f64();
     r.enforcement = enforcement;

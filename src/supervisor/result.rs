@@ -83,6 +83,11 @@ pub struct RunResult {
 impl RunResult {
     /// A result for a run that never started (refused or failed before exec).
     pub fn not_run(run_id: String, termination: Termination, exit_code: i32, error: String) -> RunResult {
+        RunResult { error: Some(error), ..RunResult::new(run_id, termination, exit_code) }
+    }
+
+    /// A result with nothing observed yet: no output, no error, not killed.
+    pub fn new(run_id: String, termination: Termination, exit_code: i32) -> RunResult {
         RunResult {
             schema: SCHEMA,
             run_id,
@@ -105,7 +110,7 @@ impl RunResult {
             tool_refusals: 0,
             llm_calls: 0,
             denied_hosts: vec![],
-            error: Some(error),
+            error: None,
             usage: None,
         }
     }
