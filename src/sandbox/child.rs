@@ -177,14 +177,21 @@ pub(crate) extern "C" fn init_main(arg: *mut c_void) -> c_int {
         Err(e) => fail(spec, Stage::Fork, e),
     };
     // Init keeps nothing but stdio and its channel: not the command's
-    // plumbing (so that end-of-file on the capture pipes means every process
-    // of the run is gone), not the Landlock ruleset, not the plan's O_PATH
-    // descriptors (which would pin the paths they name for the whole run).
-    // The descriptor table is init's own copy (no CLONE_FILES).
-    if spec.chan > 3 {
-        let _ = raw::close_range(3, (spec.chan - 1) as std::ffi::c_uint);
+    // plumbing (end-of-file on the capture pipes and the RPC socket must mean
+    // that every process of the run is gone), nor the Landlock ruleset or the
+    // plan's O_PATH descriptors. The descriptor table is init's own copy (no
+    // CLONE_FILES). Where close_range is missing or filtered (an outer
+    // seccomp profile), at least the plumbing goes.
+    let below = if spec.chan > 3 { raw::close_range(3, (spec.chan - 1) as std::ffi::c_uint) } else { Ok(0) };
+    let above = raw::close_range(spec.chan + 1, std::ffi::c_uint::MAX);
+    if below.is_err() || above.is_err() {
+        for fd in [spec.stdout_w, spec.stderr_w, spec.rpc_fd].into_iter().flatten() {
+            raw::close(fd);
+        }
+        if let Some(fd) = spec.landlock.as_ref().and_then(|l| l.ruleset.as_ref()) {
+            raw::close(std::os::fd::AsRawFd::as_raw_fd(fd));
+        }
     }
-    let _ = raw::close_range(spec.chan + 1, std::ffi::c_uint::MAX);
     let mut waited = SigSet::of(&FORWARDED);
     waited.0 |= SigSet::of(&[libc::SIGCHLD]).0;
     loop {

@@ -138,6 +138,11 @@ fn run_prepared(
     spec.net_setup = services.net_setup();
     spec.seal();
 
+    // The end-of-run sweeps (subreaper mode; tool processes) kill children of
+    // capsule, but never the ones it had before this run: a script may have
+    // started something in the background and then exec'd capsule.
+    let sweeps = services.starts_processes() || !layers.want_pidns;
+    let inherited = if sweeps { treekill::children_of(nix::unistd::getpid().as_raw()) } else { Vec::new() };
     let ns = NsRequest { pid: layers.want_pidns, net: services.wants_netns() };
     let cgroup = &layers.cgroup;
     let mut join = |pid: libc::pid_t| cgroup.join(pid);
@@ -148,9 +153,18 @@ fn run_prepared(
     drop(err_w);
     services.close_child_ends();
     tracing::debug!("supervisor: spawned");
-    let spawned = match spawned {
+    let mut spawned = match spawned {
         Ok(s) => s,
         Err(e) => return refused(&plan.run_id, "setup_failed", e.to_string()),
+    };
+    spawned.inherited = if sweeps {
+        inherited
+    } else if spawned.tree == TreeMode::Subreaper {
+        // A pid namespace was wanted but refused. The command stage has not
+        // exec'd yet, so nothing of the run can have been reparented to us.
+        treekill::children_of(nix::unistd::getpid().as_raw()).into_iter().filter(|&p| p != spawned.pid).collect()
+    } else {
+        Vec::new()
     };
 
     // Tool processes run on the host, each in its own process group, which
@@ -158,8 +172,8 @@ fn run_prepared(
     // session of its own escapes that; as a child subreaper capsule inherits
     // it instead and kills it with the run (below). In subreaper mode capsule
     // already is one.
-    let reap_tool_orphans = services.starts_processes() && spawned.tree != TreeMode::Subreaper;
-    if reap_tool_orphans {
+    let reap_tool_orphans = services.starts_processes();
+    if reap_tool_orphans && spawned.tree != TreeMode::Subreaper {
         if let Err(e) = sys::set_child_subreaper() {
             tracing::warn!("cannot become a child subreaper for tool processes: {e}");
         }
@@ -177,10 +191,15 @@ fn run_prepared(
     let usage = rt.block_on(services.finish());
     tracing::debug!("supervisor: services finished");
     drop(rt);
+    if spawned.tree == TreeMode::PidNamespace {
+        // Init reported the command's status and exits right after (or was
+        // killed at the timeout): reap it, so no zombie outlives capsule.
+        sys::wait_blocking(spawned.pid);
+    }
     if reap_tool_orphans {
-        // The run's init is gone or going; everything else still a child of
-        // capsule is what tool processes left behind.
-        treekill::kill_children_except(spawned.pid, 64);
+        // Tool calls may still have run after the command ended (requests
+        // already sent): whatever they left behind is a child of capsule now.
+        treekill::kill_children(&spawned.inherited, 64);
     }
 
     let mut enforcement = Enforcement {
@@ -305,7 +324,7 @@ async fn supervise(
     if sp.tree == TreeMode::Subreaper {
         state.status = state.status.or(init_status);
         // Whatever the command left behind goes with it.
-        treekill::kill_descendants(Some(sp.pid), 64);
+        treekill::kill_descendants(Some(sp.pid), &sp.inherited, 64);
     }
     // Every writer is gone now; the pipes reach end-of-file promptly.
     let drain = Duration::from_secs(2);

@@ -87,6 +87,10 @@ pub struct Spawned {
     pub netns: bool,
     /// Supervisor's end of the typed channel.
     pub chan: Channel,
+    /// Children capsule had before the run (inherited across the exec that
+    /// started it): never killed by the end-of-run sweeps. Filled in by the
+    /// supervisor when a sweep can happen.
+    pub inherited: Vec<libc::pid_t>,
 }
 
 /// Something to do between clone and "go" (e.g. joining a cgroup).
@@ -163,7 +167,7 @@ pub fn spawn(mut spec: ChildSpec, ns: NsRequest, before_go: BeforeGo<'_>) -> Res
                 if go_needed {
                     ours.send_go().map_err(SpawnError::Go)?;
                 }
-                return Ok(Spawned { pid, tree, netns: flags & libc::CLONE_NEWNET != 0, chan: ours });
+                return Ok(Spawned { pid, tree, netns: flags & libc::CLONE_NEWNET != 0, chan: ours, inherited: Vec::new() });
             }
             Err(e @ (libc::EPERM | libc::EINVAL | libc::ENOSPC | libc::EUSERS | libc::EACCES))
                 if tree == TreeMode::PidNamespace =>

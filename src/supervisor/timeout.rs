@@ -33,7 +33,9 @@ pub fn kill_run(sp: &Spawned) {
     signal_run(sp, libc::SIGKILL);
     if sp.tree == TreeMode::Subreaper {
         for k in super::treekill::children_of(nix::unistd::getpid().as_raw()) {
-            sys::signal(k, libc::SIGKILL);
+            if !sp.inherited.contains(&k) {
+                sys::signal(k, libc::SIGKILL);
+            }
         }
     }
 }
@@ -69,8 +71,8 @@ pub async fn watch(
 
     // In a pid namespace, init's `Exited` report is the end of the run: it
     // comes after init has reaped the command and killed and reaped
-    // everything else, so there is no need to wait for init's own exit too
-    // (it exits right after; capsule's exit reaps it).
+    // everything else, so there is no need to wait for init's own exit here
+    // (it exits right after; the supervisor reaps it once the loop is over).
     let reported = std::cell::Cell::new(false);
     let drain = |on_msg: &mut dyn FnMut(Msg, Option<OwnedFd>)| -> bool {
         loop {

@@ -35,22 +35,21 @@ pub fn children_of(parent: libc::pid_t) -> Vec<libc::pid_t> {
 }
 
 /// SIGKILL the process group led by `leader` and every descendant reparented
-/// to us, reaping them. Gives up after `rounds` rounds (a fork bomb racing
-/// the kill is bounded by the run's process limit).
-pub fn kill_descendants(leader: Option<libc::pid_t>, rounds: usize) {
+/// to us (any child not in `keep`), reaping them. Gives up after `rounds`
+/// rounds (a fork bomb racing the kill is bounded by the run's process limit).
+pub fn kill_descendants(leader: Option<libc::pid_t>, keep: &[libc::pid_t], rounds: usize) {
     if let Some(l) = leader {
         sys::signal(-l, libc::SIGKILL);
     }
-    kill_children_except(0, rounds);
+    kill_children(keep, rounds);
 }
 
-/// SIGKILL and reap every child of capsule except `keep` (0: none), round
-/// after round until none is left (orphans reparented to capsule as a
-/// subreaper).
-pub fn kill_children_except(keep: libc::pid_t, rounds: usize) {
+/// SIGKILL and reap every child of capsule not in `keep`, round after round
+/// until none is left (orphans reparented to capsule as a subreaper).
+pub fn kill_children(keep: &[libc::pid_t], rounds: usize) {
     let me = nix::unistd::getpid().as_raw();
     for _ in 0..rounds {
-        let kids: Vec<_> = children_of(me).into_iter().filter(|&k| k != keep).collect();
+        let kids: Vec<_> = children_of(me).into_iter().filter(|k| !keep.contains(k)).collect();
         if kids.is_empty() {
             return;
         }

@@ -140,6 +140,19 @@ pub fn try_wait(pid: libc::pid_t) -> Option<(libc::pid_t, i32)> {
     (r > 0).then_some((r, status))
 }
 
+/// Wait for `pid` (a child) to exit and reap it; EINTR is retried, ECHILD
+/// (already reaped) ends the wait.
+pub fn wait_blocking(pid: libc::pid_t) {
+    let mut status = 0;
+    loop {
+        // SAFETY: waitpid writes the status into our local.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::__WALL) };
+        if r >= 0 || Errno::last() != Errno::EINTR {
+            return;
+        }
+    }
+}
+
 /// Whether `fd` is an open descriptor of this process.
 pub fn fd_is_open(fd: RawFd) -> bool {
     // SAFETY: fcntl(F_GETFD) only queries the descriptor table.
