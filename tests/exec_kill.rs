@@ -225,8 +225,11 @@ fn init_keeps_only_its_channel() {
     // the ruleset or the plan's O_PATH descriptors. Only its channel to
     // capsule stays.
     let sb = Sandbox::new();
+    // Ended with SIGKILL below: keep its private TMPDIR out of the host's /tmp.
+    sb.mkdir("hosttmp");
     let mut capsule = sb
         .std_command(["exec", "--timeout", "30", "--", "/bin/sleep", "30"])
+        .env("TMPDIR", sb.path("hosttmp"))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
