@@ -13,26 +13,12 @@ use super::bpf::{self, Data, SockFilter};
 use super::deny::{CLONE_NEW_FLAGS, PERSONALITY_ALLOWED, TIOCLINUX, TIOCSTI};
 use super::table::Arch;
 use super::{compile, oracle, SeccompOptions};
-use crate::policy::NetMode;
 
 pub(super) fn audit_arch(arch: Arch) -> u32 {
     match arch {
         Arch::X86_64 => AUDIT_ARCH_X86_64,
         Arch::Aarch64 => AUDIT_ARCH_AARCH64,
     }
-}
-
-fn modes() -> Vec<SeccompOptions> {
-    let mut v = Vec::new();
-    for net in [NetMode::None, NetMode::Proxy, NetMode::Unrestricted] {
-        for allow_unix_sockets in [false, true] {
-            v.push(SeccompOptions {
-                net,
-                allow_unix_sockets,
-            });
-        }
-    }
-    v
 }
 
 struct Pair {
@@ -122,7 +108,7 @@ fn interesting(name: &str, arg: usize) -> Vec<u32> {
 fn compact_program_decides_like_the_three_filters() {
     for arch in [Arch::X86_64, Arch::Aarch64] {
         let audit = audit_arch(arch);
-        for opts in modes() {
+        for opts in super::precompiled::all_modes() {
             let mut p = Pair::new(arch, &opts);
             let data = |nr: u32, args: [u64; 6]| Data {
                 nr,

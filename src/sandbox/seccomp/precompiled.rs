@@ -44,6 +44,22 @@ pub(super) fn lookup(arch: Arch, opts: &SeccompOptions) -> Option<&'static Progr
     }
 }
 
+/// Every (network mode, allow_unix_sockets) combination, in the order of
+/// [`index`] (tests: the drift check, the regenerator, the equivalence test).
+#[cfg(test)]
+pub(super) fn all_modes() -> Vec<SeccompOptions> {
+    let mut v = Vec::new();
+    for net in [NetMode::None, NetMode::Proxy, NetMode::Unrestricted] {
+        for allow_unix_sockets in [false, true] {
+            v.push(SeccompOptions {
+                net,
+                allow_unix_sockets,
+            });
+        }
+    }
+    v
+}
+
 /// Shorthand for the generated tables.
 const fn i(code: u16, jt: u8, jf: u8, k: u32) -> SockFilter {
     SockFilter { code, jt, jf, k }
@@ -53,19 +69,6 @@ const fn i(code: u16, jt: u8, jf: u8, k: u32) -> SockFilter {
 mod tests {
     use super::super::compile;
     use super::*;
-
-    fn all_modes() -> Vec<SeccompOptions> {
-        let mut v = Vec::new();
-        for net in [NetMode::None, NetMode::Proxy, NetMode::Unrestricted] {
-            for allow_unix_sockets in [false, true] {
-                v.push(SeccompOptions {
-                    net,
-                    allow_unix_sockets,
-                });
-            }
-        }
-        v
-    }
 
     #[test]
     fn precompiled_matches_the_generator() {
