@@ -24,6 +24,27 @@ fn read_pid(path: &std::path::Path, timeout: Duration) -> Option<i32> {
     }
 }
 
+/// Start `capsule ARGS` with stdout and stderr piped, and a guard that
+/// SIGKILLs it if the test ends early. A SIGKILLed capsule cannot remove its
+/// private TMPDIR, so that goes under the test's own directory rather than
+/// the host's /tmp.
+fn spawn_capsule<S: AsRef<std::ffi::OsStr>>(sb: &Sandbox, args: &[S]) -> (std::process::Child, KillOnDrop) {
+    sb.mkdir("hosttmp");
+    let capsule = sb
+        .std_command(args)
+        .env("TMPDIR", sb.path("hosttmp"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn capsule");
+    let guard = KillOnDrop {
+        pid: capsule.id() as i32,
+        token: None,
+    };
+    (capsule, guard)
+}
+
 #[test]
 fn setsid_grandchild_is_gone_after_timeout() {
     let sb = Sandbox::new();
@@ -72,22 +93,7 @@ fn setsid_grandchild_is_gone_after_capsule_is_sigkilled() {
         &["grandchild", &pidfile.to_string_lossy(), &tok, "1"],
         &["sleep", "60"],
     ]));
-    // A SIGKILLed capsule cannot remove its private TMPDIR: keep it in the
-    // test's own directory rather than the host's /tmp.
-    sb.mkdir("hosttmp");
-    let mut capsule = sb
-        .std_command(&args)
-        .env("TMPDIR", sb.path("hosttmp"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn capsule");
-    let cpid = capsule.id() as i32;
-    let _capsule_guard = KillOnDrop {
-        pid: cpid,
-        token: None,
-    };
+    let (mut capsule, _capsule_guard) = spawn_capsule(&sb, &args);
     let pid = read_pid(&pidfile, Duration::from_secs(20));
     let _guard = KillOnDrop {
         pid: pid.unwrap_or(0),
@@ -135,18 +141,8 @@ fn forwarded(sig: i32, signame: &str) {
         &got.to_string_lossy(),
         "7",
     ]]));
-    let mut capsule = sb
-        .std_command(&args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn capsule");
+    let (mut capsule, _guard) = spawn_capsule(&sb, &args);
     let cpid = capsule.id() as i32;
-    let _guard = KillOnDrop {
-        pid: cpid,
-        token: None,
-    };
     let stdout = capsule.stdout.take().expect("stdout");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -225,17 +221,8 @@ fn init_keeps_only_its_channel() {
     // the ruleset or the plan's O_PATH descriptors. Only its channel to
     // capsule stays.
     let sb = Sandbox::new();
-    // Ended with SIGKILL below: keep its private TMPDIR out of the host's /tmp.
-    sb.mkdir("hosttmp");
-    let mut capsule = sb
-        .std_command(["exec", "--timeout", "30", "--", "/bin/sleep", "30"])
-        .env("TMPDIR", sb.path("hosttmp"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn capsule");
-    let _capsule_guard = KillOnDrop { pid: capsule.id() as i32, token: None };
+    // Ended with SIGKILL below.
+    let (mut capsule, _capsule_guard) = spawn_capsule(&sb, &["exec", "--timeout", "30", "--", "/bin/sleep", "30"]);
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut last = (0, vec![]);
     let ok = loop {
