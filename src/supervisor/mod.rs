@@ -142,7 +142,7 @@ fn run_prepared(
     // capsule, but never the ones it had before this run: a script may have
     // started something in the background and then exec'd capsule.
     let sweeps = services.starts_processes() || !layers.want_pidns;
-    let inherited = if sweeps { treekill::children_of(nix::unistd::getpid().as_raw()) } else { Vec::new() };
+    let inherited = if sweeps { treekill::own_children_except(&[]) } else { Vec::new() };
     let ns = NsRequest { pid: layers.want_pidns, net: services.wants_netns() };
     let cgroup = &layers.cgroup;
     let mut join = |pid: libc::pid_t| cgroup.join(pid);
@@ -162,7 +162,7 @@ fn run_prepared(
     } else if spawned.tree == TreeMode::Subreaper {
         // A pid namespace was wanted but refused. The command stage has not
         // exec'd yet, so nothing of the run can have been reparented to us.
-        treekill::children_of(nix::unistd::getpid().as_raw()).into_iter().filter(|&p| p != spawned.pid).collect()
+        treekill::own_children_except(&[spawned.pid])
     } else {
         Vec::new()
     };

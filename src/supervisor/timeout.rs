@@ -32,10 +32,8 @@ pub fn signal_run(sp: &Spawned, sig: libc::c_int) {
 pub fn kill_run(sp: &Spawned) {
     signal_run(sp, libc::SIGKILL);
     if sp.tree == TreeMode::Subreaper {
-        for k in super::treekill::children_of(nix::unistd::getpid().as_raw()) {
-            if !sp.inherited.contains(&k) {
-                sys::signal(k, libc::SIGKILL);
-            }
+        for k in super::treekill::own_children_except(&sp.inherited) {
+            sys::signal(k, libc::SIGKILL);
         }
     }
 }

@@ -47,9 +47,8 @@ pub fn kill_descendants(leader: Option<libc::pid_t>, keep: &[libc::pid_t], round
 /// SIGKILL and reap every child of capsule not in `keep`, round after round
 /// until none is left (orphans reparented to capsule as a subreaper).
 pub fn kill_children(keep: &[libc::pid_t], rounds: usize) {
-    let me = nix::unistd::getpid().as_raw();
     for _ in 0..rounds {
-        let kids: Vec<_> = children_of(me).into_iter().filter(|k| !keep.contains(k)).collect();
+        let kids = own_children_except(keep);
         if kids.is_empty() {
             return;
         }
@@ -60,6 +59,12 @@ pub fn kill_children(keep: &[libc::pid_t], rounds: usize) {
             let _ = waitpid(Pid::from_raw(k), Some(WaitPidFlag::__WALL));
         }
     }
+}
+
+/// capsule's own children, except those in `keep`.
+pub fn own_children_except(keep: &[libc::pid_t]) -> Vec<libc::pid_t> {
+    let me = nix::unistd::getpid().as_raw();
+    children_of(me).into_iter().filter(|k| !keep.contains(k)).collect()
 }
 
 fn children_from_task_files(parent: libc::pid_t) -> Option<Vec<libc::pid_t>> {
