@@ -25,7 +25,7 @@
 //! * [`command_main`]: confines this process and execs the command.
 
 use std::ffi::{c_char, c_int, c_void, CString};
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
 
 use crate::sandbox::{landlock, seccomp};
 use crate::sys::channel::{Msg, Stage};
@@ -189,7 +189,7 @@ pub(crate) extern "C" fn init_main(arg: *mut c_void) -> c_int {
             raw::close(fd);
         }
         if let Some(fd) = spec.landlock.as_ref().and_then(|l| l.ruleset.as_ref()) {
-            raw::close(std::os::fd::AsRawFd::as_raw_fd(fd));
+            raw::close(fd.as_raw_fd());
         }
     }
     let mut waited = SigSet::of(&FORWARDED);
