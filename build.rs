@@ -22,7 +22,10 @@ fn main() {
         && std::env::var_os("CAPSULE_NO_SYMBOL_ORDER").is_none();
     let list = Path::new(&var("CARGO_MANIFEST_DIR")).join("scripts/symbol-order.txt");
     if wanted && list.exists() {
-        println!("cargo:rustc-link-arg-bins=-Wl,--symbol-ordering-file={}", list.display());
+        println!(
+            "cargo:rustc-link-arg-bins=-Wl,--symbol-ordering-file={}",
+            list.display()
+        );
         println!("cargo:rustc-link-arg-bins=-Wl,--no-warn-symbol-ordering");
     }
 }

@@ -18,7 +18,10 @@ use crate::supervisor::result::{Enforcement, RunResult, Termination};
 #[derive(Debug, Error)]
 pub enum AuditError {
     #[error("cannot write the audit log {path}: {source} (use --audit-log FILE or --no-audit)")]
-    Write { path: PathBuf, source: std::io::Error },
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// The default audit log path.
@@ -85,11 +88,23 @@ impl Record {
             enforcement: r.enforcement.clone(),
             tool_calls: r.tool_calls,
             tool_refusals: r.tool_refusals,
-            tool_refusals_by_reason: usage.get("tool_refusals_by_reason").cloned().unwrap_or_else(|| serde_json::json!({})),
-            llm: usage.get("llm").cloned().unwrap_or_else(|| serde_json::json!({"calls": 0})),
+            tool_refusals_by_reason: usage
+                .get("tool_refusals_by_reason")
+                .cloned()
+                .unwrap_or_else(|| serde_json::json!({})),
+            llm: usage
+                .get("llm")
+                .cloned()
+                .unwrap_or_else(|| serde_json::json!({"calls": 0})),
             proxy: ProxyCounts {
-                allowed: usage.pointer("/proxy/allowed").and_then(|v| v.as_u64()).unwrap_or(0),
-                denied: usage.pointer("/proxy/denied").and_then(|v| v.as_u64()).unwrap_or(0),
+                allowed: usage
+                    .pointer("/proxy/allowed")
+                    .and_then(|v| v.as_u64())
+                    .unwrap_or(0),
+                denied: usage
+                    .pointer("/proxy/denied")
+                    .and_then(|v| v.as_u64())
+                    .unwrap_or(0),
                 denied_hosts: r.denied_hosts.clone(),
             },
         }
@@ -98,10 +113,17 @@ impl Record {
 
 /// Append one record to `path` (0600, O_APPEND, one write).
 pub fn append(path: &Path, record: &Record) -> Result<(), AuditError> {
-    let err = |source| AuditError::Write { path: path.to_path_buf(), source };
+    let err = |source| AuditError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
     if let Some(dir) = path.parent() {
         if !dir.as_os_str().is_empty() && !dir.exists() {
-            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(err)?;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(err)?;
         }
     }
     let mut line = serde_json::to_vec(record).map_err(|e| err(std::io::Error::other(e)))?;
@@ -118,7 +140,9 @@ pub fn append(path: &Path, record: &Record) -> Result<(), AuditError> {
 
 /// Now, as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
 pub fn rfc3339_now() -> String {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
     let secs = now.as_secs() as i64;
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
@@ -164,6 +188,9 @@ mod tests {
         assert_eq!(text.lines().count(), 2);
         let v: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
         assert_eq!(v["outcome"], "refused");
-        assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
     }
 }

@@ -152,7 +152,10 @@ fn unusable_arguments_are_a_refusal_with_a_result_and_an_audit_line() {
     assert_eq!(stdout.trim().lines().count(), 1, "{stdout}");
     let r: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
     assert_eq!(r["termination_reason"], "refused");
-    assert!(r["error"].as_str().unwrap_or_default().contains("--net"), "{r}");
+    assert!(
+        r["error"].as_str().unwrap_or_default().contains("--net"),
+        "{r}"
+    );
     let text = std::fs::read_to_string(&log).unwrap();
     assert_eq!(text.lines().count(), 1, "{text}");
     let a: serde_json::Value = serde_json::from_str(text.trim()).unwrap();

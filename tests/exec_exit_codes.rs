@@ -37,7 +37,10 @@ fn assert_result_shape(j: &Value, run: &Run) {
     assert!(missing.is_empty(), "result lacks {missing:?}{}", run.ctx());
     // Beyond section 4: `error` (refusals, exec failures) and `usage` (the
     // broker's and proxy's counters by reason, which issue 4 puts in the result).
-    let extra: Vec<_> = keys.difference(&want).filter(|k| !matches!(**k, "error" | "usage")).collect();
+    let extra: Vec<_> = keys
+        .difference(&want)
+        .filter(|k| !matches!(**k, "error" | "usage"))
+        .collect();
     assert!(
         extra.is_empty(),
         "result has keys outside section 4: {extra:?}{}",
@@ -234,8 +237,14 @@ fn exit_126_for_a_command_in_a_write_only_grant() {
     run.assert_code(126);
     // capsule's own exec of a file that is not executable at all.
     sb.write("rw/plain.sh", "#!/bin/sh\nexit 0\n");
-    sb.run(&["exec", "--allow-write", &sb.p("rw"), "--", &sb.p("rw/plain.sh")])
-        .assert_code(126);
+    sb.run(&[
+        "exec",
+        "--allow-write",
+        &sb.p("rw"),
+        "--",
+        &sb.p("rw/plain.sh"),
+    ])
+    .assert_code(126);
 }
 
 #[test]

@@ -28,7 +28,10 @@ fn read_pid(path: &std::path::Path, timeout: Duration) -> Option<i32> {
 /// SIGKILLs it if the test ends early. A SIGKILLed capsule cannot remove its
 /// private TMPDIR, so that goes under the test's own directory rather than
 /// the host's /tmp.
-fn spawn_capsule<S: AsRef<std::ffi::OsStr>>(sb: &Sandbox, args: &[S]) -> (std::process::Child, KillOnDrop) {
+fn spawn_capsule<S: AsRef<std::ffi::OsStr>>(
+    sb: &Sandbox,
+    args: &[S],
+) -> (std::process::Child, KillOnDrop) {
     sb.mkdir("hosttmp");
     let capsule = sb
         .std_command(args)
@@ -204,11 +207,25 @@ fn children(pid: i32) -> Vec<i32> {
 
 /// What `pid` holds open above stdio: "fd -> target" per descriptor.
 fn open_fds(pid: i32) -> Vec<String> {
-    let dir = std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap_or_else(|e| panic!("cannot list /proc/{pid}/fd: {e}"));
+    let dir = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap_or_else(|e| panic!("cannot list /proc/{pid}/fd: {e}"));
     let mut out: Vec<String> = dir
         .flatten()
-        .filter(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()).is_some_and(|n| n > 2))
-        .map(|e| format!("{} -> {}", e.file_name().to_string_lossy(), std::fs::read_link(e.path()).map(|t| t.display().to_string()).unwrap_or_default()))
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.parse::<i32>().ok())
+                .is_some_and(|n| n > 2)
+        })
+        .map(|e| {
+            format!(
+                "{} -> {}",
+                e.file_name().to_string_lossy(),
+                std::fs::read_link(e.path())
+                    .map(|t| t.display().to_string())
+                    .unwrap_or_default()
+            )
+        })
         .collect();
     out.sort();
     out
@@ -222,18 +239,27 @@ fn init_keeps_only_its_channel() {
     // capsule stays.
     let sb = Sandbox::new();
     // Ended with SIGKILL below.
-    let (mut capsule, _capsule_guard) = spawn_capsule(&sb, &["exec", "--timeout", "30", "--", "/bin/sleep", "30"]);
+    let (mut capsule, _capsule_guard) =
+        spawn_capsule(&sb, &["exec", "--timeout", "30", "--", "/bin/sleep", "30"]);
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut last = (0, vec![]);
     let ok = loop {
         if let Some(&init) = children(capsule.id() as i32).first() {
             // Pid 1 of a pid namespace: two NSpid entries, the last one 1.
-            let status = std::fs::read_to_string(format!("/proc/{init}/status")).unwrap_or_default();
-            let nspid: Vec<&str> = status.lines().find_map(|l| l.strip_prefix("NSpid:")).unwrap_or("").split_whitespace().collect();
+            let status =
+                std::fs::read_to_string(format!("/proc/{init}/status")).unwrap_or_default();
+            let nspid: Vec<&str> = status
+                .lines()
+                .find_map(|l| l.strip_prefix("NSpid:"))
+                .unwrap_or("")
+                .split_whitespace()
+                .collect();
             if nspid.len() < 2 || nspid.last() != Some(&"1") {
                 let _ = capsule.kill();
                 let _ = capsule.wait();
-                return skip("capsule's child is not pid 1 of a pid namespace (no pid namespace here)");
+                return skip(
+                    "capsule's child is not pid 1 of a pid namespace (no pid namespace here)",
+                );
             }
             // Init closes them right after the command stage has exec'd `sleep`.
             let sleeping = children(init)
@@ -252,7 +278,11 @@ fn init_keeps_only_its_channel() {
     };
     let _ = capsule.kill();
     let _ = capsule.wait();
-    assert!(ok, "init {} should hold only its channel socket above stdio: {:#?}", last.0, last.1);
+    assert!(
+        ok,
+        "init {} should hold only its channel socket above stdio: {:#?}",
+        last.0, last.1
+    );
 }
 
 #[test]
@@ -286,7 +316,12 @@ print("clean" if left == 0 else f"{left} left", *sorted(codes))
         .output()
         .expect("run python");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(text.trim(), "clean 0", "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        text.trim(),
+        "clean 0",
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -295,8 +330,16 @@ fn children_capsule_inherited_survive_the_run() {
     // child. The end-of-run sweeps (tool processes; subreaper mode) must
     // leave it alone.
     for (tag, extra_env, policy) in [
-        ("tools", None, "version: 1\ntools:\n  allow:\n    - name: t\n      command: [/bin/true]\n"),
-        ("subreaper", Some(("CAPSULE_NO_NAMESPACES", "1")), "version: 1\n"),
+        (
+            "tools",
+            None,
+            "version: 1\ntools:\n  allow:\n    - name: t\n      command: [/bin/true]\n",
+        ),
+        (
+            "subreaper",
+            Some(("CAPSULE_NO_NAMESPACES", "1")),
+            "version: 1\n",
+        ),
     ] {
         let sb = Sandbox::new();
         let pol = sb.policy(policy);
@@ -315,9 +358,15 @@ fn children_capsule_inherited_survive_the_run() {
         }
         let st = cmd.status().expect("run sh");
         let pid = read_pid(&pidfile, Duration::from_secs(5)).expect("background pid");
-        let _guard = KillOnDrop { pid, token: Some(tok.clone()) };
+        let _guard = KillOnDrop {
+            pid,
+            token: Some(tok.clone()),
+        };
         assert!(st.success(), "{tag}: capsule failed: {st:?}");
         std::thread::sleep(Duration::from_millis(100));
-        assert!(pid_alive(pid, Some(&tok)), "{tag}: capsule killed a child it had inherited ({pid})");
+        assert!(
+            pid_alive(pid, Some(&tok)),
+            "{tag}: capsule killed a child it had inherited ({pid})"
+        );
     }
 }

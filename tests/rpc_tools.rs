@@ -165,7 +165,11 @@ fn setsid_tool_descendant_does_not_outlive_the_run() {
              echo started\n"
         ),
     );
-    let p = tools_policy(&w, 5, &format!("    - name: detach\n      command: [/bin/sh, {d}/detach.sh]\n"));
+    let p = tools_policy(
+        &w,
+        5,
+        &format!("    - name: detach\n      command: [/bin/sh, {d}/detach.sh]\n"),
+    );
     let (r, a) = w.drive(&["--policy", &p], &[call("detach", json!({}))]);
     assert_eq!(a.len(), 1, "{r}");
     assert!(a[0]["result"].to_string().contains("started"), "{}", a[0]);
@@ -176,9 +180,15 @@ fn setsid_tool_descendant_does_not_outlive_the_run() {
         .unwrap();
     let gone = wait_gone(pid, Duration::from_secs(3));
     if !gone {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
     }
-    assert!(gone, "ESCAPE: the tool's setsid'd descendant {pid} outlived the run");
+    assert!(
+        gone,
+        "ESCAPE: the tool's setsid'd descendant {pid} outlived the run"
+    );
 }
 
 #[test]
@@ -248,7 +258,10 @@ fn nested_capsule_reads_the_same_host_config() {
     // $HOME (here a broken one, which would refuse the nested run).
     let mut w = World::new();
     w.host_config("llm:\n  provider: openai\n  model: m\n  api_key_env: NO_SUCH_KEY_VAR\n");
-    w.write("home/.config/capsule/config.yaml", "llm: [this is not a config\n");
+    w.write(
+        "home/.config/capsule/config.yaml",
+        "llm: [this is not a config\n",
+    );
     let home = w.path().join("home").display().to_string();
     w.set_env("HOME", &home);
     std::fs::write(w.path().join("tool.yaml"), "version: 1\n").unwrap();
@@ -259,7 +272,14 @@ fn nested_capsule_reads_the_same_host_config() {
     );
     let (r, a) = w.drive(&["--policy", &p], &[call("nested", json!({}))]);
     assert_eq!(a[0]["result"]["isError"], false, "{}\n{r}", a[0]);
-    assert!(a[0]["result"]["content"][0]["text"].as_str().unwrap_or("").contains("ok"), "{}", a[0]);
+    assert!(
+        a[0]["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .contains("ok"),
+        "{}",
+        a[0]
+    );
 }
 
 #[test]
@@ -276,7 +296,10 @@ fn tool_under_an_invalid_policy_fails_closed() {
     // Why the nested capsule refused (host paths, policy and config lines)
     // is for the operator's log, not for the sandbox.
     let msg = a[0]["error"]["message"].as_str().unwrap_or("");
-    assert!(!msg.contains("bogus_key") && !msg.contains(&w.path().display().to_string()), "{msg}");
+    assert!(
+        !msg.contains("bogus_key") && !msg.contains(&w.path().display().to_string()),
+        "{msg}"
+    );
 }
 
 /// Serve `forward: true` tools on our end of the socketpair.

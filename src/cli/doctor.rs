@@ -17,13 +17,20 @@ pub struct DoctorArgs {
 pub fn run(a: DoctorArgs) -> i32 {
     let k = KernelView::probe();
     let uname = nix::sys::utsname::uname().ok();
-    let release = uname.as_ref().map(|u| u.release().to_string_lossy().into_owned()).unwrap_or_default();
+    let release = uname
+        .as_ref()
+        .map(|u| u.release().to_string_lossy().into_owned())
+        .unwrap_or_default();
     let arch = std::env::consts::ARCH;
     let root = nix::unistd::geteuid().is_root();
     let v2 = cgroup::v2_mount();
     let cg = cgroup::describe();
     let ok = k.landlock_abi > 0 && k.seccomp;
-    let tree = if k.namespaces { "pid-namespace" } else { "subreaper" };
+    let tree = if k.namespaces {
+        "pid-namespace"
+    } else {
+        "subreaper"
+    };
     let proxy_mode = if k.namespaces {
         "network namespace holding only the proxy endpoint"
     } else if k.landlock_abi >= 4 {
@@ -63,16 +70,32 @@ pub fn run(a: DoctorArgs) -> i32 {
         println!("{v}");
     } else {
         let yes = |b: bool| if b { "yes" } else { "NO" };
-        println!("kernel            {release} ({arch}){}", if root { ", running as root" } else { "" });
+        println!(
+            "kernel            {release} ({arch}){}",
+            if root { ", running as root" } else { "" }
+        );
         println!(
             "landlock          {}",
-            if k.landlock_abi > 0 { format!("ABI {}", k.landlock_abi) } else { "NOT AVAILABLE (filesystem rules need Linux 5.13+ with Landlock enabled)".into() }
+            if k.landlock_abi > 0 {
+                format!("ABI {}", k.landlock_abi)
+            } else {
+                "NOT AVAILABLE (filesystem rules need Linux 5.13+ with Landlock enabled)".into()
+            }
         );
-        println!("  tcp rules       {} (ABI 4+, Linux 6.7)", yes(k.landlock_abi >= 4));
-        println!("  scopes          {} (ABI 6+, Linux 6.12: signals, abstract unix sockets)", yes(k.landlock_abi >= 6));
+        println!(
+            "  tcp rules       {} (ABI 4+, Linux 6.7)",
+            yes(k.landlock_abi >= 4)
+        );
+        println!(
+            "  scopes          {} (ABI 6+, Linux 6.12: signals, abstract unix sockets)",
+            yes(k.landlock_abi >= 6)
+        );
         println!("seccomp           {}", yes(k.seccomp));
         println!("x32 check         {}", yes(arch == "x86_64"));
-        println!("namespaces        {} (tree kill: {tree})", yes(k.namespaces));
+        println!(
+            "namespaces        {} (tree kill: {tree})",
+            yes(k.namespaces)
+        );
         println!("cgroups           {cg}");
         println!("proxy mode        {proxy_mode}");
         let refused: Vec<String> = validate::REFUSED_ENV_PREFIXES
@@ -81,7 +104,14 @@ pub fn run(a: DoctorArgs) -> i32 {
             .chain(validate::REFUSED_ENV_NAMES.iter().map(|n| n.to_string()))
             .collect();
         println!("refused env vars  {}", refused.join(" "));
-        println!("verdict           {}", if ok { "capsule can confine programs here" } else { "capsule cannot fully confine programs here (see NO above)" });
+        println!(
+            "verdict           {}",
+            if ok {
+                "capsule can confine programs here"
+            } else {
+                "capsule cannot fully confine programs here (see NO above)"
+            }
+        );
     }
     if ok {
         0

@@ -10,7 +10,9 @@ use super::error_line;
 use crate::audit;
 use crate::plan::{self, build::Overrides, BuildInput, PlanError};
 use crate::policy::{self, LoadedPolicy, NetMode};
-use crate::supervisor::{self, result::exit, result::RunResult, result::Termination, ExecOptions, Finished};
+use crate::supervisor::{
+    self, result::exit, result::RunResult, result::Termination, ExecOptions, Finished,
+};
 
 #[derive(Debug, Args)]
 pub struct ExecArgs {
@@ -66,7 +68,12 @@ pub struct ExecArgs {
     #[arg(long)]
     pub dry_run: bool,
     /// The command and its arguments.
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true, value_name = "COMMAND")]
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        required = true,
+        value_name = "COMMAND"
+    )]
     pub command: Vec<String>,
 }
 
@@ -76,7 +83,8 @@ pub fn valid_agent_id(id: &str) -> bool {
     !b.is_empty()
         && b.len() <= 128
         && b[0].is_ascii_alphanumeric()
-        && b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
 }
 
 /// A fresh ULID for a run: the time now and 80 random bits straight from
@@ -98,7 +106,12 @@ pub fn new_run_id() -> String {
 
 /// Append the run's audit record to `path` (None: `--no-audit`); an invalid
 /// agent id is not recorded. A failure to write is reported, not fatal.
-pub fn write_audit(path: Option<&std::path::Path>, r: &RunResult, agent_id: Option<&str>, reason: &'static str) {
+pub fn write_audit(
+    path: Option<&std::path::Path>,
+    r: &RunResult,
+    agent_id: Option<&str>,
+    reason: &'static str,
+) {
     if let Some(p) = path {
         let rec = audit::Record::from_result(r, agent_id.filter(|id| valid_agent_id(id)), reason);
         if let Err(e) = audit::append(p, &rec) {
@@ -113,7 +126,10 @@ pub fn default_policy() -> LoadedPolicy {
     match policy::load_str("version: 1\n", "<default policy>", Some(false), &cwd) {
         Ok(lp) => lp,
         Err(_) => LoadedPolicy {
-            policy: policy::Policy { version: 1, ..Default::default() },
+            policy: policy::Policy {
+                version: 1,
+                ..Default::default()
+            },
             source: None,
             base_dir: cwd,
             sha256: String::new(),
@@ -125,7 +141,11 @@ pub fn default_policy() -> LoadedPolicy {
 pub fn run(a: ExecArgs) -> i32 {
     tracing::debug!("exec: arguments parsed");
     let run_id = new_run_id();
-    let audit_path = if a.no_audit { None } else { Some(a.audit_log.clone().unwrap_or_else(audit::default_path)) };
+    let audit_path = if a.no_audit {
+        None
+    } else {
+        Some(a.audit_log.clone().unwrap_or_else(audit::default_path))
+    };
     let json = a.json;
     let agent_id = a.agent_id.clone();
 
@@ -169,7 +189,10 @@ pub fn run(a: ExecArgs) -> i32 {
         None => None,
         Some(fd) => {
             if fd < 3 || !crate::sys::fd_is_open(fd) {
-                return refuse("bad_tool_fd", format!("--tool-fd {fd}: not an open inherited descriptor (> 2)"));
+                return refuse(
+                    "bad_tool_fd",
+                    format!("--tool-fd {fd}: not an open inherited descriptor (> 2)"),
+                );
             }
             Some(crate::sys::adopt_fd(fd))
         }
@@ -196,7 +219,11 @@ pub fn run(a: ExecArgs) -> i32 {
         Ok(p) => p,
         Err(PlanError::Command(e)) => {
             let code = e.exit_code();
-            let term = if code == exit::REFUSED { Termination::Refused } else { Termination::Error };
+            let term = if code == exit::REFUSED {
+                Termination::Refused
+            } else {
+                Termination::Error
+            };
             let reason = match code {
                 127 => "command_not_found",
                 126 => "cannot_execute",
@@ -211,7 +238,11 @@ pub fn run(a: ExecArgs) -> i32 {
     if a.dry_run {
         return super::report::dry_run(&plan, json);
     }
-    let opts = ExecOptions { json, grace: Duration::from_millis(1000), tool_fd };
+    let opts = ExecOptions {
+        json,
+        grace: Duration::from_millis(1000),
+        tool_fd,
+    };
     let f = supervisor::run(&plan, opts);
     finish(f, true)
 }
@@ -224,7 +255,10 @@ mod tests {
         assert_ne!(a, b);
         let u = ulid::Ulid::from_string(&a).expect("a ULID");
         assert_eq!(a.len(), 26);
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
         assert!(now.abs_diff(u.timestamp_ms()) < 60_000, "{a}");
     }
 

@@ -88,16 +88,29 @@ fn exec_usage_refusal(e: &clap::Error) {
         })
     };
     let detail = e.to_string();
-    let first = detail.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ").to_string();
+    let first = detail
+        .lines()
+        .next()
+        .unwrap_or("invalid arguments")
+        .trim_start_matches("error: ")
+        .to_string();
     let r = crate::supervisor::result::RunResult::not_run(
         exec::new_run_id(),
         crate::supervisor::result::Termination::Refused,
         crate::supervisor::result::exit::REFUSED,
         first,
     );
-    let audit_path = (!args.iter().any(|a| a == "--no-audit"))
-        .then(|| value_of("--audit-log").map(std::path::PathBuf::from).unwrap_or_else(crate::audit::default_path));
-    exec::write_audit(audit_path.as_deref(), &r, value_of("--agent-id").as_deref(), "usage_error");
+    let audit_path = (!args.iter().any(|a| a == "--no-audit")).then(|| {
+        value_of("--audit-log")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(crate::audit::default_path)
+    });
+    exec::write_audit(
+        audit_path.as_deref(),
+        &r,
+        value_of("--agent-id").as_deref(),
+        "usage_error",
+    );
     if args.iter().any(|a| a == "--json") {
         let _ = r.write_json_line(std::io::stdout().lock());
     }
@@ -115,7 +128,11 @@ fn init_logging(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_new(env.as_deref().unwrap_or(default))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
 }
 
 /// Print one error line for the user.

@@ -25,7 +25,11 @@ impl KernelView {
 
 /// The plan as a JSON value (grants with their origin and enforcing layer).
 pub fn plan_json(plan: &Plan, k: &KernelView) -> serde_json::Value {
-    let fs_layer = if k.landlock_abi > 0 { format!("landlock ABI {}", k.landlock_abi) } else { "NOT ENFORCED (no Landlock)".into() };
+    let fs_layer = if k.landlock_abi > 0 {
+        format!("landlock ABI {}", k.landlock_abi)
+    } else {
+        "NOT ENFORCED (no Landlock)".into()
+    };
     json!({
         "run_id": plan.run_id,
         "program": plan.program,
@@ -70,13 +74,18 @@ fn network_layer(mode: NetMode, k: &KernelView) -> String {
     match mode {
         NetMode::None => format!(
             "seccomp (no IP sockets){}",
-            if k.landlock_abi >= 4 { " + Landlock TCP bind/connect denied" } else { "" }
+            if k.landlock_abi >= 4 {
+                " + Landlock TCP bind/connect denied"
+            } else {
+                ""
+            }
         ),
         NetMode::Proxy => {
             if k.namespaces {
                 "own network namespace with only the proxy endpoint".into()
             } else {
-                "Landlock TCP port rule + seccomp (TCP only); cannot pin the address, only the port".into()
+                "Landlock TCP port rule + seccomp (TCP only); cannot pin the address, only the port"
+                    .into()
             }
         }
         NetMode::Unrestricted => "host network (no filtering)".into(),
@@ -85,15 +94,35 @@ fn network_layer(mode: NetMode, k: &KernelView) -> String {
 
 /// Print the plan for humans.
 pub fn print_plan(plan: &Plan, k: &KernelView) {
-    let fs_layer = if k.landlock_abi > 0 { format!("Landlock ABI {}", k.landlock_abi) } else { "NOT ENFORCED".into() };
+    let fs_layer = if k.landlock_abi > 0 {
+        format!("Landlock ABI {}", k.landlock_abi)
+    } else {
+        "NOT ENFORCED".into()
+    };
     if !plan.argv.is_empty() {
-        println!("command   {} ({})", plan.argv.join(" "), plan.program.display());
+        println!(
+            "command   {} ({})",
+            plan.argv.join(" "),
+            plan.program.display()
+        );
     }
     println!("cwd       {}", plan.cwd.display());
-    println!("env       {}", plan.env.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>().join(" "));
+    println!(
+        "env       {}",
+        plan.env
+            .iter()
+            .map(|(k, _)| k.as_str())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
     println!("filesystem (enforced by {fs_layer}; anything not listed is denied):");
     for g in &plan.fs.grants {
-        println!("  {:<4} {}  — {}", g.access.label(), g.path.display(), g.origin);
+        println!(
+            "  {:<4} {}  — {}",
+            g.access.label(),
+            g.path.display(),
+            g.origin
+        );
     }
     if plan.fs.proc_self {
         println!("  r    /proc/self (the child's own)  — filesystem.system");
@@ -101,27 +130,51 @@ pub fn print_plan(plan: &Plan, k: &KernelView) {
     for d in &plan.fs.deny {
         println!("  deny {}  — {}", d.path.display(), d.origin);
     }
-    println!("network   {} — {}", plan.net.mode.as_str(), network_layer(plan.net.mode, k));
+    println!(
+        "network   {} — {}",
+        plan.net.mode.as_str(),
+        network_layer(plan.net.mode, k)
+    );
     for h in &plan.net.allow_hosts {
         println!("  allow host {h}");
     }
     println!(
         "seccomp   {}",
-        if k.seccomp { "architecture check, syscall allowlist (unknown → ENOSYS), EPERM denials, socket filter" } else { "NOT AVAILABLE" }
+        if k.seccomp {
+            "architecture check, syscall allowlist (unknown → ENOSYS), EPERM denials, socket filter"
+        } else {
+            "NOT AVAILABLE"
+        }
     );
     println!(
         "processes own session, no_new_privs, no capabilities, no core dumps; tree killed via {}",
-        if k.namespaces { "its own pid namespace" } else { "a child subreaper" }
+        if k.namespaces {
+            "its own pid namespace"
+        } else {
+            "a child subreaper"
+        }
     );
     let l = &plan.limits;
-    println!("limits    timeout {}s, output {} bytes/stream", l.timeout.as_secs_f64(), l.max_output_bytes);
+    println!(
+        "limits    timeout {}s, output {} bytes/stream",
+        l.timeout.as_secs_f64(),
+        l.max_output_bytes
+    );
     let opt = |name: &str, v: Option<u64>, how: &str| {
         if let Some(v) = v {
             println!("          {name} {v} ({how})");
         }
     };
-    opt("memory_bytes", l.memory_bytes, "cgroup where capsule may create one, else RLIMIT_DATA");
-    opt("max_processes", l.max_processes, "cgroup pids where capsule may create one, else RLIMIT_NPROC");
+    opt(
+        "memory_bytes",
+        l.memory_bytes,
+        "cgroup where capsule may create one, else RLIMIT_DATA",
+    );
+    opt(
+        "max_processes",
+        l.max_processes,
+        "cgroup pids where capsule may create one, else RLIMIT_NPROC",
+    );
     opt("cpu_seconds", l.cpu_seconds, "RLIMIT_CPU");
     opt("max_file_size_bytes", l.max_file_size_bytes, "RLIMIT_FSIZE");
     opt("max_open_files", l.max_open_files, "RLIMIT_NOFILE");

@@ -22,13 +22,23 @@ pub enum PlanError {
     #[error(transparent)]
     Env(#[from] EnvError),
     #[error("{flag} {path}: {why}")]
-    Flag { flag: &'static str, path: String, why: String },
+    Flag {
+        flag: &'static str,
+        path: String,
+        why: String,
+    },
     #[error("--cwd {0}: not readable under the policy (add it, or a parent, to filesystem.read)")]
     CwdNotGranted(PathBuf),
     #[error("--cwd {path}: {source}")]
-    Cwd { path: PathBuf, source: std::io::Error },
+    Cwd {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("--workspace {path}: {source}")]
-    Workspace { path: PathBuf, source: std::io::Error },
+    Workspace {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("--timeout {0}: must be a number of seconds > 0")]
     Timeout(f64),
 }
@@ -60,7 +70,13 @@ pub struct BuildInput {
 /// Resolve, validate and plan. Creates nothing on disk except the
 /// workspace's `scripts/` and `output/` directories when missing.
 pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
-    let BuildInput { mut loaded, overrides: ov, argv, best_effort, run_id } = input;
+    let BuildInput {
+        mut loaded,
+        overrides: ov,
+        argv,
+        best_effort,
+        run_id,
+    } = input;
     let home = resolve::invoking_home();
     let here = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
 
@@ -69,7 +85,11 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
     if let Some(mode) = ov.net {
         loaded.policy.network.mode = mode;
     }
-    loaded.policy.network.allow_hosts.extend(ov.allow_hosts.iter().cloned());
+    loaded
+        .policy
+        .network
+        .allow_hosts
+        .extend(ov.allow_hosts.iter().cloned());
     if let Some(t) = ov.timeout {
         if !(t > 0.0 && t.is_finite()) {
             return Err(PlanError::Timeout(t));
@@ -88,10 +108,19 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         ("--allow-exec", &ov.allow_exec, GrantKind::Exec),
     ] {
         for raw in list {
-            let mut r = resolve::resolve_one(raw, &here, &home, flag, false)?
-                .ok_or_else(|| PlanError::Flag { flag, path: raw.clone(), why: "does not exist".into() })?;
+            let mut r = resolve::resolve_one(raw, &here, &home, flag, false)?.ok_or_else(|| {
+                PlanError::Flag {
+                    flag,
+                    path: raw.clone(),
+                    why: "does not exist".into(),
+                }
+            })?;
             r.flag = Some(flag);
-            validate::check_grant(&r.path, kind).map_err(|why| PlanError::Flag { flag, path: raw.clone(), why })?;
+            validate::check_grant(&r.path, kind).map_err(|why| PlanError::Flag {
+                flag,
+                path: raw.clone(),
+                why,
+            })?;
             match kind {
                 GrantKind::Read => resolved.read.push(r),
                 GrantKind::Write => resolved.write.push(r),
@@ -110,7 +139,10 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         access,
         origin: match r.flag {
             Some(flag) => Origin::Cli(flag),
-            None => Origin::Policy { key: r.key.clone(), line: r.line },
+            None => Origin::Policy {
+                key: r.key.clone(),
+                line: r.line,
+            },
         },
     };
     grants.extend(resolved.read.iter().map(|r| from_policy(r, Access::READ)));
@@ -118,9 +150,17 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
     grants.extend(resolved.exec.iter().map(|r| from_policy(r, Access::EXEC)));
 
     // The private tmp dir (created by the supervisor just before spawn).
-    let tmpdir = policy.filesystem.tmp.then(|| std::env::temp_dir().join(format!("capsule-{run_id}")));
+    let tmpdir = policy
+        .filesystem
+        .tmp
+        .then(|| std::env::temp_dir().join(format!("capsule-{run_id}")));
     if let Some(t) = &tmpdir {
-        grants.push(FsGrant { opened: Opened::NONE, path: t.clone(), access: Access::WRITE, origin: Origin::Tmp });
+        grants.push(FsGrant {
+            opened: Opened::NONE,
+            path: t.clone(),
+            access: Access::WRITE,
+            origin: Origin::Tmp,
+        });
     }
 
     // The workspace: scripts/ read-only (+exec, it is the host's code), output/ read-write.
@@ -129,19 +169,44 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         let ws = absolute(&here, ws);
         let (scripts, output) = (ws.join("scripts"), ws.join("output"));
         for d in [&scripts, &output] {
-            std::fs::create_dir_all(d).map_err(|source| PlanError::Workspace { path: d.clone(), source })?;
+            std::fs::create_dir_all(d).map_err(|source| PlanError::Workspace {
+                path: d.clone(),
+                source,
+            })?;
         }
-        let canon = |p: &Path| std::fs::canonicalize(p).map_err(|source| PlanError::Workspace { path: p.to_path_buf(), source });
+        let canon = |p: &Path| {
+            std::fs::canonicalize(p).map_err(|source| PlanError::Workspace {
+                path: p.to_path_buf(),
+                source,
+            })
+        };
         let (scripts, output) = (canon(&scripts)?, canon(&output)?);
-        grants.push(FsGrant { opened: Opened::NONE, path: scripts, access: Access::EXEC, origin: Origin::Workspace });
-        grants.push(FsGrant { opened: Opened::NONE, path: output.clone(), access: Access::WRITE, origin: Origin::Workspace });
+        grants.push(FsGrant {
+            opened: Opened::NONE,
+            path: scripts,
+            access: Access::EXEC,
+            origin: Origin::Workspace,
+        });
+        grants.push(FsGrant {
+            opened: Opened::NONE,
+            path: output.clone(),
+            access: Access::WRITE,
+            origin: Origin::Workspace,
+        });
         ws_output = Some(output);
     }
 
     // Working directory.
-    let readable = |p: &Path, grants: &[FsGrant]| grants.iter().any(|g| p.starts_with(&g.path) && g.access.read);
+    let readable = |p: &Path, grants: &[FsGrant]| {
+        grants
+            .iter()
+            .any(|g| p.starts_with(&g.path) && g.access.read)
+    };
     let cwd = if let Some(c) = &ov.cwd {
-        let c = std::fs::canonicalize(absolute(&here, c)).map_err(|source| PlanError::Cwd { path: c.clone(), source })?;
+        let c = std::fs::canonicalize(absolute(&here, c)).map_err(|source| PlanError::Cwd {
+            path: c.clone(),
+            source,
+        })?;
         if !readable(&c, &grants) {
             return Err(PlanError::CwdNotGranted(c));
         }
@@ -160,15 +225,34 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
     let host_path = std::env::var("PATH").ok();
     // `capsule check` plans without a command.
     let cmd = match argv.first() {
-        Some(name) => command::resolve(name, host_path.as_deref().unwrap_or(env::DEFAULT_PATH), &cwd, &home)?,
-        None => command::ResolvedCommand { program: PathBuf::new(), files: vec![], prefixes: vec![] },
+        Some(name) => command::resolve(
+            name,
+            host_path.as_deref().unwrap_or(env::DEFAULT_PATH),
+            &cwd,
+            &home,
+        )?,
+        None => command::ResolvedCommand {
+            program: PathBuf::new(),
+            files: vec![],
+            prefixes: vec![],
+        },
     };
     for f in &cmd.files {
-        grants.push(FsGrant { opened: Opened::NONE, path: f.clone(), access: Access::EXEC, origin: Origin::Command });
+        grants.push(FsGrant {
+            opened: Opened::NONE,
+            path: f.clone(),
+            access: Access::EXEC,
+            origin: Origin::Command,
+        });
     }
     if policy.filesystem.system {
         for p in &cmd.prefixes {
-            grants.push(FsGrant { opened: Opened::NONE, path: p.clone(), access: Access::EXEC, origin: Origin::Command });
+            grants.push(FsGrant {
+                opened: Opened::NONE,
+                path: p.clone(),
+                access: Access::EXEC,
+                origin: Origin::Command,
+            });
         }
         grants.extend(system::grants());
     }
@@ -178,14 +262,27 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
     let mut deny: Vec<FsDeny> = resolved
         .deny
         .iter()
-        .map(|r| FsDeny { path: r.path.clone(), origin: Origin::Policy { key: r.key.clone(), line: r.line } })
+        .map(|r| FsDeny {
+            path: r.path.clone(),
+            origin: Origin::Policy {
+                key: r.key.clone(),
+                line: r.line,
+            },
+        })
         .collect();
     for cred in validate::credential_paths(&home) {
         // Cheapest test first: usually no grant lies above a credential path.
-        let beneath = || grants.iter().any(|g| cred.starts_with(&g.path) && g.path != cred);
+        let beneath = || {
+            grants
+                .iter()
+                .any(|g| cred.starts_with(&g.path) && g.path != cred)
+        };
         let named = || grants.iter().any(|g| g.path == cred);
         if beneath() && !named() && cred.exists() {
-            deny.push(FsDeny { path: cred, origin: Origin::Credential });
+            deny.push(FsDeny {
+                path: cred,
+                origin: Origin::Credential,
+            });
         }
     }
 
@@ -197,7 +294,13 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_else(|| "/nonexistent".to_string());
     let tmp_s = tmpdir.as_ref().map(|p| p.to_string_lossy().into_owned());
-    let env = env::build(&policy.env, host_path.as_deref(), &home_dir, tmp_s.as_deref(), &[])?;
+    let env = env::build(
+        &policy.env,
+        host_path.as_deref(),
+        &home_dir,
+        tmp_s.as_deref(),
+        &[],
+    )?;
 
     let l = &policy.limits;
     let mib = |v: u64| v.saturating_mul(1024 * 1024);
@@ -208,7 +311,11 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         env,
         cwd,
         tmpdir,
-        fs: FsPlan { grants, deny, proc_self: policy.filesystem.system },
+        fs: FsPlan {
+            grants,
+            deny,
+            proc_self: policy.filesystem.system,
+        },
         net: NetPlan {
             mode: policy.network.mode,
             allow_hosts: policy.network.allow_hosts.clone(),

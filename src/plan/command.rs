@@ -47,18 +47,31 @@ pub struct ResolvedCommand {
 }
 
 /// Resolve `name` as a shell would, on `path_env`, relative paths against `cwd`.
-pub fn resolve(name: &str, path_env: &str, cwd: &Path, home: &Path) -> Result<ResolvedCommand, CommandError> {
+pub fn resolve(
+    name: &str,
+    path_env: &str,
+    cwd: &Path,
+    home: &Path,
+) -> Result<ResolvedCommand, CommandError> {
     if name.is_empty() {
         return Err(CommandError::Empty);
     }
     let program = if name.contains('/') {
-        let p = if Path::new(name).is_absolute() { PathBuf::from(name) } else { cwd.join(name) };
+        let p = if Path::new(name).is_absolute() {
+            PathBuf::from(name)
+        } else {
+            cwd.join(name)
+        };
         check_executable(&p, name)?;
         p
     } else {
         find_on_path(name, path_env)?
     };
-    let mut out = ResolvedCommand { program: program.clone(), files: vec![program.clone()], prefixes: vec![] };
+    let mut out = ResolvedCommand {
+        program: program.clone(),
+        files: vec![program.clone()],
+        prefixes: vec![],
+    };
     add_prefix(&mut out, &program, home);
     if let Some((interp, arg)) = shebang(&program) {
         out.files.push(interp.clone());
@@ -82,10 +95,16 @@ fn check_executable(p: &Path, name: &str) -> Result<(), CommandError> {
         Err(_) => return Err(CommandError::NotFound(name.to_string())),
     };
     if meta.is_dir() {
-        return Err(CommandError::NotExecutable { path: p.to_path_buf(), why: "it is a directory" });
+        return Err(CommandError::NotExecutable {
+            path: p.to_path_buf(),
+            why: "it is a directory",
+        });
     }
     if meta.permissions().mode() & 0o111 == 0 {
-        return Err(CommandError::NotExecutable { path: p.to_path_buf(), why: "it has no execute permission" });
+        return Err(CommandError::NotExecutable {
+            path: p.to_path_buf(),
+            why: "it has no execute permission",
+        });
     }
     Ok(())
 }
@@ -133,8 +152,12 @@ fn add_prefix(out: &mut ResolvedCommand, program: &Path, home: &Path) {
     let real = std::fs::canonicalize(program).unwrap_or_else(|_| program.to_path_buf());
     for p in [program, real.as_path()] {
         let Some(dir) = p.parent() else { continue };
-        let is_bin = dir.file_name().is_some_and(|n| n == "bin" || n == "sbin" || n == "shims");
-        let Some(prefix) = dir.parent().filter(|_| is_bin) else { continue };
+        let is_bin = dir
+            .file_name()
+            .is_some_and(|n| n == "bin" || n == "sbin" || n == "shims");
+        let Some(prefix) = dir.parent().filter(|_| is_bin) else {
+            continue;
+        };
         let too_broad = prefix == Path::new("/")
             || prefix == Path::new("/usr")
             || prefix == Path::new("/usr/local")
@@ -175,16 +198,34 @@ mod tests {
         let script = dir.path().join("s");
         std::fs::write(&script, "#!/usr/bin/env sh\necho hi\n").unwrap();
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let r = resolve(script.to_str().unwrap(), "/usr/bin:/bin", Path::new("/"), Path::new("/h")).unwrap();
+        let r = resolve(
+            script.to_str().unwrap(),
+            "/usr/bin:/bin",
+            Path::new("/"),
+            Path::new("/h"),
+        )
+        .unwrap();
         assert!(r.files.iter().any(|f| f.ends_with("env")));
         assert!(r.files.iter().any(|f| f.ends_with("sh")));
     }
 
     #[test]
     fn prefix_of_opt_tool_but_never_home() {
-        let mut out = ResolvedCommand { program: "/x".into(), files: vec![], prefixes: vec![] };
-        add_prefix(&mut out, Path::new("/opt/tool/bin/tool"), Path::new("/home/u"));
-        add_prefix(&mut out, Path::new("/home/u/bin/tool"), Path::new("/home/u"));
+        let mut out = ResolvedCommand {
+            program: "/x".into(),
+            files: vec![],
+            prefixes: vec![],
+        };
+        add_prefix(
+            &mut out,
+            Path::new("/opt/tool/bin/tool"),
+            Path::new("/home/u"),
+        );
+        add_prefix(
+            &mut out,
+            Path::new("/home/u/bin/tool"),
+            Path::new("/home/u"),
+        );
         add_prefix(&mut out, Path::new("/usr/bin/tool"), Path::new("/home/u"));
         assert_eq!(out.prefixes, vec![PathBuf::from("/opt/tool")]);
     }

@@ -28,7 +28,8 @@ pub fn build(
     tmpdir: Option<&str>,
     extra: &[(String, String)],
 ) -> Result<Vec<(String, String)>, EnvError> {
-    let mut env: Vec<(String, String)> = Vec::with_capacity(8 + policy.pass.len() + policy.set.len() + extra.len());
+    let mut env: Vec<(String, String)> =
+        Vec::with_capacity(8 + policy.pass.len() + policy.set.len() + extra.len());
     let put = |env: &mut Vec<(String, String)>, k: &str, v: String| {
         if let Some(slot) = env.iter_mut().find(|(n, _)| n == k) {
             slot.1 = v;
@@ -36,7 +37,14 @@ pub fn build(
             env.push((k.to_string(), v));
         }
     };
-    put(&mut env, "PATH", host_path.filter(|p| !p.is_empty()).unwrap_or(DEFAULT_PATH).to_string());
+    put(
+        &mut env,
+        "PATH",
+        host_path
+            .filter(|p| !p.is_empty())
+            .unwrap_or(DEFAULT_PATH)
+            .to_string(),
+    );
     put(&mut env, "HOME", home.to_string());
     if let Some(t) = tmpdir {
         put(&mut env, "TMPDIR", t.to_string());
@@ -44,7 +52,10 @@ pub fn build(
     put(&mut env, "LANG", "C.UTF-8".to_string());
     for (i, name) in policy.pass.iter().enumerate() {
         if is_refused_env(name) {
-            return Err(EnvError { name: name.clone(), key: format!("env.pass[{i}]") });
+            return Err(EnvError {
+                name: name.clone(),
+                key: format!("env.pass[{i}]"),
+            });
         }
         if let Ok(v) = std::env::var(name) {
             put(&mut env, name, v);
@@ -52,7 +63,10 @@ pub fn build(
     }
     for (name, value) in &policy.set {
         if is_refused_env(name) {
-            return Err(EnvError { name: name.clone(), key: format!("env.set.{name}") });
+            return Err(EnvError {
+                name: name.clone(),
+                key: format!("env.set.{name}"),
+            });
         }
         put(&mut env, name, value.clone());
     }

@@ -30,13 +30,33 @@ pub struct Access {
 }
 
 impl Access {
-    pub const READ: Access = Access { read: true, write: false, exec: false };
-    pub const WRITE: Access = Access { read: true, write: true, exec: false };
-    pub const EXEC: Access = Access { read: true, write: false, exec: true };
-    pub const NONE: Access = Access { read: false, write: false, exec: false };
+    pub const READ: Access = Access {
+        read: true,
+        write: false,
+        exec: false,
+    };
+    pub const WRITE: Access = Access {
+        read: true,
+        write: true,
+        exec: false,
+    };
+    pub const EXEC: Access = Access {
+        read: true,
+        write: false,
+        exec: true,
+    };
+    pub const NONE: Access = Access {
+        read: false,
+        write: false,
+        exec: false,
+    };
 
     pub fn union(self, o: Access) -> Access {
-        Access { read: self.read || o.read, write: self.write || o.write, exec: self.exec || o.exec }
+        Access {
+            read: self.read || o.read,
+            write: self.write || o.write,
+            exec: self.exec || o.exec,
+        }
     }
     pub fn is_empty(self) -> bool {
         !(self.read || self.write || self.exec)
@@ -44,10 +64,18 @@ impl Access {
     /// "r", "rw", "rx", "rwx"
     pub fn label(self) -> String {
         let mut s = String::new();
-        if self.read { s.push('r') }
-        if self.write { s.push('w') }
-        if self.exec { s.push('x') }
-        if s.is_empty() { s.push('-') }
+        if self.read {
+            s.push('r')
+        }
+        if self.write {
+            s.push('w')
+        }
+        if self.exec {
+            s.push('x')
+        }
+        if s.is_empty() {
+            s.push('-')
+        }
         s
     }
 }

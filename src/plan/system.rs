@@ -18,7 +18,9 @@ use nix::sys::stat::Mode;
 use super::{Access, FsGrant, Opened, Origin};
 
 /// Directories granted read+exec.
-const EXEC_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"];
+const EXEC_DIRS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32",
+];
 
 /// Files and directories under /etc granted read.
 const ETC: &[&str] = &[
@@ -44,7 +46,13 @@ const ETC: &[&str] = &[
 ];
 
 /// Read-only /proc files that reveal nothing about other processes.
-const PROC: &[&str] = &["/proc/cpuinfo", "/proc/meminfo", "/proc/version", "/proc/loadavg", "/proc/filesystems"];
+const PROC: &[&str] = &[
+    "/proc/cpuinfo",
+    "/proc/meminfo",
+    "/proc/version",
+    "/proc/loadavg",
+    "/proc/filesystems",
+];
 
 /// /dev nodes: (path, access).
 const DEV: &[(&str, Access)] = &[
@@ -64,15 +72,24 @@ pub fn grants() -> Vec<FsGrant> {
         // the target), but a dangling entry is skipped.
         // Opened rather than stat'ed: the same path walk, and Landlock reuses the descriptor.
         if let Ok(fd) = nix::fcntl::open(p, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()) {
-            out.push(FsGrant { opened: Opened(Some(Arc::new(fd))), path: PathBuf::from(p), access, origin: Origin::System });
+            out.push(FsGrant {
+                opened: Opened(Some(Arc::new(fd))),
+                path: PathBuf::from(p),
+                access,
+                origin: Origin::System,
+            });
         }
     };
     for d in EXEC_DIRS {
         // On merged-/usr systems /bin, /lib... are symlinks into /usr: one rule suffices.
         let link = std::fs::read_link(d);
-        let into_usr = link.as_ref().is_ok_and(|t| t.starts_with("usr/") || t.starts_with("/usr/"));
+        let into_usr = link
+            .as_ref()
+            .is_ok_and(|t| t.starts_with("usr/") || t.starts_with("/usr/"));
         // No entry at all (/lib32 on most hosts): nothing to stat either.
-        let absent = link.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
+        let absent = link
+            .as_ref()
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
         if !into_usr && !absent {
             add(d, Access::EXEC);
         }
@@ -94,8 +111,14 @@ mod tests {
     #[test]
     fn has_the_basics_and_no_shadow() {
         let g = super::grants();
-        assert!(g.iter().any(|g| g.path.as_os_str() == "/usr" && g.access.exec));
-        assert!(g.iter().any(|g| g.path.as_os_str() == "/dev/null" && g.access.write));
-        assert!(!g.iter().any(|g| g.path.as_os_str() == "/etc" || g.path.starts_with("/etc/shadow")));
+        assert!(g
+            .iter()
+            .any(|g| g.path.as_os_str() == "/usr" && g.access.exec));
+        assert!(g
+            .iter()
+            .any(|g| g.path.as_os_str() == "/dev/null" && g.access.write));
+        assert!(!g
+            .iter()
+            .any(|g| g.path.as_os_str() == "/etc" || g.path.starts_with("/etc/shadow")));
     }
 }

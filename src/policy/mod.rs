@@ -180,7 +180,9 @@ impl std::str::FromStr for NetMode {
             "none" => Ok(NetMode::None),
             "proxy" => Ok(NetMode::Proxy),
             "unrestricted" => Ok(NetMode::Unrestricted),
-            other => Err(format!("unknown network mode '{other}' (none | proxy | unrestricted)")),
+            other => Err(format!(
+                "unknown network mode '{other}' (none | proxy | unrestricted)"
+            )),
         }
     }
 }
@@ -277,7 +279,12 @@ pub struct Tool {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     /// JSON Schema of the arguments, shown by `tools/list`.
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "inputSchema", alias = "input_schema")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "inputSchema",
+        alias = "input_schema"
+    )]
     pub input_schema: Option<serde_json::Value>,
     /// argv of a host command: JSON arguments on stdin, result on stdout.
     #[serde(default, skip_serializing_if = "Option::is_none")]

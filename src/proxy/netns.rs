@@ -70,12 +70,15 @@ fn loopback_up() -> Result<(), i32> {
     }
     let ifr_ptr = std::ptr::addr_of_mut!(ifr).cast();
     // SAFETY: SIOCGIFFLAGS reads the name and writes the flags member of our ifreq.
-    let r = unsafe { raw::ioctl(sock, libc::SIOCGIFFLAGS as libc::c_ulong, ifr_ptr) }.and_then(|_| {
-        // SAFETY: SIOCGIFFLAGS just filled `ifru_flags`, so that union member is the live one.
-        unsafe { ifr.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short };
-        // SAFETY: SIOCSIFFLAGS reads the name and flags of our ifreq.
-        unsafe { raw::ioctl(sock, libc::SIOCSIFFLAGS as libc::c_ulong, ifr_ptr) }
-    });
+    let r =
+        unsafe { raw::ioctl(sock, libc::SIOCGIFFLAGS as libc::c_ulong, ifr_ptr) }.and_then(|_| {
+            // SAFETY: SIOCGIFFLAGS just filled `ifru_flags`, so that union member is the live one.
+            unsafe {
+                ifr.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short
+            };
+            // SAFETY: SIOCSIFFLAGS reads the name and flags of our ifreq.
+            unsafe { raw::ioctl(sock, libc::SIOCSIFFLAGS as libc::c_ulong, ifr_ptr) }
+        });
     raw::close(sock);
     r.map(drop)
 }
@@ -87,7 +90,9 @@ fn listen_raw(port: u16) -> Result<libc::c_int, i32> {
     let addr = libc::sockaddr_in {
         sin_family: libc::AF_INET as libc::sa_family_t,
         sin_port: port.to_be(),
-        sin_addr: libc::in_addr { s_addr: u32::from_be_bytes([127, 0, 0, 1]).to_be() },
+        sin_addr: libc::in_addr {
+            s_addr: u32::from_be_bytes([127, 0, 0, 1]).to_be(),
+        },
         sin_zero: [0; 8],
     };
     let r = raw::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)

@@ -57,7 +57,10 @@ impl Broker {
     /// Whether a tool call can start a host process (a `command:` or
     /// `policy:` tool; `forward: true` tools are answered by the caller).
     pub fn starts_processes(&self) -> bool {
-        self.tools.tools.iter().any(|t| !matches!(t.kind, ToolKind::Forward))
+        self.tools
+            .tools
+            .iter()
+            .any(|t| !matches!(t.kind, ToolKind::Forward))
     }
 
     /// A snapshot of the counters, for the result and the audit record.

@@ -212,9 +212,16 @@ pub async fn run_under_policy(
     let input = serde_json::to_vec(arguments).unwrap_or_default();
     // The inner capsule enforces the tool's timeout; the outer one is a backstop.
     let backstop = spec.timeout + Duration::from_secs(5);
-    let out = process::run(&outer, cwd, &input, backstop, 16 * MAX_TOOL_OUTPUT, process::NESTED_CAPSULE_ENV)
-        .await
-        .map_err(|e| fault_of(&spec.name, e))?;
+    let out = process::run(
+        &outer,
+        cwd,
+        &input,
+        backstop,
+        16 * MAX_TOOL_OUTPUT,
+        process::NESTED_CAPSULE_ENV,
+    )
+    .await
+    .map_err(|e| fault_of(&spec.name, e))?;
     let v: Value = serde_json::from_slice(&out.stdout).map_err(|_| {
         RpcFault::new(
             Reason::ToolFailed,

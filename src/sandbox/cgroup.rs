@@ -29,7 +29,10 @@ fn own_cgroups() -> (Option<String>, Vec<(String, String)>) {
     let mut v1 = Vec::new();
     for line in text.lines() {
         let mut parts = line.splitn(3, ':');
-        let (Some(_id), Some(ctrls), Some(path)) = (parts.next(), parts.next(), parts.next()) else { continue };
+        let (Some(_id), Some(ctrls), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
         if ctrls.is_empty() {
             v2 = Some(path.to_string());
         } else {
@@ -54,7 +57,9 @@ fn join_rel(mount: &Path, rel: &str) -> PathBuf {
 }
 
 fn has_word(file: &Path, word: &str) -> bool {
-    std::fs::read_to_string(file).map(|s| s.split_whitespace().any(|w| w == word)).unwrap_or(false)
+    std::fs::read_to_string(file)
+        .map(|s| s.split_whitespace().any(|w| w == word))
+        .unwrap_or(false)
 }
 
 /// What `doctor` reports about cgroups on this host.
@@ -64,11 +69,22 @@ pub fn describe() -> String {
     if let (Some(m), Some(rel)) = (v2_mount(), v2) {
         let dir = join_rel(&m, &rel);
         let ctrls = std::fs::read_to_string(dir.join("cgroup.subtree_control")).unwrap_or_default();
-        parts.push(format!("cgroup v2 at {} (delegated controllers: {})", dir.display(), if ctrls.trim().is_empty() { "none" } else { ctrls.trim() }));
+        parts.push(format!(
+            "cgroup v2 at {} (delegated controllers: {})",
+            dir.display(),
+            if ctrls.trim().is_empty() {
+                "none"
+            } else {
+                ctrls.trim()
+            }
+        ));
     }
     for c in ["memory", "pids"] {
         if let Some((_, rel)) = v1.iter().find(|(n, _)| n == c) {
-            parts.push(format!("cgroup v1 {c} at {}", join_rel(&Path::new("/sys/fs/cgroup").join(c), rel).display()));
+            parts.push(format!(
+                "cgroup v1 {c} at {}",
+                join_rel(&Path::new("/sys/fs/cgroup").join(c), rel).display()
+            ));
         }
     }
     if parts.is_empty() {
@@ -107,14 +123,18 @@ impl RunCgroup {
                 if std::fs::create_dir(&dir).is_ok() {
                     cg.dirs.push(dir.clone());
                     if let Some(m) = memory {
-                        if has_word(&sc, "memory") && std::fs::write(dir.join("memory.max"), m.to_string()).is_ok() {
+                        if has_word(&sc, "memory")
+                            && std::fs::write(dir.join("memory.max"), m.to_string()).is_ok()
+                        {
                             let _ = std::fs::write(dir.join("memory.swap.max"), "0");
                             cg.memory = Some(Mechanism::CgroupV2);
                             cg.memory_dir = Some((dir.clone(), true));
                         }
                     }
                     if let Some(p) = procs {
-                        if has_word(&sc, "pids") && std::fs::write(dir.join("pids.max"), p.to_string()).is_ok() {
+                        if has_word(&sc, "pids")
+                            && std::fs::write(dir.join("pids.max"), p.to_string()).is_ok()
+                        {
                             cg.procs = Some(Mechanism::CgroupV2);
                         }
                     }
@@ -123,7 +143,9 @@ impl RunCgroup {
         }
         // cgroup v1 hierarchies for what v2 could not take.
         let mut v1_make = |ctrl: &str, file: &str, value: u64| -> bool {
-            let Some((_, rel)) = v1.iter().find(|(n, _)| n == ctrl) else { return false };
+            let Some((_, rel)) = v1.iter().find(|(n, _)| n == ctrl) else {
+                return false;
+            };
             let dir = join_rel(&Path::new("/sys/fs/cgroup").join(ctrl), rel).join(&name);
             if std::fs::create_dir(&dir).is_err() {
                 return false;
@@ -131,7 +153,8 @@ impl RunCgroup {
             cg.dirs.push(dir.clone());
             if std::fs::write(dir.join(file), value.to_string()).is_ok() {
                 if ctrl == "memory" {
-                    let _ = std::fs::write(dir.join("memory.memsw.limit_in_bytes"), value.to_string());
+                    let _ =
+                        std::fs::write(dir.join("memory.memsw.limit_in_bytes"), value.to_string());
                     cg.memory_dir = Some((dir, false));
                 }
                 true
@@ -167,10 +190,21 @@ impl RunCgroup {
 
     /// Whether the kernel's OOM killer acted in the run's memory cgroup.
     pub fn oom_killed(&self) -> bool {
-        let Some((dir, v2)) = &self.memory_dir else { return false };
-        let file = if *v2 { dir.join("memory.events") } else { dir.join("memory.oom_control") };
+        let Some((dir, v2)) = &self.memory_dir else {
+            return false;
+        };
+        let file = if *v2 {
+            dir.join("memory.events")
+        } else {
+            dir.join("memory.oom_control")
+        };
         let text = std::fs::read_to_string(file).unwrap_or_default();
-        text.lines().any(|l| l.strip_prefix("oom_kill ").and_then(|n| n.trim().parse::<u64>().ok()).unwrap_or(0) > 0)
+        text.lines().any(|l| {
+            l.strip_prefix("oom_kill ")
+                .and_then(|n| n.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+                > 0
+        })
     }
 
     /// Remove the run's cgroups (every process is gone by now).

@@ -69,7 +69,12 @@ pub struct ChildSpec {
 
 impl ChildSpec {
     /// A spec with the command's strings; the rest is filled in by the caller.
-    pub fn new(program: CString, argv: Vec<CString>, envp: Vec<CString>, cwd: CString) -> ChildSpec {
+    pub fn new(
+        program: CString,
+        argv: Vec<CString>,
+        envp: Vec<CString>,
+        cwd: CString,
+    ) -> ChildSpec {
         ChildSpec {
             program,
             argv,
@@ -100,7 +105,10 @@ impl ChildSpec {
     ) -> Result<(CString, Vec<CString>, Vec<CString>, CString), std::ffi::NulError> {
         use std::os::unix::ffi::OsStrExt;
         let program = CString::new(program.as_os_str().as_bytes())?;
-        let argv = argv.iter().map(|a| CString::new(a.as_bytes())).collect::<Result<Vec<_>, _>>()?;
+        let argv = argv
+            .iter()
+            .map(|a| CString::new(a.as_bytes()))
+            .collect::<Result<Vec<_>, _>>()?;
         let envp = env
             .iter()
             .map(|(k, v)| CString::new(format!("{k}={v}")))
@@ -112,8 +120,18 @@ impl ChildSpec {
     /// Fill the argv/envp pointer arrays: the last step before the spec is
     /// handed to `spawn`.
     pub fn seal(&mut self) {
-        self.argv_ptrs = self.argv.iter().map(|c| c.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
-        self.envp_ptrs = self.envp.iter().map(|c| c.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+        self.argv_ptrs = self
+            .argv
+            .iter()
+            .map(|c| c.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect();
+        self.envp_ptrs = self
+            .envp
+            .iter()
+            .map(|c| c.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect();
     }
 }
 
@@ -136,8 +154,15 @@ fn wait_go(spec: &ChildSpec) {
 }
 
 /// The signals init passes on to every process of the run.
-const FORWARDED: [c_int; 7] =
-    [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT, libc::SIGUSR1, libc::SIGUSR2, libc::SIGWINCH];
+const FORWARDED: [c_int; 7] = [
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGWINCH,
+];
 
 /// Pid 1 of the run's pid namespace. `arg` is the leaked `&'static ChildSpec`.
 /// Starts with every signal blocked (the supervisor blocks them around the clone).
@@ -182,10 +207,17 @@ pub(crate) extern "C" fn init_main(arg: *mut c_void) -> c_int {
     // plan's O_PATH descriptors. The descriptor table is init's own copy (no
     // CLONE_FILES). Where close_range is missing or filtered (an outer
     // seccomp profile), at least the plumbing goes.
-    let below = if spec.chan > 3 { raw::close_range(3, (spec.chan - 1) as std::ffi::c_uint) } else { Ok(0) };
+    let below = if spec.chan > 3 {
+        raw::close_range(3, (spec.chan - 1) as std::ffi::c_uint)
+    } else {
+        Ok(0)
+    };
     let above = raw::close_range(spec.chan + 1, std::ffi::c_uint::MAX);
     if below.is_err() || above.is_err() {
-        for fd in [spec.stdout_w, spec.stderr_w, spec.rpc_fd].into_iter().flatten() {
+        for fd in [spec.stdout_w, spec.stderr_w, spec.rpc_fd]
+            .into_iter()
+            .flatten()
+        {
             raw::close(fd);
         }
         if let Some(fd) = spec.landlock.as_ref().and_then(|l| l.ruleset.as_ref()) {
@@ -300,7 +332,13 @@ pub(crate) extern "C" fn command_main(arg: *mut c_void) -> c_int {
         }
     }
     // SAFETY: `seal` built both arrays NULL-terminated, pointing into the spec's CStrings.
-    let err = unsafe { raw::execve(&spec.program, spec.argv_ptrs.as_ptr(), spec.envp_ptrs.as_ptr()) };
+    let err = unsafe {
+        raw::execve(
+            &spec.program,
+            spec.argv_ptrs.as_ptr(),
+            spec.envp_ptrs.as_ptr(),
+        )
+    };
     report(spec.chan, Msg::ExecFailed { errno: err });
     raw::exit_group(if err == libc::ENOENT { 127 } else { 126 })
 }
@@ -320,7 +358,10 @@ fn drop_capabilities() -> Result<(), i32> {
         }
     }
     // EINVAL on kernels without ambient capabilities.
-    let _ = raw::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL as usize);
+    let _ = raw::prctl(
+        libc::PR_CAP_AMBIENT,
+        libc::PR_CAP_AMBIENT_CLEAR_ALL as usize,
+    );
     raw::clear_capabilities().map(drop)
 }
 

@@ -64,7 +64,11 @@ fn probe_namespaces() -> bool {
     if nix::unistd::geteuid().is_root() {
         return true;
     }
-    let read = |p: &str| std::fs::read_to_string(p).ok().map(|s| s.trim().to_string());
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .ok()
+            .map(|s| s.trim().to_string())
+    };
     if read("/proc/sys/user/max_user_namespaces").as_deref() == Some("0") {
         return false;
     }
@@ -82,16 +86,20 @@ fn probe_namespaces() -> bool {
 pub fn prepare(plan: &Plan, proxy_port: Option<u16>) -> Result<Layers, SandboxError> {
     let best_effort = plan.best_effort;
     let mut missing = Vec::new();
-    let unavailable = |what: &str, why: &str, missing: &mut Vec<String>| -> Result<(), SandboxError> {
-        if best_effort {
-            let line = format!("{what}: {why}");
-            tracing::warn!("not enforced (--best-effort): {line}");
-            missing.push(line);
-            Ok(())
-        } else {
-            Err(SandboxError::Unavailable { what: what.into(), why: why.into() })
-        }
-    };
+    let unavailable =
+        |what: &str, why: &str, missing: &mut Vec<String>| -> Result<(), SandboxError> {
+            if best_effort {
+                let line = format!("{what}: {why}");
+                tracing::warn!("not enforced (--best-effort): {line}");
+                missing.push(line);
+                Ok(())
+            } else {
+                Err(SandboxError::Unavailable {
+                    what: what.into(),
+                    why: why.into(),
+                })
+            }
+        };
     let want_pidns = namespaces_available();
     if !want_pidns {
         tracing::info!(
@@ -102,7 +110,10 @@ pub fn prepare(plan: &Plan, proxy_port: Option<u16>) -> Result<Layers, SandboxEr
 
     // Landlock.
     let abi = landlock::kernel_abi();
-    let scopes = landlock::Scopes { signal: abi >= 6, abstract_unix: abi >= 6 };
+    let scopes = landlock::Scopes {
+        signal: abi >= 6,
+        abstract_unix: abi >= 6,
+    };
     if abi < 6 && !want_pidns {
         unavailable(
             "signal isolation",
@@ -132,7 +143,11 @@ pub fn prepare(plan: &Plan, proxy_port: Option<u16>) -> Result<Layers, SandboxEr
             allow_unix_sockets: plan.net.allow_unix_sockets,
         })?)
     } else {
-        unavailable("seccomp", "the kernel has no seccomp filter support (CONFIG_SECCOMP_FILTER)", &mut missing)?;
+        unavailable(
+            "seccomp",
+            "the kernel has no seccomp filter support (CONFIG_SECCOMP_FILTER)",
+            &mut missing,
+        )?;
         None
     };
 

@@ -36,7 +36,12 @@ impl Mechanism {
 ///
 /// `nproc_base` is added to `max_processes` when RLIMIT_NPROC counts the
 /// whole uid (no user namespace): the processes the uid already has.
-pub fn plan(l: &LimitsPlan, memory: Mechanism, procs: Mechanism, nproc_base: u64) -> Vec<(Resource, u64)> {
+pub fn plan(
+    l: &LimitsPlan,
+    memory: Mechanism,
+    procs: Mechanism,
+    nproc_base: u64,
+) -> Vec<(Resource, u64)> {
     let mut out = vec![(Resource::RLIMIT_CORE, 0)];
     if let Some(c) = l.cpu_seconds {
         out.push((Resource::RLIMIT_CPU, c));
@@ -58,17 +63,29 @@ pub fn plan(l: &LimitsPlan, memory: Mechanism, procs: Mechanism, nproc_base: u64
 
 /// Processes (threads count too) the real uid has now, from /proc.
 pub fn uid_process_count(uid: u32) -> u64 {
-    let Ok(dir) = std::fs::read_dir("/proc") else { return 0 };
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
     let mut n = 0u64;
     for e in dir.flatten() {
         let name = e.file_name();
-        let Some(pid) = name.to_str().filter(|s| s.bytes().all(|b| b.is_ascii_digit())) else { continue };
-        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { continue };
+        let Some(pid) = name
+            .to_str()
+            .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+            continue;
+        };
         let mut real = None;
         let mut threads = 1;
         for line in status.lines() {
             if let Some(v) = line.strip_prefix("Uid:") {
-                real = v.split_whitespace().next().and_then(|s| s.parse::<u32>().ok());
+                real = v
+                    .split_whitespace()
+                    .next()
+                    .and_then(|s| s.parse::<u32>().ok());
             } else if let Some(v) = line.strip_prefix("Threads:") {
                 threads = v.trim().parse().unwrap_or(1);
             }

@@ -78,7 +78,8 @@ pub async fn pump(fd: OwnedFd, sink: Sink, limit: u64) -> Captured {
             None => {
                 if out.data.capacity() == 0 && limit <= (16 << 20) {
                     // One allocation of exactly what can be kept, not a doubling series.
-                    out.data.reserve_exact(limit as usize + TRUNCATION_MARKER.len());
+                    out.data
+                        .reserve_exact(limit as usize + TRUNCATION_MARKER.len());
                 }
                 out.data.extend_from_slice(slice)
             }
@@ -125,7 +126,9 @@ async fn discard(rx: &tokio::net::unix::pipe::Receiver) -> u64 {
                 Ok(n) => total += n as u64,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return total + discard_by_reading(rx).await,
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    return total + discard_by_reading(rx).await
+                }
                 Err(_) => return total,
             }
         }

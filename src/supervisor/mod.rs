@@ -47,7 +47,12 @@ pub struct Finished {
 /// A run that was refused before anything ran.
 pub fn refused(plan_run_id: &str, reason: &'static str, error: String) -> Finished {
     Finished {
-        result: RunResult::not_run(plan_run_id.to_string(), Termination::Refused, exit::REFUSED, error),
+        result: RunResult::not_run(
+            plan_run_id.to_string(),
+            Termination::Refused,
+            exit::REFUSED,
+            error,
+        ),
         reason,
     }
 }
@@ -62,7 +67,11 @@ pub fn run(plan: &Plan, opts: ExecOptions) -> Finished {
     if let Some(t) = &plan.tmpdir {
         use std::os::unix::fs::DirBuilderExt;
         if let Err(e) = std::fs::DirBuilder::new().mode(0o700).create(t) {
-            return refused(&plan.run_id, "setup_failed", format!("creating the private TMPDIR {}: {e}", t.display()));
+            return refused(
+                &plan.run_id,
+                "setup_failed",
+                format!("creating the private TMPDIR {}: {e}", t.display()),
+            );
         }
     }
     tracing::debug!("supervisor: preparing layers");
@@ -107,7 +116,9 @@ fn run_prepared(
     layers: &mut sandbox::Layers,
     services: &mut services::Services,
 ) -> Finished {
-    let fail = |what: &str, e: &dyn std::fmt::Display| refused(&plan.run_id, "setup_failed", format!("{what}: {e}"));
+    let fail = |what: &str, e: &dyn std::fmt::Display| {
+        refused(&plan.run_id, "setup_failed", format!("{what}: {e}"))
+    };
     let (out_r, out_w) = match pipe() {
         Ok(p) => p,
         Err(e) => return fail("pipe()", &e),
@@ -123,16 +134,23 @@ fn run_prepared(
     // The services' variables win (e.g. no `env.set` HTTP_PROXY may bypass the proxy).
     env.retain(|(k, _)| !service_env.iter().any(|(s, _)| s == k));
     env.extend(service_env);
-    let (program, argv, envp, cwd) = match ChildSpec::strings(&plan.program, &plan.argv, &env, &plan.cwd) {
-        Ok(s) => s,
-        Err(e) => return fail("a NUL byte in the command, environment or cwd", &e),
-    };
+    let (program, argv, envp, cwd) =
+        match ChildSpec::strings(&plan.program, &plan.argv, &env, &plan.cwd) {
+            Ok(s) => s,
+            Err(e) => return fail("a NUL byte in the command, environment or cwd", &e),
+        };
     let mut spec = ChildSpec::new(program, argv, envp, cwd);
     spec.stdout_w = Some(out_w.as_raw_fd());
     spec.stderr_w = Some(err_w.as_raw_fd());
     spec.rpc_fd = services.child_rpc_fd();
-    spec.rlimits = std::mem::take(&mut layers.rlimits).into_iter().map(|(r, v)| (r as libc::c_int, v)).collect();
-    spec.landlock = layers.landlock.take().map(sandbox::landlock::Prepared::into_child);
+    spec.rlimits = std::mem::take(&mut layers.rlimits)
+        .into_iter()
+        .map(|(r, v)| (r as libc::c_int, v))
+        .collect();
+    spec.landlock = layers
+        .landlock
+        .take()
+        .map(sandbox::landlock::Prepared::into_child);
     spec.seccomp = layers.seccomp.take();
     spec.wait_go = !layers.cgroup.is_empty();
     spec.net_setup = services.net_setup();
@@ -142,8 +160,15 @@ fn run_prepared(
     // capsule, but never the ones it had before this run: a script may have
     // started something in the background and then exec'd capsule.
     let sweeps = services.starts_processes() || !layers.want_pidns;
-    let inherited = if sweeps { treekill::own_children_except(&[]) } else { Vec::new() };
-    let ns = NsRequest { pid: layers.want_pidns, net: services.wants_netns() };
+    let inherited = if sweeps {
+        treekill::own_children_except(&[])
+    } else {
+        Vec::new()
+    };
+    let ns = NsRequest {
+        pid: layers.want_pidns,
+        net: services.wants_netns(),
+    };
     let cgroup = &layers.cgroup;
     let mut join = |pid: libc::pid_t| cgroup.join(pid);
     let start = Instant::now();
@@ -178,14 +203,19 @@ fn run_prepared(
             tracing::warn!("cannot become a child subreaper for tool processes: {e}");
         }
     }
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             sys::signal(spawned.pid, libc::SIGKILL);
             return fail("starting the supervisor's event loop", &e);
         }
     };
-    let mut sup = rt.block_on(supervise(&spawned, out_r, err_r, json, plan, grace, services));
+    let mut sup = rt.block_on(supervise(
+        &spawned, out_r, err_r, json, plan, grace, services,
+    ));
     let duration = start.elapsed();
     tracing::debug!("supervisor: child gone, output drained");
     let usage = rt.block_on(services.finish());
@@ -229,7 +259,11 @@ fn run_prepared(
     if let Some((stage, errno)) = sup.setup_failed {
         r.termination_reason = Termination::Refused;
         r.exit_code = exit::REFUSED;
-        r.error = Some(format!("confining the child failed while {}: {}", stage.describe(), errno.desc()));
+        r.error = Some(format!(
+            "confining the child failed while {}: {}",
+            stage.describe(),
+            errno.desc()
+        ));
         reason = "setup_failed";
     } else if sup.timed_out {
         r.termination_reason = Termination::Timeout;
@@ -242,18 +276,32 @@ fn run_prepared(
         reason = "timeout";
     } else if let Some(errno) = sup.exec_failed {
         r.termination_reason = Termination::Error;
-        r.exit_code = if errno == Errno::ENOENT { exit::NOT_FOUND } else { exit::CANNOT_EXECUTE };
+        r.exit_code = if errno == Errno::ENOENT {
+            exit::NOT_FOUND
+        } else {
+            exit::CANNOT_EXECUTE
+        };
         let why = match errno {
-            Errno::EACCES | Errno::EPERM => "permission denied (the sandbox or the file mode forbids executing it)".to_string(),
+            Errno::EACCES | Errno::EPERM => {
+                "permission denied (the sandbox or the file mode forbids executing it)".to_string()
+            }
             e => e.desc().to_string(),
         };
         r.error = Some(format!("execve({}): {why}", plan.program.display()));
-        reason = if errno == Errno::ENOENT { "command_not_found" } else { "cannot_execute" };
+        reason = if errno == Errno::ENOENT {
+            "command_not_found"
+        } else {
+            "cannot_execute"
+        };
     } else {
         match sup.status {
             Some(st) if libc::WIFEXITED(st) => {
                 r.exit_code = libc::WEXITSTATUS(st);
-                reason = if r.exit_code == 0 { "exit_zero" } else { "exit_nonzero" };
+                reason = if r.exit_code == 0 {
+                    "exit_zero"
+                } else {
+                    "exit_nonzero"
+                };
             }
             Some(st) if libc::WIFSIGNALED(st) => {
                 let sig = libc::WTERMSIG(st);
@@ -271,7 +319,8 @@ fn run_prepared(
             _ => {
                 r.termination_reason = Termination::Error;
                 r.exit_code = exit::REFUSED;
-                r.error = Some("the sandboxed process tree ended without reporting a status".into());
+                r.error =
+                    Some("the sandboxed process tree ended without reporting a status".into());
                 reason = "lost_child";
             }
         }
@@ -300,7 +349,11 @@ async fn supervise(
     services: &mut services::Services,
 ) -> Supervised {
     let limit = plan.limits.max_output_bytes;
-    let (so, se) = if json { (Sink::Capture, Sink::Capture) } else { (Sink::Stdout, Sink::Stderr) };
+    let (so, se) = if json {
+        (Sink::Capture, Sink::Capture)
+    } else {
+        (Sink::Stdout, Sink::Stderr)
+    };
     let out_task = tokio::spawn(capture::pump(out_r, so, limit));
     let err_task = tokio::spawn(capture::pump(err_r, se, limit));
     services.start(&sp.chan, sp.netns);
@@ -313,12 +366,20 @@ async fn supervise(
         setup_failed: None,
         timed_out: false,
     };
-    let init_status = timeout::watch(sp, plan.limits.timeout, grace, &mut state.timed_out, |msg, fd| match msg {
-        Msg::ExecFailed { errno } => state.exec_failed = Some(Errno::from_raw(errno)),
-        Msg::SetupFailed { stage, errno } => state.setup_failed = Some((stage, Errno::from_raw(errno))),
-        Msg::Exited { status } => state.status = Some(status),
-        Msg::Fd { tag } => services.on_fd(tag, fd),
-    })
+    let init_status = timeout::watch(
+        sp,
+        plan.limits.timeout,
+        grace,
+        &mut state.timed_out,
+        |msg, fd| match msg {
+            Msg::ExecFailed { errno } => state.exec_failed = Some(Errno::from_raw(errno)),
+            Msg::SetupFailed { stage, errno } => {
+                state.setup_failed = Some((stage, Errno::from_raw(errno)))
+            }
+            Msg::Exited { status } => state.status = Some(status),
+            Msg::Fd { tag } => services.on_fd(tag, fd),
+        },
+    )
     .await;
     tracing::debug!("supervisor: child exited");
     if sp.tree == TreeMode::Subreaper {
@@ -328,7 +389,15 @@ async fn supervise(
     }
     // Every writer is gone now; the pipes reach end-of-file promptly.
     let drain = Duration::from_secs(2);
-    state.stdout = tokio::time::timeout(drain, out_task).await.ok().and_then(Result::ok).unwrap_or_default();
-    state.stderr = tokio::time::timeout(drain, err_task).await.ok().and_then(Result::ok).unwrap_or_default();
+    state.stdout = tokio::time::timeout(drain, out_task)
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    state.stderr = tokio::time::timeout(drain, err_task)
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
     state
 }

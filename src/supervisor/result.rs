@@ -82,8 +82,16 @@ pub struct RunResult {
 
 impl RunResult {
     /// A result for a run that never started (refused or failed before exec).
-    pub fn not_run(run_id: String, termination: Termination, exit_code: i32, error: String) -> RunResult {
-        RunResult { error: Some(error), ..RunResult::new(run_id, termination, exit_code) }
+    pub fn not_run(
+        run_id: String,
+        termination: Termination,
+        exit_code: i32,
+        error: String,
+    ) -> RunResult {
+        RunResult {
+            error: Some(error),
+            ..RunResult::new(run_id, termination, exit_code)
+        }
     }
 
     /// A result with nothing observed yet: no output, no error, not killed.
@@ -117,7 +125,10 @@ impl RunResult {
 
     /// Take the captured streams (decoded as UTF-8 with replacement, without a copy when already valid).
     pub fn set_streams(&mut self, out: &mut Captured, err: &mut Captured) {
-        let text = |v: Vec<u8>| String::from_utf8(v).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+        let text = |v: Vec<u8>| {
+            String::from_utf8(v)
+                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+        };
         self.stdout = text(std::mem::take(&mut out.data));
         self.stderr = text(std::mem::take(&mut err.data));
         self.stdout_bytes = out.total;

@@ -66,7 +66,10 @@ impl Services {
     pub fn prepare(plan: &Plan, tool_fd: Option<OwnedFd>) -> Result<Services, ServiceError> {
         let proxy = if plan.net.mode == NetMode::Proxy {
             // Predict what clone() will grant (CAPSULE_NO_NAMESPACES=1 forces the fallback).
-            Some(ProxyService::prepare(&plan.net.allow_hosts, crate::sandbox::namespaces_available())?)
+            Some(ProxyService::prepare(
+                &plan.net.allow_hosts,
+                crate::sandbox::namespaces_available(),
+            )?)
         } else {
             None
         };
@@ -80,8 +83,15 @@ impl Services {
             capsule_exe: std::env::current_exe().unwrap_or_else(|_| "capsule".into()),
         })?;
         // Both ends close-on-exec; the child clears the flag on its end only.
-        let (parent, child) = std::os::unix::net::UnixStream::pair().map_err(ServiceError::Socket)?;
-        Ok(Services { broker: Arc::new(broker), rpc_parent: Some(parent), rpc_child: Some(child.into()), rpc_task: None, proxy })
+        let (parent, child) =
+            std::os::unix::net::UnixStream::pair().map_err(ServiceError::Socket)?;
+        Ok(Services {
+            broker: Arc::new(broker),
+            rpc_parent: Some(parent),
+            rpc_child: Some(child.into()),
+            rpc_task: None,
+            proxy,
+        })
     }
     /// The loopback port of a proxy the child reaches without a netns.
     pub fn proxy_port(&self) -> Option<u16> {
@@ -109,7 +119,10 @@ impl Services {
     }
     /// How the child reaches the proxy ("netns" | "landlock-tcp-fallback"), once started.
     pub fn network_path(&self) -> Option<String> {
-        self.proxy.as_ref().and_then(|p| p.path()).map(|p| p.as_str().to_string())
+        self.proxy
+            .as_ref()
+            .and_then(|p| p.path())
+            .map(|p| p.as_str().to_string())
     }
     /// Whether tool calls may start host processes (see `supervisor::run_prepared`).
     pub fn starts_processes(&self) -> bool {
@@ -127,7 +140,10 @@ impl Services {
         if let Some(parent) = self.rpc_parent.take() {
             let _ = parent.set_nonblocking(true);
             match tokio::net::UnixStream::from_std(parent) {
-                Ok(stream) => self.rpc_task = Some(tokio::spawn(crate::rpc::serve(stream, self.broker.clone()))),
+                Ok(stream) => {
+                    self.rpc_task =
+                        Some(tokio::spawn(crate::rpc::serve(stream, self.broker.clone())))
+                }
                 Err(e) => tracing::warn!("cannot serve the RPC pipe: {e}"),
             }
         }
@@ -144,7 +160,10 @@ impl Services {
         // The child's end is closed once every process of the run is gone, so
         // the broker sees end-of-file; give in-flight answers a moment.
         if let Some(mut task) = self.rpc_task.take() {
-            if tokio::time::timeout(Duration::from_millis(500), &mut task).await.is_err() {
+            if tokio::time::timeout(Duration::from_millis(500), &mut task)
+                .await
+                .is_err()
+            {
                 task.abort();
             }
         }

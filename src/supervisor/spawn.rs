@@ -105,7 +105,11 @@ const STAGE_STACK: usize = 256 * 1024;
 /// read it from the shared address space until they exec or exit. The
 /// caller closes its own copies of the child's descriptors after this
 /// returns (the stages have their own descriptor tables).
-pub fn spawn(mut spec: ChildSpec, ns: NsRequest, before_go: BeforeGo<'_>) -> Result<Spawned, SpawnError> {
+pub fn spawn(
+    mut spec: ChildSpec,
+    ns: NsRequest,
+    before_go: BeforeGo<'_>,
+) -> Result<Spawned, SpawnError> {
     let (ours, theirs) = sys::channel::pair().map_err(SpawnError::Channel)?;
     let uid = nix::unistd::getuid();
     let gid = nix::unistd::getgid();
@@ -113,7 +117,11 @@ pub fn spawn(mut spec: ChildSpec, ns: NsRequest, before_go: BeforeGo<'_>) -> Res
     let stack = || sys::leaked_stack(STAGE_STACK).map_err(SpawnError::Stack);
     spec.chan = theirs.raw();
     spec.command_stack = stack()?;
-    let init_stack = if ns.pid { stack()? } else { std::ptr::null_mut() };
+    let init_stack = if ns.pid {
+        stack()?
+    } else {
+        std::ptr::null_mut()
+    };
 
     let mut attempts: Vec<(libc::c_int, TreeMode)> = Vec::new();
     // `ns.pid` already reflects `sandbox::namespaces_available()` (and thus CAPSULE_NO_NAMESPACES).
@@ -136,15 +144,16 @@ pub fn spawn(mut spec: ChildSpec, ns: NsRequest, before_go: BeforeGo<'_>) -> Res
         let go_needed = userns || spec.wait_go;
         // No stage exists yet: the spec may still change between attempts.
         spec.wait_go = go_needed;
-        let (entry, stack): (extern "C" fn(*mut c_void) -> libc::c_int, _) = if tree == TreeMode::Subreaper {
-            // Orphaned descendants come to us, so we can find and kill them.
-            let _ = sys::set_child_subreaper();
-            spec.parent_pid = parent_pid;
-            (child::command_main, spec.command_stack)
-        } else {
-            spec.parent_pid = 0;
-            (child::init_main, init_stack)
-        };
+        let (entry, stack): (extern "C" fn(*mut c_void) -> libc::c_int, _) =
+            if tree == TreeMode::Subreaper {
+                // Orphaned descendants come to us, so we can find and kill them.
+                let _ = sys::set_child_subreaper();
+                spec.parent_pid = parent_pid;
+                (child::command_main, spec.command_stack)
+            } else {
+                spec.parent_pid = 0;
+                (child::init_main, init_stack)
+            };
         let arg: *mut c_void = (spec as *mut ChildSpec).cast();
         let mask = sys::block_all_signals();
         // SAFETY: `entry` is one of the stages of `sandbox::child`, which follow
@@ -167,12 +176,21 @@ pub fn spawn(mut spec: ChildSpec, ns: NsRequest, before_go: BeforeGo<'_>) -> Res
                 if go_needed {
                     ours.send_go().map_err(SpawnError::Go)?;
                 }
-                return Ok(Spawned { pid, tree, netns: flags & libc::CLONE_NEWNET != 0, chan: ours, inherited: Vec::new() });
+                return Ok(Spawned {
+                    pid,
+                    tree,
+                    netns: flags & libc::CLONE_NEWNET != 0,
+                    chan: ours,
+                    inherited: Vec::new(),
+                });
             }
             Err(e @ (libc::EPERM | libc::EINVAL | libc::ENOSPC | libc::EUSERS | libc::EACCES))
                 if tree == TreeMode::PidNamespace =>
             {
-                tracing::debug!("clone with namespaces refused ({}); falling back to a subreaper", Errno::from_raw(e));
+                tracing::debug!(
+                    "clone with namespaces refused ({}); falling back to a subreaper",
+                    Errno::from_raw(e)
+                );
                 continue;
             }
             Err(e) => return Err(SpawnError::Clone(Errno::from_raw(e))),

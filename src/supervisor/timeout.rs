@@ -51,9 +51,15 @@ pub async fn watch(
     timed_out: &mut bool,
     mut on_msg: impl FnMut(Msg, Option<OwnedFd>),
 ) -> Option<i32> {
-    let pidfd = sys::pidfd_open(sp.pid).ok().and_then(|fd| sys::async_fd(fd).ok());
+    let pidfd = sys::pidfd_open(sp.pid)
+        .ok()
+        .and_then(|fd| sys::async_fd(fd).ok());
     let _ = sys::set_nonblocking(sp.chan.raw());
-    let chan = sp.chan.try_clone_fd().ok().and_then(|fd| sys::async_fd(fd).ok());
+    let chan = sp
+        .chan
+        .try_clone_fd()
+        .ok()
+        .and_then(|fd| sys::async_fd(fd).ok());
     let mut chan_open = chan.is_some();
     let mut sig_int = signal(SignalKind::interrupt()).ok();
     let mut sig_term = signal(SignalKind::terminate()).ok();

@@ -18,13 +18,21 @@ pub fn children_of(parent: libc::pid_t) -> Vec<libc::pid_t> {
         return kids;
     }
     let mut out = Vec::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else { return out };
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
     for entry in dir.flatten() {
         let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(|s| s.parse::<libc::pid_t>().ok()) else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let Some(pid) = name.to_str().and_then(|s| s.parse::<libc::pid_t>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
         // pid (comm) state ppid ...  — comm may contain spaces and parentheses.
-        let Some((_, rest)) = stat.rsplit_once(')') else { continue };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
         let mut it = rest.split_whitespace();
         let _state = it.next();
         if it.next().and_then(|p| p.parse::<libc::pid_t>().ok()) == Some(parent) {
@@ -64,14 +72,23 @@ pub fn kill_children(keep: &[libc::pid_t], rounds: usize) {
 /// capsule's own children, except those in `keep`.
 pub fn own_children_except(keep: &[libc::pid_t]) -> Vec<libc::pid_t> {
     let me = nix::unistd::getpid().as_raw();
-    children_of(me).into_iter().filter(|k| !keep.contains(k)).collect()
+    children_of(me)
+        .into_iter()
+        .filter(|k| !keep.contains(k))
+        .collect()
 }
 
 fn children_from_task_files(parent: libc::pid_t) -> Option<Vec<libc::pid_t>> {
     let mut out = Vec::new();
-    for task in std::fs::read_dir(format!("/proc/{parent}/task")).ok()?.flatten() {
+    for task in std::fs::read_dir(format!("/proc/{parent}/task"))
+        .ok()?
+        .flatten()
+    {
         let text = std::fs::read_to_string(task.path().join("children")).ok()?;
-        out.extend(text.split_whitespace().filter_map(|p| p.parse::<libc::pid_t>().ok()));
+        out.extend(
+            text.split_whitespace()
+                .filter_map(|p| p.parse::<libc::pid_t>().ok()),
+        );
     }
     Some(out)
 }

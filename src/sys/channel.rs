@@ -111,7 +111,10 @@ impl Msg {
         let (k, a, b) = (word(0), word(4), word(8));
         Some(match k {
             KIND_EXEC => Msg::ExecFailed { errno: a },
-            KIND_SETUP => Msg::SetupFailed { stage: Stage::from_i32(a)?, errno: b },
+            KIND_SETUP => Msg::SetupFailed {
+                stage: Stage::from_i32(a)?,
+                errno: b,
+            },
             KIND_EXITED => Msg::Exited { status: a },
             KIND_FD => Msg::Fd { tag: a },
             _ => return None,
@@ -127,7 +130,12 @@ pub struct Channel {
 
 /// Create both ends (close-on-exec).
 pub fn pair() -> Result<(Channel, Channel), Errno> {
-    let (a, b) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)?;
+    let (a, b) = socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )?;
     Ok((Channel { fd: a }, Channel { fd: b }))
 }
 
@@ -167,7 +175,12 @@ impl Channel {
         let mut cbuf = nix::cmsg_space!([RawFd; 2]);
         let mut iov = [IoSliceMut::new(&mut buf)];
         let (n, fd) = loop {
-            match recvmsg::<()>(self.raw(), &mut iov, Some(&mut cbuf), MsgFlags::MSG_CMSG_CLOEXEC) {
+            match recvmsg::<()>(
+                self.raw(),
+                &mut iov,
+                Some(&mut cbuf),
+                MsgFlags::MSG_CMSG_CLOEXEC,
+            ) {
                 Ok(m) => {
                     let mut fd = None;
                     if let Ok(cmsgs) = m.cmsgs() {
@@ -204,7 +217,10 @@ mod tests {
     fn messages_round_trip() {
         for m in [
             Msg::ExecFailed { errno: 2 },
-            Msg::SetupFailed { stage: Stage::Landlock, errno: 38 },
+            Msg::SetupFailed {
+                stage: Stage::Landlock,
+                errno: 38,
+            },
             Msg::Exited { status: 0x0300 },
             Msg::Fd { tag: 7 },
         ] {
@@ -220,7 +236,10 @@ mod tests {
         // As the child stages send: one raw send of the encoded record.
         crate::sys::raw::send(a.raw(), &Msg::Exited { status: 0 }.encode()).unwrap();
         drop(a);
-        assert!(matches!(b.recv(), Ok(Some((Some(Msg::Exited { status: 0 }), None)))));
+        assert!(matches!(
+            b.recv(),
+            Ok(Some((Some(Msg::Exited { status: 0 }), None)))
+        ));
         assert!(matches!(b.recv(), Ok(None)));
     }
 }

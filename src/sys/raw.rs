@@ -68,7 +68,9 @@ pub fn setsid() -> Ret {
 
 pub fn getppid() -> c_int {
     // SAFETY: no arguments; getppid cannot fail.
-    unsafe { syscall!(Sysno::getppid) }.map(|p| p as c_int).unwrap_or(0)
+    unsafe { syscall!(Sysno::getppid) }
+        .map(|p| p as c_int)
+        .unwrap_or(0)
 }
 
 /// `dup3(src, dst, 0)`, or nothing when they are already the same descriptor.
@@ -116,14 +118,21 @@ pub fn close_range(first: c_int, last: c_uint) -> Ret {
 /// `close_range(first, ~0, CLOSE_RANGE_CLOEXEC)`.
 pub fn cloexec_range(first: c_int) -> Ret {
     // SAFETY: flags only change descriptor flags of this process.
-    map(unsafe { syscall!(Sysno::close_range, first, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) })
+    map(unsafe {
+        syscall!(
+            Sysno::close_range,
+            first,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC
+        )
+    })
 }
 
 /// `capset` with a v3 header and all-zero sets.
 pub fn clear_capabilities() -> Ret {
     let header: [u32; 2] = [0x2008_0522, 0]; // _LINUX_CAPABILITY_VERSION_3, this process
     let data = [0u32; 6]; // two {effective, permitted, inheritable} structs
-    // SAFETY: capset reads the header and both data structs from our stack.
+                          // SAFETY: capset reads the header and both data structs from our stack.
     map(unsafe { syscall!(Sysno::capset, header.as_ptr(), data.as_ptr()) })
 }
 
@@ -134,9 +143,20 @@ pub fn landlock_add_path_rule(ruleset: c_int, access: u64, parent_fd: c_int) -> 
         allowed_access: u64,
         parent_fd: i32,
     }
-    let attr = PathBeneath { allowed_access: access, parent_fd };
+    let attr = PathBeneath {
+        allowed_access: access,
+        parent_fd,
+    };
     // SAFETY: the kernel reads the packed attribute from our stack during the call.
-    map(unsafe { syscall!(Sysno::landlock_add_rule, ruleset, 1, std::ptr::addr_of!(attr), 0) })
+    map(unsafe {
+        syscall!(
+            Sysno::landlock_add_rule,
+            ruleset,
+            1,
+            std::ptr::addr_of!(attr),
+            0
+        )
+    })
 }
 
 pub fn landlock_restrict_self(ruleset: c_int) -> Ret {
@@ -177,7 +197,17 @@ pub fn exit_group(code: c_int) -> ! {
 pub fn send(fd: c_int, buf: &[u8]) -> Ret {
     loop {
         // SAFETY: buf is valid for reading for its length during the call.
-        let r = map(unsafe { syscall!(Sysno::sendto, fd, buf.as_ptr(), buf.len(), libc::MSG_NOSIGNAL, 0, 0) });
+        let r = map(unsafe {
+            syscall!(
+                Sysno::sendto,
+                fd,
+                buf.as_ptr(),
+                buf.len(),
+                libc::MSG_NOSIGNAL,
+                0,
+                0
+            )
+        });
         if r != Err(libc::EINTR) {
             return r;
         }
@@ -188,7 +218,17 @@ pub fn send(fd: c_int, buf: &[u8]) -> Ret {
 pub fn recv(fd: c_int, buf: &mut [u8], flags: c_int) -> Ret {
     loop {
         // SAFETY: buf is valid for writing for its length during the call.
-        let r = map(unsafe { syscall!(Sysno::recvfrom, fd, buf.as_mut_ptr(), buf.len(), flags, 0, 0) });
+        let r = map(unsafe {
+            syscall!(
+                Sysno::recvfrom,
+                fd,
+                buf.as_mut_ptr(),
+                buf.len(),
+                flags,
+                0,
+                0
+            )
+        });
         if r != Err(libc::EINTR) {
             return r;
         }
@@ -207,13 +247,18 @@ pub fn send_with_fd(sock: c_int, buf: &[u8], fd: c_int) -> Ret {
         pad: c_int,
     }
     let cmsg = Cmsg {
-        len: std::mem::size_of::<usize>() + 2 * std::mem::size_of::<c_int>() + std::mem::size_of::<c_int>(),
+        len: std::mem::size_of::<usize>()
+            + 2 * std::mem::size_of::<c_int>()
+            + std::mem::size_of::<c_int>(),
         level: libc::SOL_SOCKET,
         kind: libc::SCM_RIGHTS,
         fd,
         pad: 0,
     };
-    let iov = libc::iovec { iov_base: buf.as_ptr() as *mut c_void, iov_len: buf.len() };
+    let iov = libc::iovec {
+        iov_base: buf.as_ptr() as *mut c_void,
+        iov_len: buf.len(),
+    };
     // SAFETY: msghdr is plain data; every pointer in it refers to our stack for the call.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = std::ptr::addr_of!(iov) as *mut libc::iovec;
@@ -222,7 +267,14 @@ pub fn send_with_fd(sock: c_int, buf: &[u8], fd: c_int) -> Ret {
     msg.msg_controllen = std::mem::size_of::<Cmsg>() as _;
     loop {
         // SAFETY: as above; the kernel only reads msg, iov, buf and cmsg.
-        let r = map(unsafe { syscall!(Sysno::sendmsg, sock, std::ptr::addr_of!(msg), libc::MSG_NOSIGNAL) });
+        let r = map(unsafe {
+            syscall!(
+                Sysno::sendmsg,
+                sock,
+                std::ptr::addr_of!(msg),
+                libc::MSG_NOSIGNAL
+            )
+        });
         if r != Err(libc::EINTR) {
             return r;
         }
@@ -231,21 +283,50 @@ pub fn send_with_fd(sock: c_int, buf: &[u8], fd: c_int) -> Ret {
 
 pub fn sigprocmask(how: c_int, set: SigSet) -> Ret {
     // SAFETY: the kernel reads one sigset from our stack.
-    map(unsafe { syscall!(Sysno::rt_sigprocmask, how, std::ptr::addr_of!(set), 0, SIGSET_SIZE) })
+    map(unsafe {
+        syscall!(
+            Sysno::rt_sigprocmask,
+            how,
+            std::ptr::addr_of!(set),
+            0,
+            SIGSET_SIZE
+        )
+    })
 }
 
 /// Restore the default disposition of `sig`.
 pub fn default_action(sig: c_int) -> Ret {
-    let act = KernelSigaction { handler: 0, flags: 0, restorer: 0, mask: SigSet::EMPTY };
+    let act = KernelSigaction {
+        handler: 0,
+        flags: 0,
+        restorer: 0,
+        mask: SigSet::EMPTY,
+    };
     // SAFETY: the kernel reads one struct sigaction from our stack; no old action is asked for.
-    map(unsafe { syscall!(Sysno::rt_sigaction, sig, std::ptr::addr_of!(act), 0, SIGSET_SIZE) })
+    map(unsafe {
+        syscall!(
+            Sysno::rt_sigaction,
+            sig,
+            std::ptr::addr_of!(act),
+            0,
+            SIGSET_SIZE
+        )
+    })
 }
 
 /// Wait for one signal of `set` (which must be blocked); its number.
 pub fn sigwait(set: SigSet) -> Ret {
     loop {
         // SAFETY: the kernel reads the set; no siginfo and no timeout are passed.
-        let r = map(unsafe { syscall!(Sysno::rt_sigtimedwait, std::ptr::addr_of!(set), 0, 0, SIGSET_SIZE) });
+        let r = map(unsafe {
+            syscall!(
+                Sysno::rt_sigtimedwait,
+                std::ptr::addr_of!(set),
+                0,
+                0,
+                SIGSET_SIZE
+            )
+        });
         if r != Err(libc::EINTR) {
             return r;
         }
@@ -257,7 +338,15 @@ pub fn wait4(pid: c_int, options: c_int) -> Result<(c_int, c_int), i32> {
     let mut status: c_int = 0;
     loop {
         // SAFETY: the kernel writes the status into our local.
-        let r = map(unsafe { syscall!(Sysno::wait4, pid, std::ptr::addr_of_mut!(status), options, 0) });
+        let r = map(unsafe {
+            syscall!(
+                Sysno::wait4,
+                pid,
+                std::ptr::addr_of_mut!(status),
+                options,
+                0
+            )
+        });
         match r {
             Err(libc::EINTR) => continue,
             Err(e) => return Err(e),
@@ -286,14 +375,26 @@ pub unsafe fn ioctl(fd: c_int, request: libc::c_ulong, arg: *mut c_void) -> Ret 
 pub fn setsockopt_int(fd: c_int, level: c_int, name: c_int, value: c_int) -> Ret {
     // SAFETY: the kernel reads one int from our stack.
     map(unsafe {
-        syscall!(Sysno::setsockopt, fd, level, name, std::ptr::addr_of!(value), std::mem::size_of::<c_int>())
+        syscall!(
+            Sysno::setsockopt,
+            fd,
+            level,
+            name,
+            std::ptr::addr_of!(value),
+            std::mem::size_of::<c_int>()
+        )
     })
 }
 
 pub fn bind_v4(fd: c_int, addr: &libc::sockaddr_in) -> Ret {
     // SAFETY: the kernel reads the address from our borrow during the call.
     map(unsafe {
-        syscall!(Sysno::bind, fd, addr as *const libc::sockaddr_in, std::mem::size_of::<libc::sockaddr_in>())
+        syscall!(
+            Sysno::bind,
+            fd,
+            addr as *const libc::sockaddr_in,
+            std::mem::size_of::<libc::sockaddr_in>()
+        )
     })
 }
 

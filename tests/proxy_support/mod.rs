@@ -257,44 +257,43 @@ pub struct Cert {
 
 pub fn cert() -> &'static Cert {
     static CERT: OnceLock<Cert> = OnceLock::new();
-    CERT
-        .get_or_init(|| {
-            let d = process_tempdir("capsule-proxy-tls-", 0o755);
-            let dir = fs::canonicalize(&d).expect("canonicalize");
-            let cert = dir.join("cert.pem");
-            let key = dir.join("key.pem");
-            let st = StdCommand::new("openssl")
-                .args([
-                    "req",
-                    "-x509",
-                    "-newkey",
-                    "ec",
-                    "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1",
-                    "-nodes",
-                    "-days",
-                    "2",
-                ])
-                .args([
-                    "-subj",
-                    "/CN=localhost",
-                    "-addext",
-                    "subjectAltName=DNS:localhost,IP:127.0.0.1",
-                ])
-                .arg("-keyout")
-                .arg(&key)
-                .arg("-out")
-                .arg(&cert)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .expect("openssl");
-            assert!(st.success(), "openssl req failed");
-            for f in [&cert, &key] {
-                fs::set_permissions(f, fs::Permissions::from_mode(0o644)).expect("chmod");
-            }
-            Cert { dir, cert, key }
-        })
+    CERT.get_or_init(|| {
+        let d = process_tempdir("capsule-proxy-tls-", 0o755);
+        let dir = fs::canonicalize(&d).expect("canonicalize");
+        let cert = dir.join("cert.pem");
+        let key = dir.join("key.pem");
+        let st = StdCommand::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-days",
+                "2",
+            ])
+            .args([
+                "-subj",
+                "/CN=localhost",
+                "-addext",
+                "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            ])
+            .arg("-keyout")
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("openssl");
+        assert!(st.success(), "openssl req failed");
+        for f in [&cert, &key] {
+            fs::set_permissions(f, fs::Permissions::from_mode(0o644)).expect("chmod");
+        }
+        Cert { dir, cert, key }
+    })
 }
 
 const ORIGIN_PY: &str = r#"

@@ -36,7 +36,10 @@ impl Prepared {
             0
         };
         let ruleset = self.ruleset.and_then(Option::<OwnedFd>::from);
-        ChildRules { ruleset, proc_self_access }
+        ChildRules {
+            ruleset,
+            proc_self_access,
+        }
     }
 }
 
@@ -51,7 +54,11 @@ impl ChildRules {
             return Ok(());
         };
         if self.proc_self_access != 0 {
-            let fd = raw::openat(libc::AT_FDCWD, c"/proc/self", libc::O_PATH | libc::O_CLOEXEC)? as libc::c_int;
+            let fd = raw::openat(
+                libc::AT_FDCWD,
+                c"/proc/self",
+                libc::O_PATH | libc::O_CLOEXEC,
+            )? as libc::c_int;
             let r = raw::landlock_add_path_rule(ruleset, self.proc_self_access, fd);
             raw::close(fd);
             r?;

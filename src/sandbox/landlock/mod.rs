@@ -33,8 +33,8 @@ mod rights;
 mod tests;
 
 use landlock::{
-    AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath,
-    Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope, ABI,
+    AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath, Ruleset, RulesetAttr,
+    RulesetCreated, RulesetCreatedAttr, Scope, ABI,
 };
 
 pub use abi::kernel_abi;

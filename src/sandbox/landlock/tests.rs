@@ -89,7 +89,8 @@ fn sandboxed(prepared: Prepared, mut cmd: Command) -> Output {
     // system calls on `rules`, built before the spawn.
     unsafe {
         cmd.pre_exec(move || {
-            crate::sys::raw::prctl(libc::PR_SET_NO_NEW_PRIVS, 1).map_err(io::Error::from_raw_os_error)?;
+            crate::sys::raw::prctl(libc::PR_SET_NO_NEW_PRIVS, 1)
+                .map_err(io::Error::from_raw_os_error)?;
             rules.restrict().map_err(io::Error::from_raw_os_error)
         });
     }

@@ -20,7 +20,9 @@ struct SockFprog {
 /// Sets `PR_SET_NO_NEW_PRIVS` (idempotent; the kernel refuses an unprivileged
 /// filter without it).
 pub(super) fn set_no_new_privs() -> Result<(), Errno> {
-    raw::prctl(libc::PR_SET_NO_NEW_PRIVS, 1).map(drop).map_err(Errno::from_raw)
+    raw::prctl(libc::PR_SET_NO_NEW_PRIVS, 1)
+        .map(drop)
+        .map_err(Errno::from_raw)
 }
 
 /// Installs one filter on the calling thread. `prog` was length-checked when
