@@ -14,7 +14,7 @@
 //! * [`audit`] — the one-line audit record of every run;
 //! * [`cli`] — the `capsule` command line, turning typed errors into exit codes.
 #![deny(unsafe_op_in_unsafe_fn)]
-#![warn(clippy::undocumented_unsafe_blocks)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod audit;
 pub mod cli;
