@@ -72,11 +72,33 @@ fn private_tmpdir_is_writable_unique_and_removed_afterwards() {
         .as_str()
         .unwrap_or_default()
         .to_string();
-    assert!(
-        !ta.is_empty() && ta != tb,
-        "TMPDIR not private per run: {ta} {tb}"
-    );
-    assert!(!Path::new(&ta).exists(), "TMPDIR {ta} left behind");
+    if ta == "/tmp" {
+        // The run's view: its private TMPDIR is mounted at /tmp. Private per
+        // run: what one run leaves there, the next does not see.
+        let w = sb.exec_json(
+            &[],
+            &["/bin/sh", "-c", "echo x > /tmp/left-by-a && ls /tmp"],
+        );
+        w.assert_code(0);
+        let r = sb.exec_json(&[], &["/bin/sh", "-c", "ls -A /tmp"]);
+        r.assert_code(0);
+        assert_eq!(
+            r.child_stdout(),
+            "",
+            "TMPDIR not private per run{}",
+            r.ctx()
+        );
+        assert!(
+            !Path::new("/tmp/left-by-a").exists(),
+            "the run wrote into the host's /tmp"
+        );
+    } else {
+        assert!(
+            !ta.is_empty() && ta != tb,
+            "TMPDIR not private per run: {ta} {tb}"
+        );
+        assert!(!Path::new(&ta).exists(), "TMPDIR {ta} left behind");
+    }
     // Writable inside, and gone after the run.
     let run = sb.exec_json(
         &[],
@@ -92,9 +114,17 @@ fn private_tmpdir_is_writable_unique_and_removed_afterwards() {
     assert_eq!(lines.next(), Some("data"), "{}", run.ctx());
     let tmp = lines.next().unwrap_or_default();
     assert!(
-        !tmp.is_empty() && !Path::new(tmp).exists(),
+        !tmp.is_empty() && (tmp == "/tmp" || !Path::new(tmp).exists()),
         "TMPDIR {tmp} not removed"
     );
+    // The host side of the private TMPDIR (capsule-RUNID under the host's TMPDIR) is gone.
+    let run_id = run.json()["run_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    // (The test runs capsule with a cleared environment: no TMPDIR, so /tmp.)
+    let host_side = Path::new("/tmp").join(format!("capsule-{run_id}"));
+    assert!(!host_side.exists(), "{} left behind", host_side.display());
     // tmp: false gives none.
     let pol = sb.policy("version: 1\nfilesystem:\n  tmp: false\n");
     let run = sb.probe(&["--policy", &pol], &[&["env"]]);

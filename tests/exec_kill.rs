@@ -61,7 +61,9 @@ fn setsid_grandchild_is_gone_after_timeout() {
             &["sleep", "60"],
         ],
     );
-    let pid = read_pid(&pidfile, Duration::from_secs(1));
+    // A private /proc reports the grandchild's pid in the run's namespace:
+    // `host_pid` finds it (or any survivor) by its token.
+    let pid = read_pid(&pidfile, Duration::from_secs(1)).map(|p| host_pid(p, &tok));
     let _guard = KillOnDrop {
         pid: pid.unwrap_or(0),
         token: Some(tok.clone()),
@@ -97,7 +99,7 @@ fn setsid_grandchild_is_gone_after_capsule_is_sigkilled() {
         &["sleep", "60"],
     ]));
     let (mut capsule, _capsule_guard) = spawn_capsule(&sb, &args);
-    let pid = read_pid(&pidfile, Duration::from_secs(20));
+    let pid = read_pid(&pidfile, Duration::from_secs(20)).map(|p| host_pid(p, &tok));
     let _guard = KillOnDrop {
         pid: pid.unwrap_or(0),
         token: Some(tok.clone()),

@@ -46,6 +46,9 @@ pub struct ExecArgs {
     /// Working directory (must be readable under the policy).
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<PathBuf>,
+    /// Bind SRC (a host path or volume:NAME) at DST in the child's view (repeatable; ro by default).
+    #[arg(long = "mount", value_name = "SRC:DST[:ro|rw]")]
+    pub mounts: Vec<String>,
     /// Capture stdout/stderr and print ONE JSON result object on stdout.
     #[arg(long)]
     pub json: bool,
@@ -210,6 +213,7 @@ pub fn run(a: ExecArgs) -> i32 {
             max_output: a.max_output,
             workspace: a.workspace,
             cwd: a.cwd,
+            mounts: a.mounts,
         },
         argv: a.command,
         best_effort: a.best_effort,

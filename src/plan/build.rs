@@ -41,6 +41,8 @@ pub enum PlanError {
     },
     #[error("--timeout {0}: must be a number of seconds > 0")]
     Timeout(f64),
+    #[error(transparent)]
+    Mount(#[from] super::mounts::MountError),
 }
 
 /// What the command line adds to the policy.
@@ -55,6 +57,8 @@ pub struct Overrides {
     pub max_output: Option<u64>,
     pub workspace: Option<PathBuf>,
     pub cwd: Option<PathBuf>,
+    /// `--mount SRC:DST[:ro|rw]`, as written.
+    pub mounts: Vec<String>,
 }
 
 /// Everything `build` needs.
@@ -148,6 +152,8 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
     grants.extend(resolved.read.iter().map(|r| from_policy(r, Access::READ)));
     grants.extend(resolved.write.iter().map(|r| from_policy(r, Access::WRITE)));
     grants.extend(resolved.exec.iter().map(|r| from_policy(r, Access::EXEC)));
+    let (mounts, mount_grants) = super::mounts::resolve(&loaded, &ov.mounts, &here, &home)?;
+    grants.extend(mount_grants);
 
     // The private tmp dir (created by the supervisor just before spawn).
     let tmpdir = policy
@@ -315,6 +321,7 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
             grants,
             deny,
             proc_self: policy.filesystem.system,
+            mounts,
         },
         net: NetPlan {
             mode: policy.network.mode,
@@ -328,6 +335,7 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
             cpu_seconds: l.cpu_seconds,
             max_processes: l.max_processes,
             max_file_size_bytes: l.max_file_size_mb.map(mib),
+            tmp_size_mb: l.tmp_size_mb,
             max_open_files: l.max_open_files,
         },
         best_effort,

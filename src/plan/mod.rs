@@ -9,6 +9,7 @@
 pub mod build;
 pub mod command;
 pub mod env;
+pub mod mounts;
 pub mod system;
 
 use std::path::PathBuf;
@@ -158,6 +159,17 @@ pub struct FsPlan {
     pub deny: Vec<FsDeny>,
     /// Grant the child's own /proc/self (read), added in the child after fork.
     pub proc_self: bool,
+    /// Binds of the view (`mounts:`, `--mount`): a source seen at a destination.
+    pub mounts: Vec<Bind>,
+}
+
+/// One bind of the run's view (`mounts:`, `--mount`, and the view's own
+/// writable places): the host path `src` seen at `dst` inside the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bind {
+    pub src: PathBuf,
+    pub dst: PathBuf,
+    pub read_only: bool,
 }
 
 /// The network part of the plan.
@@ -178,6 +190,8 @@ pub struct LimitsPlan {
     pub max_processes: Option<u64>,
     pub max_file_size_bytes: Option<u64>,
     pub max_open_files: Option<u64>,
+    /// A size limit for the private /tmp (then a tmpfs in the view).
+    pub tmp_size_mb: Option<u64>,
 }
 
 /// Everything a run needs, decided before fork.

@@ -40,6 +40,10 @@ pub struct Policy {
     /// Filesystem grants (Landlock).
     #[serde(default)]
     pub filesystem: Filesystem,
+    /// Host paths (or `volume:NAME`) bound at other paths in the run's view
+    /// of the host (needs a mount namespace unless `dst` equals `src`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mounts: Vec<Mount>,
     /// Network access: none, a filtering proxy, or unrestricted.
     #[serde(default)]
     pub network: Network,
@@ -97,6 +101,19 @@ impl Default for Filesystem {
 
 fn yes() -> bool {
     true
+}
+
+/// One entry of `mounts:`: `src` seen at `dst` inside the sandbox.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Mount {
+    /// A host path (relative to the policy file, `~` expanded) or `volume:NAME`.
+    pub src: String,
+    /// Where the run sees it: an absolute path.
+    pub dst: String,
+    /// Read-only (the default) or read-write.
+    #[serde(default = "yes")]
+    pub read_only: bool,
 }
 
 /// A path in a grant: either a plain string, or `{path, optional}`.
@@ -224,6 +241,10 @@ pub struct Limits {
     /// Open file descriptors (RLIMIT_NOFILE).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_open_files: Option<u64>,
+    /// Size of the run's private /tmp in MiB (then a tmpfs in the run's
+    /// view; without a limit /tmp is the private TMPDIR on the host's disk).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tmp_size_mb: Option<u64>,
 }
 
 impl Limits {
@@ -245,6 +266,7 @@ impl Default for Limits {
             max_processes: None,
             max_file_size_mb: None,
             max_open_files: None,
+            tmp_size_mb: None,
         }
     }
 }

@@ -61,6 +61,8 @@ pub struct ChildSpec {
     pub parent_pid: libc::pid_t,
     /// Hook for the network namespace set-up of proxy mode (runs in init).
     pub net_setup: Option<NetSetup>,
+    /// The run's view of the host, mounted by init in its new mount namespace.
+    pub view: Option<crate::sandbox::view::View>,
     /// The child's end of the channel (set by `spawn`).
     pub chan: RawFd,
     /// Top of the stack the command stage runs on when init creates it (set by `spawn`).
@@ -91,6 +93,7 @@ impl ChildSpec {
             wait_go: false,
             parent_pid: 0,
             net_setup: None,
+            view: None,
             chan: -1,
             command_stack: std::ptr::null_mut(),
         }
@@ -180,6 +183,23 @@ pub(crate) extern "C" fn init_main(arg: *mut c_void) -> c_int {
         let mut b = [0u8; 1];
         if raw::recv(spec.chan, &mut b, libc::MSG_PEEK | libc::MSG_DONTWAIT) == Ok(0) {
             raw::exit_group(125);
+        }
+    }
+    if let Some(view) = &spec.view {
+        // The private /proc shows init to the run as pid 1, and init shares
+        // the supervisor's memory (its environment may hold provider keys):
+        // a non-dumpable mm makes /proc/1's environ, mem, maps and fds
+        // unreadable to the run (they need ptrace rights over it).
+        if let Err(e) = raw::prctl(libc::PR_SET_DUMPABLE, 0) {
+            fail(spec, Stage::View, e);
+        }
+        let ruleset = spec
+            .landlock
+            .as_ref()
+            .and_then(|l| l.ruleset.as_ref())
+            .map_or(-1, |fd| fd.as_raw_fd());
+        if let Err((stage, e)) = view.apply(ruleset) {
+            fail(spec, stage, e);
         }
     }
     if let Some(setup) = spec.net_setup {

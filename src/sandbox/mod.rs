@@ -12,6 +12,7 @@ pub mod child;
 pub mod landlock;
 pub mod rlimits;
 pub mod seccomp;
+pub mod view;
 
 use std::collections::BTreeMap;
 
@@ -28,6 +29,10 @@ pub enum SandboxError {
     Landlock(#[from] landlock::LandlockError),
     #[error(transparent)]
     Seccomp(#[from] seccomp::SeccompError),
+    #[error(transparent)]
+    View(#[from] view::ViewError),
+    #[error("{what} needs the run's own mount namespace, and namespaces are not available here (no unprivileged user namespaces, or CAPSULE_NO_NAMESPACES): mount it at its own path, or run where user namespaces are allowed")]
+    NoView { what: String },
     #[error("{what} cannot be enforced here: {why} (run with --best-effort to accept this)")]
     Unavailable { what: String, why: String },
 }
@@ -47,43 +52,59 @@ pub struct Layers {
     pub seccomp_enforced: bool,
     /// Whether a pid namespace is expected to be available.
     pub want_pidns: bool,
+    /// The run's private view of the host (mount, IPC and network
+    /// namespaces), when namespaces are available.
+    pub view: Option<view::View>,
 }
 
-/// Whether this process may create a pid namespace (root, or unprivileged
-/// user namespaces are allowed).
+/// Whether this process may create namespaces (see [`crate::kernel::namespaces_available`]).
 pub fn namespaces_available() -> bool {
-    // Asked by the proxy set-up and by `prepare` in the same run: read the sysctls once.
-    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *AVAILABLE.get_or_init(probe_namespaces)
+    crate::kernel::namespaces_available()
 }
 
-fn probe_namespaces() -> bool {
-    if std::env::var_os("CAPSULE_NO_NAMESPACES").is_some() {
-        return false;
+/// What the no-namespace path cannot give, listed in `enforcement.missing`
+/// of every run on it (they do not refuse the run: no layer there can give
+/// them, and the default policy must run on such hosts).
+pub const NO_VIEW_GAPS: &[&str] = &[
+    "read-only view of the host (needs a mount namespace): the mode, owner, times and xattrs of the \
+     caller's own files outside write grants can be changed (Landlock has no hook for them)",
+    "private /proc (needs a pid and mount namespace): processes the command starts cannot read their own \
+     /proc/self, and ps sees nothing",
+    "private /tmp, /dev/shm and /dev/pts (need a mount namespace): /tmp is not granted (use $TMPDIR), POSIX \
+     shared memory and pseudo-terminals are unavailable",
+];
+
+/// The filesystem plan as Landlock applies it inside the view: all of /etc
+/// readable (the view covers its secrets), and no rules for the host's
+/// /proc files (the view mounts a private /proc, granted whole by init).
+fn fs_for_view(fs: &crate::plan::FsPlan) -> crate::plan::FsPlan {
+    use crate::plan::{Access, FsGrant, Opened, Origin};
+    let mut out = fs.clone();
+    let system = out.grants.iter().any(|g| g.origin == Origin::System);
+    out.grants.retain(|g| {
+        !(g.origin == Origin::System && (g.path.starts_with("/etc") || g.path.starts_with("/proc")))
+    });
+    if system {
+        out.grants.push(FsGrant {
+            path: "/etc".into(),
+            access: Access::READ,
+            origin: Origin::System,
+            opened: Opened::NONE,
+        });
     }
-    if nix::unistd::geteuid().is_root() {
-        return true;
-    }
-    let read = |p: &str| {
-        std::fs::read_to_string(p)
-            .ok()
-            .map(|s| s.trim().to_string())
-    };
-    if read("/proc/sys/user/max_user_namespaces").as_deref() == Some("0") {
-        return false;
-    }
-    if read("/proc/sys/kernel/unprivileged_userns_clone").as_deref() == Some("0") {
-        return false;
-    }
-    if read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1") {
-        return false;
-    }
-    true
+    out.proc_self = false;
+    out
 }
 
 /// Prepare every layer for `plan`. `proxy_port` is the loopback port the
 /// child may connect to in proxy mode without a network namespace.
-pub fn prepare(plan: &Plan, proxy_port: Option<u16>) -> Result<Layers, SandboxError> {
+/// `namespaces`: whether the child is to get its own namespaces and the
+/// view (the supervisor asks again with `false` when clone() refuses them).
+pub fn prepare(
+    plan: &Plan,
+    proxy_port: Option<u16>,
+    namespaces: bool,
+) -> Result<Layers, SandboxError> {
     let best_effort = plan.best_effort;
     let mut missing = Vec::new();
     let unavailable =
@@ -100,7 +121,7 @@ pub fn prepare(plan: &Plan, proxy_port: Option<u16>) -> Result<Layers, SandboxEr
                 })
             }
         };
-    let want_pidns = namespaces_available();
+    let want_pidns = namespaces;
     if !want_pidns {
         tracing::info!(
             "no pid namespace available: descendants are killed through a child subreaper, and a setsid'd \
@@ -132,9 +153,36 @@ pub fn prepare(plan: &Plan, proxy_port: Option<u16>) -> Result<Layers, SandboxEr
         handle_tcp: plan.net.mode != NetMode::Unrestricted,
         connect_ports: proxy_port.into_iter().collect(),
     };
-    let ll = landlock::prepare(&plan.fs, &net, &scopes, best_effort)?;
+    let viewed_fs;
+    let fs = if want_pidns {
+        viewed_fs = fs_for_view(&plan.fs);
+        &viewed_fs
+    } else {
+        &plan.fs
+    };
+    let ll = landlock::prepare(fs, &net, &scopes, best_effort)?;
     tracing::debug!("landlock ruleset ready ({} rules)", ll.report().rules.len());
     missing.extend(ll.report().missing.iter().cloned());
+
+    // The view (mount namespace).
+    let view = if want_pidns {
+        let input = view::ViewInput {
+            mounts: &plan.fs.mounts,
+            tmp_size_mb: plan.limits.tmp_size_mb,
+            rights: ll.view_rights(),
+            memfd_noexec: crate::kernel::memfd_noexec_settable(),
+        };
+        Some(view::View::plan(plan, &input)?)
+    } else {
+        if let Some(m) = plan.fs.mounts.iter().find(|m| m.src != m.dst) {
+            // Not a weaker run but a different one: no --best-effort for this.
+            return Err(SandboxError::NoView {
+                what: format!("mounting {} at {}", m.src.display(), m.dst.display()),
+            });
+        }
+        missing.extend(NO_VIEW_GAPS.iter().map(|s| s.to_string()));
+        None
+    };
 
     // seccomp.
     let filters = if seccomp::kernel_supports_seccomp() {
@@ -205,5 +253,6 @@ pub fn prepare(plan: &Plan, proxy_port: Option<u16>) -> Result<Layers, SandboxEr
         limits,
         missing,
         want_pidns,
+        view,
     })
 }

@@ -74,23 +74,59 @@ pub fn run(plan: &Plan, opts: ExecOptions) -> Finished {
             );
         }
     }
-    tracing::debug!("supervisor: preparing layers");
-    let mut layers = match sandbox::prepare(plan, services.proxy_port()) {
-        Ok(l) => l,
-        Err(e) => {
-            remove_tmpdir(plan);
-            return refused(&plan.run_id, "protection_unavailable", e.to_string());
+    let mut namespaces = crate::kernel::namespaces_available();
+    loop {
+        tracing::debug!("supervisor: preparing layers (namespaces: {namespaces})");
+        let mut layers = match sandbox::prepare(plan, services.proxy_port(), namespaces) {
+            Ok(l) => l,
+            Err(e) => {
+                remove_tmpdir(plan);
+                return refused(&plan.run_id, "protection_unavailable", e.to_string());
+            }
+        };
+        for m in &layers.missing {
+            if plan.best_effort {
+                eprintln!("capsule: warning: not enforced (--best-effort): {m}");
+            } else {
+                tracing::warn!("not enforced on this host: {m}");
+            }
         }
-    };
-    for m in &layers.missing {
-        eprintln!("capsule: warning: not enforced (--best-effort): {m}");
+        tracing::debug!("supervisor: layers ready");
+        let attempt = run_prepared(plan, opts.json, opts.grace, &mut layers, &mut services);
+        layers.cgroup.remove();
+        match attempt {
+            Attempt::Finished(finished) => {
+                let finished = *finished;
+                tracing::debug!("supervisor: run finished");
+                remove_tmpdir(plan);
+                return finished;
+            }
+            Attempt::NamespacesRefused(e) => {
+                // Nothing ran: prepare the no-namespace path (its own
+                // Landlock rules, no view) and try once more.
+                tracing::info!(
+                    "clone() refused the run's namespaces ({e}); using the no-namespace path"
+                );
+                namespaces = false;
+            }
+        }
     }
-    tracing::debug!("supervisor: layers ready");
-    let finished = run_prepared(plan, opts.json, opts.grace, &mut layers, &mut services);
-    tracing::debug!("supervisor: run finished");
-    layers.cgroup.remove();
-    remove_tmpdir(plan);
-    finished
+}
+
+/// How one attempt to start the run ended.
+enum Attempt {
+    Finished(Box<Finished>),
+    /// clone() refused the namespaces: nothing ran, try without them.
+    NamespacesRefused(Errno),
+}
+
+/// The child's view of a host path: inside the view the private TMPDIR is `/tmp`.
+fn in_view(p: &std::path::Path, tmpdir: Option<&std::path::Path>) -> std::path::PathBuf {
+    match tmpdir.and_then(|t| p.strip_prefix(t).ok()) {
+        Some(rest) if rest.as_os_str().is_empty() => "/tmp".into(),
+        Some(rest) => std::path::Path::new("/tmp").join(rest),
+        None => p.to_path_buf(),
+    }
 }
 
 fn remove_tmpdir(plan: &Plan) {
@@ -115,9 +151,13 @@ fn run_prepared(
     grace: Duration,
     layers: &mut sandbox::Layers,
     services: &mut services::Services,
-) -> Finished {
+) -> Attempt {
     let fail = |what: &str, e: &dyn std::fmt::Display| {
-        refused(&plan.run_id, "setup_failed", format!("{what}: {e}"))
+        Attempt::Finished(Box::new(refused(
+            &plan.run_id,
+            "setup_failed",
+            format!("{what}: {e}"),
+        )))
     };
     let (out_r, out_w) = match pipe() {
         Ok(p) => p,
@@ -134,11 +174,25 @@ fn run_prepared(
     // The services' variables win (e.g. no `env.set` HTTP_PROXY may bypass the proxy).
     env.retain(|(k, _)| !service_env.iter().any(|(s, _)| s == k));
     env.extend(service_env);
-    let (program, argv, envp, cwd) =
-        match ChildSpec::strings(&plan.program, &plan.argv, &env, &plan.cwd) {
-            Ok(s) => s,
-            Err(e) => return fail("a NUL byte in the command, environment or cwd", &e),
-        };
+    // Inside the view the private TMPDIR is /tmp: HOME, TMPDIR and the cwd say so.
+    let private_tmp = layers.view.as_ref().is_some_and(|v| v.summary.private_tmp);
+    let mut cwd = plan.cwd.clone();
+    if private_tmp {
+        let t = plan.tmpdir.as_deref();
+        for (k, v) in env.iter_mut() {
+            if k == "HOME" || k == "TMPDIR" {
+                *v = in_view(std::path::Path::new(v.as_str()), t)
+                    .to_string_lossy()
+                    .into_owned();
+            }
+        }
+        cwd = in_view(&cwd, t);
+    }
+    let (program, argv, envp, cwd) = match ChildSpec::strings(&plan.program, &plan.argv, &env, &cwd)
+    {
+        Ok(s) => s,
+        Err(e) => return fail("a NUL byte in the command, environment or cwd", &e),
+    };
     let mut spec = ChildSpec::new(program, argv, envp, cwd);
     spec.stdout_w = Some(out_w.as_raw_fd());
     spec.stderr_w = Some(err_w.as_raw_fd());
@@ -153,7 +207,13 @@ fn run_prepared(
         .map(sandbox::landlock::Prepared::into_child);
     spec.seccomp = layers.seccomp.take();
     spec.wait_go = !layers.cgroup.is_empty();
-    spec.net_setup = services.net_setup();
+    spec.net_setup = if layers.want_pidns {
+        services.net_setup()
+    } else {
+        None
+    };
+    let view_summary = layers.view.as_ref().map(|v| v.summary.clone());
+    spec.view = layers.view.take();
     spec.seal();
 
     // The end-of-run sweeps (subreaper mode; tool processes) kill children of
@@ -167,7 +227,12 @@ fn run_prepared(
     };
     let ns = NsRequest {
         pid: layers.want_pidns,
-        net: services.wants_netns(),
+        // `none` gets its own (empty) network namespace too, so that the
+        // private /proc shows nothing of the host's network.
+        net: layers.want_pidns
+            && (services.wants_netns()
+                || (view_summary.is_some() && plan.net.mode == crate::policy::NetMode::None)),
+        view: view_summary.is_some(),
     };
     let cgroup = &layers.cgroup;
     let mut join = |pid: libc::pid_t| cgroup.join(pid);
@@ -176,11 +241,20 @@ fn run_prepared(
     // The parent's copies of the child's ends.
     drop(out_w);
     drop(err_w);
+    if let Err(spawn::SpawnError::NamespacesRefused(e)) = spawned {
+        return Attempt::NamespacesRefused(e);
+    }
     services.close_child_ends();
     tracing::debug!("supervisor: spawned");
     let mut spawned = match spawned {
         Ok(s) => s,
-        Err(e) => return refused(&plan.run_id, "setup_failed", e.to_string()),
+        Err(e) => {
+            return Attempt::Finished(Box::new(refused(
+                &plan.run_id,
+                "setup_failed",
+                e.to_string(),
+            )))
+        }
     };
     spawned.inherited = if sweeps {
         inherited
@@ -241,12 +315,25 @@ fn run_prepared(
         tree_kill: spawned.tree.as_str().to_string(),
         limits: layers.limits.clone(),
         missing: layers.missing.clone(),
+        view: None,
     };
     if spawned.tree == TreeMode::Subreaper {
         enforcement.missing.push(
             "pid namespace: a setsid'd descendant can outlive capsule if capsule itself is SIGKILLed".into(),
         );
     }
+    enforcement.view = view_summary.map(|v| result::ViewReport {
+        mount_namespace: true,
+        ipc_namespace: true,
+        read_only_host: true,
+        private_proc: v.private_proc,
+        private_tmp: v.private_tmp,
+        private_shm: v.private_shm,
+        devpts: v.devpts,
+        memfd_noexec: v.memfd_noexec,
+        mounts: sandbox::view::describe(&v),
+        secrets_covered: v.secrets.len(),
+    });
 
     let mut r = RunResult::new(plan.run_id.clone(), Termination::Exited, 0);
     r.set_streams(&mut sup.stdout, &mut sup.stderr);
@@ -326,7 +413,7 @@ fn run_prepared(
         }
     }
     r.success = r.termination_reason == Termination::Exited && r.exit_code == 0 && !r.killed;
-    Finished { result: r, reason }
+    Attempt::Finished(Box::new(Finished { result: r, reason }))
 }
 
 /// What the event loop observed.

@@ -43,8 +43,31 @@ pub struct Enforcement {
     pub tree_kill: String,
     /// How each limit is enforced, e.g. {"memory_mb": "cgroup-v1"}.
     pub limits: std::collections::BTreeMap<String, String>,
-    /// Protections asked for but not enforced (only with --best-effort).
+    /// Protections not enforced: what --best-effort let go, and the gaps of
+    /// the no-namespace path (which no layer there can close).
     pub missing: Vec<String>,
+    /// The run's private view of the host (mount, IPC and network
+    /// namespaces); null on the no-namespace path.
+    pub view: Option<ViewReport>,
+}
+
+/// What the view gave this run.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ViewReport {
+    pub mount_namespace: bool,
+    pub ipc_namespace: bool,
+    /// Everything outside write grants mounted read-only (nosuid).
+    pub read_only_host: bool,
+    pub private_proc: bool,
+    pub private_tmp: bool,
+    pub private_shm: bool,
+    pub devpts: bool,
+    /// vm.memfd_noexec = 2 in the run's pid namespace.
+    pub memfd_noexec: bool,
+    /// The writable binds and `mounts:`, one line each.
+    pub mounts: Vec<String>,
+    /// How many secrets of /etc were covered.
+    pub secrets_covered: usize,
 }
 
 /// The result object printed by `--json`.

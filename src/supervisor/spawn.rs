@@ -68,6 +68,11 @@ pub enum SpawnError {
     Go(Errno),
     #[error("preparing the child's cgroup: {0}")]
     BeforeGo(String),
+    /// clone() refused the namespaces that the sysctls promised (an outer
+    /// seccomp profile, a container without CAP_SYS_ADMIN): the supervisor
+    /// prepares the no-namespace path and tries again.
+    #[error("clone() refused the run's namespaces: {0}")]
+    NamespacesRefused(Errno),
 }
 
 /// What the kernel should give the child.
@@ -75,8 +80,10 @@ pub enum SpawnError {
 pub struct NsRequest {
     /// Try a pid namespace (falls back to the subreaper if refused).
     pub pid: bool,
-    /// A network namespace too (proxy mode); only honoured with `pid`.
+    /// A network namespace too (`none` and proxy modes); only honoured with `pid`.
     pub net: bool,
+    /// Mount and IPC namespaces for the view; only honoured with `pid`.
+    pub view: bool,
 }
 
 /// A running child.
@@ -123,9 +130,10 @@ pub fn spawn(
         std::ptr::null_mut()
     };
 
-    let mut attempts: Vec<(libc::c_int, TreeMode)> = Vec::new();
-    // `ns.pid` already reflects `sandbox::namespaces_available()` (and thus CAPSULE_NO_NAMESPACES).
-    if ns.pid {
+    // `ns.pid` already reflects `kernel::namespaces_available()` (and thus
+    // CAPSULE_NO_NAMESPACES); when clone() refuses anyway, the supervisor
+    // prepares the no-namespace path and calls again.
+    let (flags, tree) = if ns.pid {
         let mut flags = libc::CLONE_NEWPID;
         if !root {
             flags |= libc::CLONE_NEWUSER;
@@ -133,70 +141,71 @@ pub fn spawn(
         if ns.net {
             flags |= libc::CLONE_NEWNET;
         }
-        attempts.push((flags, TreeMode::PidNamespace));
-    }
-    attempts.push((0, TreeMode::Subreaper));
+        if ns.view {
+            flags |= libc::CLONE_NEWNS | libc::CLONE_NEWIPC;
+        }
+        (flags, TreeMode::PidNamespace)
+    } else {
+        (0, TreeMode::Subreaper)
+    };
 
     let parent_pid = nix::unistd::getpid().as_raw();
     let spec: &'static mut ChildSpec = Box::leak(Box::new(spec));
-    for (flags, tree) in attempts {
-        let userns = flags & libc::CLONE_NEWUSER != 0;
-        let go_needed = userns || spec.wait_go;
-        // No stage exists yet: the spec may still change between attempts.
-        spec.wait_go = go_needed;
-        let (entry, stack): (extern "C" fn(*mut c_void) -> libc::c_int, _) =
-            if tree == TreeMode::Subreaper {
-                // Orphaned descendants come to us, so we can find and kill them.
-                let _ = sys::set_child_subreaper();
-                spec.parent_pid = parent_pid;
-                (child::command_main, spec.command_stack)
-            } else {
-                spec.parent_pid = 0;
-                (child::init_main, init_stack)
-            };
-        let arg: *mut c_void = (spec as *mut ChildSpec).cast();
-        let mask = sys::block_all_signals();
-        // SAFETY: `entry` is one of the stages of `sandbox::child`, which follow
-        // the CLONE_VM rules; `arg` is the leaked spec, never written after a
-        // successful clone; `stack` is a leaked stage stack used by this stage only.
-        let cloned = unsafe { sys::clone_on_stack(flags | libc::CLONE_VM, stack, entry, arg) };
-        sys::restore_signals(&mask);
-        match cloned {
-            Ok(pid) => {
-                drop(theirs);
-                if userns {
-                    write_id_maps(pid, uid.as_raw(), gid.as_raw())
-                        .map_err(|source| SpawnError::UserMap { pid, source })?;
-                }
-                if let Err(msg) = before_go(pid) {
-                    sys::signal(pid, libc::SIGKILL);
-                    let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
-                    return Err(SpawnError::BeforeGo(msg));
-                }
-                if go_needed {
-                    ours.send_go().map_err(SpawnError::Go)?;
-                }
-                return Ok(Spawned {
-                    pid,
-                    tree,
-                    netns: flags & libc::CLONE_NEWNET != 0,
-                    chan: ours,
-                    inherited: Vec::new(),
-                });
+    let userns = flags & libc::CLONE_NEWUSER != 0;
+    let go_needed = userns || spec.wait_go;
+    // No stage exists yet: the spec may still change between attempts.
+    spec.wait_go = go_needed;
+    let (entry, stack): (extern "C" fn(*mut c_void) -> libc::c_int, _) =
+        if tree == TreeMode::Subreaper {
+            // Orphaned descendants come to us, so we can find and kill them.
+            let _ = sys::set_child_subreaper();
+            spec.parent_pid = parent_pid;
+            (child::command_main, spec.command_stack)
+        } else {
+            spec.parent_pid = 0;
+            (child::init_main, init_stack)
+        };
+    let arg: *mut c_void = (spec as *mut ChildSpec).cast();
+    let mask = sys::block_all_signals();
+    // SAFETY: `entry` is one of the stages of `sandbox::child`, which follow
+    // the CLONE_VM rules; `arg` is the leaked spec, never written after a
+    // successful clone; `stack` is a leaked stage stack used by this stage only.
+    let cloned = unsafe { sys::clone_on_stack(flags | libc::CLONE_VM, stack, entry, arg) };
+    sys::restore_signals(&mask);
+    match cloned {
+        Ok(pid) => {
+            drop(theirs);
+            if userns {
+                write_id_maps(pid, uid.as_raw(), gid.as_raw())
+                    .map_err(|source| SpawnError::UserMap { pid, source })?;
             }
-            Err(e @ (libc::EPERM | libc::EINVAL | libc::ENOSPC | libc::EUSERS | libc::EACCES))
-                if tree == TreeMode::PidNamespace =>
-            {
-                tracing::debug!(
-                    "clone with namespaces refused ({}); falling back to a subreaper",
-                    Errno::from_raw(e)
-                );
-                continue;
+            if let Err(msg) = before_go(pid) {
+                sys::signal(pid, libc::SIGKILL);
+                let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+                return Err(SpawnError::BeforeGo(msg));
             }
-            Err(e) => return Err(SpawnError::Clone(Errno::from_raw(e))),
+            if go_needed {
+                ours.send_go().map_err(SpawnError::Go)?;
+            }
+            Ok(Spawned {
+                pid,
+                tree,
+                netns: flags & libc::CLONE_NEWNET != 0,
+                chan: ours,
+                inherited: Vec::new(),
+            })
         }
+        Err(e @ (libc::EPERM | libc::EINVAL | libc::ENOSPC | libc::EUSERS | libc::EACCES))
+            if tree == TreeMode::PidNamespace =>
+        {
+            tracing::debug!(
+                "clone with namespaces refused ({}); the no-namespace path comes next",
+                Errno::from_raw(e)
+            );
+            Err(SpawnError::NamespacesRefused(Errno::from_raw(e)))
+        }
+        Err(e) => Err(SpawnError::Clone(Errno::from_raw(e))),
     }
-    Err(SpawnError::Clone(Errno::EAGAIN))
 }
 
 /// Map the caller's uid/gid to themselves inside the new user namespace, so

@@ -30,6 +30,9 @@ pub enum Stage {
     Fds = 10,
     Fork = 11,
     Network = 12,
+    View = 13,
+    ViewProc = 14,
+    ViewDev = 15,
 }
 
 impl Stage {
@@ -48,6 +51,9 @@ impl Stage {
             10 => Fds,
             11 => Fork,
             12 => Network,
+            13 => View,
+            14 => ViewProc,
+            15 => ViewDev,
             _ => return None,
         })
     }
@@ -65,6 +71,9 @@ impl Stage {
             Stage::Fds => "closing inherited descriptors",
             Stage::Fork => "forking the command inside the namespace",
             Stage::Network => "setting up the network namespace",
+            Stage::View => "mounting the read-only view of the host (mount namespace)",
+            Stage::ViewProc => "mounting the run's private /proc",
+            Stage::ViewDev => "mounting the run's /dev/shm and /dev/pts",
         }
     }
 }

@@ -402,3 +402,104 @@ pub fn listen(fd: c_int, backlog: c_int) -> Ret {
     // SAFETY: integers only.
     map(unsafe { syscall!(Sysno::listen, fd, backlog) })
 }
+
+/// `write(fd, buf)`, retried on EINTR; the number of bytes written.
+pub fn write(fd: c_int, buf: &[u8]) -> Ret {
+    loop {
+        // SAFETY: the kernel reads `buf.len()` bytes from our borrow during the call.
+        let r = map(unsafe { syscall!(Sysno::write, fd, buf.as_ptr(), buf.len()) });
+        if r != Err(libc::EINTR) {
+            return r;
+        }
+    }
+}
+
+/// `mount(source, target, fstype, flags, data)`; `None` passes NULL.
+pub fn mount(
+    source: Option<&CStr>,
+    target: &CStr,
+    fstype: Option<&CStr>,
+    flags: libc::c_ulong,
+    data: Option<&CStr>,
+) -> Ret {
+    let ptr = |s: Option<&CStr>| s.map_or(std::ptr::null(), CStr::as_ptr);
+    // SAFETY: every pointer is NULL or a NUL-terminated string that outlives the call;
+    // the kernel only reads them.
+    map(unsafe {
+        syscall!(
+            Sysno::mount,
+            ptr(source),
+            target.as_ptr(),
+            ptr(fstype),
+            flags,
+            ptr(data)
+        )
+    })
+}
+
+/// `open_tree(dir, path, flags)`: with `OPEN_TREE_CLONE`, a detached copy of the
+/// mount tree at `path`, as a new descriptor.
+pub fn open_tree(dir: c_int, path: &CStr, flags: c_uint) -> Ret {
+    // SAFETY: `path` is NUL-terminated and outlives the call.
+    map(unsafe { syscall!(Sysno::open_tree, dir, path.as_ptr(), flags) })
+}
+
+/// `move_mount(from, "", AT_FDCWD, to, MOVE_MOUNT_F_EMPTY_PATH)`: attach the
+/// (detached) mount `from` at the path `to`.
+pub fn move_mount_fd(from: c_int, to: &CStr) -> Ret {
+    const MOVE_MOUNT_F_EMPTY_PATH: c_uint = 0x4;
+    // SAFETY: both strings are NUL-terminated and outlive the call.
+    map(unsafe {
+        syscall!(
+            Sysno::move_mount,
+            from,
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH
+        )
+    })
+}
+
+/// The kernel's `struct mount_attr` (Linux 5.12).
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// `mount_setattr(dir, path, flags, {attr_set, attr_clr})` (Linux 5.12+).
+pub fn mount_setattr(dir: c_int, path: &CStr, flags: c_uint, attr_set: u64, attr_clr: u64) -> Ret {
+    let attr = MountAttr {
+        attr_set,
+        attr_clr,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: `path` is NUL-terminated and `attr` lives on our stack; the kernel
+    // reads `size_of::<MountAttr>()` bytes of it.
+    map(unsafe {
+        syscall!(
+            Sysno::mount_setattr,
+            dir,
+            path.as_ptr(),
+            flags,
+            std::ptr::addr_of!(attr),
+            std::mem::size_of::<MountAttr>()
+        )
+    })
+}
+
+/// `mkdirat(AT_FDCWD, path, mode)`.
+pub fn mkdir(path: &CStr, mode: c_uint) -> Ret {
+    // SAFETY: `path` is NUL-terminated and outlives the call.
+    map(unsafe { syscall!(Sysno::mkdirat, libc::AT_FDCWD, path.as_ptr(), mode) })
+}
+
+/// `openat(dir, path, flags, mode)`: with `O_CREAT`, the mode of a new file.
+pub fn openat_mode(dir: c_int, path: &CStr, flags: c_int, mode: c_uint) -> Ret {
+    // SAFETY: `path` is NUL-terminated and outlives the call.
+    map(unsafe { syscall!(Sysno::openat, dir, path.as_ptr(), flags, mode) })
+}

@@ -391,6 +391,7 @@ mod tests {
                 d(&root.join("missing/x")),
             ],
             proc_self: false,
+            mounts: vec![],
         };
         let r = plan(&fs, ABI::V7).expect("plan");
         let carve = || RuleKind::CarveOut {
@@ -430,6 +431,7 @@ mod tests {
             grants: vec![g(&root.join("w"), Access::WRITE)],
             deny: vec![d(&root), d(&root.join("other"))], // above the grant: not carved here
             proc_self: false,
+            mounts: vec![],
         };
         // root is denied and w lies inside it: dropped.
         let r = plan(&fs, ABI::V7).expect("plan");
@@ -439,6 +441,7 @@ mod tests {
             grants: fs.grants,
             deny: vec![d(&root.join("elsewhere"))],
             proc_self: false,
+            mounts: vec![],
         };
         let r = plan(&fs, ABI::V7).expect("plan");
         assert_eq!(paths(&r), vec![(root.join("w"), RuleKind::Grant)]);
@@ -455,6 +458,7 @@ mod tests {
             grants: vec![g(&root, Access::READ)],
             deny: vec![d(&root.join("link/k"))],
             proc_self: false,
+            mounts: vec![],
         };
         match plan(&fs, ABI::V7) {
             Err(LandlockError::NotCanonical { .. }) => {}

@@ -198,6 +198,16 @@ pub fn prepare(
 }
 
 impl Prepared {
+    /// Rights for the rules init adds for the view's new mounts (None without a ruleset).
+    pub fn view_rights(&self) -> Option<crate::sandbox::view::ViewRights> {
+        self.ruleset.as_ref()?;
+        Some(crate::sandbox::view::ViewRights {
+            read_dir: rights::for_access(Access::READ, self.abi, true).bits(),
+            write_dir: rights::for_access(Access::WRITE, self.abi, true).bits(),
+            write_file: rights::for_access(Access::WRITE, self.abi, false).bits(),
+        })
+    }
+
     /// What this ruleset enforces, one line per rule (for `--dry-run` and `check`).
     pub fn report(&self) -> &Report {
         &self.report

@@ -1,0 +1,206 @@
+//! `mounts:` and `--mount SRC:DST[:ro|rw]`: a host path (or a capsule
+//! volume) seen at another path inside the run's view.
+//!
+//! Each mount becomes a Landlock grant on its source (the bind keeps the
+//! inode, so the rule holds at the destination): read+exec for a read-only
+//! mount (the run cannot write there, so executing from it is safe), read
+//! and write for a read-write one. A mount whose destination differs from
+//! its source needs the view (a mount namespace): without one it is refused.
+
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+use super::{Access, Bind, FsGrant, Opened, Origin};
+use crate::policy::resolve;
+use crate::policy::validate::{self, GrantKind};
+use crate::policy::LoadedPolicy;
+
+#[derive(Debug, Error)]
+pub enum MountError {
+    #[error("{key}: {why}")]
+    Bad { key: String, why: String },
+}
+
+/// Where the volume NAME lives: `$XDG_DATA_HOME/capsule/volumes/NAME`
+/// (default `~/.local/share/capsule/volumes/NAME`).
+pub fn volume_dir(name: &str, home: &Path) -> Result<PathBuf, String> {
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
+    if !ok {
+        return Err(format!(
+            "volume name `{name}`: use [a-zA-Z0-9][a-zA-Z0-9_.-]* (at most 128 characters)"
+        ));
+    }
+    let data = std::env::var_os("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .unwrap_or_else(|| home.join(".local/share"));
+    Ok(data.join("capsule/volumes").join(name))
+}
+
+/// Parse `SRC:DST[:ro|rw]`.
+pub fn parse_flag(raw: &str) -> Result<(String, String, bool), String> {
+    let (rest, read_only) = if let Some(r) = raw.strip_suffix(":ro") {
+        (r, true)
+    } else if let Some(r) = raw.strip_suffix(":rw") {
+        (r, false)
+    } else {
+        (raw, true)
+    };
+    // `volume:NAME:DST`: the first colon belongs to the source.
+    let (src, dst) = if let Some(v) = rest.strip_prefix("volume:") {
+        let (name, dst) = v.split_once(':').ok_or("expected SRC:DST[:ro|rw]")?;
+        (format!("volume:{name}"), dst.to_string())
+    } else {
+        let (s, d) = rest.split_once(':').ok_or("expected SRC:DST[:ro|rw]")?;
+        (s.to_string(), d.to_string())
+    };
+    if src.is_empty() || dst.is_empty() {
+        return Err("expected SRC:DST[:ro|rw]".into());
+    }
+    Ok((src, dst, read_only))
+}
+
+/// Destinations a mount may not cover.
+const NO_DST: &[&str] = &["/", "/proc", "/sys", "/dev", "/tmp"];
+
+fn resolve_one(
+    key: &str,
+    src: &str,
+    dst: &str,
+    read_only: bool,
+    base: &Path,
+    home: &Path,
+) -> Result<Bind, MountError> {
+    let bad = |why: String| MountError::Bad {
+        key: key.to_string(),
+        why,
+    };
+    let src_path = if let Some(name) = src.strip_prefix("volume:") {
+        let dir = volume_dir(name, home).map_err(bad)?;
+        if !dir.is_dir() {
+            return Err(bad(format!(
+                "volume `{name}` does not exist (create it with `capsule volume create {name}`)"
+            )));
+        }
+        dir
+    } else {
+        resolve::expand(src, base, home).map_err(bad)?
+    };
+    let src_path = std::fs::canonicalize(&src_path)
+        .map_err(|e| bad(format!("source {}: {e}", src_path.display())))?;
+    let dst_path = PathBuf::from(dst);
+    if !dst_path.is_absolute() {
+        return Err(bad(format!("destination `{dst}` must be an absolute path")));
+    }
+    let clean: PathBuf = dst_path.components().collect();
+    if clean
+        .components()
+        .any(|c| c == std::path::Component::ParentDir)
+    {
+        return Err(bad(format!("destination `{dst}` may not contain `..`")));
+    }
+    if NO_DST.iter().any(|d| clean == Path::new(d))
+        || clean.starts_with("/proc")
+        || clean.starts_with("/sys")
+        || clean.starts_with("/dev")
+    {
+        return Err(bad(format!(
+            "destination `{dst}` is reserved for the run's view (/, /proc, /sys, /dev, /tmp)"
+        )));
+    }
+    let kind = if read_only {
+        GrantKind::Read
+    } else {
+        GrantKind::Write
+    };
+    validate::check_grant(&src_path, kind)
+        .map_err(|why| bad(format!("source {}: {why}", src_path.display())))?;
+    Ok(Bind {
+        src: src_path,
+        dst: clean,
+        read_only,
+    })
+}
+
+/// Resolve the policy's `mounts:` and the `--mount` flags; the binds and
+/// the Landlock grants on their sources.
+pub fn resolve(
+    loaded: &LoadedPolicy,
+    flags: &[String],
+    here: &Path,
+    home: &Path,
+) -> Result<(Vec<Bind>, Vec<FsGrant>), MountError> {
+    let mut binds = Vec::new();
+    let mut grants = Vec::new();
+    for (i, m) in loaded.policy.mounts.iter().enumerate() {
+        let key = format!("mounts[{i}]");
+        let b = resolve_one(&key, &m.src, &m.dst, m.read_only, &loaded.base_dir, home)?;
+        let line = loaded.lines.get(&key).copied();
+        grants.push(grant(&b, Origin::Policy { key, line }));
+        binds.push(b);
+    }
+    for raw in flags {
+        let (src, dst, ro) = parse_flag(raw).map_err(|why| MountError::Bad {
+            key: format!("--mount {raw}"),
+            why,
+        })?;
+        let b = resolve_one(&format!("--mount {raw}"), &src, &dst, ro, here, home)?;
+        grants.push(grant(&b, Origin::Cli("--mount")));
+        binds.push(b);
+    }
+    Ok((binds, grants))
+}
+
+fn grant(b: &Bind, origin: Origin) -> FsGrant {
+    FsGrant {
+        path: b.src.clone(),
+        access: if b.read_only {
+            Access::EXEC
+        } else {
+            Access::WRITE
+        },
+        origin,
+        opened: Opened::NONE,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_parse() {
+        assert_eq!(
+            parse_flag("./a:/pack").unwrap(),
+            ("./a".into(), "/pack".into(), true)
+        );
+        assert_eq!(
+            parse_flag("./a:/pack:rw").unwrap(),
+            ("./a".into(), "/pack".into(), false)
+        );
+        assert_eq!(
+            parse_flag("volume:v1:/install:rw").unwrap(),
+            ("volume:v1".into(), "/install".into(), false)
+        );
+        assert!(parse_flag("nodst").is_err());
+        assert!(parse_flag(":/x").is_err());
+    }
+
+    #[test]
+    fn volume_names_are_checked() {
+        let home = Path::new("/home/u");
+        assert!(volume_dir("ok-1.x_y", home).is_ok());
+        for bad in ["", "-x", "a/b", "..", "a b"] {
+            assert!(volume_dir(bad, home).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,625 @@
+//! The run's private view of the host: a mount namespace in which the host
+//! is read-only.
+//!
+//! Landlock decides who may read, write and execute what, but it has no hook
+//! for a file's metadata (chmod, chown, utimes, xattrs), for SysV IPC, or for
+//! what `/proc` shows. The view closes those gaps with the kernel's mount
+//! machinery, where capsule can create namespaces (root, or unprivileged user
+//! namespaces):
+//!
+//! * every mount of the host, recursively, is read-only and nosuid in the
+//!   run's mount namespace (`mount_setattr(AT_RECURSIVE)`), so mode, owner,
+//!   times, xattrs and size of anything outside write grants cannot change,
+//!   as root too (EROFS);
+//! * each write grant (and the private TMPDIR, the workspace output, the
+//!   policy's `mounts:`) is a recursive bind clone taken *before* the host
+//!   turned read-only (`open_tree(OPEN_TREE_CLONE)`), attached at its
+//!   destination afterwards (`move_mount`), so it stays writable;
+//! * `/tmp` is the run's TMPDIR (or a size-limited tmpfs); grants that lie
+//!   under the host's `/tmp` are bound again at their own paths inside it;
+//! * a private `/proc` of the run's pid namespace, `/dev/shm` (tmpfs),
+//!   a new devpts instance at `/dev/pts` with `/dev/ptmx`;
+//! * the secrets of `/etc` are covered (files by `/dev/null`, directories by
+//!   an empty mode-000 tmpfs), so `/etc` can be granted whole;
+//! * propagation is private: nothing the run mounts reaches the host.
+//!
+//! Landlock stays the read/write/exec control on top: the bind clones keep
+//! their inodes, so the rules prepared in the parent apply at the new
+//! places; the new mounts (`/proc`, `/dev/pts`, `/dev/ptmx`, `/dev/shm`, a
+//! tmpfs `/tmp`) get their rules in init, right after they are mounted.
+//!
+//! Everything is decided here, in the parent ([`View::plan`]); the run's init
+//! replays the list of [`Op`]s with raw system calls ([`View::apply`], which
+//! follows the rules of `sandbox::child`).
+
+use std::ffi::{c_int, c_uint, c_ulong, CString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+use crate::plan::{Access, Plan};
+use crate::sys::channel::Stage;
+use crate::sys::raw;
+
+/// At most this many bind clones (write grants, mounts) per run: init keeps
+/// their descriptors on its stack.
+pub const MAX_BINDS: usize = 128;
+
+/// Size of the run's private `/dev/shm` (as Docker's default).
+const SHM_SIZE: &str = "size=64m,mode=1777";
+
+/// Secrets of `/etc` that stay unreadable under `system: true`, even to root.
+/// A `*` matches any run of characters within one name.
+pub const ETC_SECRETS: &[&str] = &[
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/ssh/ssh_host_*_key",
+    "/etc/ssl/private",
+    "/etc/pki/tls/private",
+    "/etc/security/opasswd",
+    "/etc/krb5.keytab",
+    "/etc/libvirt/secrets",
+    "/etc/NetworkManager/system-connections",
+    "/etc/wpa_supplicant",
+    "/etc/ppp/chap-secrets",
+    "/etc/ppp/pap-secrets",
+    "/etc/ipsec.secrets",
+    "/etc/letsencrypt/archive",
+    "/etc/letsencrypt/keys",
+    "/etc/openvpn/server",
+    "/etc/openvpn/client",
+    "/etc/wireguard",
+    "/etc/cups/ssl",
+    "/etc/docker/key.json",
+    "/etc/machine-id.secret",
+    "/etc/rancher",
+    "/etc/kubernetes/pki",
+    "/etc/shadow.lock",
+    "/etc/.pwd.lock",
+];
+
+#[derive(Debug, Error)]
+pub enum ViewError {
+    #[error("more than {MAX_BINDS} writable places or mounts: the run's view can hold at most {MAX_BINDS}")]
+    TooManyBinds,
+    #[error("mount destination {dst}: {why}")]
+    Destination { dst: PathBuf, why: String },
+    #[error("a NUL byte in the path {0}")]
+    Nul(PathBuf),
+}
+
+pub use crate::plan::Bind;
+
+/// One step of the view, replayed by init.
+#[derive(Debug)]
+enum Op {
+    /// `mount --make-rprivate /`.
+    Private,
+    /// Take a detached recursive clone of `src` (the `n`th clone).
+    Clone { src: CString },
+    /// Every mount read-only and nosuid, recursively.
+    ReadOnlyHost,
+    /// Attach clone `index` at `dst`, read-only or not.
+    Attach {
+        index: usize,
+        dst: CString,
+        read_only: bool,
+    },
+    /// A new filesystem (tmpfs, proc, devpts) at `dst`.
+    Mount {
+        fstype: &'static std::ffi::CStr,
+        dst: CString,
+        flags: c_ulong,
+        data: Option<CString>,
+        stage: Stage,
+    },
+    /// A plain bind of `src` at `dst` (non-recursive): /dev/null over a
+    /// secret file, the devpts `ptmx` over `/dev/ptmx`.
+    BindPath {
+        src: CString,
+        dst: CString,
+        stage: Stage,
+    },
+    /// A directory to create (a mountpoint inside the private /tmp).
+    Mkdir { path: CString },
+    /// An empty file to create (a mountpoint for a file bind).
+    Touch { path: CString },
+    /// Write `value` into a sysctl of the run's namespaces; failure tolerated.
+    Sysctl {
+        path: &'static std::ffi::CStr,
+        value: &'static [u8],
+    },
+    /// A Landlock rule for a path of the view (`access`: rights bits).
+    Rule { path: CString, access: u64 },
+}
+
+/// Landlock rights (bits) for the rules of the new mounts, from the ruleset's ABI.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ViewRights {
+    /// Read a directory tree (`/proc`).
+    pub read_dir: u64,
+    /// Read and write a directory tree (`/dev/pts`, `/dev/shm`, a tmpfs `/tmp`).
+    pub write_dir: u64,
+    /// Read and write one file (`/dev/ptmx`).
+    pub write_file: u64,
+}
+
+/// The prepared view: what init mounts, in order.
+#[derive(Debug)]
+pub struct View {
+    ops: Vec<Op>,
+    /// What the view gives, for the report.
+    pub summary: ViewSummary,
+}
+
+/// What the view gives this run (for `enforcement` and `--dry-run`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ViewSummary {
+    pub binds: Vec<Bind>,
+    pub private_tmp: bool,
+    pub private_proc: bool,
+    pub private_shm: bool,
+    pub devpts: bool,
+    pub memfd_noexec: bool,
+    /// Secrets of /etc found on this host and covered.
+    pub secrets: Vec<PathBuf>,
+}
+
+fn cstr(p: &Path) -> Result<CString, ViewError> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| ViewError::Nul(p.to_path_buf()))
+}
+
+/// Whether `p` is a directory (following links), a file, or absent.
+fn kind(p: &Path) -> Option<bool> {
+    std::fs::metadata(p).ok().map(|m| m.is_dir())
+}
+
+/// The secrets of /etc that exist on this host (symlinks left alone: their
+/// targets are what matters, and a link into /etc is covered at the target).
+pub fn etc_secrets() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for pat in ETC_SECRETS {
+        let path = Path::new(pat);
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if let Some((pre, post)) = name.split_once('*') {
+            let dir = path.parent().unwrap_or(Path::new("/"));
+            if let Ok(rd) = std::fs::read_dir(dir) {
+                let mut found: Vec<PathBuf> = rd
+                    .flatten()
+                    .filter(|e| {
+                        let n = e.file_name();
+                        let n = n.to_string_lossy();
+                        n.len() >= pre.len() + post.len() && n.starts_with(pre) && n.ends_with(post)
+                    })
+                    .map(|e| e.path())
+                    .collect();
+                found.sort();
+                out.extend(found);
+            }
+        } else if path
+            .symlink_metadata()
+            .is_ok_and(|m| !m.file_type().is_symlink())
+        {
+            out.push(path.to_path_buf());
+        }
+    }
+    out
+}
+
+/// Inputs of [`View::plan`] besides the plan.
+#[derive(Debug, Default)]
+pub struct ViewInput<'a> {
+    /// Extra binds from the policy's `mounts:` and `--mount` (source already resolved).
+    pub mounts: &'a [Bind],
+    /// A size limit for the private /tmp (then a tmpfs).
+    pub tmp_size_mb: Option<u64>,
+    /// Landlock rights for the new mounts; None without Landlock.
+    pub rights: Option<ViewRights>,
+    /// Set vm.memfd_noexec = 2 in the run's pid namespace.
+    pub memfd_noexec: bool,
+}
+
+impl View {
+    /// Decide the view for `plan`. Nothing is mounted here.
+    pub fn plan(plan: &Plan, input: &ViewInput<'_>) -> Result<View, ViewError> {
+        let tmp = Path::new("/tmp");
+        let mut ops = vec![Op::Private];
+        let mut summary = ViewSummary::default();
+
+        let under_tmpdir = |p: &Path| plan.tmpdir.as_ref().is_some_and(|t| p.starts_with(t));
+        // /tmp is the run's own only when nothing granted lies under the
+        // host's /tmp: Landlock rights are inherited along the mount
+        // hierarchy, so a grant bound again inside a writable private /tmp
+        // would inherit its write right (and lose its carve-outs). Then the
+        // host's /tmp stays, under Landlock as everything else.
+        let nested = plan
+            .fs
+            .grants
+            .iter()
+            .any(|g| g.path.starts_with(tmp) && !under_tmpdir(&g.path))
+            || (plan.cwd.starts_with(tmp) && !under_tmpdir(&plan.cwd));
+        let private_tmp = plan.tmpdir.is_some() && !nested;
+        // The places bound at their own paths: every write grant that is a
+        // directory or a regular file (device nodes such as /dev/null stay
+        // writable on a read-only mount), so that it stays writable.
+        let mut places: Vec<(PathBuf, bool)> = Vec::new();
+        for g in &plan.fs.grants {
+            if !g.access.write
+                || g.path.starts_with("/dev")
+                || under_tmpdir(&g.path)
+                || input.mounts.iter().any(|m| m.src == g.path)
+                || kind(&g.path).is_none()
+            {
+                continue;
+            }
+            if !places.iter().any(|(p, _)| *p == g.path) {
+                places.push((g.path.clone(), true));
+            }
+        }
+        // A place beneath another rides along with it, unless it is
+        // writable and the other is not.
+        let covered: Vec<(PathBuf, bool)> = places
+            .iter()
+            .filter(|(p, rw)| {
+                !places
+                    .iter()
+                    .any(|(q, qrw)| q != p && p.starts_with(q) && (*qrw || !*rw))
+            })
+            .cloned()
+            .collect();
+
+        let mut binds: Vec<Bind> = Vec::new();
+        if private_tmp && input.tmp_size_mb.is_none() {
+            if let Some(t) = &plan.tmpdir {
+                binds.push(Bind {
+                    src: t.clone(),
+                    dst: tmp.to_path_buf(),
+                    read_only: false,
+                });
+            }
+        }
+        for (p, rw) in covered {
+            binds.push(Bind {
+                src: p.clone(),
+                dst: p,
+                read_only: !rw,
+            });
+        }
+        for m in input.mounts {
+            binds.push(m.clone());
+        }
+        if binds.len() > MAX_BINDS {
+            return Err(ViewError::TooManyBinds);
+        }
+        // Attach parents before children: /tmp first, then what lies under it.
+        let order = |b: &Bind| (b.dst != tmp, b.dst.components().count());
+        binds.sort_by_key(order);
+
+        for b in &binds {
+            ops.push(Op::Clone { src: cstr(&b.src)? });
+        }
+        ops.push(Op::ReadOnlyHost);
+
+        let mut tmp_rule = false;
+        if private_tmp {
+            if let Some(mb) = input.tmp_size_mb {
+                ops.push(Op::Mount {
+                    fstype: c"tmpfs",
+                    dst: cstr(tmp)?,
+                    flags: libc::MS_NOSUID | libc::MS_NODEV,
+                    data: Some(CString::new(format!("size={mb}m,mode=1777")).expect("no NUL")),
+                    stage: Stage::View,
+                });
+                tmp_rule = true;
+            }
+            summary.private_tmp = true;
+        }
+        for (index, b) in binds.iter().enumerate() {
+            // A destination inside the private /tmp does not exist there yet.
+            let under_tmp = private_tmp && b.dst.starts_with(tmp) && b.dst != tmp;
+            if under_tmp {
+                let rel = b.dst.strip_prefix(tmp).expect("checked");
+                let mut at = tmp.to_path_buf();
+                let comps: Vec<_> = rel.components().collect();
+                for (i, c) in comps.iter().enumerate() {
+                    at.push(c);
+                    let last = i + 1 == comps.len();
+                    if last && kind(&b.src) == Some(false) {
+                        ops.push(Op::Touch { path: cstr(&at)? });
+                    } else {
+                        ops.push(Op::Mkdir { path: cstr(&at)? });
+                    }
+                }
+            } else if b.dst != tmp {
+                match (kind(&b.dst), kind(&b.src)) {
+                    (None, _) => {
+                        return Err(ViewError::Destination {
+                            dst: b.dst.clone(),
+                            why: "does not exist on the host; the view keeps the host's tree and cannot create \
+                                  it (create it, or mount beneath /tmp)"
+                                .into(),
+                        })
+                    }
+                    (Some(d), Some(s)) if d != s => {
+                        return Err(ViewError::Destination {
+                            dst: b.dst.clone(),
+                            why: "a directory and a file cannot be mounted on each other".into(),
+                        })
+                    }
+                    _ => {}
+                }
+            }
+            ops.push(Op::Attach {
+                index,
+                dst: cstr(&b.dst)?,
+                read_only: b.read_only,
+            });
+        }
+        summary.binds = binds;
+
+        // Secrets of /etc, unless a grant names one exactly.
+        for s in etc_secrets() {
+            if plan.fs.grants.iter().any(|g| g.path == s) {
+                continue;
+            }
+            let dst = cstr(&s)?;
+            if kind(&s) == Some(true) {
+                ops.push(Op::Mount {
+                    fstype: c"tmpfs",
+                    dst,
+                    flags: libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                    data: Some(CString::new("size=4k,mode=000").expect("no NUL")),
+                    stage: Stage::View,
+                });
+            } else {
+                ops.push(Op::BindPath {
+                    src: CString::new("/dev/null").expect("no NUL"),
+                    dst,
+                    stage: Stage::View,
+                });
+            }
+            summary.secrets.push(s);
+        }
+
+        let rights = input.rights.unwrap_or_default();
+        let shm = Path::new("/dev/shm");
+        if kind(shm) == Some(true) {
+            ops.push(Op::Mount {
+                fstype: c"tmpfs",
+                dst: cstr(shm)?,
+                flags: libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                data: Some(CString::new(SHM_SIZE).expect("no NUL")),
+                stage: Stage::ViewDev,
+            });
+            if input.rights.is_some() {
+                ops.push(Op::Rule {
+                    path: cstr(shm)?,
+                    access: rights.write_dir,
+                });
+            }
+            summary.private_shm = true;
+        }
+        if kind(Path::new("/dev/pts")) == Some(true) && kind(Path::new("/dev/ptmx")) == Some(false)
+        {
+            ops.push(Op::Mount {
+                fstype: c"devpts",
+                dst: CString::new("/dev/pts").expect("no NUL"),
+                flags: libc::MS_NOSUID | libc::MS_NOEXEC,
+                data: Some(CString::new("newinstance,ptmxmode=0666,mode=0620").expect("no NUL")),
+                stage: Stage::ViewDev,
+            });
+            ops.push(Op::BindPath {
+                src: CString::new("/dev/pts/ptmx").expect("no NUL"),
+                dst: CString::new("/dev/ptmx").expect("no NUL"),
+                stage: Stage::ViewDev,
+            });
+            if input.rights.is_some() {
+                ops.push(Op::Rule {
+                    path: CString::new("/dev/pts").expect("no NUL"),
+                    access: rights.write_dir,
+                });
+                ops.push(Op::Rule {
+                    path: CString::new("/dev/ptmx").expect("no NUL"),
+                    access: rights.write_file,
+                });
+            }
+            summary.devpts = true;
+        }
+        // hidepid=4 ("ptraceable", Linux 5.8): a process the caller may not
+        // ptrace-read is not listed at all. That hides the run's init, which
+        // is non-dumpable because it shares the supervisor's memory.
+        ops.push(Op::Mount {
+            fstype: c"proc",
+            dst: CString::new("/proc").expect("no NUL"),
+            flags: libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            data: Some(CString::new("hidepid=4").expect("no NUL")),
+            stage: Stage::ViewProc,
+        });
+        summary.private_proc = true;
+        if input.memfd_noexec {
+            ops.push(Op::Sysctl {
+                path: c"/proc/sys/vm/memfd_noexec",
+                value: b"2",
+            });
+            summary.memfd_noexec = true;
+        }
+        if input.rights.is_some() {
+            ops.push(Op::Rule {
+                path: CString::new("/proc").expect("no NUL"),
+                access: rights.read_dir,
+            });
+            if tmp_rule {
+                ops.push(Op::Rule {
+                    path: cstr(tmp)?,
+                    access: rights.write_dir,
+                });
+            }
+        }
+        Ok(View { ops, summary })
+    }
+
+    /// Build the view in the calling process's (new, private) mount
+    /// namespace. Runs in init: raw system calls only, no allocation (see
+    /// `sandbox::child`). `ruleset` is the Landlock ruleset to add the new
+    /// mounts' rules to (-1: none). The error names the step.
+    pub fn apply(&self, ruleset: c_int) -> Result<(), (Stage, i32)> {
+        const OPEN_TREE_CLONE: c_uint = 1;
+        const MOUNT_ATTR_RDONLY: u64 = 0x1;
+        const MOUNT_ATTR_NOSUID: u64 = 0x2;
+        let recursive = libc::AT_RECURSIVE as c_uint;
+        let mut fds = [-1 as c_int; MAX_BINDS];
+        let mut n = 0usize;
+        let close_all = |fds: &[c_int]| {
+            for &fd in fds {
+                if fd >= 0 {
+                    raw::close(fd);
+                }
+            }
+        };
+        let view = |e: i32| (Stage::View, e);
+        for op in &self.ops {
+            let r: Result<(), (Stage, i32)> = match op {
+                Op::Private => raw::mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE, None)
+                    .map(drop)
+                    .map_err(view),
+                Op::Clone { src } => raw::open_tree(
+                    libc::AT_FDCWD,
+                    src,
+                    OPEN_TREE_CLONE | libc::O_CLOEXEC as c_uint | recursive,
+                )
+                .map(|fd| {
+                    fds[n] = fd as c_int;
+                    n += 1;
+                })
+                .map_err(view),
+                Op::ReadOnlyHost => raw::mount_setattr(
+                    libc::AT_FDCWD,
+                    c"/",
+                    recursive,
+                    MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID,
+                    0,
+                )
+                .map(drop)
+                .map_err(view),
+                Op::Attach {
+                    index,
+                    dst,
+                    read_only,
+                } => {
+                    let fd = fds[*index];
+                    let set = if *read_only {
+                        MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID
+                    } else {
+                        MOUNT_ATTR_NOSUID
+                    };
+                    let r = raw::mount_setattr(
+                        fd,
+                        c"",
+                        libc::AT_EMPTY_PATH as c_uint | recursive,
+                        set,
+                        0,
+                    )
+                    .and_then(|_| raw::move_mount_fd(fd, dst));
+                    raw::close(fd);
+                    fds[*index] = -1;
+                    r.map(drop).map_err(view)
+                }
+                Op::Mount {
+                    fstype,
+                    dst,
+                    flags,
+                    data,
+                    stage,
+                } => raw::mount(Some(fstype), dst, Some(fstype), *flags, data.as_deref())
+                    .map(drop)
+                    .map_err(|e| (*stage, e)),
+                Op::BindPath { src, dst, stage } => {
+                    raw::mount(Some(src), dst, None, libc::MS_BIND, None)
+                        .map(drop)
+                        .map_err(|e| (*stage, e))
+                }
+                Op::Mkdir { path } => match raw::mkdir(path, 0o755) {
+                    Ok(_) | Err(libc::EEXIST) => Ok(()),
+                    Err(e) => Err(view(e)),
+                },
+                Op::Touch { path } => {
+                    match raw::openat_mode(
+                        libc::AT_FDCWD,
+                        path,
+                        libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+                        0o600,
+                    ) {
+                        Ok(fd) => {
+                            raw::close(fd as c_int);
+                            Ok(())
+                        }
+                        Err(e) => Err(view(e)),
+                    }
+                }
+                Op::Sysctl { path, value } => {
+                    if let Ok(fd) =
+                        raw::openat(libc::AT_FDCWD, path, libc::O_WRONLY | libc::O_CLOEXEC)
+                    {
+                        let _ = raw::write(fd as c_int, value);
+                        raw::close(fd as c_int);
+                    }
+                    Ok(())
+                }
+                Op::Rule { path, access } => {
+                    if ruleset < 0 || *access == 0 {
+                        Ok(())
+                    } else {
+                        match raw::openat(libc::AT_FDCWD, path, libc::O_PATH | libc::O_CLOEXEC) {
+                            Ok(fd) => {
+                                let r = raw::landlock_add_path_rule(ruleset, *access, fd as c_int);
+                                raw::close(fd as c_int);
+                                r.map(drop).map_err(|e| (Stage::Landlock, e))
+                            }
+                            Err(e) => Err((Stage::Landlock, e)),
+                        }
+                    }
+                }
+            };
+            if let Err(e) = r {
+                close_all(&fds[..n]);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The view's writable places in `summary`, for `--dry-run` (one line each).
+pub fn describe(summary: &ViewSummary) -> Vec<String> {
+    let mut out = Vec::new();
+    for b in &summary.binds {
+        let mode = if b.read_only { "ro" } else { "rw" };
+        if b.src == b.dst {
+            out.push(format!("{} ({mode})", b.dst.display()));
+        } else {
+            out.push(format!(
+                "{} at {} ({mode})",
+                b.src.display(),
+                b.dst.display()
+            ));
+        }
+    }
+    out
+}
+
+/// `Access` of a mount, for its Landlock grant at the source.
+pub fn mount_access(read_only: bool) -> Access {
+    if read_only {
+        Access::READ
+    } else {
+        Access::WRITE
+    }
+}

@@ -1,0 +1,493 @@
+//! Escapes that Landlock cannot see, closed by the run's private view of the
+//! host (mount, IPC, pid and network namespaces; `src/sandbox/view.rs`):
+//! metadata changes (chmod, setuid bits, utimes, xattrs, truncate) outside
+//! write grants, the host's SysV IPC, the host's /tmp, /proc of capsule's
+//! init, /etc secrets. Without namespaces (`CAPSULE_NO_NAMESPACES=1`) the
+//! same runs must report what they lack in `enforcement.missing`.
+//!
+//! Each attack runs in a fresh `capsule exec` as the test's user (root, or
+//! the unprivileged user of `scripts/test`), and checks the errno.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+
+fn view_expected() -> bool {
+    std::env::var_os("CAPSULE_NO_NAMESPACES").is_none() && namespaces_possible()
+}
+
+/// Root, or unprivileged user namespaces allowed by the sysctls.
+fn namespaces_possible() -> bool {
+    if is_root() {
+        return true;
+    }
+    let read = |p: &str| fs::read_to_string(p).map(|s| s.trim().to_string()).ok();
+    read("/proc/sys/user/max_user_namespaces").as_deref() != Some("0")
+        && read("/proc/sys/kernel/unprivileged_userns_clone").as_deref() != Some("0")
+        && read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() != Some("1")
+}
+
+/// Run a Python snippet in capsule with OPTS; the result object.
+fn py(sb: &Sandbox, opts: &[&str], code: &str) -> Run {
+    let py = python();
+    sb.exec_json(opts, &[&py, "-c", code])
+}
+
+/// A metadata attack on FILE: one line "name=errno-or-ok" per attempt.
+const METADATA: &str = r#"
+import os, sys
+p = sys.argv[1]
+def t(name, f):
+    try:
+        f(); print(name + "=ok")
+    except OSError as e:
+        print(name + "=" + (os.strerror(e.errno) if e.errno else str(e)))
+t("chmod", lambda: os.chmod(p, 0o777))
+t("setuid", lambda: os.chmod(p, 0o4777))
+t("utime", lambda: os.utime(p, (0, 0)))
+t("xattr", lambda: os.setxattr(p, "user.capsule", b"x"))
+t("chown", lambda: os.chown(p, os.getuid(), os.getgid()))
+t("truncate", lambda: os.truncate(p, 0))
+t("open_trunc", lambda: os.close(os.open(p, os.O_RDONLY | os.O_TRUNC)))
+"#;
+
+fn metadata_run(sb: &Sandbox, opts: &[&str], file: &str) -> (Run, Vec<(String, String)>) {
+    let py = python();
+    let run = sb.exec_json(opts, &[&py, "-c", METADATA, file]);
+    let lines = run
+        .child_stdout()
+        .lines()
+        .filter_map(|l| {
+            l.split_once('=')
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+        })
+        .collect();
+    (run, lines)
+}
+
+#[test]
+fn metadata_outside_write_grants_cannot_change() {
+    let sb = Sandbox::new();
+    let outside = sb.write("outside/victim", "data");
+    fs::set_permissions(&outside, fs::Permissions::from_mode(0o600)).unwrap();
+    let ro = sb.write("ro/victim", "data");
+    fs::set_permissions(&ro, fs::Permissions::from_mode(0o600)).unwrap();
+    let pol = sb.policy("version: 1\nfilesystem:\n  read: [./ro]\n");
+    for file in [&outside, &ro] {
+        let before = fs::metadata(file).unwrap();
+        let (run, lines) = metadata_run(&sb, &["--policy", &pol], &file.to_string_lossy());
+        run.assert_ran();
+        assert_eq!(
+            fs::read_to_string(file).unwrap(),
+            "data",
+            "ESCAPE: truncated{}",
+            run.ctx()
+        );
+        if !view_expected() {
+            // No layer can stop this here: it must be reported, not silent.
+            let missing = run.json()["enforcement"]["missing"].to_string();
+            assert!(
+                missing.contains("read-only view of the host"),
+                "{}",
+                run.ctx()
+            );
+            continue;
+        }
+        let after = fs::metadata(file).unwrap();
+        assert_eq!(
+            before.permissions().mode(),
+            after.permissions().mode(),
+            "ESCAPE: the mode of {} changed{}",
+            file.display(),
+            run.ctx()
+        );
+        assert_eq!(
+            before.modified().unwrap(),
+            after.modified().unwrap(),
+            "ESCAPE: the mtime of {} changed{}",
+            file.display(),
+            run.ctx()
+        );
+        {
+            for (name, res) in &lines {
+                assert_ne!(
+                    res,
+                    "ok",
+                    "{name} succeeded on {}{}",
+                    file.display(),
+                    run.ctx()
+                );
+            }
+            let v = run.json();
+            assert!(
+                v["enforcement"]["view"]["read_only_host"] == true,
+                "{}",
+                run.ctx()
+            );
+            let errno = |n: &str| {
+                lines
+                    .iter()
+                    .find(|(k, _)| k == n)
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or_default()
+            };
+            assert_eq!(errno("chmod"), "Read-only file system", "{}", run.ctx());
+            assert_eq!(errno("utime"), "Read-only file system", "{}", run.ctx());
+        }
+    }
+}
+
+#[test]
+fn metadata_inside_write_grants_still_works_but_never_setuid() {
+    let sb = Sandbox::new();
+    let f = sb.write("rw/mine", "data");
+    let pol = sb.policy("version: 1\nfilesystem:\n  write: [./rw]\n");
+    let (run, lines) = metadata_run(&sb, &["--policy", &pol], &f.to_string_lossy());
+    run.assert_ran();
+    let get = |n: &str| {
+        lines
+            .iter()
+            .find(|(k, _)| k == n)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(get("chmod"), "ok", "{}", run.ctx());
+    assert_eq!(get("utime"), "ok", "{}", run.ctx());
+    assert_eq!(get("truncate"), "ok", "{}", run.ctx());
+    // (chown, which comes after it, would clear the bit again: check the attempt itself.)
+    assert_ne!(
+        get("setuid"),
+        "ok",
+        "ESCAPE: chmod 4777 succeeded{}",
+        run.ctx()
+    );
+    let mode = fs::metadata(&f).unwrap().permissions().mode();
+    assert_eq!(
+        mode & 0o6000,
+        0,
+        "ESCAPE: a setuid/setgid bit was set: {mode:o}{}",
+        run.ctx()
+    );
+}
+
+#[test]
+fn host_sysv_shared_memory_is_invisible() {
+    if !view_expected() {
+        skip("no namespaces here: SysV IPC is refused by seccomp instead (tested in escape_syscalls)");
+        return;
+    }
+    let out = Command::new("ipcmk").args(["-M", "4096"]).output();
+    let Ok(out) = out else {
+        skip("ipcmk (util-linux) is not installed");
+        return;
+    };
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let Some(id) = text
+        .split_whitespace()
+        .last()
+        .and_then(|s| s.parse::<i64>().ok())
+    else {
+        skip(&format!("ipcmk did not create a segment: {text}"));
+        return;
+    };
+    let sb = Sandbox::new();
+    let code = format!(
+        r#"
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+r = libc.shmat({id}, None, 0)
+print("attach=" + ("ok" if r not in (None, ctypes.c_void_p(-1).value) else os.strerror(ctypes.get_errno())))
+print("listed=" + str(" {id} " in open("/proc/sysvipc/shm").read()))
+"#
+    );
+    let run = py(&sb, &[], &code);
+    let _ = Command::new("ipcrm").args(["-m", &id.to_string()]).status();
+    run.assert_ran();
+    let so = run.child_stdout();
+    assert!(
+        !so.contains("attach=ok"),
+        "ESCAPE: attached the host's segment{}",
+        run.ctx()
+    );
+    assert!(
+        so.contains("listed=False"),
+        "the host's segment is listed{}",
+        run.ctx()
+    );
+    assert_eq!(
+        run.json()["enforcement"]["view"]["ipc_namespace"],
+        Value::Bool(true)
+    );
+}
+
+#[test]
+fn private_proc_shows_only_the_run_and_hides_init() {
+    if !view_expected() {
+        skip("no namespaces here");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    // A secret in capsule's own environment: init shares capsule's memory.
+    sb.set_env("CAPSULE_TEST_SECRET", "s3cr3t-in-the-supervisor");
+    let code = r#"
+import os, subprocess
+pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+print("pids=" + ",".join(map(str, pids)))
+for leaf in ("environ", "maps", "mem"):
+    try:
+        data = open("/proc/1/" + leaf, "rb").read(4096)
+        print(leaf + "=READ:" + ("secret" if b"s3cr3t" in data else "nosecret"))
+    except OSError as e:
+        print(leaf + "=" + os.strerror(e.errno))
+child = subprocess.run(["cat", "/proc/self/status"], capture_output=True, text=True)
+print("descendant_status=" + str(child.returncode))
+fds = subprocess.run(["ls", "/proc/self/fd"], capture_output=True, text=True)
+print("descendant_fds=" + str(fds.returncode))
+"#;
+    let run = py(&sb, &[], code);
+    run.assert_ran();
+    let so = run.child_stdout();
+    assert!(
+        !so.contains("secret\n") || !so.contains("=READ:secret"),
+        "ESCAPE: read the supervisor's secret{}",
+        run.ctx()
+    );
+    assert!(
+        !so.contains("=READ:"),
+        "ESCAPE: /proc/1 (capsule's init) is readable{}",
+        run.ctx()
+    );
+    let pids = so
+        .lines()
+        .find_map(|l| l.strip_prefix("pids="))
+        .unwrap_or_default();
+    let n = pids.split(',').filter(|s| !s.is_empty()).count();
+    assert!(
+        (1..=5).contains(&n),
+        "the private /proc shows {n} processes: {pids}{}",
+        run.ctx()
+    );
+    // Capsule's init (pid 1) is hidden: it shares the supervisor's memory.
+    assert!(
+        !pids.split(',').any(|p| p == "1"),
+        "pid 1 is listed: {pids}{}",
+        run.ctx()
+    );
+    assert!(so.contains("descendant_status=0"), "{}", run.ctx());
+    assert!(so.contains("descendant_fds=0"), "{}", run.ctx());
+}
+
+#[test]
+fn ps_sees_only_the_run() {
+    if !view_expected() {
+        skip("no namespaces here");
+        return;
+    }
+    if Command::new("ps").arg("--version").output().is_err() {
+        skip("ps (procps) is not installed");
+        return;
+    }
+    let sb = Sandbox::new();
+    let run = sb.exec_json(&[], &["ps", "-e", "-o", "pid=,comm="]);
+    run.assert_code(0);
+    let lines: Vec<String> = run
+        .child_stdout()
+        .lines()
+        .map(|s| s.trim().to_string())
+        .collect();
+    assert!(
+        lines.len() <= 4,
+        "ps sees more than the run: {lines:?}{}",
+        run.ctx()
+    );
+    assert!(lines.iter().any(|l| l.ends_with(" ps")), "{lines:?}");
+}
+
+#[test]
+fn tmp_is_private_and_host_tmp_is_invisible() {
+    let sb = Sandbox::new();
+    let token = format!("capsule-view-{}", std::process::id());
+    let host_file = std::path::Path::new("/tmp").join(&token);
+    let _ = fs::write(&host_file, "host");
+    let code = format!(
+        r#"
+import os
+print("tmpdir=" + os.environ.get("TMPDIR", ""))
+print("host_visible=" + str(os.path.exists("/tmp/{token}")))
+open(os.path.join(os.environ["TMPDIR"], "mine"), "w").write("x")
+try:
+    open("/tmp/written-by-run", "w").write("x"); print("tmp_write=ok")
+except OSError as e:
+    print("tmp_write=" + os.strerror(e.errno))
+"#
+    );
+    let run = py(&sb, &[], &code);
+    let leaked = std::path::Path::new("/tmp/written-by-run").exists();
+    let _ = fs::remove_file("/tmp/written-by-run");
+    let _ = fs::remove_file(&host_file);
+    run.assert_code(0);
+    assert!(
+        !leaked,
+        "ESCAPE: the run wrote into the host's /tmp{}",
+        run.ctx()
+    );
+    let so = run.child_stdout();
+    if view_expected() {
+        assert!(so.contains("tmpdir=/tmp\n"), "{}", run.ctx());
+        assert!(
+            so.contains("host_visible=False"),
+            "ESCAPE: host /tmp visible{}",
+            run.ctx()
+        );
+        assert!(so.contains("tmp_write=ok"), "{}", run.ctx());
+    }
+}
+
+#[test]
+fn grants_under_host_tmp_stay_reachable_at_their_paths() {
+    // Policies commonly grant places under the host's /tmp: the private /tmp
+    // must not hide them.
+    let dir = tempfile::Builder::new()
+        .prefix("capsule-view-grant-")
+        .tempdir_in("/tmp");
+    let Ok(dir) = dir else {
+        skip("cannot create a directory in /tmp");
+        return;
+    };
+    let d = fs::canonicalize(dir.path()).unwrap();
+    fs::write(d.join("in.txt"), "granted").unwrap();
+    let sb = Sandbox::new();
+    let ds = d.to_string_lossy().to_string();
+    let code = format!(
+        "import os\nprint(open('{ds}/in.txt').read())\nopen('{ds}/out.txt','w').write('back')\n"
+    );
+    let run = py(&sb, &["--allow-write", &ds], &code);
+    run.assert_code(0);
+    assert!(run.child_stdout().contains("granted"), "{}", run.ctx());
+    assert_eq!(
+        fs::read_to_string(d.join("out.txt")).unwrap_or_default(),
+        "back",
+        "{}",
+        run.ctx()
+    );
+}
+
+#[test]
+fn etc_is_readable_except_its_secrets() {
+    let sb = Sandbox::new();
+    let code = r#"
+import os
+for p in ("/etc/passwd", "/etc/shadow", "/etc/gshadow", "/etc/sudoers"):
+    try:
+        data = open(p, "rb").read()
+        print(p + "=" + ("empty" if not data else "DATA"))
+    except OSError as e:
+        print(p + "=" + os.strerror(e.errno))
+"#;
+    let run = py(&sb, &[], code);
+    run.assert_code(0);
+    let so = run.child_stdout();
+    assert!(so.contains("/etc/passwd=DATA"), "{}", run.ctx());
+    for s in ["/etc/shadow", "/etc/gshadow", "/etc/sudoers"] {
+        if std::path::Path::new(s).exists() {
+            assert!(
+                !so.contains(&format!("{s}=DATA")),
+                "ESCAPE: {s} readable{}",
+                run.ctx()
+            );
+        }
+    }
+    if view_expected() && std::path::Path::new("/etc/debian_version").exists() {
+        let run = sb.exec_json(&[], &["cat", "/etc/debian_version"]);
+        run.assert_code(0);
+    }
+}
+
+#[test]
+fn pseudo_terminals_and_shm_work_in_the_view() {
+    if !view_expected() {
+        skip("no namespaces here: no private devpts or /dev/shm");
+        return;
+    }
+    let sb = Sandbox::new();
+    let code = r#"
+import os, pty
+m, s = pty.openpty()
+os.write(m, b"hello\n")
+print("pty=" + os.ttyname(s) + ":" + os.read(s, 100).decode().strip())
+from multiprocessing import shared_memory
+sm = shared_memory.SharedMemory(create=True, size=64)
+sm.buf[0] = 7
+print("shm=" + str(sm.buf[0]))
+sm.close(); sm.unlink()
+"#;
+    let run = py(&sb, &[], code);
+    run.assert_code(0);
+    let so = run.child_stdout();
+    assert!(so.contains("pty=/dev/pts/0:hello"), "{}", run.ctx());
+    assert!(so.contains("shm=7"), "{}", run.ctx());
+}
+
+#[test]
+fn without_namespaces_the_gaps_are_reported() {
+    let mut sb = Sandbox::new();
+    sb.set_env("CAPSULE_NO_NAMESPACES", "1");
+    let run = sb.exec_json(&[], &["/bin/true"]);
+    run.assert_code(0);
+    let v = run.json();
+    assert!(v["enforcement"]["view"].is_null(), "{}", run.ctx());
+    let missing = v["enforcement"]["missing"].to_string();
+    assert!(
+        missing.contains("read-only view of the host"),
+        "{}",
+        run.ctx()
+    );
+    assert!(missing.contains("private /proc"), "{}", run.ctx());
+}
+
+#[test]
+fn clone_refusal_falls_back_to_the_no_namespace_path_safely() {
+    // The sysctls promise namespaces but clone() refuses them (an outer
+    // seccomp profile, a container without CAP_SYS_ADMIN). Emulated with a
+    // user namespace whose mount-namespace quota is 0: capsule is "root"
+    // there, asks for its namespaces, gets ENOSPC, and must re-plan without
+    // the view — /etc granted file by file again, never whole.
+    let sb = Sandbox::new();
+    let capsule = capsule_bin();
+    let script = format!(
+        "echo 0 > /proc/sys/user/max_mnt_namespaces && exec {} exec --json -- /bin/sh -c 'cat /etc/shadow; echo rc=$?'",
+        capsule.display()
+    );
+    let out = Command::new("unshare")
+        .args(["-Ur", "sh", "-c", &script])
+        .current_dir(&sb.root)
+        .env_clear()
+        .env("PATH", TEST_PATH)
+        .env("HOME", &sb.home)
+        .env("XDG_STATE_HOME", &sb.state)
+        .env("XDG_CONFIG_HOME", &sb.config)
+        .output();
+    let Ok(out) = out else {
+        skip("unshare (util-linux) is not installed");
+        return;
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let Ok(v) = serde_json::from_str::<Value>(stdout.trim()) else {
+        skip(&format!(
+            "no user namespace for the emulation here: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+        return;
+    };
+    assert_eq!(v["exit_code"], 0, "{v}");
+    assert!(v["enforcement"]["view"].is_null(), "{v}");
+    assert_eq!(v["enforcement"]["tree_kill"], "subreaper", "{v}");
+    let so = v["stdout"].as_str().unwrap_or_default();
+    assert!(so.contains("rc=1"), "ESCAPE: /etc/shadow readable on the fallback path: {v}");
+    assert!(v["enforcement"]["missing"].to_string().contains("read-only view"), "{v}");
+}
