@@ -488,6 +488,14 @@ fn clone_refusal_falls_back_to_the_no_namespace_path_safely() {
     assert!(v["enforcement"]["view"].is_null(), "{v}");
     assert_eq!(v["enforcement"]["tree_kill"], "subreaper", "{v}");
     let so = v["stdout"].as_str().unwrap_or_default();
-    assert!(so.contains("rc=1"), "ESCAPE: /etc/shadow readable on the fallback path: {v}");
-    assert!(v["enforcement"]["missing"].to_string().contains("read-only view"), "{v}");
+    assert!(
+        so.contains("rc=1"),
+        "ESCAPE: /etc/shadow readable on the fallback path: {v}"
+    );
+    assert!(
+        v["enforcement"]["missing"]
+            .to_string()
+            .contains("read-only view"),
+        "{v}"
+    );
 }

@@ -41,23 +41,30 @@ pub fn run(a: CheckArgs) -> i32 {
         }
     };
     let k = KernelView::probe();
-    let mut problems = Vec::new();
-    if k.landlock_abi == 0 {
-        problems.push("Landlock is not available: filesystem grants cannot be enforced");
-    }
-    if !k.seccomp {
-        problems.push("seccomp filters are not available");
+    // The same preparation `exec` runs: what it refuses, check refuses.
+    let mut problems: Vec<String> = Vec::new();
+    let mut notes: Vec<String> = Vec::new();
+    match crate::sandbox::predict(&plan) {
+        Ok(p) => {
+            notes.extend(p.missing.iter().map(|m| format!("not enforced here: {m}")));
+            notes.extend(p.limitations.iter().map(|m| format!("limitation: {m}")));
+        }
+        Err(e) => problems.push(e.to_string()),
     }
     if a.json {
         let mut v = plan_json(&plan, &k);
         v["ok"] = serde_json::json!(problems.is_empty());
         v["problems"] = serde_json::json!(problems);
+        v["notes"] = serde_json::json!(notes);
         println!("{v}");
     } else {
         println!("policy {} is valid", a.policy.display());
         print_plan(&plan, &k);
+        for n in &notes {
+            println!("{n}");
+        }
         for p in &problems {
-            println!("NOT ENFORCEABLE: {p} (capsule exec refuses unless --best-effort)");
+            println!("capsule exec refuses this policy here: {p}");
         }
     }
     if problems.is_empty() {

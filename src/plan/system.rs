@@ -4,7 +4,8 @@
 //! interpreter, and no more: read+exec of the system program and library
 //! directories; read of the few files under /etc that the loader, libc,
 //! TLS and time zones need (not all of /etc: /etc/shadow and friends stay
-//! unreadable even when capsule runs as root); a handful of harmless /proc
+//! unreadable even when capsule runs as root; inside the run's view all of
+//! /etc is granted instead, its secrets covered: `sandbox::view`); a handful of harmless /proc
 //! files; the /dev nodes of the contract. The child's own /proc/self is
 //! added in the child after fork (it names the child, not the parent).
 //! Paths that do not exist on this host are skipped.
@@ -43,6 +44,21 @@ const ETC: &[&str] = &[
     "/etc/os-release",
     "/etc/python3",
     "/etc/python3.11",
+    "/etc/debian_version",
+    "/etc/lsb-release",
+    "/etc/redhat-release",
+    "/etc/system-release",
+    "/etc/timezone",
+    "/etc/host.conf",
+    "/etc/resolv.conf",
+    "/etc/locale.alias",
+    "/etc/locale.conf",
+    "/etc/pip.conf",
+    "/etc/gitconfig",
+    "/etc/npmrc",
+    "/etc/magic",
+    "/etc/terminfo",
+    "/etc/inputrc",
 ];
 
 /// Read-only /proc files that reveal nothing about other processes.

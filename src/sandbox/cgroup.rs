@@ -1,10 +1,11 @@
 //! A cgroup for one run, for `memory_mb` and `max_processes`.
 //!
 //! capsule makes its cgroup beneath the cgroup it is itself in, and only
-//! ever moves its own child there; it never moves any other process. On a
-//! pure cgroup v2 host the controllers must already be delegated to
-//! capsule's cgroup (true for root in the root cgroup, or a systemd
-//! `Delegate=yes` unit); on hybrid hosts (v1 controllers under
+//! ever moves its own child there; it never moves any other process and
+//! never changes a cgroup it did not create (no controller enabled, no mode
+//! switched). On a pure cgroup v2 host the controllers must already be
+//! enabled in capsule's cgroup's `cgroup.subtree_control` (root in a root
+//! cgroup that systemd set up, or a systemd `Delegate=yes` unit); on hybrid hosts (v1 controllers under
 //! /sys/fs/cgroup/<controller>) the v1 `memory` and `pids` hierarchies are
 //! used. Where neither works the limits fall back to rlimits (see
 //! `sandbox::rlimits`), and the result says which mechanism is in force.
@@ -112,12 +113,10 @@ impl RunCgroup {
                 .filter(|(_, w)| *w)
                 .map(|(c, _)| c)
                 .collect();
+            // Only where the controllers are already delegated to our
+            // cgroup's children: capsule never writes cgroup.subtree_control
+            // (or anything else) of a cgroup it did not create.
             let sc = parent.join("cgroup.subtree_control");
-            for c in &want {
-                if !has_word(&sc, c) && has_word(&parent.join("cgroup.controllers"), c) {
-                    let _ = std::fs::write(&sc, format!("+{c}"));
-                }
-            }
             if want.iter().any(|c| has_word(&sc, c)) {
                 let dir = parent.join(&name);
                 if std::fs::create_dir(&dir).is_ok() {

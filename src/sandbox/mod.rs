@@ -47,6 +47,8 @@ pub struct Layers {
     pub limits: BTreeMap<String, String>,
     /// Protections asked for but not enforced (only with best_effort).
     pub missing: Vec<String>,
+    /// What works differently here without weakening a protection.
+    pub limitations: Vec<String>,
     pub landlock_abi: u32,
     /// Whether the seccomp filter will be installed.
     pub seccomp_enforced: bool,
@@ -96,6 +98,43 @@ fn fs_for_view(fs: &crate::plan::FsPlan) -> crate::plan::FsPlan {
     out
 }
 
+/// What `exec` will do with `plan` on this kernel, as this user: the same
+/// preparation, without running anything (the cgroup it may make is removed
+/// at once). `Err` is the refusal `exec` would print; `check` and `doctor`
+/// use this, so they predict `exec` exactly (short of clone() refusing
+/// namespaces the sysctls allow: then `exec` re-plans without them).
+pub struct Prediction {
+    pub missing: Vec<String>,
+    pub limitations: Vec<String>,
+    pub view: Option<view::ViewSummary>,
+    pub landlock_abi: u32,
+    pub namespaces: bool,
+}
+
+pub fn predict(plan: &Plan) -> Result<Prediction, SandboxError> {
+    let namespaces = namespaces_available();
+    // A stand-in port: the proxy's is only known when it listens.
+    let port = (plan.net.mode == NetMode::Proxy).then_some(1);
+    // The private TMPDIR must exist for its Landlock rule, as in `exec`.
+    let made_tmp = plan
+        .tmpdir
+        .as_ref()
+        .filter(|t| std::fs::create_dir(t).is_ok());
+    let layers = prepare(plan, port, namespaces);
+    if let Some(t) = made_tmp {
+        let _ = std::fs::remove_dir(t);
+    }
+    let mut layers = layers?;
+    layers.cgroup.remove();
+    Ok(Prediction {
+        missing: layers.missing.clone(),
+        limitations: layers.limitations.clone(),
+        view: layers.view.as_ref().map(|v| v.summary.clone()),
+        landlock_abi: layers.landlock_abi,
+        namespaces,
+    })
+}
+
 /// Prepare every layer for `plan`. `proxy_port` is the loopback port the
 /// child may connect to in proxy mode without a network namespace.
 /// `namespaces`: whether the child is to get its own namespaces and the
@@ -142,16 +181,24 @@ pub fn prepare(
             &mut missing,
         )?;
     }
-    if abi < 6 && plan.net.allow_unix_sockets {
+    // Abstract Unix sockets belong to a network namespace: the run's own
+    // isolates them as well as Landlock's scope does.
+    let netns = want_pidns && plan.net.mode != NetMode::Unrestricted;
+    if abi < 6 && plan.net.allow_unix_sockets && !netns {
         unavailable(
             "abstract Unix socket isolation",
             "allow_unix_sockets needs Landlock ABI 6 (Linux 6.12) to keep abstract sockets of the host out of reach",
             &mut missing,
         )?;
     }
+    // Who enforces the network: seccomp refuses every IP socket in `none`
+    // mode, and in proxy mode the run's network namespace holds nothing but
+    // the proxy. Landlock's TCP rules are then a second layer, used where
+    // the kernel has them; only the proxy's no-namespace path needs them.
     let net = landlock::NetRules {
         handle_tcp: plan.net.mode != NetMode::Unrestricted,
         connect_ports: proxy_port.into_iter().collect(),
+        tcp_required: plan.net.mode == NetMode::Proxy && !want_pidns,
     };
     let viewed_fs;
     let fs = if want_pidns {
@@ -164,6 +211,16 @@ pub fn prepare(
     tracing::debug!("landlock ruleset ready ({} rules)", ll.report().rules.len());
     missing.extend(ll.report().missing.iter().cloned());
 
+    // Truncation: Landlock's truncate right arrives with ABI 3; the view's
+    // read-only host covers it everywhere outside write grants.
+    if abi < 3 && !want_pidns {
+        unavailable(
+            "truncate protection",
+            "Landlock's truncate right needs ABI 3 (Linux 6.2), and without a mount namespace nothing else stops \
+             truncate() of files outside write grants",
+            &mut missing,
+        )?;
+    }
     // The view (mount namespace).
     let view = if want_pidns {
         let input = view::ViewInput {
@@ -243,7 +300,16 @@ pub fn prepare(
             limits.insert(name.into(), "rlimit".into());
         }
     }
+    let mut limitations = Vec::new();
+    if abi == 1 {
+        limitations.push(
+            "Landlock ABI 1 (Linux 5.13-5.18) has no refer right: renaming or linking a file between two \
+             directories fails with EXDEV, even inside one write grant (git, pip and mv may fail)"
+                .to_string(),
+        );
+    }
     Ok(Layers {
+        limitations,
         landlock_abi: ll.report().abi,
         landlock: Some(ll),
         seccomp_enforced: filters.is_some(),

@@ -235,7 +235,19 @@ fn run_prepared(
         view: view_summary.is_some(),
     };
     let cgroup = &layers.cgroup;
-    let mut join = |pid: libc::pid_t| cgroup.join(pid);
+    // A cgroup that refuses the child (a layout capsule did not foresee)
+    // refuses the run, unless --best-effort: then the run goes on with those
+    // limits reported missing. --best-effort never fails because of a cgroup.
+    let mut cgroup_missing: Vec<String> = Vec::new();
+    let best_effort = plan.best_effort;
+    let mut join = |pid: libc::pid_t| match cgroup.join(pid) {
+        Err(e) if best_effort => {
+            tracing::warn!("not enforced (--best-effort): {e}");
+            cgroup_missing.push(format!("cgroup limits (memory_mb, max_processes): {e}"));
+            Ok(())
+        }
+        r => r,
+    };
     let start = Instant::now();
     let spawned = spawn::spawn(spec, ns, &mut join);
     // The parent's copies of the child's ends.
@@ -246,6 +258,7 @@ fn run_prepared(
     }
     services.close_child_ends();
     tracing::debug!("supervisor: spawned");
+    drop(join);
     let mut spawned = match spawned {
         Ok(s) => s,
         Err(e) => {
@@ -314,7 +327,13 @@ fn run_prepared(
         network_path: services.network_path(),
         tree_kill: spawned.tree.as_str().to_string(),
         limits: layers.limits.clone(),
-        missing: layers.missing.clone(),
+        missing: layers
+            .missing
+            .iter()
+            .chain(&cgroup_missing)
+            .cloned()
+            .collect(),
+        limitations: layers.limitations.clone(),
         view: None,
     };
     if spawned.tree == TreeMode::Subreaper {

@@ -46,6 +46,10 @@ pub struct Enforcement {
     /// Protections not enforced: what --best-effort let go, and the gaps of
     /// the no-namespace path (which no layer there can close).
     pub missing: Vec<String>,
+    /// What works differently on this kernel without weakening a
+    /// protection (e.g. no cross-directory rename on Landlock ABI 1).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub limitations: Vec<String>,
     /// The run's private view of the host (mount, IPC and network
     /// namespaces); null on the no-namespace path.
     pub view: Option<ViewReport>,

@@ -51,6 +51,10 @@ pub struct NetRules {
     pub handle_tcp: bool,
     /// Ports the child may connect to (on any address: pair with seccomp or a netns).
     pub connect_ports: Vec<u16>,
+    /// Whether Landlock is the layer that enforces the TCP rules (the
+    /// proxy's no-namespace path): then a kernel without them (ABI < 4) is
+    /// refused. Elsewhere they are a second layer, applied where available.
+    pub tcp_required: bool,
 }
 
 /// IPC scopes (ABI 6+).
@@ -86,7 +90,7 @@ pub fn prepare(
     let abi_n = abi::effective(kernel);
     let abi = abi::to_crate(abi_n);
     let want_scopes = scopes.signal || scopes.abstract_unix;
-    let missing = abi::missing_features(kernel, net.handle_tcp, want_scopes);
+    let missing = abi::missing_features(kernel, net.handle_tcp && net.tcp_required, want_scopes);
     if !missing.is_empty() && !best_effort {
         return Err(LandlockError::Unsupported {
             kernel_abi: kernel,

@@ -470,6 +470,7 @@ fn tcp_connect_only_to_listed_ports() {
     );
     let plan = fs_plan(vec![], vec![]);
     let net = NetRules {
+        tcp_required: true,
         handle_tcp: true,
         connect_ports: vec![pa],
     };
@@ -599,6 +600,7 @@ fn missing_features_fail_closed_unless_best_effort() {
     let abi = kernel_abi();
     // Ask for everything; on a kernel below ABI 6 the request must be refused.
     let net = NetRules {
+        tcp_required: true,
         handle_tcp: true,
         connect_ports: vec![],
     };
@@ -638,6 +640,7 @@ fn prepare_timing_probe() {
             let p = prepare(
                 &plan,
                 &NetRules {
+                    tcp_required: true,
                     handle_tcp: true,
                     connect_ports: vec![8080],
                 },
