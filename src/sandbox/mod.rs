@@ -141,6 +141,10 @@ pub fn prepare(plan: &Plan, proxy_port: Option<u16>) -> Result<Layers, SandboxEr
         Some(seccomp::build(&seccomp::SeccompOptions {
             net: plan.net.mode,
             allow_unix_sockets: plan.net.allow_unix_sockets,
+            // Strictest until the spawn tells which namespaces the child got
+            // (a CLONE_NEWPID can still fall back to a subreaper).
+            private_ipc: false,
+            private_pid: false,
         })?)
     } else {
         unavailable(
