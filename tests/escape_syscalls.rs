@@ -1,6 +1,8 @@
 //! Seccomp escapes: namespaces, mounts, chroot, bpf, keyrings, io_uring,
 //! userfaultfd, perf_event_open, module/kexec, personality, TIOCSTI, unknown
-//! syscalls, clone3, and foreign ABIs (x32, i386 int 0x80).
+//! syscalls, clone3, foreign ABIs (x32, i386 int 0x80); setuid/setgid modes,
+//! limits and scheduling of other processes (capsule itself included), the
+//! host's SysV/POSIX IPC, and executing a memfd.
 //!
 //! Arguments are chosen so that the kernel itself, without seccomp, answers
 //! with a DIFFERENT errno (ENOENT, EINVAL, EFAULT, ENOTTY...). The sandboxed
@@ -378,7 +380,10 @@ fn setuid_and_setgid_bits_are_refused_in_every_mode() {
         let c = run.probe(11);
         assert_ok(&c, &run);
         let after = u32::from_str_radix(
-            c["value"][1].as_str().unwrap_or("0o7777").trim_start_matches("0o"),
+            c["value"][1]
+                .as_str()
+                .unwrap_or("0o7777")
+                .trim_start_matches("0o"),
             8,
         )
         .expect("octal");
@@ -472,6 +477,10 @@ fn the_supervisor_cannot_be_limited_or_deprioritised_in_the_fallback() {
     assert_eq!(audit.lines().count(), 1, "audit record missing: {audit:?}");
 }
 
+/// As root the kernel already refuses setpriority and the sched_* calls on
+/// another root process to a child without CAP_SYS_NICE (EPERM either way);
+/// prlimit64 it allows, so the test fails without the filter as root too.
+/// As an unprivileged user the kernel allows every one of them.
 #[test]
 fn host_processes_of_the_same_uid_are_out_of_reach() {
     let (_child, guard) = host_sleeper();
@@ -550,7 +559,11 @@ impl HostSegment {
             let id = libc::shmget(key, 4096, libc::IPC_CREAT | libc::IPC_EXCL | 0o600);
             assert!(id >= 0, "shmget: {}", std::io::Error::last_os_error());
             let p = libc::shmat(id, std::ptr::null(), 0);
-            assert!(p as isize != -1, "shmat: {}", std::io::Error::last_os_error());
+            assert!(
+                p as isize != -1,
+                "shmat: {}",
+                std::io::Error::last_os_error()
+            );
             std::ptr::copy_nonoverlapping(text.as_ptr(), p.cast::<u8>(), text.len());
             *p.cast::<u8>().add(text.len()) = 0;
             libc::shmdt(p);
@@ -589,7 +602,12 @@ fn sysv_and_posix_ipc_are_refused_without_an_ipc_namespace() {
         run.assert_ran();
         for i in 0..ops.len() {
             let p = run.probe(i);
-            assert_ne!(p["value"], secret, "{mode:?}: read the host segment{}", run.ctx());
+            assert_ne!(
+                p["value"],
+                secret,
+                "{mode:?}: read the host segment{}",
+                run.ctx()
+            );
             // Today the child shares the host's IPC namespace in every mode:
             // seccomp refuses. With an IPC namespace of its own (private_ipc),
             // the host's objects are simply not there.
