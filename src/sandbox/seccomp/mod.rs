@@ -229,6 +229,26 @@ impl Filters {
     pub fn instructions(&self) -> usize {
         self.program.len()
     }
+
+    /// The options this program was built for.
+    pub fn options(&self) -> SeccompOptions {
+        self.opts
+    }
+
+    /// The program for the same policy and a child that has (or has not) IPC
+    /// and pid namespaces of its own. For the spawn, once it knows which
+    /// clone succeeded: a stored program is only pointed at, nothing is copied.
+    pub fn for_namespaces(
+        &self,
+        private_ipc: bool,
+        private_pid: bool,
+    ) -> Result<Filters, SeccompError> {
+        build(&SeccompOptions {
+            private_ipc,
+            private_pid,
+            ..self.opts
+        })
+    }
 }
 
 /// Whether this kernel can enforce the program: seccomp filter mode is built

@@ -245,6 +245,30 @@ fn programs_are_compact_in_every_mode() {
 }
 
 #[test]
+fn for_namespaces_keeps_the_policy_and_changes_only_the_namespaces() {
+    let strict = filters(NetMode::Proxy, true);
+    let relaxed = strict.for_namespaces(true, true).expect("build");
+    assert_eq!(
+        relaxed.options(),
+        SeccompOptions {
+            private_ipc: true,
+            private_pid: true,
+            ..opts(NetMode::Proxy, true)
+        }
+    );
+    assert!(relaxed.instructions() < strict.instructions());
+    let back = relaxed.for_namespaces(false, false).expect("build");
+    assert_eq!(back.options(), strict.options());
+    assert_eq!(back.program, strict.program);
+    let summary = strict.summary().join("\n");
+    assert!(summary.contains("SysV IPC"), "{summary}");
+    assert!(summary.contains("prlimit64"), "{summary}");
+    let summary = relaxed.summary().join("\n");
+    assert!(!summary.contains("SysV IPC"), "{summary}");
+    assert!(summary.contains("setuid"), "{summary}");
+}
+
+#[test]
 fn kernel_supports_seccomp_here() {
     assert!(
         kernel_supports_seccomp(),
