@@ -145,6 +145,7 @@ pub fn prepare(plan: &Plan, proxy_port: Option<u16>) -> Result<Layers, SandboxEr
             // (a CLONE_NEWPID can still fall back to a subreaper).
             private_ipc: false,
             private_pid: false,
+            memfd_noexec_seal: false,
         })?)
     } else {
         unavailable(

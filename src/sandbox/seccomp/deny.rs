@@ -43,6 +43,8 @@
 //!   the caller by its own pid or a thread by its tid (glibc's
 //!   `pthread_setaffinity_np`, `pthread_setschedparam`) fails with EPERM,
 //!   and `renice -p` of another process of the run too.
+//! * With [`SeccompOptions::memfd_noexec_seal`]: `memfd_create` without
+//!   `MFD_NOEXEC_SEAL`, which makes every memfd unexecutable, also by path.
 //! * `socket` by domain, type and protocol, see `sockets.rs`.
 
 use super::compile::ArgCheck;
@@ -210,6 +212,9 @@ pub(super) const OWN_PROCESS_ONLY: &[&str] = &[
     "sched_setattr",
 ];
 
+/// `MFD_NOEXEC_SEAL` (linux/memfd.h, 6.3+), in `memfd_create`'s flags (arg 1).
+pub(super) const MFD_NOEXEC_SEAL: u32 = 0x0008;
+
 /// `setpriority`'s `which` values allowed with who 0: PRIO_PROCESS, PRIO_PGRP.
 pub(super) const PRIO_OWN: &[u32] = &[0, 1];
 /// `ioprio_set`'s `which` values allowed with who 0: IOPRIO_WHO_PROCESS, IOPRIO_WHO_PGRP.
@@ -258,6 +263,17 @@ pub(super) fn arg_checks(opts: &SeccompOptions) -> Vec<(&'static str, ArgCheck)>
                 mask: SETID_BITS,
                 then: Box::new(Deny),
                 otherwise: Box::new(Pass),
+            },
+        ));
+    }
+    if opts.memfd_noexec_seal {
+        checks.push((
+            "memfd_create",
+            ArgCheck::AnyBit {
+                arg: 1,
+                mask: MFD_NOEXEC_SEAL,
+                then: Box::new(Pass),
+                otherwise: Box::new(Deny),
             },
         ));
     }

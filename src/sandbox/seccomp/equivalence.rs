@@ -121,6 +121,7 @@ fn interesting(name: &str, arg: usize) -> Vec<u32> {
             AT_EMPTY_PATH | 1,
             !AT_EMPTY_PATH,
         ]),
+        ("memfd_create", 1) => v.extend([8, 9, 0x10, 0x18, 4, 5, 0xffff_fff7]),
         ("setpriority", 0) => v.extend(PRIO_OWN.iter().chain(&[3, 4])),
         ("ioprio_set", 0) => v.extend(IOPRIO_OWN.iter().chain(&[3, 4])),
         (_, _) if OTHER_PROCESS.contains(&name) => v.extend([1234, 0x3fff_ffff]),
@@ -149,6 +150,7 @@ const CHECKED: &[(&str, &[usize])] = &[
     ("sched_setscheduler", &[0]),
     ("sched_setparam", &[0]),
     ("sched_setattr", &[0]),
+    ("memfd_create", &[1]),
 ];
 
 /// The calls aimed at a process (interesting pids for their pid arguments).
@@ -166,7 +168,19 @@ const OTHER_PROCESS: &[&str] = &[
 fn compact_program_decides_like_the_three_filters() {
     for arch in [Arch::X86_64, Arch::Aarch64] {
         let audit = audit_arch(arch);
-        for opts in super::precompiled::all_modes() {
+        let mut modes = super::precompiled::all_modes();
+        // memfd_noexec_seal is not stored: check it on the strictest and the
+        // most relaxed program of each network mode.
+        let extra: Vec<SeccompOptions> = modes
+            .iter()
+            .filter(|o| !o.allow_unix_sockets && o.private_ipc == o.private_pid)
+            .map(|o| SeccompOptions {
+                memfd_noexec_seal: true,
+                ..*o
+            })
+            .collect();
+        modes.extend(extra);
+        for opts in modes {
             let mut p = Pair::new(arch, &opts);
             let data = |nr: u32, args: [u64; 6]| Data {
                 nr,
@@ -234,7 +248,7 @@ fn compact_program_decides_like_the_three_filters() {
             let socket = arch.nr("socket").expect("socket") as u32;
             // The socket rules do not depend on the namespaces: their full
             // matrix once per (network mode, allow_unix_sockets).
-            let full_sockets = !opts.private_ipc && !opts.private_pid;
+            let full_sockets = !opts.private_ipc && !opts.private_pid && !opts.memfd_noexec_seal;
             let (d, t, pr) = (
                 interesting("socket", 0),
                 interesting("socket", 1),
@@ -281,12 +295,13 @@ fn compact_program_decides_like_the_three_filters() {
                 }
             }
             eprintln!(
-                "{} {:?} unix={} ipc={} pid={}: {} instructions, {} cases identical",
+                "{} {:?} unix={} ipc={} pid={} memfd_seal={}: {} instructions, {} cases identical",
                 arch.name(),
                 opts.net,
                 opts.allow_unix_sockets,
                 opts.private_ipc,
                 opts.private_pid,
+                opts.memfd_noexec_seal,
                 p.compact.len(),
                 p.checked
             );

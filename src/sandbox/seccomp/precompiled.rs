@@ -51,6 +51,9 @@ fn index(opts: &SeccompOptions) -> usize {
 /// The stored program for `arch` and `opts`, if this build carries that
 /// architecture's table.
 pub(super) fn lookup(arch: Arch, opts: &SeccompOptions) -> Option<&'static Program> {
+    if opts.memfd_noexec_seal {
+        return None;
+    }
     stored(arch).and_then(|programs| programs.get(index(opts)))
 }
 
@@ -65,8 +68,9 @@ fn stored(arch: Arch) -> Option<&'static [Program; MODES]> {
     }
 }
 
-/// Every combination of options, in the order of [`index`] (tests: the
-/// drift check, the regenerator, the equivalence test).
+/// Every combination of options that is stored, in the order of [`index`]
+/// (tests: the drift check, the regenerator, the equivalence test);
+/// `memfd_noexec_seal` is never stored.
 #[cfg(test)]
 pub(super) fn all_modes() -> Vec<SeccompOptions> {
     let mut v = Vec::new();
@@ -79,6 +83,7 @@ pub(super) fn all_modes() -> Vec<SeccompOptions> {
                         allow_unix_sockets,
                         private_ipc,
                         private_pid,
+                        memfd_noexec_seal: false,
                     });
                 }
             }

@@ -24,6 +24,7 @@ fn opts(net: NetMode, allow_unix_sockets: bool) -> SeccompOptions {
         allow_unix_sockets,
         private_ipc: false,
         private_pid: false,
+        memfd_noexec_seal: false,
     }
 }
 
@@ -387,6 +388,44 @@ fn argument_rules_in_the_kernel() {
              IPC_MQ = sc('mq_open', ctypes.addressof(ctypes.create_string_buffer(b'capsule-unit-none')), 0, 0, 0)[1]\n\
              assert IPC_MQ != errno.EPERM, IPC_MQ\n{ARG_RULES_PROBE}"
         ),
+    );
+    assert_ok(&out);
+}
+
+#[test]
+fn memfd_noexec_seal_makes_every_memfd_unexecutable() {
+    let f = build(&SeccompOptions {
+        memfd_noexec_seal: true,
+        ..opts(NetMode::None, false)
+    })
+    .expect("build");
+    assert!(f.summary().join("\n").contains("MFD_NOEXEC_SEAL"));
+    let out = python(
+        Some(f),
+        r#"
+try:
+    os.memfd_create('plain', os.MFD_CLOEXEC)
+    raise SystemExit('memfd_create without MFD_NOEXEC_SEAL was allowed')
+except PermissionError:
+    print('plain memfd: EPERM')
+MFD_NOEXEC_SEAL = 8
+try:
+    fd = os.memfd_create('sealed', os.MFD_CLOEXEC | MFD_NOEXEC_SEAL)
+except OSError as e:
+    assert e.errno == errno.EINVAL, e   # a kernel before 6.3 does not know the flag
+    print('kernel without MFD_NOEXEC_SEAL')
+else:
+    os.write(fd, open('/bin/true', 'rb').read())
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.execv(f'/proc/self/fd/{fd}', ['true'])
+        except OSError as e:
+            os._exit(100 + e.errno)
+    _, st = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(st) == 100 + errno.EACCES, st
+    print('sealed memfd: exec EACCES')
+"#,
     );
     assert_ok(&out);
 }
