@@ -98,6 +98,10 @@ fn fs_for_view(fs: &crate::plan::FsPlan) -> crate::plan::FsPlan {
     out
 }
 
+fn layers_view_memfd(view: &Option<view::View>) -> bool {
+    view.as_ref().is_some_and(|v| v.summary.memfd_noexec)
+}
+
 /// What `exec` will do with `plan` on this kernel, as this user: the same
 /// preparation, without running anything (the cgroup it may make is removed
 /// at once). `Err` is the refusal `exec` would print; `check` and `doctor`
@@ -246,6 +250,12 @@ pub fn prepare(
         Some(seccomp::build(&seccomp::SeccompOptions {
             net: plan.net.mode,
             allow_unix_sockets: plan.net.allow_unix_sockets,
+            // The spawn never falls back by itself: when clone() refuses the
+            // namespaces, the supervisor prepares again with
+            // `namespaces == false`, and so gets the strict program.
+            private_ipc: want_pidns,
+            private_pid: want_pidns,
+            memfd_noexec_seal: false,
         })?)
     } else {
         unavailable(
@@ -299,6 +309,17 @@ pub fn prepare(
         if set {
             limits.insert(name.into(), "rlimit".into());
         }
+    }
+    // A memfd executed through /proc/self/fd/N: Landlock does not check
+    // files of the kernel's internal shmem mount, and seccomp cannot see the
+    // path. Only vm.memfd_noexec = 2 in the run's pid namespace closes it.
+    let memfd_closed = layers_view_memfd(&view);
+    if !memfd_closed {
+        missing.push(
+            "execution of a memfd through /proc/self/fd/N (needs vm.memfd_noexec=2 in the run's pid namespace: \
+             Linux 6.3+ and capsule running as root; fexecve of a memfd is refused by seccomp)"
+                .to_string(),
+        );
     }
     let mut limitations = Vec::new();
     if abi == 1 {

@@ -41,6 +41,12 @@ pub(super) const fn arg_low(arg: u8) -> u32 {
     OFFSET_ARGS + 8 * arg as u32
 }
 
+/// Offset of the high 32 bits of argument `arg`: read only where an argument
+/// is a pointer compared whole (prlimit64's `new_limit` with NULL).
+pub(super) const fn arg_high(arg: u8) -> u32 {
+    arg_low(arg) + 4
+}
+
 // Return values (linux/seccomp.h).
 pub(super) const RET_KILL_PROCESS: u32 = 0x8000_0000;
 pub(super) const RET_ERRNO: u32 = 0x0005_0000;

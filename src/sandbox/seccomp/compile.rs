@@ -8,9 +8,12 @@
 //! rules out linearly, ~5 instructions per syscall, so the three filters
 //! capsule used to stack (arch 8, allowlist 1525, deny 369 instructions) cost
 //! ~1.7 ms per run, against a start-up budget of ~0.5 ms for everything
-//! (`performance.md`). This one program makes the same decisions in 105 to
-//! 116 instructions on x86_64 (by mode) and loads in ~0.17 ms; its binary
-//! search also runs ~7 compares per syscall instead of a linear scan.
+//! (`performance.md`). This one program made the same decisions in 105 to
+//! 116 instructions on x86_64 and loaded in ~0.17 ms; with the chmod,
+//! execveat, IPC and other-process rules it has 122 to 172 (the most without
+//! IPC and pid namespaces of the child's own, which need the most checks),
+//! ~0.05 ms more at the rate above. Its binary search runs ~7 compares per
+//! syscall instead of a linear scan.
 //!
 //! The program:
 //!
@@ -30,8 +33,8 @@
 use std::collections::BTreeMap;
 
 use super::bpf::{
-    arg_low, jump, ret_errno, stmt, SockFilter, JA, JEQ_K, JGE_K, JSET_K, LD_W_ABS, RET_ALLOW,
-    RET_K,
+    arg_high, arg_low, jump, ret_errno, stmt, SockFilter, JA, JEQ_K, JGE_K, JSET_K, LD_W_ABS,
+    RET_ALLOW, RET_K,
 };
 use super::table::Arch;
 use super::{allowlist, arch, deny, SeccompOptions};
@@ -55,6 +58,13 @@ pub(super) enum ArgCheck {
     AnyBit {
         arg: u8,
         mask: u32,
+        then: Box<ArgCheck>,
+        otherwise: Box<ArgCheck>,
+    },
+    /// `then` if the whole 64-bit argument is 0 (both words: a NULL pointer),
+    /// else `otherwise`.
+    Null {
+        arg: u8,
         then: Box<ArgCheck>,
         otherwise: Box<ArgCheck>,
     },
@@ -109,12 +119,16 @@ pub(super) struct Compiled {
 /// number fails with ENOSYS. Denial (EPERM) wins over the allowlist, as the
 /// deny filter installed last did; an argument check passes to the
 /// allowlist's answer and refuses with EPERM.
-fn decisions(arch: Arch, checks: &[(u32, ArgCheck, u32)]) -> BTreeMap<u32, Decision> {
+fn decisions(
+    arch: Arch,
+    opts: &SeccompOptions,
+    checks: &[(u32, ArgCheck, u32)],
+) -> BTreeMap<u32, Decision> {
     let mut map = BTreeMap::new();
     for nr in allowlist::ALLOWED.iter().filter_map(|n| nr_u32(arch, n)) {
         map.insert(nr, Decision::Return(RET_ALLOW));
     }
-    for (_, names) in deny::DENIED {
+    for (_, names) in deny::denied(opts) {
         for nr in names.iter().filter_map(|n| nr_u32(arch, n)) {
             map.insert(nr, Decision::Return(RET_EPERM));
         }
@@ -373,6 +387,37 @@ impl Asm {
                 self.patch(at, t, f);
                 entry
             }
+            ArgCheck::Null {
+                arg,
+                then,
+                otherwise,
+            } => {
+                // A = low word; if 0, A = high word; both 0: `then`.
+                let entry = self.here();
+                if loaded != Some(*arg) {
+                    self.push(Insn::Plain(stmt(LD_W_ABS, arg_low(*arg))));
+                }
+                let low = self.push(Insn::Jump {
+                    code: JEQ_K,
+                    k: 0,
+                    jt: entry,
+                    jf: entry,
+                });
+                self.push(Insn::Plain(stmt(LD_W_ABS, arg_high(*arg))));
+                let high = self.push(Insn::Jump {
+                    code: JEQ_K,
+                    k: 0,
+                    jt: entry,
+                    jf: entry,
+                });
+                // A holds either word now: the branches load what they need.
+                let t = self.check(then, pass, deny, None);
+                let f = self.check(otherwise, pass, deny, None);
+                let next = self.at(low + 1);
+                self.patch(low, next, f);
+                self.patch(high, t, f);
+                entry
+            }
         }
     }
 }
@@ -396,7 +441,7 @@ pub(super) fn compile(arch: Arch, opts: &SeccompOptions) -> Result<Compiled, Com
             Some((nr, check, pass))
         })
         .collect();
-    let iv = intervals(&decisions(arch, &checks));
+    let iv = intervals(&decisions(arch, opts, &checks));
 
     let mut asm = Asm::default();
     for insn in arch::prologue(arch) {

@@ -2,9 +2,12 @@
 //! unknown to the allowlist and denied here fails with EPERM.
 //!
 //! Whole syscalls are denied by name (grouped, with the reason, for
-//! `--dry-run`); four syscalls are denied only for some arguments
-//! ([`arg_checks`]). Every argument comparison reads the low 32 bits, which is
-//! all the kernel reads of these arguments:
+//! `--dry-run`; [`denied`] adds the IPC group when the child shares the
+//! host's IPC namespace); some syscalls are denied only for some arguments
+//! ([`arg_checks`]). Every argument comparison reads the low 32 bits, which
+//! is all the kernel reads of these arguments (`int`, `pid_t`, `umode_t`,
+//! `unsigned int`), except prlimit64's `new_limit` pointer, which is compared
+//! whole (both 32-bit words) with NULL:
 //!
 //! * `clone` with any `CLONE_NEW*` flag (new namespaces). The legacy `clone`
 //!   takes the flags in arg0 (x86_64 and aarch64) and the kernel reads only
@@ -16,6 +19,32 @@
 //!   commands in the parent's shell) or `TIOCLINUX`. The kernel reads the
 //!   request as `unsigned int`, so the comparison is on the low 32 bits:
 //!   `TIOCSTI | 1 << 32` must not slip past (CVE-2019-10063).
+//! * `chmod`, `fchmod`, `fchmodat`, `fchmodat2` with `S_ISUID` or `S_ISGID`
+//!   in the mode, in every mode and for every path: Landlock has no hook for
+//!   chmod, and a setuid-root copy of a shell made by a sandboxed root command
+//!   is a host compromise. A file created with those bits (`open(O_CREAT,
+//!   04755)`) loses them at its first write, since the child has no
+//!   CAP_FSETID; so only chmod can put them on a file with content.
+//! * `execveat` with `AT_EMPTY_PATH`: `fexecve()`, which executes a file by
+//!   descriptor; the way to run a memfd, whose file Landlock does not see
+//!   (it lives on the kernel's internal shmem mount). `execveat` by path
+//!   (dirfd + name) stays allowed: Landlock checks it like `execve`.
+//!   `execve("/proc/self/fd/N")` of a memfd cannot be told apart by a filter;
+//!   `vm.memfd_noexec = 2` in the run's pid namespace closes it.
+//! * Without a pid namespace of its own ([`SeccompOptions::private_pid`]
+//!   false): calls that change another process ([`OWN_PROCESS_ONLY`]) work
+//!   only on the caller: `prlimit64` with pid 0, or any pid with a NULL
+//!   `new_limit` (reading limits stays allowed: glibc's getrlimit and
+//!   setrlimit pass pid 0, `prlimit --pid` reads); `setpriority` and
+//!   `ioprio_set` with who 0 and which = process or process group (the
+//!   child's own session: PRIO_USER 0 would be every process of the uid,
+//!   capsule included); `sched_setaffinity`, `sched_setscheduler`,
+//!   `sched_setparam`, `sched_setattr` with pid 0. The cost: a call naming
+//!   the caller by its own pid or a thread by its tid (glibc's
+//!   `pthread_setaffinity_np`, `pthread_setschedparam`) fails with EPERM,
+//!   and `renice -p` of another process of the run too.
+//! * With [`SeccompOptions::memfd_noexec_seal`]: `memfd_create` without
+//!   `MFD_NOEXEC_SEAL`, which makes every memfd unexecutable, also by path.
 //! * `socket` by domain, type and protocol, see `sockets.rs`.
 
 use super::compile::ArgCheck;
@@ -119,13 +148,85 @@ pub(super) const PERSONALITY_ALLOWED: &[u32] = &[0, 0xffff_ffff];
 pub(super) const TIOCSTI: u32 = 0x5412;
 pub(super) const TIOCLINUX: u32 = 0x541C;
 
+/// SysV IPC and POSIX message queues: denied whole when the child shares the
+/// host's IPC namespace. (x86_64 and aarch64 have no multiplexed `ipc()`;
+/// i386 and s390x do, and capsule builds no filter for them.)
+pub(super) const IPC: &[&str] = &[
+    "shmget",
+    "shmat",
+    "shmctl",
+    "shmdt",
+    "msgget",
+    "msgsnd",
+    "msgrcv",
+    "msgctl",
+    "semget",
+    "semop",
+    "semtimedop",
+    "semctl",
+    "mq_open",
+    "mq_unlink",
+    "mq_timedsend",
+    "mq_timedreceive",
+    "mq_notify",
+    "mq_getsetattr",
+];
+
+/// The group name of [`IPC`] in [`denied`].
+const IPC_GROUP: &str = "SysV IPC and POSIX message queues (the host's: no IPC namespace)";
+
+/// Syscalls denied whole for `opts`: [`DENIED`], plus [`IPC`] without a
+/// private IPC namespace.
+pub(super) fn denied(opts: &SeccompOptions) -> Vec<(&'static str, &'static [&'static str])> {
+    let mut v = DENIED.to_vec();
+    if !opts.private_ipc {
+        v.push((IPC_GROUP, IPC));
+    }
+    v
+}
+
+/// `S_ISUID | S_ISGID`: never set by chmod.
+pub(super) const SETID_BITS: u32 = 0o6000;
+
+/// The chmod family and the index of its mode argument.
+pub(super) const CHMOD_MODE_ARG: &[(&str, u8)] = &[
+    ("chmod", 1),
+    ("fchmod", 1),
+    ("fchmodat", 2),
+    ("fchmodat2", 2),
+];
+
+/// `AT_EMPTY_PATH` (linux/fcntl.h), in `execveat`'s flags (arg 4).
+pub(super) const AT_EMPTY_PATH: u32 = 0x1000;
+pub(super) const EXECVEAT_FLAGS_ARG: u8 = 4;
+
+/// Calls that change a process named by their arguments; without a pid
+/// namespace of its own, the child may aim them only at itself.
+pub(super) const OWN_PROCESS_ONLY: &[&str] = &[
+    "prlimit64",
+    "setpriority",
+    "ioprio_set",
+    "sched_setaffinity",
+    "sched_setscheduler",
+    "sched_setparam",
+    "sched_setattr",
+];
+
+/// `MFD_NOEXEC_SEAL` (linux/memfd.h, 6.3+), in `memfd_create`'s flags (arg 1).
+pub(super) const MFD_NOEXEC_SEAL: u32 = 0x0008;
+
+/// `setpriority`'s `which` values allowed with who 0: PRIO_PROCESS, PRIO_PGRP.
+pub(super) const PRIO_OWN: &[u32] = &[0, 1];
+/// `ioprio_set`'s `which` values allowed with who 0: IOPRIO_WHO_PROCESS, IOPRIO_WHO_PGRP.
+pub(super) const IOPRIO_OWN: &[u32] = &[1, 2];
+
 /// The syscalls denied only for some arguments, by name, with their check.
 pub(super) fn arg_checks(opts: &SeccompOptions) -> Vec<(&'static str, ArgCheck)> {
     use ArgCheck::{Deny, Pass};
     let clone_new = CLONE_NEW_FLAGS
         .iter()
         .fold(0, |mask, &(_, flag)| mask | flag);
-    vec![
+    let mut checks = vec![
         (
             "clone",
             ArgCheck::AnyBit {
@@ -144,5 +245,65 @@ pub(super) fn arg_checks(opts: &SeccompOptions) -> Vec<(&'static str, ArgCheck)>
             ArgCheck::one_of(1, &[TIOCSTI, TIOCLINUX], Deny, Pass),
         ),
         ("socket", sockets::check(opts)),
-    ]
+        (
+            "execveat",
+            ArgCheck::AnyBit {
+                arg: EXECVEAT_FLAGS_ARG,
+                mask: AT_EMPTY_PATH,
+                then: Box::new(Deny),
+                otherwise: Box::new(Pass),
+            },
+        ),
+    ];
+    for &(name, arg) in CHMOD_MODE_ARG {
+        checks.push((
+            name,
+            ArgCheck::AnyBit {
+                arg,
+                mask: SETID_BITS,
+                then: Box::new(Deny),
+                otherwise: Box::new(Pass),
+            },
+        ));
+    }
+    if opts.memfd_noexec_seal {
+        checks.push((
+            "memfd_create",
+            ArgCheck::AnyBit {
+                arg: 1,
+                mask: MFD_NOEXEC_SEAL,
+                then: Box::new(Pass),
+                otherwise: Box::new(Deny),
+            },
+        ));
+    }
+    if !opts.private_pid {
+        let pid0 = |arg| ArgCheck::one_of(arg, &[0], Pass, Deny);
+        // prlimit64(pid, resource, new_limit, old_limit).
+        checks.push((
+            "prlimit64",
+            ArgCheck::one_of(
+                0,
+                &[0],
+                Pass,
+                ArgCheck::Null {
+                    arg: 2,
+                    then: Box::new(Pass),
+                    otherwise: Box::new(Deny),
+                },
+            ),
+        ));
+        // setpriority(which, who, prio), ioprio_set(which, who, ioprio).
+        checks.push(("setpriority", ArgCheck::one_of(0, PRIO_OWN, pid0(1), Deny)));
+        checks.push(("ioprio_set", ArgCheck::one_of(0, IOPRIO_OWN, pid0(1), Deny)));
+        for name in [
+            "sched_setaffinity",
+            "sched_setscheduler",
+            "sched_setparam",
+            "sched_setattr",
+        ] {
+            checks.push((name, pid0(0)));
+        }
+    }
+    checks
 }

@@ -6,11 +6,15 @@
 //! checks against the real kernel), for both architectures and every mode:
 //! every syscall number 0..1024 and the edges of the 32-bit range, then a
 //! matrix of argument values for the argument-checked syscalls, with and
-//! without high bits, then pseudo-random arguments.
+//! without high bits (every pair where a check reads two arguments, e.g.
+//! prlimit64's pid and its 64-bit `new_limit` pointer), then pseudo-random
+//! arguments.
 
 use super::arch::{AUDIT_ARCH_AARCH64, AUDIT_ARCH_X86_64, X32_SYSCALL_BIT};
 use super::bpf::{self, Data, SockFilter};
-use super::deny::{CLONE_NEW_FLAGS, PERSONALITY_ALLOWED, TIOCLINUX, TIOCSTI};
+use super::deny::{
+    AT_EMPTY_PATH, CLONE_NEW_FLAGS, IOPRIO_OWN, PERSONALITY_ALLOWED, PRIO_OWN, TIOCLINUX, TIOCSTI,
+};
 use super::table::Arch;
 use super::{compile, oracle, SeccompOptions};
 
@@ -97,6 +101,30 @@ fn interesting(name: &str, arg: usize) -> Vec<u32> {
             }
         }
         ("socket", 2) => v.extend([3, 6, 9, 15, 17, 41, 132, 136, 255, 256, 262, 263]),
+        ("chmod" | "fchmod", 1) | ("fchmodat" | "fchmodat2", 2) => v.extend([
+            0o644,
+            0o755,
+            0o1755,
+            0o2755,
+            0o4755,
+            0o6755,
+            0o7777,
+            0o2000,
+            0o4000,
+            0x1_0000 | 0o4755,
+            !0o6000u32,
+        ]),
+        ("execveat", 4) => v.extend([
+            AT_EMPTY_PATH,
+            0x100,
+            0x100 | AT_EMPTY_PATH,
+            AT_EMPTY_PATH | 1,
+            !AT_EMPTY_PATH,
+        ]),
+        ("memfd_create", 1) => v.extend([8, 9, 0x10, 0x18, 4, 5, 0xffff_fff7]),
+        ("setpriority", 0) => v.extend(PRIO_OWN.iter().chain(&[3, 4])),
+        ("ioprio_set", 0) => v.extend(IOPRIO_OWN.iter().chain(&[3, 4])),
+        (_, _) if OTHER_PROCESS.contains(&name) => v.extend([1234, 0x3fff_ffff]),
         _ => {}
     }
     v.sort_unstable();
@@ -104,11 +132,55 @@ fn interesting(name: &str, arg: usize) -> Vec<u32> {
     v
 }
 
+/// The syscalls with argument checks (besides `socket`), each with the
+/// arguments its check reads.
+const CHECKED: &[(&str, &[usize])] = &[
+    ("clone", &[0]),
+    ("personality", &[0]),
+    ("ioctl", &[1]),
+    ("chmod", &[1]),
+    ("fchmod", &[1]),
+    ("fchmodat", &[2]),
+    ("fchmodat2", &[2]),
+    ("execveat", &[4]),
+    ("prlimit64", &[0, 2]),
+    ("setpriority", &[0, 1]),
+    ("ioprio_set", &[0, 1]),
+    ("sched_setaffinity", &[0]),
+    ("sched_setscheduler", &[0]),
+    ("sched_setparam", &[0]),
+    ("sched_setattr", &[0]),
+    ("memfd_create", &[1]),
+];
+
+/// The calls aimed at a process (interesting pids for their pid arguments).
+const OTHER_PROCESS: &[&str] = &[
+    "prlimit64",
+    "setpriority",
+    "ioprio_set",
+    "sched_setaffinity",
+    "sched_setscheduler",
+    "sched_setparam",
+    "sched_setattr",
+];
+
 #[test]
 fn compact_program_decides_like_the_three_filters() {
     for arch in [Arch::X86_64, Arch::Aarch64] {
         let audit = audit_arch(arch);
-        for opts in super::precompiled::all_modes() {
+        let mut modes = super::precompiled::all_modes();
+        // memfd_noexec_seal is not stored: check it on the strictest and the
+        // most relaxed program of each network mode.
+        let extra: Vec<SeccompOptions> = modes
+            .iter()
+            .filter(|o| !o.allow_unix_sockets && o.private_ipc == o.private_pid)
+            .map(|o| SeccompOptions {
+                memfd_noexec_seal: true,
+                ..*o
+            })
+            .collect();
+        modes.extend(extra);
+        for opts in modes {
             let mut p = Pair::new(arch, &opts);
             let data = |nr: u32, args: [u64; 6]| Data {
                 nr,
@@ -143,25 +215,46 @@ fn compact_program_decides_like_the_three_filters() {
                 });
             }
 
-            // The argument-checked syscalls: the matrix of interesting values.
-            for name in ["clone", "personality", "ioctl"] {
-                let nr = arch.nr(name).expect("syscall") as u32;
-                let arg = if name == "ioctl" { 1 } else { 0 };
-                for v in with_high_words(&interesting(name, arg)) {
-                    let mut args = [0u64; 6];
-                    args[arg] = v;
-                    p.same(&data(nr, args));
-                    args[arg ^ 1] = u64::MAX; // noise in a neighbour argument
-                    p.same(&data(nr, args));
+            // The argument-checked syscalls: the matrix of interesting values
+            // (every pair, where a check reads two arguments).
+            for &(name, read) in CHECKED {
+                // `chmod` is x86_64's only: aarch64 has fchmodat alone.
+                let Some(nr) = arch.nr(name) else { continue };
+                let nr = nr as u32;
+                match *read {
+                    [arg] => {
+                        for v in with_high_words(&interesting(name, arg)) {
+                            let mut args = [0u64; 6];
+                            args[arg] = v;
+                            p.same(&data(nr, args));
+                            args[arg ^ 1] = u64::MAX; // noise in a neighbour argument
+                            p.same(&data(nr, args));
+                        }
+                    }
+                    [a, b] => {
+                        let vb = with_high_words(&interesting(name, b));
+                        for va in with_high_words(&interesting(name, a)) {
+                            for &vb in &vb {
+                                let mut args = [0u64; 6];
+                                args[a] = va;
+                                args[b] = vb;
+                                p.same(&data(nr, args));
+                            }
+                        }
+                    }
+                    _ => unreachable!("{name}: checks read one or two arguments"),
                 }
             }
             let socket = arch.nr("socket").expect("socket") as u32;
+            // The socket rules do not depend on the namespaces: their full
+            // matrix once per (network mode, allow_unix_sockets).
+            let full_sockets = !opts.private_ipc && !opts.private_pid && !opts.memfd_noexec_seal;
             let (d, t, pr) = (
                 interesting("socket", 0),
                 interesting("socket", 1),
                 interesting("socket", 2),
             );
-            for &domain in &d {
+            for &domain in d.iter().filter(|_| full_sockets) {
                 for &ty in &t {
                     for &proto in &pr {
                         let args = [domain.into(), ty.into(), proto.into(), 0, 0, 0];
@@ -188,8 +281,9 @@ fn compact_program_decides_like_the_three_filters() {
                 x ^= x << 17;
                 x
             };
-            for name in ["clone", "personality", "ioctl", "socket"] {
-                let nr = arch.nr(name).expect("syscall") as u32;
+            let names = CHECKED.iter().map(|(n, _)| *n).chain(["socket"]);
+            for nr in names.filter_map(|n| arch.nr(n)) {
+                let nr = nr as u32;
                 for _ in 0..2000 {
                     let mut args = [0u64; 6];
                     for a in &mut args {
@@ -201,10 +295,13 @@ fn compact_program_decides_like_the_three_filters() {
                 }
             }
             eprintln!(
-                "{} {:?} unix={}: {} instructions, {} cases identical",
+                "{} {:?} unix={} ipc={} pid={} memfd_seal={}: {} instructions, {} cases identical",
                 arch.name(),
                 opts.net,
                 opts.allow_unix_sockets,
+                opts.private_ipc,
+                opts.private_pid,
+                opts.memfd_noexec_seal,
                 p.compact.len(),
                 p.checked
             );

@@ -12,7 +12,11 @@
 //! 3. **denials** (`deny.rs`, `sockets.rs`), which win over the allowlist:
 //!    EPERM for ptrace, mounts, namespaces, bpf, keyrings, modules,
 //!    io_uring, ..., `clone` with `CLONE_NEW*`, `personality` changes,
-//!    `ioctl(TIOCSTI)`, and sockets by domain/type/protocol per network mode.
+//!    `ioctl(TIOCSTI)`, chmod with a setuid/setgid bit, `execveat` with
+//!    `AT_EMPTY_PATH` (fexecve), sockets by domain/type/protocol per network
+//!    mode; and, unless [`SeccompOptions`] says the child has namespaces of
+//!    its own, SysV/POSIX IPC and limit/priority/scheduling changes aimed at
+//!    another process.
 //!
 //! The tables are declarative; `compile.rs` turns them into a binary search
 //! over syscall-number intervals plus small argument checks (~110
@@ -25,7 +29,8 @@
 //! checks the program in the real kernel.
 //!
 //! Names are translated to numbers with per-architecture tables (`table.rs`);
-//! x86_64 is the target, aarch64 builds too.
+//! x86_64 and aarch64 each have their programs precompiled
+//! (`precompiled.rs`), and the drift and equivalence tests check both on any host.
 
 mod allowlist;
 mod arch;
@@ -52,11 +57,35 @@ pub use nix::errno::Errno;
 /// The kernel's limit on one classic-BPF program (BPF_MAXINSNS).
 pub const MAX_INSTRUCTIONS: usize = 4096;
 
-/// What the filter depends on in the policy.
+/// What the filter depends on: the policy, and the namespaces the child is in.
+///
+/// `private_ipc` and `private_pid` default to `false`, the strictest program;
+/// set one only when the child is certainly in that namespace (the clone that
+/// made it succeeded), because each `true` gives the child back syscalls that
+/// would otherwise reach the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SeccompOptions {
     pub net: crate::policy::NetMode,
     pub allow_unix_sockets: bool,
+    /// The child has an IPC namespace of its own (`CLONE_NEWIPC`). Without
+    /// one, SysV IPC (shm*, msg*, sem*) and POSIX message queues (mq_*) fail
+    /// with EPERM: they would reach the host's objects.
+    pub private_ipc: bool,
+    /// The child has a pid namespace of its own holding only the run
+    /// (`CLONE_NEWPID`). Without one, limits, priority, CPU affinity,
+    /// scheduling and I/O priority can be changed only for the calling process
+    /// itself (pid/who argument 0; see `deny.rs`): otherwise the child could
+    /// prlimit capsule to RLIMIT_FSIZE 0 or renice it.
+    pub private_pid: bool,
+    /// `memfd_create` must carry `MFD_NOEXEC_SEAL` (else EPERM), so no memfd
+    /// can ever be executed, also through `execve("/proc/self/fd/N")`, which
+    /// no filter can tell apart. For where `vm.memfd_noexec = 2` cannot be set
+    /// (no pid namespace, or an unprivileged user: the sysctl file belongs to
+    /// the host's root). Only on kernels that know the flag (6.3+; older ones
+    /// fail every memfd_create with it: EINVAL); and programs that create a
+    /// memfd without the flag (Chromium, .NET's double mapping, Wayland
+    /// clients) then fail. Not precompiled: the generator runs (~0.15 ms).
+    pub memfd_noexec_seal: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -138,7 +167,7 @@ fn summarize(f: &Filters) -> Vec<String> {
          (clone3 → ENOSYS, libc falls back to clone)",
         f.allowed_count
     ));
-    for (group, names) in deny::DENIED {
+    for (group, names) in deny::denied(opts) {
         let present: Vec<&str> = names
             .iter()
             .copied()
@@ -154,6 +183,26 @@ fn summarize(f: &Filters) -> Vec<String> {
          ioctl TIOCSTI/TIOCLINUX (low 32 bits of the request)",
         flags.join("|")
     ));
+    lines.push(
+        "seccomp: EPERM: chmod/fchmod/fchmodat/fchmodat2 with a setuid or setgid bit in the mode \
+         (in every mode: no setuid/setgid file is ever made); execveat with AT_EMPTY_PATH \
+         (fexecve, the way to execute a memfd)"
+            .to_string(),
+    );
+    if opts.memfd_noexec_seal {
+        lines.push(
+            "seccomp: EPERM: memfd_create without MFD_NOEXEC_SEAL (no memfd is ever executable)"
+                .to_string(),
+        );
+    }
+    if !opts.private_pid {
+        lines.push(format!(
+            "seccomp: EPERM (no pid namespace of its own): {} aimed at another process \
+             (pid/who not 0; setpriority/ioprio_set only for the caller or its process group); \
+             prlimit64 reading another process's limits stays allowed",
+            deny::OWN_PROCESS_ONLY.join(", ")
+        ));
+    }
     lines.push(format!("seccomp: {}", sockets::describe(opts)));
     lines.push(format!(
         "seccomp: one BPF program, {} instructions (limit {MAX_INSTRUCTIONS}): binary search \
@@ -194,6 +243,26 @@ impl Filters {
     /// Number of BPF instructions in the program.
     pub fn instructions(&self) -> usize {
         self.program.len()
+    }
+
+    /// The options this program was built for.
+    pub fn options(&self) -> SeccompOptions {
+        self.opts
+    }
+
+    /// The program for the same policy and a child that has (or has not) IPC
+    /// and pid namespaces of its own. For the spawn, once it knows which
+    /// clone succeeded: a stored program is only pointed at, nothing is copied.
+    pub fn for_namespaces(
+        &self,
+        private_ipc: bool,
+        private_pid: bool,
+    ) -> Result<Filters, SeccompError> {
+        build(&SeccompOptions {
+            private_ipc,
+            private_pid,
+            ..self.opts
+        })
     }
 }
 

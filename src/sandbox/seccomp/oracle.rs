@@ -17,7 +17,10 @@ use seccompiler::{
 };
 
 use super::bpf::SockFilter;
-use super::deny::{CLONE_NEW_FLAGS, DENIED, PERSONALITY_ALLOWED, TIOCLINUX, TIOCSTI};
+use super::deny::{
+    denied, AT_EMPTY_PATH, CHMOD_MODE_ARG, CLONE_NEW_FLAGS, EXECVEAT_FLAGS_ARG, IOPRIO_OWN,
+    MFD_NOEXEC_SEAL, PERSONALITY_ALLOWED, PRIO_OWN, SETID_BITS, TIOCLINUX, TIOCSTI,
+};
 use super::sockets::{
     stream_types, AF_INET, AF_INET6, AF_NETLINK, AF_UNIX, IPPROTO_TCP, NETLINK_ROUTE,
 };
@@ -117,7 +120,7 @@ fn deny_rules(
     opts: &SeccompOptions,
 ) -> Result<BTreeMap<i64, Vec<SeccompRule>>, BackendError> {
     let mut map = BTreeMap::new();
-    for (_, names) in DENIED {
+    for (_, names) in denied(opts) {
         for nr in names.iter().filter_map(|n| arch.nr(n)) {
             map.insert(nr, Vec::new());
         }
@@ -147,6 +150,64 @@ fn deny_rules(
     }
     if let Some(nr) = arch.nr("socket") {
         map.insert(nr, socket_rules(opts)?);
+    }
+    // Any bit of `mask` set in 32-bit argument `arg`: one rule per bit.
+    let any_bit = |arg: u8, mask: u32| -> Result<Vec<SeccompRule>, BackendError> {
+        (0..32)
+            .map(|b| 1u32 << b)
+            .filter(|bit| mask & bit != 0)
+            .map(|bit| {
+                SeccompRule::new(vec![cond(
+                    arg,
+                    SeccompCmpOp::MaskedEq(u64::from(bit)),
+                    bit,
+                )?])
+            })
+            .collect()
+    };
+    for &(name, arg) in CHMOD_MODE_ARG {
+        if let Some(nr) = arch.nr(name) {
+            map.insert(nr, any_bit(arg, SETID_BITS)?);
+        }
+    }
+    if let Some(nr) = arch.nr("execveat") {
+        map.insert(nr, any_bit(EXECVEAT_FLAGS_ARG, AT_EMPTY_PATH)?);
+    }
+    if let Some(nr) = arch.nr("memfd_create").filter(|_| opts.memfd_noexec_seal) {
+        let seal = u64::from(MFD_NOEXEC_SEAL);
+        map.insert(
+            nr,
+            vec![SeccompRule::new(vec![cond(
+                1,
+                SeccompCmpOp::MaskedEq(seal),
+                0,
+            )?])?],
+        );
+    }
+    if !opts.private_pid {
+        let not_zero = |arg: u8| cond(arg, SeccompCmpOp::Ne, 0);
+        if let Some(nr) = arch.nr("prlimit64") {
+            // pid != 0 and new_limit (the whole 64-bit pointer) != NULL.
+            let new_limit = SeccompCondition::new(2, SeccompCmpArgLen::Qword, SeccompCmpOp::Ne, 0)?;
+            map.insert(nr, vec![SeccompRule::new(vec![not_zero(0)?, new_limit])?]);
+        }
+        for (name, own) in [("setpriority", PRIO_OWN), ("ioprio_set", IOPRIO_OWN)] {
+            if let Some(nr) = arch.nr(name) {
+                let mut rules = not_in(0, own, &[])?;
+                rules.push(SeccompRule::new(vec![not_zero(1)?])?);
+                map.insert(nr, rules);
+            }
+        }
+        for name in [
+            "sched_setaffinity",
+            "sched_setscheduler",
+            "sched_setparam",
+            "sched_setattr",
+        ] {
+            if let Some(nr) = arch.nr(name) {
+                map.insert(nr, vec![SeccompRule::new(vec![not_zero(0)?])?]);
+            }
+        }
     }
     Ok(map)
 }

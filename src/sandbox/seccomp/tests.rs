@@ -22,6 +22,9 @@ fn opts(net: NetMode, allow_unix_sockets: bool) -> SeccompOptions {
     SeccompOptions {
         net,
         allow_unix_sockets,
+        private_ipc: false,
+        private_pid: false,
+        memfd_noexec_seal: false,
     }
 }
 
@@ -114,6 +117,15 @@ fn python_prelude() -> String {
         "reboot",
         "acct",
         "settimeofday",
+        "fchmodat",
+        "fchmodat2",
+        "execveat",
+        "prlimit64",
+        "setpriority",
+        "sched_setaffinity",
+        "ioprio_set",
+        "shmget",
+        "mq_open",
     ];
     let table: Vec<String> = names
         .iter()
@@ -234,6 +246,30 @@ fn programs_are_compact_in_every_mode() {
 }
 
 #[test]
+fn for_namespaces_keeps_the_policy_and_changes_only_the_namespaces() {
+    let strict = filters(NetMode::Proxy, true);
+    let relaxed = strict.for_namespaces(true, true).expect("build");
+    assert_eq!(
+        relaxed.options(),
+        SeccompOptions {
+            private_ipc: true,
+            private_pid: true,
+            ..opts(NetMode::Proxy, true)
+        }
+    );
+    assert!(relaxed.instructions() < strict.instructions());
+    let back = relaxed.for_namespaces(false, false).expect("build");
+    assert_eq!(back.options(), strict.options());
+    assert_eq!(back.program, strict.program);
+    let summary = strict.summary().join("\n");
+    assert!(summary.contains("SysV IPC"), "{summary}");
+    assert!(summary.contains("prlimit64"), "{summary}");
+    let summary = relaxed.summary().join("\n");
+    assert!(!summary.contains("SysV IPC"), "{summary}");
+    assert!(summary.contains("setuid"), "{summary}");
+}
+
+#[test]
 fn kernel_supports_seccomp_here() {
     assert!(
         kernel_supports_seccomp(),
@@ -284,6 +320,111 @@ expect('ioctl', [0, 0x5412, 0], E.EPERM)
 expect('ioctl', [0, 0x5412 | (1 << 32), 0], E.EPERM)
 expect('ioctl', [0, 0x541C | (1 << 32), 0], E.EPERM)         # TIOCLINUX
 expect('ioctl', [0, 0x5413, 0], E.ENOTTY)                    # TIOCGWINSZ: ioctl itself allowed
+"#,
+    );
+    assert_ok(&out);
+}
+
+/// A pid no process has (above the default pid_max): the kernel says ESRCH.
+const NO_SUCH_PID: &str = "0x3ffffff0";
+
+/// The argument rules added for the setuid/IPC/other-process escapes, in the
+/// kernel. Targets are a pid that does not exist (ESRCH without the filter) or
+/// a file of this test's own temp dir, so a filter that failed to deny harms nothing.
+const ARG_RULES_PROBE: &str = r#"
+import tempfile, resource
+E = errno
+d = tempfile.mkdtemp()
+f = os.path.join(d, 'f'); open(f, 'w').close()
+AT_FDCWD = -100
+bufs = []
+def cstr(b):
+    bufs.append(ctypes.create_string_buffer(b))
+    return ctypes.addressof(bufs[-1])
+fb = cstr(f.encode())
+expect('fchmodat', [AT_FDCWD, fb, 0o4755], E.EPERM)
+expect('fchmodat', [AT_FDCWD, fb, 0o2755 | (1 << 32)], E.EPERM)
+expect('fchmodat2', [AT_FDCWD, fb, 0o6755, 0], E.EPERM)
+expect('fchmodat', [AT_FDCWD, fb, 0o1755], 0)
+assert os.stat(f).st_mode & 0o7777 == 0o1755, oct(os.stat(f).st_mode)
+# execveat(fd, "", NULL, NULL, AT_EMPTY_PATH) on a bad fd: EBADF without the filter.
+expect('execveat', [999, cstr(b''), 0, 0, 0x1000], E.EPERM)
+expect('execveat', [AT_FDCWD, cstr(b'/nonexistent'), 0, 0, 0], E.ENOENT)
+lim = (ctypes.c_uint64 * 2)(0, 0)
+expect('prlimit64', [PID, resource.RLIMIT_FSIZE, ctypes.addressof(lim), 0], OTHER)
+expect('prlimit64', [PID, resource.RLIMIT_FSIZE, 0, ctypes.addressof(lim)], E.ESRCH)
+expect('prlimit64', [0, resource.RLIMIT_CORE, 0, ctypes.addressof(lim)], 0)
+expect('setpriority', [0, PID, 19], OTHER)
+expect('setpriority', [0, 0, 1], 0)
+expect('sched_setaffinity', [PID, 0, 0], OTHER)
+expect('ioprio_set', [1, PID, 0], OTHER)
+expect('shmget', [0x43415053, 4096, 0], IPC)
+expect('mq_open', [cstr(b'capsule-unit-none'), 0, 0, 0], IPC_MQ)
+"#;
+
+#[test]
+fn argument_rules_in_the_kernel() {
+    let strict = build(&opts(NetMode::None, false)).expect("build");
+    let out = python(
+        Some(strict),
+        &format!(
+            "PID = {NO_SUCH_PID}\nOTHER = errno.EPERM\nIPC = IPC_MQ = errno.EPERM\n{ARG_RULES_PROBE}"
+        ),
+    );
+    assert_ok(&out);
+    // With both namespaces declared private, the kernel answers: the missing
+    // pid is ESRCH, the missing key ENOENT, the mq name without '/' EINVAL
+    // or ENOENT (never EPERM). The chmod and execveat rules stay.
+    let relaxed = build(&SeccompOptions {
+        private_ipc: true,
+        private_pid: true,
+        ..opts(NetMode::None, false)
+    })
+    .expect("build");
+    let out = python(
+        Some(relaxed),
+        &format!(
+            "PID = {NO_SUCH_PID}\nOTHER = errno.ESRCH\nIPC = errno.ENOENT\n\
+             IPC_MQ = sc('mq_open', ctypes.addressof(ctypes.create_string_buffer(b'capsule-unit-none')), 0, 0, 0)[1]\n\
+             assert IPC_MQ != errno.EPERM, IPC_MQ\n{ARG_RULES_PROBE}"
+        ),
+    );
+    assert_ok(&out);
+}
+
+#[test]
+fn memfd_noexec_seal_makes_every_memfd_unexecutable() {
+    let f = build(&SeccompOptions {
+        memfd_noexec_seal: true,
+        ..opts(NetMode::None, false)
+    })
+    .expect("build");
+    assert!(f.summary().join("\n").contains("MFD_NOEXEC_SEAL"));
+    let out = python(
+        Some(f),
+        r#"
+try:
+    os.memfd_create('plain', os.MFD_CLOEXEC)
+    raise SystemExit('memfd_create without MFD_NOEXEC_SEAL was allowed')
+except PermissionError:
+    print('plain memfd: EPERM')
+MFD_NOEXEC_SEAL = 8
+try:
+    fd = os.memfd_create('sealed', os.MFD_CLOEXEC | MFD_NOEXEC_SEAL)
+except OSError as e:
+    assert e.errno == errno.EINVAL, e   # a kernel before 6.3 does not know the flag
+    print('kernel without MFD_NOEXEC_SEAL')
+else:
+    os.write(fd, open('/bin/true', 'rb').read())
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.execv(f'/proc/self/fd/{fd}', ['true'])
+        except OSError as e:
+            os._exit(100 + e.errno)
+    _, st = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(st) == 100 + errno.EACCES, st
+    print('sealed memfd: exec EACCES')
 "#,
     );
     assert_ok(&out);
@@ -603,11 +744,12 @@ fn the_reference_is_the_old_three_filter_form() {
     assert_eq!(stack.len(), 3);
     assert_eq!(stack[1].len(), expected.len() * 5 + 5);
     if arch == Arch::X86_64 {
-        // What `strace` showed capsule loading before the compact program.
-        assert_eq!(
-            stack.iter().map(Vec::len).collect::<Vec<_>>(),
-            vec![8, 1525, 369]
-        );
+        // What `strace` showed capsule loading before the compact program
+        // (arch 8, allowlist 1525, deny 369 before the chmod, execveat, IPC
+        // and other-process rules, which the deny filter has grown since).
+        assert_eq!(stack[0].len(), 8);
+        assert_eq!(stack[1].len(), 1525);
+        assert!(stack[2].len() > 369, "{}", stack[2].len());
     }
 }
 
