@@ -248,7 +248,10 @@ fn run(term: &Term, args: &[&str]) -> i32 {
 fn child_cannot_leave_the_terminal_raw() {
     let term = Term::new(24, 80);
     let before = term.modes();
-    let code = run(&term, &sh("stty raw -echo -isig -icrnl; stty -a; echo DONE"));
+    let code = run(
+        &term,
+        &sh("stty raw -echo -isig -icrnl; stty -a; echo DONE"),
+    );
     let out = term.output();
     assert!(out.contains("DONE"), "the child did not run:\n{out}");
     assert_eq!(code, 0, "{out}");
@@ -269,7 +272,10 @@ fn child_terminal_changes_stay_inside() {
         &sh("stty raw -echo < /dev/tty && stty rows 5 cols 7 < /dev/tty && stty size && echo DONE"),
     );
     let out = term.output();
-    assert!(out.contains("5 7"), "the child could not resize its terminal:\n{out}");
+    assert!(
+        out.contains("5 7"),
+        "the child could not resize its terminal:\n{out}"
+    );
     assert!(out.contains("DONE"), "{out}");
     assert_eq!(code, 0, "{out}");
     assert_eq!(term.modes(), before, "ESCAPE: termios changed:\n{out}");
@@ -292,8 +298,15 @@ fn child_gets_its_own_terminal() {
         .unwrap_or_else(|| panic!("no tty name:\n{out}"))
         .to_string();
     assert!(name.starts_with("/dev/pts/"), "tty says {name:?}:\n{out}");
-    assert_ne!(name, term.name(), "ESCAPE: the child holds the user's terminal");
-    assert!(out.contains("ERR"), "stderr through the pty is lost:\n{out}");
+    assert_ne!(
+        name,
+        term.name(),
+        "ESCAPE: the child holds the user's terminal"
+    );
+    assert!(
+        out.contains("ERR"),
+        "stderr through the pty is lost:\n{out}"
+    );
 }
 
 #[test]
@@ -398,7 +411,8 @@ fn stty_a_and_interrupt_work_inside() {
     // child's own terminal turns it into SIGINT for the child.
     let term = Term::new(24, 80);
     let sb = Sandbox::new();
-    let script = "stty -a >/dev/null && echo STTY-OK; trap 'echo GOT-INT; exit 3' INT; echo READY; \
+    let script =
+        "stty -a >/dev/null && echo STTY-OK; trap 'echo GOT-INT; exit 3' INT; echo READY; \
                   i=0; while [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done";
     let (mut c, _g) = term.spawn(&sb, &sh(script));
     assert!(
@@ -406,7 +420,10 @@ fn stty_a_and_interrupt_work_inside() {
         "{}",
         term.output()
     );
-    assert!(term.raw(), "the user's terminal is not in raw mode during the run");
+    assert!(
+        term.raw(),
+        "the user's terminal is not in raw mode during the run"
+    );
     term.send(b"\x03");
     let code = wait(&mut c, &term);
     let out = term.output();
@@ -451,7 +468,10 @@ fn terminal_restored_when_capsule_gets_sigterm() {
         "{}",
         term.output()
     );
-    assert!(term.raw(), "the user's terminal is not in raw mode during the run");
+    assert!(
+        term.raw(),
+        "the user's terminal is not in raw mode during the run"
+    );
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -475,7 +495,10 @@ fn terminal_restored_when_capsule_is_sigkilled() {
         "{}",
         term.output()
     );
-    assert!(term.raw(), "the user's terminal is not in raw mode during the run");
+    assert!(
+        term.raw(),
+        "the user's terminal is not in raw mode during the run"
+    );
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(c.id() as i32, libc::SIGKILL) };
     let _ = wait(&mut c, &term);
@@ -483,7 +506,11 @@ fn terminal_restored_when_capsule_is_sigkilled() {
     while term.modes() != before && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(term.modes(), before, "not restored after capsule was SIGKILLed");
+    assert_eq!(
+        term.modes(),
+        before,
+        "not restored after capsule was SIGKILLed"
+    );
 }
 
 #[test]
@@ -503,11 +530,7 @@ fn pty_output_is_limited_as_stdout() {
     );
     let out = term.output();
     assert_eq!(code, 0, "{out}");
-    let a = out
-        .split(|c| c != 'a')
-        .map(str::len)
-        .max()
-        .unwrap_or(0);
+    let a = out.split(|c| c != 'a').map(str::len).max().unwrap_or(0);
     assert!(a <= 1000, "{a} bytes passed a 1000-byte limit");
     assert!(a >= 900, "only {a} bytes arrived");
     assert!(out.contains("output truncated at byte limit"), "{out}");
@@ -528,7 +551,11 @@ fn no_tty_and_json_keep_pipes() {
         assert!(out.contains("OUT-PIPE"), "{flag}: {out}");
         // The child never holds the user's terminal, not even as stdin.
         assert!(out.contains("IN-PIPE"), "{flag}: {out}");
-        assert_eq!(term.modes(), before, "ESCAPE ({flag}): termios changed:\n{out}");
+        assert_eq!(
+            term.modes(),
+            before,
+            "ESCAPE ({flag}): termios changed:\n{out}"
+        );
     }
 }
 

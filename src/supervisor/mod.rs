@@ -9,6 +9,7 @@
 //! writes the audit record.
 
 pub mod capture;
+pub mod pty;
 pub mod result;
 pub mod services;
 pub mod spawn;
@@ -36,6 +37,8 @@ pub struct ExecOptions {
     pub grace: Duration,
     /// `--tool-fd`: where `forward: true` tools are relayed.
     pub tool_fd: Option<OwnedFd>,
+    /// `--no-tty`: pipes even when capsule's stdio is a terminal.
+    pub no_tty: bool,
 }
 
 /// What a run produced besides the result: a fixed reason code for the audit record.
@@ -58,9 +61,9 @@ pub fn refused(plan_run_id: &str, reason: &'static str, error: String) -> Finish
 }
 
 /// Run the plan to completion.
-pub fn run(plan: &Plan, opts: ExecOptions) -> Finished {
+pub fn run(plan: &Plan, mut opts: ExecOptions) -> Finished {
     tracing::debug!("supervisor: preparing services");
-    let mut services = match services::Services::prepare(plan, opts.tool_fd) {
+    let mut services = match services::Services::prepare(plan, opts.tool_fd.take()) {
         Ok(s) => s,
         Err(e) => return refused(&plan.run_id, "service_unavailable", e.to_string()),
     };
@@ -86,7 +89,7 @@ pub fn run(plan: &Plan, opts: ExecOptions) -> Finished {
         eprintln!("capsule: warning: not enforced (--best-effort): {m}");
     }
     tracing::debug!("supervisor: layers ready");
-    let finished = run_prepared(plan, opts.json, opts.grace, &mut layers, &mut services);
+    let finished = run_prepared(plan, &opts, &mut layers, &mut services);
     tracing::debug!("supervisor: run finished");
     layers.cgroup.remove();
     remove_tmpdir(plan);
@@ -111,8 +114,7 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), Errno> {
 
 fn run_prepared(
     plan: &Plan,
-    json: bool,
-    grace: Duration,
+    opts: &ExecOptions,
     layers: &mut sandbox::Layers,
     services: &mut services::Services,
 ) -> Finished {
@@ -128,6 +130,12 @@ fn run_prepared(
         Err(e) => return fail("pipe()", &e),
     };
     sys::grow_pipe(out_r.as_raw_fd(), 1 << 20);
+    // The user's terminal never reaches the child (pty.rs). Before the
+    // child exists: the terminal watchdog must not look like part of the run.
+    let mut terminal = match pty::Terminal::open(opts.json, opts.no_tty) {
+        Ok(t) => t,
+        Err(e) => return refused(&plan.run_id, "setup_failed", e.to_string()),
+    };
 
     let mut env = plan.env.clone();
     let service_env = services.child_env();
@@ -142,6 +150,7 @@ fn run_prepared(
     let mut spec = ChildSpec::new(program, argv, envp, cwd);
     spec.stdout_w = Some(out_w.as_raw_fd());
     spec.stderr_w = Some(err_w.as_raw_fd());
+    terminal.apply(&mut spec);
     spec.rpc_fd = services.child_rpc_fd();
     spec.rlimits = std::mem::take(&mut layers.rlimits)
         .into_iter()
@@ -176,6 +185,7 @@ fn run_prepared(
     // The parent's copies of the child's ends.
     drop(out_w);
     drop(err_w);
+    terminal.close_child_ends();
     services.close_child_ends();
     tracing::debug!("supervisor: spawned");
     let mut spawned = match spawned {
@@ -214,7 +224,7 @@ fn run_prepared(
         }
     };
     let mut sup = rt.block_on(supervise(
-        &spawned, out_r, err_r, json, plan, grace, services,
+        &spawned, out_r, err_r, terminal, opts, plan, services,
     ));
     let duration = start.elapsed();
     tracing::debug!("supervisor: child gone, output drained");
@@ -343,12 +353,13 @@ async fn supervise(
     sp: &Spawned,
     out_r: OwnedFd,
     err_r: OwnedFd,
-    json: bool,
+    terminal: pty::Terminal,
+    opts: &ExecOptions,
     plan: &Plan,
-    grace: Duration,
     services: &mut services::Services,
 ) -> Supervised {
     let limit = plan.limits.max_output_bytes;
+    let (json, grace) = (opts.json, opts.grace);
     let (so, se) = if json {
         (Sink::Capture, Sink::Capture)
     } else {
@@ -356,6 +367,7 @@ async fn supervise(
     };
     let out_task = tokio::spawn(capture::pump(out_r, so, limit));
     let err_task = tokio::spawn(capture::pump(err_r, se, limit));
+    let relay = terminal.start(limit);
     services.start(&sp.chan, sp.netns);
 
     let mut state = Supervised {
@@ -399,5 +411,8 @@ async fn supervise(
         .ok()
         .and_then(Result::ok)
         .unwrap_or_default();
+    relay
+        .finish(drain, &mut state.stdout, &mut state.stderr)
+        .await;
     state
 }
