@@ -560,6 +560,52 @@ fn no_tty_and_json_keep_pipes() {
 }
 
 #[test]
+fn no_tty_still_reads_the_keyboard_through_a_pipe() {
+    let term = Term::new(24, 80);
+    let sb = Sandbox::new();
+    let (mut c, _g) = term.spawn(
+        &sb,
+        &[
+            "exec",
+            "--no-tty",
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo READY; read x; echo \"got $x\"; [ -t 0 ] || echo IN-PIPE",
+        ],
+    );
+    assert!(
+        term.wait_for("READY", Duration::from_secs(20)),
+        "{}",
+        term.output()
+    );
+    assert!(
+        !term.raw(),
+        "--no-tty must leave the user's terminal cooked"
+    );
+    term.send(b"abc\r");
+    let code = wait(&mut c, &term);
+    let out = term.output();
+    assert!(out.contains("got abc"), "{out}");
+    assert!(out.contains("IN-PIPE"), "{out}");
+    assert_eq!(code, 0, "{out}");
+}
+
+#[test]
+fn child_closing_its_terminal_does_not_end_the_relay() {
+    // All of the child's handles on the pty closed for a while (EIO on the
+    // master), then /dev/tty opened again: its output still arrives.
+    let term = Term::new(24, 80);
+    let code = run(
+        &term,
+        &sh("exec 0<&- 1>&- 2>&-; sleep 0.5; echo AGAIN > /dev/tty"),
+    );
+    let out = term.output();
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("AGAIN"), "{out}");
+}
+
+#[test]
 fn piped_stdin_stays_a_pipe_under_a_terminal_stdout() {
     let term = Term::new(24, 80);
     let sb = Sandbox::new();

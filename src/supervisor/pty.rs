@@ -179,6 +179,7 @@ impl Terminal {
     pub fn start(self, limit: u64) -> Relay {
         let mut relay = Relay {
             output: None,
+            run_over: Arc::new(AtomicBool::new(false)),
             others: Vec::new(),
             host: None,
         };
@@ -198,7 +199,10 @@ impl Terminal {
                     }
                 };
                 let sink = if p.stdout { Sink::Stdout } else { Sink::Stderr };
-                relay.output = Some((sink, tokio::spawn(pump(master.clone(), sink, limit))));
+                relay.output = Some((
+                    sink,
+                    tokio::spawn(pump(master.clone(), sink, limit, relay.run_over.clone())),
+                ));
                 relay
                     .others
                     .push(tokio::spawn(follow_size(p.size_source, master.clone())));
@@ -221,6 +225,8 @@ impl Terminal {
 /// The relay tasks of a run.
 pub struct Relay {
     output: Option<(Sink, JoinHandle<Captured>)>,
+    /// Set once the run is gone: from then on EIO on the master is the end.
+    run_over: Arc<AtomicBool>,
     others: Vec<JoinHandle<()>>,
     host: Option<Arc<HostTerminal>>,
 }
@@ -230,6 +236,7 @@ impl Relay {
     /// stop relaying, give the user's terminal back, and count the pty's
     /// output into the stream it went to.
     pub async fn finish(self, drain: Duration, stdout: &mut Captured, stderr: &mut Captured) {
+        self.run_over.store(true, Ordering::SeqCst);
         for t in &self.others {
             t.abort();
         }
@@ -316,7 +323,12 @@ impl Drop for HostTerminal {
 /// at most `limit` bytes pass, then the truncation marker, and the rest is
 /// read and dropped so the child never blocks. Ends when no process of the
 /// run holds the slave any more (EIO).
-async fn pump(master: Arc<AsyncFd<OwnedFd>>, sink: Sink, limit: u64) -> Captured {
+async fn pump(
+    master: Arc<AsyncFd<OwnedFd>>,
+    sink: Sink,
+    limit: u64,
+    run_over: Arc<AtomicBool>,
+) -> Captured {
     let mut out = Captured::default();
     let mut writer: Option<Box<dyn tokio::io::AsyncWrite + Unpin + Send>> = match sink {
         Sink::Stderr => Some(Box::new(tokio::io::stderr())),
@@ -334,7 +346,15 @@ async fn pump(master: Arc<AsyncFd<OwnedFd>>, sink: Sink, limit: u64) -> Captured
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            // EIO: the last holder of the slave is gone.
+            // EIO: no process holds the slave now. The end once the run is
+            // gone; before, the child may still open /dev/tty again.
+            Err(e) if e.raw_os_error() == Some(libc::EIO) => {
+                if run_over.load(Ordering::SeqCst) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
             Err(_) => break,
         };
         out.total += n as u64;
