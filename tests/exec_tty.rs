@@ -606,6 +606,33 @@ fn child_closing_its_terminal_does_not_end_the_relay() {
 }
 
 #[test]
+fn term_comes_with_the_pty() {
+    for (flag, want) in [
+        ("--no-audit", "TERM=xterm-256color"),
+        ("--no-tty", "TERM=unset"),
+    ] {
+        let term = Term::new(24, 80);
+        let mut sb = Sandbox::new();
+        sb.set_env("TERM", "xterm-256color");
+        let (mut c, _g) = term.spawn(
+            &sb,
+            &[
+                "exec",
+                flag,
+                "--",
+                "/bin/sh",
+                "-c",
+                "echo \"TERM=${TERM:-unset}\"",
+            ],
+        );
+        let code = wait(&mut c, &term);
+        let out = term.output();
+        assert_eq!(code, 0, "{out}");
+        assert!(out.contains(want), "{flag}: {out}");
+    }
+}
+
+#[test]
 fn piped_stdin_stays_a_pipe_under_a_terminal_stdout() {
     let term = Term::new(24, 80);
     let sb = Sandbox::new();

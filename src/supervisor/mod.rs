@@ -142,6 +142,7 @@ fn run_prepared(
     // The services' variables win (e.g. no `env.set` HTTP_PROXY may bypass the proxy).
     env.retain(|(k, _)| !service_env.iter().any(|(s, _)| s == k));
     env.extend(service_env);
+    terminal.add_env(&mut env);
     let (program, argv, envp, cwd) =
         match ChildSpec::strings(&plan.program, &plan.argv, &env, &plan.cwd) {
             Ok(s) => s,

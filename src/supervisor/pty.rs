@@ -141,6 +141,23 @@ impl Terminal {
         }))
     }
 
+    /// With a pty, the child gets the user's `TERM` (as `ssh -t` sends it),
+    /// unless the policy already set one: full-screen programs need it.
+    pub fn add_env(&self, env: &mut Vec<(String, String)>) {
+        if !matches!(self, Terminal::Pty(_)) || env.iter().any(|(k, _)| k == "TERM") {
+            return;
+        }
+        if let Ok(t) = std::env::var("TERM") {
+            let sane = !t.is_empty()
+                && t.len() <= 64
+                && t.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.+".contains(&b));
+            if sane {
+                env.push(("TERM".into(), t));
+            }
+        }
+    }
+
     /// Point the child's stdio (and controlling terminal) at the pty or the
     /// stdin pipe. The descriptors stay valid until [`close_child_ends`].
     pub fn apply(&self, spec: &mut ChildSpec) {
