@@ -25,6 +25,10 @@
 //! Whatever the child does to its terminal (stty raw -echo, a new window
 //! size, input pushed with TIOCSTI were it allowed) stays on the pty.
 //!
+//! Started in the background of the user's shell, capsule leaves the
+//! terminal's modes alone (changing them would stop it with SIGTTOU): the
+//! child still gets the pty and its output, but no keyboard.
+//!
 //! With `--json` or `--no-tty`, output stays on the capture pipes; when
 //! capsule's stdin is a terminal there, the child reads it through a pipe
 //! that capsule fills (line by line, the terminal stays cooked and the
@@ -126,7 +130,11 @@ impl Terminal {
         if let Ok(ws) = term::window_size(user.as_fd()) {
             let _ = term::set_window_size(master.as_fd(), &ws);
         }
-        let host = if in_tty {
+        // A job in the background of the user's shell leaves the terminal
+        // alone (changing its modes would stop capsule with SIGTTOU, as it
+        // stops any terminal program there): the child still gets the pty,
+        // but no keyboard.
+        let host = if in_tty && term::in_foreground(user.as_fd()) {
             Some(HostTerminal::enter_raw(&user, settings)?)
         } else {
             None

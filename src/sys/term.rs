@@ -64,6 +64,16 @@ pub fn set_window_size(fd: BorrowedFd<'_>, ws: &libc::winsize) -> Result<(), Err
     Errno::result(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCSWINSZ, ws) }).map(drop)
 }
 
+/// Whether this process may change the terminal's modes without being
+/// stopped: it is in the terminal's foreground process group, or the
+/// terminal is not its controlling terminal (no job control applies).
+pub fn in_foreground(fd: BorrowedFd<'_>) -> bool {
+    match nix::unistd::tcgetpgrp(fd) {
+        Ok(pgrp) => pgrp == nix::unistd::getpgrp(),
+        Err(_) => true,
+    }
+}
+
 /// Watch an owned descriptor for readiness (read and write) on the current
 /// tokio runtime, made non-blocking first.
 pub fn async_fd_rw(fd: OwnedFd) -> std::io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
