@@ -61,9 +61,9 @@ pub fn refused(plan_run_id: &str, reason: &'static str, error: String) -> Finish
 }
 
 /// Run the plan to completion.
-pub fn run(plan: &Plan, mut opts: ExecOptions) -> Finished {
+pub fn run(plan: &Plan, opts: ExecOptions) -> Finished {
     tracing::debug!("supervisor: preparing services");
-    let mut services = match services::Services::prepare(plan, opts.tool_fd.take()) {
+    let mut services = match services::Services::prepare(plan, opts.tool_fd) {
         Ok(s) => s,
         Err(e) => return refused(&plan.run_id, "service_unavailable", e.to_string()),
     };
@@ -89,7 +89,14 @@ pub fn run(plan: &Plan, mut opts: ExecOptions) -> Finished {
         eprintln!("capsule: warning: not enforced (--best-effort): {m}");
     }
     tracing::debug!("supervisor: layers ready");
-    let finished = run_prepared(plan, &opts, &mut layers, &mut services);
+    let finished = run_prepared(
+        plan,
+        opts.json,
+        opts.grace,
+        opts.no_tty,
+        &mut layers,
+        &mut services,
+    );
     tracing::debug!("supervisor: run finished");
     layers.cgroup.remove();
     remove_tmpdir(plan);
@@ -114,7 +121,9 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), Errno> {
 
 fn run_prepared(
     plan: &Plan,
-    opts: &ExecOptions,
+    json: bool,
+    grace: Duration,
+    no_tty: bool,
     layers: &mut sandbox::Layers,
     services: &mut services::Services,
 ) -> Finished {
@@ -132,7 +141,7 @@ fn run_prepared(
     sys::grow_pipe(out_r.as_raw_fd(), 1 << 20);
     // The user's terminal never reaches the child (pty.rs). Before the
     // child exists: the terminal watchdog must not look like part of the run.
-    let mut terminal = match pty::Terminal::open(opts.json, opts.no_tty) {
+    let mut terminal = match pty::Terminal::open(json, no_tty) {
         Ok(t) => t,
         Err(e) => return refused(&plan.run_id, "setup_failed", e.to_string()),
     };
@@ -224,9 +233,14 @@ fn run_prepared(
             return fail("starting the supervisor's event loop", &e);
         }
     };
+    let relay = {
+        let _in_runtime = rt.enter();
+        terminal.start(plan.limits.max_output_bytes)
+    };
     let mut sup = rt.block_on(supervise(
-        &spawned, out_r, err_r, terminal, opts, plan, services,
+        &spawned, out_r, err_r, json, plan, grace, services,
     ));
+    rt.block_on(relay.finish(Duration::from_secs(2), &mut sup.stdout, &mut sup.stderr));
     let duration = start.elapsed();
     tracing::debug!("supervisor: child gone, output drained");
     let usage = rt.block_on(services.finish());
@@ -354,13 +368,12 @@ async fn supervise(
     sp: &Spawned,
     out_r: OwnedFd,
     err_r: OwnedFd,
-    terminal: pty::Terminal,
-    opts: &ExecOptions,
+    json: bool,
     plan: &Plan,
+    grace: Duration,
     services: &mut services::Services,
 ) -> Supervised {
     let limit = plan.limits.max_output_bytes;
-    let (json, grace) = (opts.json, opts.grace);
     let (so, se) = if json {
         (Sink::Capture, Sink::Capture)
     } else {
@@ -368,7 +381,6 @@ async fn supervise(
     };
     let out_task = tokio::spawn(capture::pump(out_r, so, limit));
     let err_task = tokio::spawn(capture::pump(err_r, se, limit));
-    let relay = terminal.start(limit);
     services.start(&sp.chan, sp.netns);
 
     let mut state = Supervised {
@@ -412,8 +424,5 @@ async fn supervise(
         .ok()
         .and_then(Result::ok)
         .unwrap_or_default();
-    relay
-        .finish(drain, &mut state.stdout, &mut state.stderr)
-        .await;
     state
 }
