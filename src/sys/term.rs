@@ -175,3 +175,45 @@ fn watchdog_main(r: RawFd, tty: RawFd, saved: &libc::termios) -> ! {
 pub fn dismiss_terminal_watchdog(w: OwnedFd) {
     let _ = nix::unistd::write(&w, b"d");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::IsTerminal;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn a_pty_pair_is_connected_and_close_on_exec() {
+        let (master, slave) = open_pty().expect("open_pty");
+        assert!(slave.as_fd().is_terminal());
+        for fd in [&master, &slave] {
+            let flags = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFD).unwrap();
+            assert_ne!(flags & libc::FD_CLOEXEC, 0, "not close-on-exec");
+        }
+        nix::unistd::write(&slave, b"x").unwrap();
+        let mut b = [0u8; 8];
+        assert_eq!(nix::unistd::read(&master, &mut b).unwrap(), 1);
+        assert_eq!(b[0], b'x');
+    }
+
+    #[test]
+    fn window_size_round_trips() {
+        let (master, slave) = open_pty().expect("open_pty");
+        let ws = libc::winsize {
+            ws_row: 33,
+            ws_col: 101,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        set_window_size(master.as_fd(), &ws).unwrap();
+        let got = window_size(slave.as_fd()).unwrap();
+        assert_eq!((got.ws_row, got.ws_col), (33, 101));
+    }
+
+    #[test]
+    fn a_terminal_that_is_not_ours_has_no_job_control() {
+        // Not this process's controlling terminal: changing its modes cannot stop us.
+        let (_master, slave) = open_pty().expect("open_pty");
+        assert!(in_foreground(slave.as_fd()));
+    }
+}
