@@ -635,53 +635,59 @@ fn term_comes_with_the_pty() {
 #[test]
 fn a_background_job_leaves_the_terminal_alone() {
     // `capsule exec ... &` from an interactive shell: changing the terminal's
-    // modes would stop capsule (SIGTTOU). It runs, with a pty, and no keyboard.
-    let term = Term::new(24, 80);
-    let before = term.modes();
-    let sb = Sandbox::new();
-    let capsule = capsule_bin().to_string_lossy().into_owned();
-    let script = format!(
-        "set -m; '{capsule}' exec -- /bin/sh -c '[ -t 1 ] && echo BG-TTY; echo BG-DONE' & \
-         pid=$!; i=0; while kill -0 $pid 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; \
-         if kill -0 $pid 2>/dev/null; then echo BG-STUCK; kill -9 $pid; fi; wait $pid; echo \"rc=$?\""
-    );
-    sb.mkdir("hosttmp");
-    let mut sh = std::process::Command::new("/bin/sh");
-    sh.args(["-c", &script])
-        .env_clear()
-        .env("PATH", TEST_PATH)
-        .env("HOME", &sb.home)
-        .env("XDG_STATE_HOME", &sb.state)
-        .env("XDG_CONFIG_HOME", &sb.config)
-        .env("TMPDIR", sb.path("hosttmp"))
-        .current_dir(&sb.root)
-        .stdin(term.stdio())
-        .stdout(term.stdio())
-        .stderr(term.stdio());
-    let tty = term.slave.as_raw_fd();
-    // SAFETY: between fork and exec only setsid and ioctl, both async-signal-safe.
-    unsafe {
-        sh.pre_exec(move || {
-            libc::setsid();
-            libc::ioctl(tty, libc::TIOCSCTTY, 0);
-            Ok(())
-        });
+    // modes, or reading it, would stop capsule (SIGTTOU, SIGTTIN) although the
+    // command never reads stdin. It runs: with a pty and no keyboard, or with
+    // a stdin pipe that capsule fills only in the foreground.
+    for flag in ["--no-audit", "--no-tty", "--json"] {
+        let term = Term::new(24, 80);
+        let before = term.modes();
+        let sb = Sandbox::new();
+        let capsule = capsule_bin().to_string_lossy().into_owned();
+        let script = format!(
+            "set -m; '{capsule}' exec {flag} -- /bin/sh -c '[ -t 1 ] && echo BG-TTY; sleep 0.3; echo BG-DONE' & \
+             pid=$!; i=0; while kill -0 $pid 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; \
+             if kill -0 $pid 2>/dev/null; then echo BG-STUCK; kill -9 $pid; fi; wait $pid; echo \"rc=$?\""
+        );
+        sb.mkdir("hosttmp");
+        let mut sh = std::process::Command::new("/bin/sh");
+        sh.args(["-c", &script])
+            .env_clear()
+            .env("PATH", TEST_PATH)
+            .env("HOME", &sb.home)
+            .env("XDG_STATE_HOME", &sb.state)
+            .env("XDG_CONFIG_HOME", &sb.config)
+            .env("TMPDIR", sb.path("hosttmp"))
+            .current_dir(&sb.root)
+            .stdin(term.stdio())
+            .stdout(term.stdio())
+            .stderr(term.stdio());
+        let tty = term.slave.as_raw_fd();
+        // SAFETY: between fork and exec only setsid and ioctl, both async-signal-safe.
+        unsafe {
+            sh.pre_exec(move || {
+                libc::setsid();
+                libc::ioctl(tty, libc::TIOCSCTTY, 0);
+                Ok(())
+            });
+        }
+        let mut c = sh.spawn().expect("spawn sh");
+        let _g = KillOnDrop {
+            pid: c.id() as i32,
+            token: None,
+        };
+        let _ = wait(&mut c, &term);
+        let out = term.output();
+        assert!(
+            !out.contains("BG-STUCK"),
+            "{flag}: capsule stopped in the background:\n{out}"
+        );
+        if flag == "--no-audit" {
+            assert!(out.contains("BG-TTY"), "{out}");
+        }
+        assert!(out.contains("BG-DONE"), "{flag}: {out}");
+        assert!(out.contains("rc=0"), "{flag}: {out}");
+        assert_eq!(term.modes(), before, "{flag}: {out}");
     }
-    let mut c = sh.spawn().expect("spawn sh");
-    let _g = KillOnDrop {
-        pid: c.id() as i32,
-        token: None,
-    };
-    let _ = wait(&mut c, &term);
-    let out = term.output();
-    assert!(
-        !out.contains("BG-STUCK"),
-        "capsule stopped in the background:\n{out}"
-    );
-    assert!(out.contains("BG-TTY"), "{out}");
-    assert!(out.contains("BG-DONE"), "{out}");
-    assert!(out.contains("rc=0"), "{out}");
-    assert_eq!(term.modes(), before, "{out}");
 }
 
 #[test]

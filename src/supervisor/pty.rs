@@ -471,8 +471,8 @@ async fn restore_on_signal(host: Arc<HostTerminal>) {
 
 /// `--json`/`--no-tty` with a terminal stdin: copy capsule's stdin into the
 /// child's stdin pipe from a thread of its own (blocking reads of a cooked
-/// terminal; the thread ends with end-of-file, with the child's end closed,
-/// or with capsule).
+/// terminal, only while capsule is in the foreground; the thread ends with
+/// end-of-file, with the child's end closed, or with capsule).
 fn feed_stdin_pipe(w: OwnedFd) {
     let spawned = std::thread::Builder::new()
         .name("capsule-stdin".into())
@@ -480,6 +480,12 @@ fn feed_stdin_pipe(w: OwnedFd) {
             let stdin = std::io::stdin();
             let mut buf = [0u8; 4096];
             loop {
+                // A read in the background of the user's shell would stop
+                // all of capsule (SIGTTIN): wait for the foreground.
+                if !term::in_foreground(stdin.as_fd()) {
+                    std::thread::sleep(Duration::from_millis(200));
+                    continue;
+                }
                 let n = match nix::unistd::read(stdin.as_fd(), &mut buf) {
                     Ok(0) => return,
                     Ok(n) => n,
