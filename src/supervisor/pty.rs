@@ -355,10 +355,12 @@ async fn pump(
     run_over: Arc<AtomicBool>,
 ) -> Captured {
     let mut out = Captured::default();
-    let mut writer: Option<Box<dyn tokio::io::AsyncWrite + Unpin + Send>> = match sink {
-        Sink::Stderr => Some(Box::new(tokio::io::stderr())),
-        _ => Some(Box::new(tokio::io::stdout())),
-    };
+    // A pty hands out a few KiB per read; one write to capsule's stdout per
+    // read (a round trip to tokio's blocking pool each) held the child to
+    // about 2 MB/s. The writer task batches whatever has piled up meanwhile,
+    // while this loop goes on draining the pty.
+    let (tx, rx) = tokio::sync::mpsc::channel::<Vec<u8>>(32);
+    let writer = tokio::spawn(write_out(rx, sink));
     let mut buf = vec![0u8; 64 * 1024];
     let mut kept: u64 = 0;
     loop {
@@ -388,22 +390,41 @@ async fn pump(
         }
         let take = n.min(limit.saturating_sub(kept) as usize);
         kept += take as u64;
-        if let Some(w) = writer.as_mut() {
-            if w.write_all(&buf[..take]).await.is_err() || w.flush().await.is_err() {
-                writer = None;
-            }
+        if take > 0 {
+            let _ = tx.send(buf[..take].to_vec()).await;
         }
         if take < n {
             out.truncated = true;
-            if let Some(w) = writer.as_mut() {
-                // A terminal stream: carriage returns too (the user's terminal may be raw).
-                let marker = TRUNCATION_MARKER.replace('\n', "\r\n");
-                let _ = w.write_all(marker.as_bytes()).await;
-                let _ = w.flush().await;
-            }
+            // A terminal stream: carriage returns too (the user's terminal may be raw).
+            let marker = TRUNCATION_MARKER.replace('\n', "\r\n");
+            let _ = tx.send(marker.into_bytes()).await;
         }
     }
+    drop(tx);
+    let _ = writer.await;
     out
+}
+
+/// Write the pty's output to capsule's stdout or stderr, in batches of what
+/// has arrived; once that fails (capsule's reader went away), keep taking
+/// chunks so the reading side never blocks.
+async fn write_out(mut rx: tokio::sync::mpsc::Receiver<Vec<u8>>, sink: Sink) {
+    let mut w: Box<dyn tokio::io::AsyncWrite + Unpin + Send> = match sink {
+        Sink::Stderr => Box::new(tokio::io::stderr()),
+        _ => Box::new(tokio::io::stdout()),
+    };
+    let mut ok = true;
+    while let Some(mut batch) = rx.recv().await {
+        while batch.len() < (1 << 20) {
+            match rx.try_recv() {
+                Ok(more) => batch.extend_from_slice(&more),
+                Err(_) => break,
+            }
+        }
+        if ok && (w.write_all(&batch).await.is_err() || w.flush().await.is_err()) {
+            ok = false;
+        }
+    }
 }
 
 /// Keys from the user's terminal (raw, VMIN=0) to the pty.
