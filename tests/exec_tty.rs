@@ -691,6 +691,50 @@ fn a_background_job_leaves_the_terminal_alone() {
 }
 
 #[test]
+fn no_pty_available_is_a_refusal_not_the_users_terminal() {
+    // Fail closed: without a pty the child would hold the user's terminal.
+    // /dev/ptmx replaced by /dev/null in a private mount namespace (root only).
+    if !is_root() || !std::path::Path::new("/usr/bin/unshare").exists() {
+        skip("needs root and unshare(1) to hide /dev/ptmx");
+        return;
+    }
+    let term = Term::new(24, 80);
+    let before = term.modes();
+    let sb = Sandbox::new();
+    let capsule = capsule_bin().to_string_lossy().into_owned();
+    let mut cmd = sb.std_command(["--mount", "--propagation", "private", "/bin/sh", "-c"]);
+    let script =
+        format!("mount --bind /dev/null /dev/ptmx && exec '{capsule}' exec -- /bin/sh -c 'stty raw -echo; echo RAN'");
+    cmd.arg(script);
+    // Run unshare instead of capsule, with the sandbox's environment.
+    let mut un = std::process::Command::new("/usr/bin/unshare");
+    un.args(cmd.get_args())
+        .env_clear()
+        .envs(cmd.get_envs().filter_map(|(k, v)| v.map(|v| (k, v))))
+        .current_dir(&sb.root)
+        .stdin(term.stdio())
+        .stdout(term.stdio())
+        .stderr(term.stdio());
+    let mut c = un.spawn().expect("spawn unshare");
+    let _g = KillOnDrop {
+        pid: c.id() as i32,
+        token: None,
+    };
+    let code = wait(&mut c, &term);
+    let out = term.output();
+    assert_eq!(code, 125, "{out}");
+    assert!(
+        !out.contains("RAN"),
+        "the command ran without a pty:\n{out}"
+    );
+    assert!(
+        out.contains("--no-tty"),
+        "the refusal does not say what to do:\n{out}"
+    );
+    assert_eq!(term.modes(), before, "{out}");
+}
+
+#[test]
 fn piped_stdin_stays_a_pipe_under_a_terminal_stdout() {
     let term = Term::new(24, 80);
     let sb = Sandbox::new();

@@ -467,6 +467,10 @@ async fn follow_size(source: OwnedFd, master: Arc<AsyncFd<OwnedFd>>) {
         tracing::warn!("cannot watch SIGWINCH: the run's window size stays fixed");
         return;
     };
+    // A resize between the pty's creation and now would be lost otherwise.
+    if let Ok(ws) = term::window_size(source.as_fd()) {
+        let _ = term::set_window_size(master.get_ref().as_fd(), &ws);
+    }
     while winch.recv().await.is_some() {
         if let Ok(ws) = term::window_size(source.as_fd()) {
             let _ = term::set_window_size(master.get_ref().as_fd(), &ws);
