@@ -31,8 +31,14 @@
 //!
 //! With `--json` or `--no-tty`, output stays on the capture pipes; when
 //! capsule's stdin is a terminal there, the child reads it through a pipe
-//! that capsule fills (line by line, the terminal stays cooked and the
-//! user's), never the terminal itself.
+//! that capsule fills while it is in the foreground (the terminal keeps the
+//! user's settings: cooked, line by line), never the terminal itself.
+//!
+//! Known limits: a capsule stopped from outside (SIGSTOP, or SIGTSTP, which
+//! it does not catch) leaves the terminal raw until it is continued; one
+//! started in the background does not take the keyboard when brought to the
+//! foreground later. (^Z typed on the keyboard goes to the child's terminal,
+//! where the command, leading an orphaned process group, is not stopped.)
 
 use std::io::IsTerminal;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
