@@ -433,6 +433,27 @@ fn stty_a_and_interrupt_work_inside() {
 }
 
 #[test]
+fn keyboard_suspend_does_not_hang_the_run() {
+    // ^Z goes to the child's terminal; the command leads an orphaned process
+    // group there, so it is not stopped (nothing inside could continue it).
+    let term = Term::new(24, 80);
+    let sb = Sandbox::new();
+    let (mut c, _g) = term.spawn(&sb, &sh("echo READY; sleep 1; echo AFTER"));
+    assert!(
+        term.wait_for("READY", Duration::from_secs(20)),
+        "{}",
+        term.output()
+    );
+    term.send(b"\x1a");
+    let started = Instant::now();
+    let code = wait(&mut c, &term);
+    let out = term.output();
+    assert!(out.contains("AFTER"), "{out}");
+    assert_eq!(code, 0, "{out}");
+    assert!(started.elapsed() < Duration::from_secs(10), "{out}");
+}
+
+#[test]
 fn terminal_restored_after_timeout() {
     let term = Term::new(24, 80);
     let before = term.modes();
