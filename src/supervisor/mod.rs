@@ -240,8 +240,8 @@ fn run_prepared(
     let mut sup = rt.block_on(supervise(
         &spawned, out_r, err_r, json, plan, grace, services,
     ));
-    rt.block_on(relay.finish(Duration::from_secs(2), &mut sup.stdout, &mut sup.stderr));
     let duration = start.elapsed();
+    rt.block_on(relay.finish(Duration::from_secs(2), &mut sup.stdout, &mut sup.stderr));
     tracing::debug!("supervisor: child gone, output drained");
     let usage = rt.block_on(services.finish());
     tracing::debug!("supervisor: services finished");
