@@ -672,6 +672,10 @@ fn exec_of_a_memfd_through_proc_self_fd_is_refused_or_reported() {
         assert_errno(&run.probe(0), &["EACCES", "EPERM"], &run);
     } else {
         let missing = v["enforcement"]["missing"].to_string();
-        assert!(missing.contains("execution of a memfd"), "the memfd gap is not reported{}", run.ctx());
+        assert!(
+            missing.contains("execution of a memfd"),
+            "the memfd gap is not reported{}",
+            run.ctx()
+        );
     }
 }

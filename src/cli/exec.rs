@@ -67,6 +67,9 @@ pub struct ExecArgs {
     /// Run even when a requested protection cannot be enforced on this kernel (reported).
     #[arg(long)]
     pub best_effort: bool,
+    /// Keep plain pipes even when stdin/stdout is a terminal (no pseudo-terminal for the child).
+    #[arg(long)]
+    pub no_tty: bool,
     /// Print the resolved plan (every grant and the layer that enforces it) and exit 0.
     #[arg(long)]
     pub dry_run: bool,
@@ -246,6 +249,7 @@ pub fn run(a: ExecArgs) -> i32 {
         json,
         grace: Duration::from_millis(1000),
         tool_fd,
+        no_tty: a.no_tty,
     };
     let f = supervisor::run(&plan, opts);
     finish(f, true)

@@ -48,6 +48,10 @@ pub struct ChildSpec {
     /// Write ends of the capture pipes, dup'ed onto 1 and 2 (None: inherit).
     pub stdout_w: Option<RawFd>,
     pub stderr_w: Option<RawFd>,
+    /// Dup'ed onto 0 (None: inherit capsule's stdin).
+    pub stdin_r: Option<RawFd>,
+    /// The run's pty slave: made the controlling terminal right after setsid.
+    pub ctty: Option<RawFd>,
     /// The child's end of the RPC socketpair, kept open across exec at this number.
     pub rpc_fd: Option<RawFd>,
     /// (RLIMIT_* resource, value for both limits).
@@ -86,6 +90,8 @@ impl ChildSpec {
             cwd,
             stdout_w: None,
             stderr_w: None,
+            stdin_r: None,
+            ctty: None,
             rpc_fd: None,
             rlimits: Vec::new(),
             landlock: None,
@@ -234,9 +240,15 @@ pub(crate) extern "C" fn init_main(arg: *mut c_void) -> c_int {
     };
     let above = raw::close_range(spec.chan + 1, std::ffi::c_uint::MAX);
     if below.is_err() || above.is_err() {
-        for fd in [spec.stdout_w, spec.stderr_w, spec.rpc_fd]
-            .into_iter()
-            .flatten()
+        for fd in [
+            spec.stdout_w,
+            spec.stderr_w,
+            spec.stdin_r,
+            spec.ctty,
+            spec.rpc_fd,
+        ]
+        .into_iter()
+        .flatten()
         {
             raw::close(fd);
         }
@@ -306,7 +318,12 @@ pub(crate) extern "C" fn command_main(arg: *mut c_void) -> c_int {
     if let Err(e) = raw::setsid() {
         fail(spec, Stage::Session, e);
     }
-    for (src, dst) in [(spec.stdout_w, 1), (spec.stderr_w, 2)] {
+    if let Some(tty) = spec.ctty {
+        if let Err(e) = raw::set_controlling_tty(tty) {
+            fail(spec, Stage::Stdio, e);
+        }
+    }
+    for (src, dst) in [(spec.stdin_r, 0), (spec.stdout_w, 1), (spec.stderr_w, 2)] {
         if let Some(src) = src {
             if let Err(e) = raw::dup_onto(src, dst) {
                 fail(spec, Stage::Stdio, e);

@@ -9,6 +9,7 @@
 //! writes the audit record.
 
 pub mod capture;
+pub mod pty;
 pub mod result;
 pub mod services;
 pub mod spawn;
@@ -36,6 +37,8 @@ pub struct ExecOptions {
     pub grace: Duration,
     /// `--tool-fd`: where `forward: true` tools are relayed.
     pub tool_fd: Option<OwnedFd>,
+    /// `--no-tty`: pipes even when capsule's stdio is a terminal.
+    pub no_tty: bool,
 }
 
 /// What a run produced besides the result: a fixed reason code for the audit record.
@@ -92,7 +95,14 @@ pub fn run(plan: &Plan, opts: ExecOptions) -> Finished {
             }
         }
         tracing::debug!("supervisor: layers ready");
-        let attempt = run_prepared(plan, opts.json, opts.grace, &mut layers, &mut services);
+        let attempt = run_prepared(
+            plan,
+            opts.json,
+            opts.grace,
+            opts.no_tty,
+            &mut layers,
+            &mut services,
+        );
         layers.cgroup.remove();
         match attempt {
             Attempt::Finished(finished) => {
@@ -149,6 +159,7 @@ fn run_prepared(
     plan: &Plan,
     json: bool,
     grace: Duration,
+    no_tty: bool,
     layers: &mut sandbox::Layers,
     services: &mut services::Services,
 ) -> Attempt {
@@ -168,12 +179,19 @@ fn run_prepared(
         Err(e) => return fail("pipe()", &e),
     };
     sys::grow_pipe(out_r.as_raw_fd(), 1 << 20);
+    // The user's terminal never reaches the child (pty.rs). Before the
+    // child exists: the terminal watchdog must not look like part of the run.
+    let mut terminal = match pty::Terminal::open(json, no_tty) {
+        Ok(t) => t,
+        Err(e) => return fail("the terminal", &e),
+    };
 
     let mut env = plan.env.clone();
     let service_env = services.child_env();
     // The services' variables win (e.g. no `env.set` HTTP_PROXY may bypass the proxy).
     env.retain(|(k, _)| !service_env.iter().any(|(s, _)| s == k));
     env.extend(service_env);
+    terminal.add_env(&mut env);
     // Inside the view the private TMPDIR is /tmp: HOME, TMPDIR and the cwd say so.
     let private_tmp = layers.view.as_ref().is_some_and(|v| v.summary.private_tmp);
     let mut cwd = plan.cwd.clone();
@@ -196,6 +214,7 @@ fn run_prepared(
     let mut spec = ChildSpec::new(program, argv, envp, cwd);
     spec.stdout_w = Some(out_w.as_raw_fd());
     spec.stderr_w = Some(err_w.as_raw_fd());
+    terminal.apply(&mut spec);
     spec.rpc_fd = services.child_rpc_fd();
     spec.rlimits = std::mem::take(&mut layers.rlimits)
         .into_iter()
@@ -253,12 +272,12 @@ fn run_prepared(
     // The parent's copies of the child's ends.
     drop(out_w);
     drop(err_w);
+    terminal.close_child_ends();
     if let Err(spawn::SpawnError::NamespacesRefused(e)) = spawned {
         return Attempt::NamespacesRefused(e);
     }
     services.close_child_ends();
     tracing::debug!("supervisor: spawned");
-    drop(join);
     let mut spawned = match spawned {
         Ok(s) => s,
         Err(e) => {
@@ -300,10 +319,15 @@ fn run_prepared(
             return fail("starting the supervisor's event loop", &e);
         }
     };
+    let relay = {
+        let _in_runtime = rt.enter();
+        terminal.start(plan.limits.max_output_bytes)
+    };
     let mut sup = rt.block_on(supervise(
         &spawned, out_r, err_r, json, plan, grace, services,
     ));
     let duration = start.elapsed();
+    rt.block_on(relay.finish(Duration::from_secs(2), &mut sup.stdout, &mut sup.stderr));
     tracing::debug!("supervisor: child gone, output drained");
     let usage = rt.block_on(services.finish());
     tracing::debug!("supervisor: services finished");

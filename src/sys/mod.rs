@@ -4,6 +4,7 @@
 
 pub mod channel;
 pub mod raw;
+pub mod term;
 
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 

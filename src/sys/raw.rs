@@ -314,6 +314,45 @@ pub fn default_action(sig: c_int) -> Ret {
     })
 }
 
+/// Ignore `sig` (an ignored disposition survives execve).
+pub fn ignore_action(sig: c_int) -> Ret {
+    let act = KernelSigaction {
+        handler: 1, // SIG_IGN
+        flags: 0,
+        restorer: 0,
+        mask: SigSet::EMPTY,
+    };
+    // SAFETY: the kernel reads one struct sigaction from our stack; no old action is asked for.
+    map(unsafe {
+        syscall!(
+            Sysno::rt_sigaction,
+            sig,
+            std::ptr::addr_of!(act),
+            0,
+            SIGSET_SIZE
+        )
+    })
+}
+
+/// `read(fd, buf)`, retried on EINTR.
+pub fn read(fd: c_int, buf: &mut [u8]) -> Ret {
+    loop {
+        // SAFETY: buf is valid for writing for its length during the call.
+        let r = map(unsafe { syscall!(Sysno::read, fd, buf.as_mut_ptr(), buf.len()) });
+        if r != Err(libc::EINTR) {
+            return r;
+        }
+    }
+}
+
+/// `ioctl(fd, TIOCSCTTY, 0)`: make the terminal `fd` the controlling
+/// terminal of this session (the caller leads a session that has none; the
+/// terminal is nobody else's).
+pub fn set_controlling_tty(fd: c_int) -> Ret {
+    // SAFETY: TIOCSCTTY takes an integer argument (0: do not steal).
+    map(unsafe { syscall!(Sysno::ioctl, fd, libc::TIOCSCTTY, 0) })
+}
+
 /// Wait for one signal of `set` (which must be blocked); its number.
 pub fn sigwait(set: SigSet) -> Ret {
     loop {
