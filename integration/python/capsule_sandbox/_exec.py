@@ -159,12 +159,16 @@ def _from_json(doc: dict[str, Any], duration: float) -> SandboxResult:
     kill_reason = doc.get("kill_reason") or ""
     reason = str(doc.get("termination_reason") or "")
     sig = doc.get("signal") if isinstance(doc.get("signal"), int) else None
-    if reason == "timeout" or exit_code == 124 and killed:
+    # Timeout and refusal come from capsule's termination_reason only: a child
+    # that exits 124 or 125 has just that exit code.
+    if reason == "timeout":
         killed = True
         kill_reason = kill_reason or "wall-clock limit (limits.timeout_seconds) exceeded"
     elif sig == getattr(signal, "SIGXCPU", 24) and not killed:
         killed = True
         kill_reason = "CPU-time limit (limits.cpu_seconds) exceeded"
+    if reason == "signaled" and sig:
+        exit_code = -sig  # the provider contract's convention (capsule's CLI: 128+N)
     error = str(doc.get("error") or "")
     stderr = str(doc.get("stderr") or "")
     if reason == "refused" and error and error not in stderr:
@@ -199,6 +203,8 @@ def parse_result(out: bytes, err: bytes, returncode: int | None, duration: float
     """The SandboxResult for capsule's stdout (one JSON object) and exit status."""
     doc = _load(out)
     if doc is None:
+        # No result object: capsule itself failed (or was killed by our
+        # backstop). Nothing here says the child timed out or was refused.
         code = _exit_code_of(returncode)
         capsule_err = err.decode("utf-8", "replace").strip()
         return SandboxResult(
@@ -207,8 +213,6 @@ def parse_result(out: bytes, err: bytes, returncode: int | None, duration: float
             stderr=f"capsule exited {code} without a JSON result"
             + (f": {capsule_err[-2000:]}" if capsule_err else ""),
             duration_seconds=round(duration, 4),
-            killed=code == 124,
-            kill_reason=f"wall-clock limit of {timeout}s exceeded" if code == 124 else "",
             termination_reason="error",
             error="no JSON result on capsule's stdout",
         )

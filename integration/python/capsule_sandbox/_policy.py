@@ -17,7 +17,7 @@ output_dir                  filesystem.write
 env_vars                    env.set
 tool_allowlist              tools.allow (Python tools: forward: true)
 tool_max_calls              tools.max_calls
-context (per execution)     env.set.CAPSULE_CONTEXT (JSON)
+context (per execution)     env.set.CAPSULE_CONTEXT and NONO_CONTEXT (JSON)
 ==========================  ==============================================
 """
 
@@ -162,6 +162,7 @@ def build(
         if len(encoded.encode("utf-8")) > _MAX_CONTEXT_BYTES:
             raise ValueError(f"context is larger than {_MAX_CONTEXT_BYTES} bytes of JSON")
         env_set["CAPSULE_CONTEXT"] = encoded
+        env_set["NONO_CONTEXT"] = encoded  # the name AGT's nono provider uses
     policy["env"]["set"] = env_set
 
     base_tools = {
