@@ -23,6 +23,7 @@ from capsule_sandbox.backend import (
     SandboxAvailability,
     SandboxRequiredError,
 )
+from capsule_sandbox._toolspec import child_settable
 from capsule_sandbox.client import CapsuleRpcError
 from capsule_sandbox.provider import (
     CapsuleSandboxProvider,
@@ -58,5 +59,6 @@ __all__ = [
     "SessionHandle",
     "SessionNotFoundError",
     "SessionStatus",
+    "child_settable",
     "is_python_interpreter",
 ]

@@ -30,7 +30,9 @@ class CapsuleRun:
         *,
         timeout_seconds: float,
         tools: Mapping[str, Callable[..., Any]] | None,
+        tool_timeout_seconds: float | None = None,
     ) -> None:
+        self._tool_timeout = tool_timeout_seconds
         self._argv_head = list(argv_before_command)
         self._command = list(command)
         self._timeout = float(timeout_seconds)
@@ -52,7 +54,7 @@ class CapsuleRun:
         return True
 
     def run(self) -> SandboxResult:
-        server = ToolServer(self._tools) if self._tools else None
+        server = ToolServer(self._tools, self._tool_timeout) if self._tools else None
         argv = list(self._argv_head)
         pass_fds: tuple[int, ...] = ()
         if server is not None:

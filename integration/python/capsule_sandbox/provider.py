@@ -511,7 +511,13 @@ class CapsuleSandboxProvider(_ProviderBase):  # type: ignore[misc]
         tools = None
         if _policy.has_forward_tools(policy):
             tools = {n: f for n, f in self._tools.items() if n in session.config.tool_allowlist}
-        run = CapsuleRun(head, command, timeout_seconds=session.config.timeout_seconds, tools=tools)
+        run = CapsuleRun(
+            head,
+            command,
+            timeout_seconds=session.config.timeout_seconds,
+            tools=tools,
+            tool_timeout_seconds=session.config.tool_timeout_seconds,
+        )
         with self._lock:
             if session.status is not SessionStatus.READY:
                 raise SessionNotFoundError(f"session {session.session_id!r} is being destroyed")
