@@ -148,7 +148,7 @@ def build(runtime: Any, policy: Any, agent_id: str, session_id: str) -> Optional
 
 def policy_config_overrides(policy: Any) -> dict[str, Any]:
     """SandboxConfig fields an AGT 5.0.0 policy document sets (duck-typed):
-    ``defaults.timeout_seconds / max_memory_mb / network_default``,
+    ``defaults.timeout_seconds / max_cpu / max_memory_mb / network_default``,
     ``network_allowlist``, ``sandbox_mounts.input_dir / output_dir``."""
     out: dict[str, Any] = {}
     if policy is None:
@@ -158,6 +158,9 @@ def policy_config_overrides(policy: Any) -> dict[str, Any]:
         timeout = getattr(defaults, "timeout_seconds", None)
         if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
             out["timeout_seconds"] = float(timeout)
+        cpu = getattr(defaults, "max_cpu", None)
+        if isinstance(cpu, (int, float)) and not isinstance(cpu, bool):
+            out["cpu_limit"] = float(cpu)
         memory = getattr(defaults, "max_memory_mb", None)
         if isinstance(memory, int) and not isinstance(memory, bool):
             out["memory_mb"] = memory

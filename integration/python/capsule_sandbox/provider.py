@@ -259,9 +259,10 @@ class CapsuleSandboxProvider(_ProviderBase):  # type: ignore[misc]
             return config
         overrides = _governance.policy_config_overrides(policy)
         policy_tools = getattr(policy, "tool_allowlist", None)
-        if policy_tools is not None:
+        if policy_tools:
             allowed = {str(t) for t in policy_tools}
-            # The policy's allowlist bounds the config's: a tool needs both.
+            # A policy's (non-empty) allowlist bounds the config's: a tool
+            # needs both. An empty one does not restrict (AGT's semantics).
             overrides["tool_allowlist"] = [t for t in config.tool_allowlist if t in allowed]
         if not overrides:
             return config
