@@ -593,7 +593,10 @@ class CapsuleBackend(_Base):  # type: ignore[misc]
     Options: ``network_hosts`` widens the hosts a ``restricted``/``default``
     network reaches (beyond the package indexes the host's pip/npm
     configuration names; ``index_hosts`` replaces that list);
-    ``agent_id`` and ``audit_log`` as for the provider.
+    ``pip_find_links`` makes pip inside every run install from that local
+    wheel directory only (``PIP_NO_INDEX=1``, ``PIP_FIND_LINKS``, the
+    directory readable), for offline or pinned builds; ``agent_id`` and
+    ``audit_log`` as for the provider.
     """
 
     def __init__(
@@ -604,7 +607,11 @@ class CapsuleBackend(_Base):  # type: ignore[misc]
         audit_log: str | os.PathLike[str] | bool | None = None,
         network_hosts: Iterable[str] = (),
         index_hosts: Iterable[str] | None = None,
+        pip_find_links: str | os.PathLike[str] | None = None,
     ) -> None:
+        self._find_links = os.path.realpath(os.fspath(pip_find_links)) if pip_find_links is not None else None
+        if self._find_links is not None and not os.path.isdir(self._find_links):
+            raise ValueError(f"pip_find_links {self._find_links!r} is not a directory")
         self._availability = AvailabilityCache(binary)
         self._agent_id = _validate.agent_id(agent_id)
         self._audit_log = audit_log
@@ -701,6 +708,10 @@ class CapsuleBackend(_Base):  # type: ignore[misc]
                 raise SandboxRequiredError(f"could not create volume {name!r}: {created.stderr.strip()}")
         policy = plan.policy
         self._python_shim(policy)
+        if self._find_links is not None:
+            policy["env"]["set"].setdefault("PIP_NO_INDEX", "1")
+            policy["env"]["set"].setdefault("PIP_FIND_LINKS", self._find_links)
+            policy["filesystem"]["read"].append(self._find_links)
         if timeout is not None:
             policy["limits"]["timeout_seconds"] = float(timeout)
         blob = json.dumps(policy, sort_keys=True).encode("utf-8")
