@@ -6,8 +6,8 @@ Host side (needs the ``capsule`` binary, never raises at import):
   :class:`SandboxResult`, :class:`SessionHandle`, :class:`ExecutionHandle`,
   :class:`SessionStatus`, :class:`ExecutionStatus` -- the session-style
   SandboxProvider contract;
-* :class:`CapsuleBackend` with :class:`ProcessSpec` -- an agentnode-style
-  backend.
+* :class:`CapsuleBackend` with :class:`ProcessSpec` -- agentnode's ``SandboxBackend``
+  contract.
 
 Inside the sandbox: :mod:`capsule_sandbox.client` (``call_tool``,
 ``complete``, ``ping``, ``list_tools``, ``CapsuleRpcError``).
