@@ -72,7 +72,7 @@ def sdist(python: Path, requirement: str, name: str) -> Path:
         dest.mkdir(exist_ok=True)
         done = subprocess.run(
             [str(python), "-m", "pip", "download", "--disable-pip-version-check", "-q", "--no-deps",
-             "--no-binary", ":all:", "-d", str(dest), requirement],
+             "--no-binary", requirement.split("==")[0], "-d", str(dest), requirement],
             capture_output=True,
             text=True,
             timeout=_PIP_TIMEOUT,
