@@ -85,7 +85,7 @@ class ToolServer:
     def start(self) -> None:
         self._thread.start()
         if self._timeout is not None:
-            self._reaper = threading.Thread(target=self._reap, name="capsule-tool-reaper", daemon=True)
+            self._reaper = threading.Thread(target=self._reap, name="capsule-reaper-tools", daemon=True)
             self._reaper.start()
 
     def _reap(self) -> None:
