@@ -108,6 +108,10 @@ def build(runtime: Any, policy: Any, agent_id: str, session_id: str) -> Optional
     Raises ``TypeError``/``ValueError`` (refusing the session) for a runtime or
     policy this module cannot evaluate.
     """
+    if runtime is None and policy is not None and any(
+        callable(getattr(policy, name, None)) for name in ("evaluate_pre_tool_call", "pre_tool_call")
+    ):
+        runtime, policy = policy, None  # a host session given where 5.0.0 puts the policy
     if runtime is not None and policy is not None:
         raise ValueError("give a governance runtime or a policy, not both")
     if runtime is not None:

@@ -77,6 +77,13 @@ def test_governance_refusals_happen_before_anything_runs(provider, audit_log, de
     provider.destroy_session("gov", h.session_id)
 
 
+def test_host_session_given_positionally_is_still_the_gate(provider):
+    h = provider.create_session("gov", HostSession(_evaluation(False, message="positional no")))
+    with pytest.raises(PermissionError, match="positional no"):
+        provider.execute_code("gov", h.session_id, OK)
+    provider.destroy_session("gov", h.session_id)
+
+
 def test_unknown_runtime_shape_refuses_the_session(provider, tmp_path):
     with pytest.raises(TypeError, match="not understood"):
         provider.create_session("gov", runtime=object())
