@@ -6,8 +6,8 @@ Host side (needs the ``capsule`` binary, never raises at import):
   :class:`SandboxResult`, :class:`SessionHandle`, :class:`ExecutionHandle`,
   :class:`SessionStatus`, :class:`ExecutionStatus` -- the session-style
   SandboxProvider contract;
-* :class:`CapsuleBackend` with :class:`ProcessSpec` -- an agentnode-style
-  backend.
+* :class:`CapsuleBackend` with :class:`ProcessSpec` -- agentnode's ``SandboxBackend``
+  contract.
 
 Inside the sandbox: :mod:`capsule_sandbox.client` (``call_tool``,
 ``complete``, ``ping``, ``list_tools``, ``CapsuleRpcError``).
@@ -23,6 +23,7 @@ from capsule_sandbox.backend import (
     SandboxAvailability,
     SandboxRequiredError,
 )
+from capsule_sandbox._toolspec import child_settable
 from capsule_sandbox.client import CapsuleRpcError
 from capsule_sandbox.provider import (
     CapsuleSandboxProvider,
@@ -58,5 +59,6 @@ __all__ = [
     "SessionHandle",
     "SessionNotFoundError",
     "SessionStatus",
+    "child_settable",
     "is_python_interpreter",
 ]

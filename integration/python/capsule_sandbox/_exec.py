@@ -30,7 +30,9 @@ class CapsuleRun:
         *,
         timeout_seconds: float,
         tools: Mapping[str, Callable[..., Any]] | None,
+        tool_timeout_seconds: float | None = None,
     ) -> None:
+        self._tool_timeout = tool_timeout_seconds
         self._argv_head = list(argv_before_command)
         self._command = list(command)
         self._timeout = float(timeout_seconds)
@@ -52,7 +54,7 @@ class CapsuleRun:
         return True
 
     def run(self) -> SandboxResult:
-        server = ToolServer(self._tools) if self._tools else None
+        server = ToolServer(self._tools, self._tool_timeout) if self._tools else None
         argv = list(self._argv_head)
         pass_fds: tuple[int, ...] = ()
         if server is not None:
@@ -159,12 +161,16 @@ def _from_json(doc: dict[str, Any], duration: float) -> SandboxResult:
     kill_reason = doc.get("kill_reason") or ""
     reason = str(doc.get("termination_reason") or "")
     sig = doc.get("signal") if isinstance(doc.get("signal"), int) else None
-    if reason == "timeout" or exit_code == 124 and killed:
+    # Timeout and refusal come from capsule's termination_reason only: a child
+    # that exits 124 or 125 has just that exit code.
+    if reason == "timeout":
         killed = True
         kill_reason = kill_reason or "wall-clock limit (limits.timeout_seconds) exceeded"
     elif sig == getattr(signal, "SIGXCPU", 24) and not killed:
         killed = True
         kill_reason = "CPU-time limit (limits.cpu_seconds) exceeded"
+    if reason == "signaled" and sig:
+        exit_code = -sig  # the provider contract's convention (capsule's CLI: 128+N)
     error = str(doc.get("error") or "")
     stderr = str(doc.get("stderr") or "")
     if reason == "refused" and error and error not in stderr:
@@ -199,6 +205,8 @@ def parse_result(out: bytes, err: bytes, returncode: int | None, duration: float
     """The SandboxResult for capsule's stdout (one JSON object) and exit status."""
     doc = _load(out)
     if doc is None:
+        # No result object: capsule itself failed (or was killed by our
+        # backstop). Nothing here says the child timed out or was refused.
         code = _exit_code_of(returncode)
         capsule_err = err.decode("utf-8", "replace").strip()
         return SandboxResult(
@@ -207,8 +215,6 @@ def parse_result(out: bytes, err: bytes, returncode: int | None, duration: float
             stderr=f"capsule exited {code} without a JSON result"
             + (f": {capsule_err[-2000:]}" if capsule_err else ""),
             duration_seconds=round(duration, 4),
-            killed=code == 124,
-            kill_reason=f"wall-clock limit of {timeout}s exceeded" if code == 124 else "",
             termination_reason="error",
             error="no JSON result on capsule's stdout",
         )

@@ -17,7 +17,7 @@ output_dir                  filesystem.write
 env_vars                    env.set
 tool_allowlist              tools.allow (Python tools: forward: true)
 tool_max_calls              tools.max_calls
-context (per execution)     env.set.CAPSULE_CONTEXT (JSON)
+context (per execution)     env.set.CAPSULE_CONTEXT and NONO_CONTEXT (JSON)
 ==========================  ==============================================
 """
 
@@ -31,20 +31,12 @@ import os
 from typing import Any, Callable, Mapping
 
 from capsule_sandbox import _validate
+from capsule_sandbox._toolspec import ToolSpec
 from capsule_sandbox.types import SandboxConfig
 
 # An env string above this risks E2BIG at exec (Linux MAX_ARG_STRLEN is 128 KiB).
 _MAX_CONTEXT_BYTES = 100 * 1024
 
-_JSON_TYPES = {
-    str: "string",
-    int: "integer",
-    float: "number",
-    bool: "boolean",
-    list: "array",
-    tuple: "array",
-    dict: "object",
-}
 
 
 def load_base_policy(policy: Mapping[str, Any] | str | os.PathLike[str] | None) -> dict[str, Any]:
@@ -71,35 +63,8 @@ def load_base_policy(policy: Mapping[str, Any] | str | os.PathLike[str] | None) 
 
 
 def tool_schema(func: Callable[..., Any]) -> dict[str, Any]:
-    """A JSON Schema for a callable's keyword arguments (best effort)."""
-    props: dict[str, Any] = {}
-    required: list[str] = []
-    try:
-        sig = inspect.signature(func)
-    except (TypeError, ValueError):
-        return {"type": "object"}
-    extra = False
-    for name, param in sig.parameters.items():
-        if param.kind in (param.VAR_POSITIONAL, param.POSITIONAL_ONLY):
-            continue
-        if param.kind is param.VAR_KEYWORD:
-            extra = True
-            continue
-        prop: dict[str, Any] = {}
-        ann = param.annotation
-        if isinstance(ann, type) and ann in _JSON_TYPES:
-            prop["type"] = _JSON_TYPES[ann]
-        elif isinstance(ann, str) and ann in {t.__name__ for t in _JSON_TYPES}:
-            prop["type"] = _JSON_TYPES[{t.__name__: t for t in _JSON_TYPES}[ann]]
-        props[name] = prop
-        if param.default is param.empty:
-            required.append(name)
-    schema: dict[str, Any] = {"type": "object", "properties": props}
-    if required:
-        schema["required"] = required
-    if not extra:
-        schema["additionalProperties"] = False
-    return schema
+    """The JSON Schema of what the child may pass (see ``_toolspec``)."""
+    return ToolSpec(func).schema()
 
 
 def build(
@@ -162,6 +127,7 @@ def build(
         if len(encoded.encode("utf-8")) > _MAX_CONTEXT_BYTES:
             raise ValueError(f"context is larger than {_MAX_CONTEXT_BYTES} bytes of JSON")
         env_set["CAPSULE_CONTEXT"] = encoded
+        env_set["NONO_CONTEXT"] = encoded  # the name AGT's nono provider uses
     policy["env"]["set"] = env_set
 
     base_tools = {

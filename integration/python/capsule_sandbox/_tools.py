@@ -1,7 +1,14 @@
 """Serving Python callables as capsule ``forward: true`` tools over ``--tool-fd``.
 
 capsule enforces the allowlist, ``max_calls`` and each tool's timeout before a
-request reaches us; this side only answers. The framing is capsule's: one
+request reaches us. This side checks the arguments against what the tool
+declares (``_toolspec``: unknown keys, host-chosen defaults and partial
+bindings, wrong basic types are ``bad_request``), answers a failing tool with
+a generic text (the exception, which may name host paths, is logged here,
+never sent), and does not leave a call running past its timeout: a call still
+running at its deadline gets ``TimeoutError`` raised in its thread, and
+``stop()`` waits for every call thread (a tool blocked inside a C call that
+never returns is the one case Python cannot interrupt; it is logged). The framing is capsule's: one
 JSON-RPC 2.0 message a line, requests ``tools/call`` with
 ``{"name", "arguments"}``, answered by id with an MCP tool result.
 """
@@ -11,8 +18,12 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import ctypes
 import threading
-from typing import Any, Callable, Mapping
+import time
+from typing import Any, Callable, Mapping, Optional
+
+from capsule_sandbox._toolspec import ToolSpec
 
 logger = logging.getLogger("capsule_sandbox.tools")
 
@@ -32,6 +43,18 @@ def _result(value: Any) -> dict[str, Any]:
     }
 
 
+class _Interrupted(BaseException):
+    """Raised inside a tool call that outlived its timeout (not an Exception,
+    so a tool's ``except Exception`` does not swallow it)."""
+
+
+def _interrupt(thread: threading.Thread) -> None:
+    ident = thread.ident
+    if ident is None or not thread.is_alive():
+        return
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(_Interrupted))
+
+
 def _failure(text: str) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": text}], "isError": True}
 
@@ -39,8 +62,13 @@ def _failure(text: str) -> dict[str, Any]:
 class ToolServer:
     """Answers forwarded tool calls on one end of a socketpair, on threads."""
 
-    def __init__(self, tools: Mapping[str, Callable[..., Any]]) -> None:
+    def __init__(self, tools: Mapping[str, Callable[..., Any]], timeout_seconds: Optional[float] = None) -> None:
         self._tools = dict(tools)
+        self._specs = {name: ToolSpec(func) for name, func in self._tools.items()}
+        self._timeout = float(timeout_seconds) if timeout_seconds else None
+        self._calls: dict[threading.Thread, float] = {}  # call thread -> deadline
+        self._calls_lock = threading.Lock()
+        self._reaper: Optional[threading.Thread] = None
         self._ours, self._theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._ours.set_inheritable(False)
         self._theirs.set_inheritable(True)
@@ -56,6 +84,25 @@ class ToolServer:
 
     def start(self) -> None:
         self._thread.start()
+        if self._timeout is not None:
+            self._reaper = threading.Thread(target=self._reap, name="capsule-reaper-tools", daemon=True)
+            self._reaper.start()
+
+    def _reap(self) -> None:
+        """Interrupt calls that outlive their timeout (capsule already answered
+        the child with a timeout error)."""
+        while not self._closed:
+            now = time.monotonic()
+            with self._calls_lock:
+                late = [t for t, deadline in self._calls.items() if deadline <= now and t.is_alive()]
+            for thread in late:
+                _interrupt(thread)
+            time.sleep(0.05)
+
+    def live_calls(self) -> list[threading.Thread]:
+        """Call threads still running."""
+        with self._calls_lock:
+            return [t for t in self._calls if t.is_alive()]
 
     def release_child_end(self) -> None:
         """Close our copy of capsule's end once capsule has inherited it."""
@@ -71,9 +118,22 @@ class ToolServer:
         except OSError:
             pass
         self._thread.join(timeout)
-        # Tool callables that outlived the run are not waited for (they run on
-        # daemon threads): capsule already answered the child with a timeout,
-        # and Python threads cannot be killed.
+        # The run is over: no call may go on. Interrupt what is left and wait.
+        deadline = time.monotonic() + timeout
+        for thread in self.live_calls():
+            _interrupt(thread)
+            while thread.is_alive() and time.monotonic() < deadline:
+                thread.join(0.05)
+                if thread.is_alive():
+                    _interrupt(thread)
+        left = self.live_calls()
+        if left:
+            logger.warning(
+                "%d python tool call(s) still running after the run ended (blocked outside "
+                "Python code, which cannot be interrupted): %s",
+                len(left),
+                ", ".join(t.name for t in left),
+            )
         self._closed = True
         try:
             self._ours.close()
@@ -140,21 +200,36 @@ class ToolServer:
         if func is None:
             self._error(ident, -32602, f"unknown tool {name!r}", reason="not_allowed")
             return
+        problem = self._specs[name].check(arguments)
+        if problem is not None:
+            self._error(ident, -32602, f"{name}: {problem}")
+            return
         self.calls += 1
         # One daemon thread a call: capsule bounds calls per run (max_calls).
-        threading.Thread(
+        thread = threading.Thread(
             target=self._call,
             args=(ident, name, func, arguments),
             name=f"capsule-tool-{name}",
             daemon=True,
-        ).start()
+        )
+        with self._calls_lock:
+            self._calls = {t: d for t, d in self._calls.items() if t.is_alive()}
+            grace = 0.5
+            self._calls[thread] = time.monotonic() + (self._timeout + grace if self._timeout else float("inf"))
+        thread.start()
 
     def _call(self, ident: Any, name: str, func: Callable[..., Any], arguments: dict[str, Any]) -> None:
         try:
             value = func(**arguments)
-        except Exception as exc:  # the tool's failure is a result, not a crash
-            logger.info("python tool %s failed: %s", name, type(exc).__name__)
-            self._reply(ident, _failure(f"{name} failed: {type(exc).__name__}: {exc}"))
+        except BaseException as exc:  # noqa: BLE001 - the tool's failure is a result, not a crash
+            if isinstance(exc, _Interrupted):
+                logger.warning("python tool %s was interrupted at its timeout", name)
+                return
+            if not isinstance(exc, Exception):
+                raise
+            # The detail (which may name host paths) stays on the host.
+            logger.warning("python tool %s failed", name, exc_info=True)
+            self._reply(ident, _failure(f"tool {name!r} failed"))
             return
         try:
             result = _result(value)

@@ -48,6 +48,7 @@ _RESERVED_ENV = frozenset(
     {
         "CAPSULE_RPC_FD",
         "CAPSULE_CONTEXT",
+        "NONO_CONTEXT",
         "HTTP_PROXY",
         "HTTPS_PROXY",
         "ALL_PROXY",

@@ -1,20 +1,36 @@
-"""``CapsuleBackend``: an agentnode-style sandbox backend on capsule.
+"""``CapsuleBackend``: agentnode's ``SandboxBackend`` on capsule.
 
-Frameworks that plug an isolation backend with ``set_default_backend()`` call
-``check_available()``, ``wrap_command(spec)``, ``run_process(spec,
-input_text, timeout)`` and ``open_agent_session(spec)`` with a
-``ProcessSpec``. This module defines a compatible ``ProcessSpec`` (the
-upstream field names, plus ``allow_hosts``, ``read_only_mounts`` and ``cwd``)
-and reads any object with those attributes, so an upstream spec works too.
+agentnode (``agentnode-sdk``) plugs an isolation backend with
+``set_default_backend()`` and calls ``check_available()``,
+``build_process_spec()``, ``wrap_command(spec)``, ``run_process(spec,
+input_text, timeout)``, ``open_agent_session(spec)`` and, on the executable
+``check_available().backend`` names, ``volume inspect|create|rm NAME``. This
+module reads agentnode's ``ProcessSpec``/``MountSpec`` (or any object with
+their fields; it defines compatible ones, plus ``allow_hosts``,
+``read_only_mounts`` and ``cwd``). When agentnode is importable,
+``CapsuleBackend`` subclasses its ``SandboxBackend``, ``SandboxAvailability``
+its dataclass and ``SandboxRequiredError`` its exception, so its own
+``except`` clauses catch capsule's refusals.
 
-Network modes: ``none`` -> capsule ``none``; ``restricted`` and ``egress`` ->
-``proxy`` with the spec's ``allow_hosts`` (or ``egress.allowed_domains``),
-refused when that list is empty; ``default``/``unrestricted`` -> capsule
-``unrestricted`` (asked for explicitly). Any other value is refused.
+Network: ``none`` -> capsule ``none``; ``restricted``, ``default`` and
+``egress`` -> ``proxy`` to the spec's ``allow_hosts`` (and
+``egress.allowed_domains``), else the package-index hosts the host's own pip
+and npm configuration names (``network_hosts=`` widens that list);
+``unrestricted`` -> capsule ``unrestricted``, only when the spec says so.
+Anything else is refused.
+
+Mounts: a ``MountSpec`` whose ``dst`` is empty or equals an absolute ``src``
+is a grant in place; any other (``/pack``, ``/install``...) is ``capsule exec
+--mount SRC:DST:ro|rw``, and a ``src`` that is not an absolute path is a
+capsule volume (``volume:NAME``; a read-write one is created when missing, as
+container runtimes do). A capsule without ``--mount`` refuses those specs
+with a ``SandboxRequiredError`` naming what is missing.
 """
 
 from __future__ import annotations
 
+import configparser
+import functools
 import hashlib
 import json
 import os
@@ -22,41 +38,68 @@ import queue
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
+from urllib.parse import urlsplit
 
 from capsule_sandbox import _policy, _validate
 from capsule_sandbox._binary import AvailabilityCache
 
 try:  # pragma: no cover - only when agentnode is installed
     from agentnode_sdk.sandbox.backend import SandboxBackend as _Base  # type: ignore
+    from agentnode_sdk.sandbox.types import SandboxAvailability as _AvailBase  # type: ignore
+    from agentnode_sdk.sandbox.types import SandboxRequiredError as _RequiredBase  # type: ignore
 except Exception:  # noqa: BLE001 - optional, any import failure means "absent"
     _Base = object
+    _AvailBase = None
+    _RequiredBase = RuntimeError
+
+try:  # pragma: no cover - only when agentnode is installed
+    from agentnode_sdk.sandbox.agent_session import AgentSandboxSession as _SessionBase  # type: ignore
+except Exception:  # noqa: BLE001
+    _SessionBase = object
 
 
-class SandboxRequiredError(RuntimeError):
-    """Isolation was asked for and cannot be given: refuse, never run unsandboxed."""
+class SandboxRequiredError(_RequiredBase):  # type: ignore[misc,valid-type]
+    """Isolation was asked for and cannot be given: refuse, never run unsandboxed.
+
+    A subclass of agentnode's ``SandboxRequiredError`` when agentnode is importable."""
 
 
-@dataclass(frozen=True)
-class SandboxAvailability:
-    """Result of ``check_available()`` (agentnode's field names)."""
+if _AvailBase is not None:
 
-    available: bool
-    backend: str
-    reason: str
-    executable_path: str | None = None
-    landlock_abi: int = 0
-    doctor: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    @dataclass(frozen=True)
+    class SandboxAvailability(_AvailBase):  # type: ignore[misc,valid-type]
+        """agentnode's ``SandboxAvailability`` plus what capsule's doctor says."""
+
+        landlock_abi: int = 0
+        doctor: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+else:
+
+    @dataclass(frozen=True)
+    class SandboxAvailability:  # type: ignore[no-redef]
+        """Result of ``check_available()`` (agentnode's field names)."""
+
+        available: bool
+        backend: str
+        reason: str
+        executable_path: str | None = None
+        daemon_ok: bool = False
+        image_available: bool = False
+        image_digest: str | None = None
+        landlock_abi: int = 0
+        doctor: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
 class MountSpec:
-    """A host directory granted to the process. capsule cannot remap paths, so
-    ``dst`` must equal ``src`` (or be empty)."""
+    """``src`` (a host path, or a capsule volume name) seen at ``dst`` inside;
+    an empty ``dst`` (or ``dst == src``) grants the host path in place."""
 
     src: str
     dst: str = ""
@@ -77,7 +120,7 @@ class ProcessSpec:
     """A request to run a command in isolation."""
 
     command: list[str]
-    network: str = "none"  # none | restricted | egress | default
+    network: str = "none"  # none | restricted | default | egress | unrestricted
     allow_hosts: list[str] = field(default_factory=list)
     read_only_mounts: list[str] = field(default_factory=list)
     mounts: list[MountSpec] = field(default_factory=list)
@@ -106,8 +149,138 @@ def _mebibytes(value: Any) -> int:
     return max(1, int(number * factor))
 
 
-def spec_to_policy(spec: Any) -> dict[str, Any]:
-    """The capsule policy for a ProcessSpec-like object. Raises on refusal."""
+_VOLUME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,254}$")
+# Variables that name code to load: acceptable only when every entry is a
+# read-only place inside the child (capsule checks the same).
+_PATH_LIKE_ENV = ("PYTHONPATH", "NODE_PATH")
+
+
+@dataclass(frozen=True)
+class CapsuleFeatures:
+    """What this capsule binary's command line offers (``exec --help``, ``volume --help``)."""
+
+    mount: bool = False
+    volume: bool = False
+    tmp_size: bool = False
+
+
+@functools.lru_cache(maxsize=16)
+def probe_features(binary: str) -> CapsuleFeatures:
+    """Ask the binary; anything that fails means the feature is absent."""
+
+    def ask(*args: str) -> tuple[int, str]:
+        try:
+            done = subprocess.run([binary, *args], capture_output=True, text=True, timeout=20)
+        except (OSError, subprocess.SubprocessError):
+            return 1, ""
+        return done.returncode, done.stdout + done.stderr
+
+    rc, text = ask("exec", "--help")
+    vrc, _ = ask("volume", "--help")
+    return CapsuleFeatures(
+        mount=rc == 0 and "--mount" in text,
+        volume=vrc == 0,
+        tmp_size=rc == 0 and "--tmp-size" in text,
+    )
+
+
+def _url_host(url: str) -> str | None:
+    try:
+        parts = urlsplit(url.strip())
+        host = parts.hostname
+        port = parts.port
+    except ValueError:
+        return None
+    if not host:
+        return None
+    return f"{host}:{port}" if port and port not in (80, 443) else host
+
+
+def package_index_hosts(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The package-index hosts the host's pip and npm configuration name.
+
+    pip: ``PIP_INDEX_URL`` / ``PIP_EXTRA_INDEX_URL`` and ``index-url`` /
+    ``extra-index-url`` in ``/etc/pip.conf``, ``$XDG_CONFIG_HOME/pip/pip.conf``
+    (default ``~/.config``), ``~/.pip/pip.conf`` and ``$PIP_CONFIG_FILE``;
+    npm: ``NPM_CONFIG_REGISTRY`` and ``registry=`` in ``~/.npmrc``. When pip
+    (npm) names no index: PyPI (``pypi.org``, ``files.pythonhosted.org``)
+    (``registry.npmjs.org``).
+    """
+    env = dict(os.environ if environ is None else environ)
+    home = env.get("HOME") or os.path.expanduser("~")
+    pip_urls: list[str] = []
+    npm_urls: list[str] = []
+    for key in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL"):
+        pip_urls += env.get(key, "").split()
+    pip_files = [
+        "/etc/pip.conf",
+        os.path.join(env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"), "pip", "pip.conf"),
+        os.path.join(home, ".pip", "pip.conf"),
+    ]
+    if env.get("PIP_CONFIG_FILE"):
+        pip_files.append(env["PIP_CONFIG_FILE"])
+    for path in pip_files:
+        parser = configparser.RawConfigParser()
+        try:
+            parser.read(path, encoding="utf-8")
+        except (configparser.Error, OSError, UnicodeDecodeError):
+            continue
+        for section in parser.sections():
+            for key in ("index-url", "extra-index-url", "index_url", "extra_index_url"):
+                if parser.has_option(section, key):
+                    pip_urls += parser.get(section, key).split()
+    if env.get("NPM_CONFIG_REGISTRY"):
+        npm_urls.append(env["NPM_CONFIG_REGISTRY"])
+    try:
+        with open(os.path.join(home, ".npmrc"), encoding="utf-8") as handle:
+            for line in handle:
+                key, sep, value = line.partition("=")
+                if sep and key.strip() == "registry":
+                    npm_urls.append(value.strip())
+    except (OSError, UnicodeDecodeError):
+        pass
+    hosts: list[str] = []
+    if not pip_urls:
+        hosts += ["pypi.org", "files.pythonhosted.org"]
+    if not npm_urls:
+        hosts.append("registry.npmjs.org")
+    for url in pip_urls + npm_urls:
+        host = _url_host(url)
+        if host and host not in hosts:
+            hosts.append(host)
+    if "pypi.org" in hosts and "files.pythonhosted.org" not in hosts:
+        hosts.append("files.pythonhosted.org")  # PyPI serves its files from there
+    return hosts
+
+
+@dataclass
+class _Plan:
+    policy: dict[str, Any]
+    args: list[str] = field(default_factory=list)  # capsule exec options (--mount ...)
+    volumes: list[tuple[str, bool]] = field(default_factory=list)  # (name, read_only)
+
+
+def _inside(path: str, places: Iterable[str]) -> bool:
+    path = os.path.normpath(path)
+    for place in places:
+        place = os.path.normpath(place)
+        if path == place or path.startswith(place.rstrip("/") + "/"):
+            return True
+    return False
+
+
+def plan_spec(
+    spec: Any,
+    *,
+    features: CapsuleFeatures | None = None,
+    index_hosts: Iterable[str] | None = None,
+) -> _Plan:
+    """The capsule policy and ``exec`` options for a ProcessSpec-like object.
+
+    Raises ``SandboxRequiredError`` (or ``ValueError`` for a malformed value)
+    when the spec cannot be given as asked.
+    """
+    features = features or CapsuleFeatures()
     network = getattr(spec, "network", "none") or "none"
     hosts = list(getattr(spec, "allow_hosts", None) or [])
     egress = getattr(spec, "egress", None)
@@ -116,7 +289,9 @@ def spec_to_policy(spec: Any) -> dict[str, Any]:
     net: dict[str, Any]
     if network == "none":
         net = {"mode": "none"}
-    elif network in ("restricted", "egress"):
+    elif network in ("restricted", "default", "egress"):
+        if not hosts and network != "egress":
+            hosts = list(index_hosts if index_hosts is not None else package_index_hosts())
         if not hosts:
             raise SandboxRequiredError(
                 f"network={network!r} needs allow_hosts: capsule never turns a restricted "
@@ -125,29 +300,65 @@ def spec_to_policy(spec: Any) -> dict[str, Any]:
         for host in hosts:
             _validate.host_entry(host)
         net = {"mode": "proxy", "allow_hosts": hosts}
-    elif network in ("default", "unrestricted"):
+    elif network == "unrestricted":
         net = {"mode": "unrestricted"}
     else:
         raise SandboxRequiredError(f"unknown network mode {network!r}; refusing (fail closed)")
 
+    plan = _Plan(policy={})
     read: list[str] = []
     write: list[str] = []
+    ro_places: list[str] = []
+    rw_places: list[str] = []
     for path in getattr(spec, "read_only_mounts", None) or []:
-        read.append(_validate.mount_path(path, "read_only_mounts", write=False))
+        resolved = _validate.mount_path(path, "read_only_mounts", write=False)
+        read.append(resolved)
+        ro_places += [resolved, os.fspath(path)]
     for mount in getattr(spec, "mounts", None) or []:
-        src = getattr(mount, "src", None)
-        dst = getattr(mount, "dst", "") or ""
-        if dst and os.path.normpath(dst) != os.path.normpath(str(src)):
-            raise SandboxRequiredError(
-                f"mount {src!r} -> {dst!r}: capsule grants host paths in place and cannot "
-                "remap them; use dst == src"
-            )
+        src = str(getattr(mount, "src", "") or "")
+        dst = str(getattr(mount, "dst", "") or "")
         read_only = bool(getattr(mount, "read_only", True))
-        resolved = _validate.mount_path(src, "mounts", write=not read_only)
-        (read if read_only else write).append(resolved)
+        is_volume = not os.path.isabs(src)
+        if not is_volume and (not dst or os.path.normpath(dst) == os.path.normpath(src)):
+            resolved = _validate.mount_path(src, "mounts", write=not read_only)
+            (read if read_only else write).append(resolved)
+            (ro_places if read_only else rw_places).extend([resolved, src])
+            continue
+        if is_volume and not _VOLUME_RE.match(src):
+            raise SandboxRequiredError(f"mount source {src!r} is neither an absolute host path nor a volume name")
+        if not os.path.isabs(dst):
+            raise SandboxRequiredError(f"mount {src!r}: the destination {dst!r} must be an absolute path")
+        if not features.mount:
+            raise SandboxRequiredError(
+                f"mount {src!r} -> {dst!r} needs `capsule exec --mount` (a capsule with the "
+                "private view); this capsule cannot remap paths, it grants host paths in place only (dst == src)"
+            )
+        if is_volume and not features.volume:
+            raise SandboxRequiredError(f"mount of volume {src!r} needs `capsule volume` (this capsule has none)")
+        if not is_volume:
+            _validate.mount_path(src, "mounts", write=not read_only)
+        source = f"volume:{src}" if is_volume else os.path.realpath(src)
+        plan.args += ["--mount", f"{source}:{os.path.normpath(dst)}:{'ro' if read_only else 'rw'}"]
+        if is_volume:
+            plan.volumes.append((src, read_only))
+        (ro_places if read_only else rw_places).append(os.path.normpath(dst))
 
     env = dict(getattr(spec, "env", None) or {})
+    if env.get("TMPDIR") in ("/tmp", "/tmp/"):
+        # capsule gives every run its own TMPDIR (and, with the private view,
+        # its own /tmp): that is what the caller asked for.
+        env.pop("TMPDIR")
+    path_like = {k: env.pop(k) for k in _PATH_LIKE_ENV if k in env}
     _validate.env_vars(env)
+    for key, value in path_like.items():
+        entries = [e for e in value.split(os.pathsep) if e]
+        bad = [e for e in entries if not os.path.isabs(e) or _inside(e, rw_places) or not _inside(e, ro_places)]
+        if bad or not entries:
+            raise SandboxRequiredError(
+                f"{key}={value!r}: every entry must lie in a read-only mount or grant (never a "
+                f"writable place); not: {', '.join(bad) or '(empty)'}"
+            )
+        env[key] = value
 
     limits_in: Mapping[str, Any] = getattr(spec, "limits", None) or {}
     limits: dict[str, Any] = {}
@@ -166,45 +377,57 @@ def spec_to_policy(spec: Any) -> dict[str, Any]:
             limits["max_output_bytes"] = int(value)
         elif key in ("max_file_size_mb", "fsize_mb"):
             limits["max_file_size_mb"] = int(value)
-        # Docker-only knobs (cpus, tmp_size, home_size) have no capsule meaning.
+        elif key == "tmp_size" and features.tmp_size:
+            plan.args += ["--tmp-size", f"{_mebibytes(value)}m"]
+        # Docker-only knobs (cpus, home_size; tmp_size without a private /tmp)
+        # have no capsule meaning.
 
-    policy: dict[str, Any] = {
+    plan.policy = {
         "version": 1,
         "filesystem": {"read": read, "write": write},
         "network": net,
         "env": {"set": env},
         "limits": limits,
     }
-    return policy
+    return plan
 
 
-def _exit_reason(code: int) -> str:
-    if code == 124:
-        return "timeout"
-    if code == 125:
-        return "refused"
-    if code > 128:
-        return "signaled"
-    return "exited"
+def spec_to_policy(spec: Any, **kwargs: Any) -> dict[str, Any]:
+    """The capsule policy for a ProcessSpec-like object (see :func:`plan_spec`)."""
+    return plan_spec(spec, **kwargs).policy
 
 
 class Outcome(tuple):  # type: ignore[type-arg]
-    """``(exit_code, stdout, stderr)`` that also says why the run stopped.
+    """``(exit_code, stdout, stderr)``, agentnode's ``run_process`` triple, that
+    also says why the run stopped.
 
-    ``exit_code`` is None when capsule killed the process (timeout);
-    ``native_status`` is capsule's own exit status.
+    ``exit_code`` is ``-1`` when capsule's wall-clock limit killed the run
+    (agentnode's timeout convention), ``128+N`` when signal N ended it, else
+    the program's exit status: a program that exits 124 or 125 is just that.
+    ``reason`` is capsule's ``termination_reason`` (``exited``, ``signaled``,
+    ``timeout``); ``result`` is capsule's whole JSON result.
     """
 
-    def __new__(cls, exit_code: int | None, stdout: str, stderr: str, *, reason: str = "exited",
-                native_status: int | None = None, platform: str = "capsule") -> "Outcome":
+    def __new__(
+        cls,
+        exit_code: int,
+        stdout: str,
+        stderr: str,
+        *,
+        reason: str = "exited",
+        native_status: int | None = None,
+        result: Mapping[str, Any] | None = None,
+        platform: str = "capsule",
+    ) -> "Outcome":
         made = super().__new__(cls, (exit_code, stdout, stderr))
         made._reason = reason  # type: ignore[attr-defined]
         made._native = native_status  # type: ignore[attr-defined]
+        made._result = dict(result or {})  # type: ignore[attr-defined]
         made._platform = platform  # type: ignore[attr-defined]
         return made
 
     @property
-    def exit_code(self) -> int | None:
+    def exit_code(self) -> int:
         return self[0]  # type: ignore[no-any-return]
 
     @property
@@ -220,16 +443,31 @@ class Outcome(tuple):  # type: ignore[type-arg]
         return self._reason  # type: ignore[attr-defined,no-any-return]
 
     @property
+    def timed_out(self) -> bool:
+        return self.reason == "timeout"
+
+    @property
     def native_status(self) -> int | None:
+        """capsule's own exit status."""
         return self._native  # type: ignore[attr-defined,no-any-return]
+
+    @property
+    def result(self) -> dict[str, Any]:
+        return self._result  # type: ignore[attr-defined,no-any-return]
 
     @property
     def platform(self) -> str:
         return self._platform  # type: ignore[attr-defined,no-any-return]
 
 
-class CapsuleAgentSession:
-    """A long-lived sandboxed process spoken to in JSON lines over its stdio."""
+def _refusal_text(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.startswith("capsule:")]
+    return "; ".join(lines[-3:]) or stderr.strip()[-2000:] or "refused by capsule"
+
+
+class CapsuleAgentSession(_SessionBase):  # type: ignore[misc,valid-type]
+    """A long-lived sandboxed process spoken to in JSON lines over its stdio
+    (agentnode's ``AgentSandboxSession`` when agentnode is importable)."""
 
     def __init__(self, argv: list[str], cwd: str | None = None) -> None:
         self._proc = subprocess.Popen(
@@ -244,6 +482,7 @@ class CapsuleAgentSession:
         self._stderr = bytearray()
         self._wlock = threading.Lock()
         self._closed = False
+        self._err_done = threading.Event()
         threading.Thread(target=self._pump_out, daemon=True, name="capsule-session-out").start()
         threading.Thread(target=self._pump_err, daemon=True, name="capsule-session-err").start()
 
@@ -255,9 +494,12 @@ class CapsuleAgentSession:
 
     def _pump_err(self) -> None:
         assert self._proc.stderr is not None
-        for chunk in iter(lambda: self._proc.stderr.read(4096), b""):  # type: ignore[union-attr]
-            if len(self._stderr) < 1_048_576:
-                self._stderr += chunk
+        try:
+            for chunk in iter(lambda: self._proc.stderr.read(4096), b""):  # type: ignore[union-attr]
+                if len(self._stderr) < 1_048_576:
+                    self._stderr += chunk
+        finally:
+            self._err_done.set()
 
     @property
     def stderr(self) -> str:
@@ -267,6 +509,18 @@ class CapsuleAgentSession:
     @property
     def returncode(self) -> int | None:
         return self._proc.poll()
+
+    def _gone(self, exc: BaseException) -> Exception:
+        code = self._proc.poll()
+        if code is None:
+            try:
+                code = self._proc.wait(2.0)
+            except subprocess.TimeoutExpired:
+                code = None
+        self._err_done.wait(2.0)
+        if code == 125:
+            return SandboxRequiredError(f"capsule refused the agent session: {_refusal_text(self.stderr)}")
+        return RuntimeError(f"sandboxed process is gone (exit {code}): {exc}")
 
     def send(self, message: Mapping[str, Any]) -> None:
         """Write one message as a JSON line to the process's stdin."""
@@ -279,7 +533,7 @@ class CapsuleAgentSession:
                 self._proc.stdin.write(data)
                 self._proc.stdin.flush()
             except (BrokenPipeError, ValueError, OSError) as exc:
-                raise RuntimeError(f"sandboxed process is gone: {exc}") from None
+                raise self._gone(exc) from None
 
     def recv(self, timeout: float) -> dict[str, Any] | None:
         """Next JSON line from stdout; None at EOF; TimeoutError when none comes.
@@ -329,11 +583,20 @@ class CapsuleAgentSession:
 
 
 class CapsuleBackend(_Base):  # type: ignore[misc]
-    """agentnode-style backend: each process is one ``capsule exec``.
+    """agentnode's ``SandboxBackend`` on capsule: each process is one ``capsule exec``.
 
     ``wrap_command`` writes the spec's policy to a private, content-addressed
     JSON file (0600, in a directory removed with the backend) and returns the
-    argv; running that argv is the caller's business.
+    argv. ``check_available().backend`` is the capsule executable, so
+    agentnode's ``<backend> volume inspect|create|rm`` land on capsule.
+
+    Options: ``network_hosts`` widens the hosts a ``restricted``/``default``
+    network reaches (beyond the package indexes the host's pip/npm
+    configuration names; ``index_hosts`` replaces that list);
+    ``pip_find_links`` makes pip inside every run install from that local
+    wheel directory only (``PIP_NO_INDEX=1``, ``PIP_FIND_LINKS``, the
+    directory readable), for offline or pinned builds; ``agent_id`` and
+    ``audit_log`` as for the provider.
     """
 
     def __init__(
@@ -342,10 +605,20 @@ class CapsuleBackend(_Base):  # type: ignore[misc]
         *,
         agent_id: str = "agentnode",
         audit_log: str | os.PathLike[str] | bool | None = None,
+        network_hosts: Iterable[str] = (),
+        index_hosts: Iterable[str] | None = None,
+        pip_find_links: str | os.PathLike[str] | None = None,
     ) -> None:
+        self._find_links = os.path.realpath(os.fspath(pip_find_links)) if pip_find_links is not None else None
+        if self._find_links is not None and not os.path.isdir(self._find_links):
+            raise ValueError(f"pip_find_links {self._find_links!r} is not a directory")
         self._availability = AvailabilityCache(binary)
         self._agent_id = _validate.agent_id(agent_id)
         self._audit_log = audit_log
+        self._network_hosts = [str(h) for h in network_hosts]
+        for host in self._network_hosts:
+            _validate.host_entry(host)
+        self._index_hosts = None if index_hosts is None else [str(h) for h in index_hosts]
         self._dir = tempfile.mkdtemp(prefix="capsule-backend-")
         self._finalizer = weakref.finalize(self, shutil.rmtree, self._dir, True)
 
@@ -355,11 +628,16 @@ class CapsuleBackend(_Base):  # type: ignore[misc]
         avail = self._availability.get(refresh=force)
         from capsule_sandbox._binary import landlock_abi
 
+        version = avail.doctor.get("version") if isinstance(avail.doctor, dict) else None
         return SandboxAvailability(
             available=avail.available,
-            backend="capsule",
+            backend=avail.binary or "none",
             reason=avail.reason,
             executable_path=avail.binary,
+            # No daemon and no image: capsule itself is the whole runtime.
+            daemon_ok=avail.available,
+            image_available=avail.available,
+            image_digest=f"capsule {version}" if version else ("capsule" if avail.available else None),
             landlock_abi=landlock_abi(avail.doctor) if avail.doctor else 0,
             doctor=dict(avail.doctor),
         )
@@ -367,6 +645,11 @@ class CapsuleBackend(_Base):  # type: ignore[misc]
     def explain_unavailable(self) -> str:
         avail = self.check_available()
         return "" if avail.available else (avail.reason or "capsule unavailable")
+
+    def features(self) -> CapsuleFeatures:
+        """Which of ``--mount``, ``volume``, ``--tmp-size`` this capsule has."""
+        binary = self._availability.get().binary
+        return probe_features(binary) if binary else CapsuleFeatures()
 
     def build_process_spec(
         self,
@@ -397,22 +680,45 @@ class CapsuleBackend(_Base):  # type: ignore[misc]
 
     # -- argv ---------------------------------------------------------------------
 
+    def _index_hosts_for(self) -> list[str]:
+        hosts = list(self._index_hosts) if self._index_hosts is not None else package_index_hosts()
+        return hosts + [h for h in self._network_hosts if h not in hosts]
+
+    def _volume(self, binary: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([binary, "volume", *args], capture_output=True, text=True, timeout=30)
+
     def wrap_command(self, spec: Any, *, json_result: bool = False, timeout: float | None = None) -> list[str]:
-        """The argv that runs ``spec.command`` under capsule (nothing is run)."""
+        """The argv that runs ``spec.command`` under capsule (nothing is run,
+        except that a read-write volume the spec mounts is created if missing)."""
         avail = self._availability.get()
         if not avail.available or avail.binary is None:
             raise SandboxRequiredError(f"capsule unavailable: {avail.reason}; refusing to run unsandboxed")
         command = [str(a) for a in (getattr(spec, "command", None) or [])]
         if not command:
             raise ValueError("ProcessSpec.command is empty")
-        policy = spec_to_policy(spec)
+        command[0] = _resolve_program(command[0])
+        plan = plan_spec(spec, features=self.features(), index_hosts=self._index_hosts_for())
+        for name, read_only in plan.volumes:
+            if self._volume(avail.binary, "inspect", name).returncode == 0:
+                continue
+            if read_only:
+                raise SandboxRequiredError(f"volume {name!r} does not exist (capsule volume inspect failed)")
+            created = self._volume(avail.binary, "create", name)
+            if created.returncode != 0:
+                raise SandboxRequiredError(f"could not create volume {name!r}: {created.stderr.strip()}")
+        policy = plan.policy
+        self._python_shim(policy)
+        if self._find_links is not None:
+            policy["env"]["set"].setdefault("PIP_NO_INDEX", "1")
+            policy["env"]["set"].setdefault("PIP_FIND_LINKS", self._find_links)
+            policy["filesystem"]["read"].append(self._find_links)
         if timeout is not None:
             policy["limits"]["timeout_seconds"] = float(timeout)
         blob = json.dumps(policy, sort_keys=True).encode("utf-8")
         path = os.path.join(self._dir, f"policy-{hashlib.sha256(blob).hexdigest()[:24]}.json")
         if not os.path.exists(path):
             _policy.write(policy, path)
-        argv = [avail.binary, "exec", "--policy", path, "--agent-id", self._agent_id]
+        argv = [avail.binary, "exec", "--policy", path, "--agent-id", self._agent_id, *plan.args]
         if json_result:
             argv.append("--json")
         cwd = getattr(spec, "cwd", None)
@@ -424,15 +730,37 @@ class CapsuleBackend(_Base):  # type: ignore[misc]
             argv += ["--audit-log", os.fspath(self._audit_log)]  # type: ignore[arg-type]
         return argv + ["--", *command]
 
+    def _python_shim(self, policy: dict[str, Any]) -> None:
+        """When PATH has no ``python`` (Debian), give the child one: a directory
+        of this backend's (host-only, read-only inside) with ``python`` ->
+        the host's ``python3``, first on the child's PATH, so ``sh -c "python
+        -m pip ..."`` works as it does in agentnode's image."""
+        env = policy["env"]["set"]
+        if "PATH" in env or shutil.which("python") is not None:
+            return
+        target = shutil.which("python3")
+        if target is None:
+            return
+        shim = os.path.join(self._dir, "bin")
+        link = os.path.join(shim, "python")
+        if not os.path.islink(link):
+            os.makedirs(shim, mode=0o755, exist_ok=True)
+            os.symlink(os.path.realpath(target), link)
+        env["PATH"] = shim + os.pathsep + os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
+        policy["filesystem"]["read"].append(shim)
+
     # -- running ------------------------------------------------------------------
 
     def run_process(self, spec: Any, input_text: str | None = None, timeout: float = 120.0) -> Outcome:
         """One-shot sandboxed run: ``(exit_code, stdout, stderr)`` as an :class:`Outcome`.
 
-        capsule enforces ``timeout`` (killing the whole tree; exit 124 ->
-        ``reason="timeout"``, ``exit_code`` None). stdin gets ``input_text``.
+        capsule enforces ``timeout`` (killing the whole tree): ``exit_code`` is
+        then ``-1``, agentnode's timeout convention. A refusal (capsule's
+        result says ``refused``, or the spec cannot be given) raises
+        :class:`SandboxRequiredError`. Both are read from capsule's JSON
+        result, never from the exit status the program chose.
         """
-        argv = self.wrap_command(spec, timeout=timeout)
+        argv = self.wrap_command(spec, json_result=True, timeout=timeout)
         try:
             done = subprocess.run(
                 argv,
@@ -442,23 +770,67 @@ class CapsuleBackend(_Base):  # type: ignore[misc]
                 check=False,
             )
         except subprocess.TimeoutExpired as exc:
+            # capsule overran its own limit by 30 s: subprocess killed it.
             return Outcome(
-                None,
-                (exc.stdout or b"").decode("utf-8", "replace"),
-                (exc.stderr or b"").decode("utf-8", "replace"),
+                -1,
+                "",
+                (exc.stderr or b"").decode("utf-8", "replace") + f"\n[capsule did not stop after {timeout}s]",
                 reason="timeout",
                 native_status=None,
             )
-        out = done.stdout.decode("utf-8", "replace")
-        err = done.stderr.decode("utf-8", "replace")
-        code = done.returncode if done.returncode >= 0 else 128 - done.returncode
-        reason = _exit_reason(code)
-        return Outcome(None if reason == "timeout" else code, out, err, reason=reason, native_status=code)
+        err_text = done.stderr.decode("utf-8", "replace")
+        try:
+            result = json.loads(done.stdout.decode("utf-8", "replace"))
+        except ValueError:
+            result = None
+        if not isinstance(result, dict):
+            raise SandboxRequiredError(
+                f"capsule exited {done.returncode} without a result: {_refusal_text(err_text)}"
+            )
+        reason = str(result.get("termination_reason") or "")
+        out = str(result.get("stdout") or "")
+        err = str(result.get("stderr") or "")
+        if reason == "refused":
+            raise SandboxRequiredError(f"capsule refused the run: {result.get('error') or _refusal_text(err_text)}")
+        if reason == "error":
+            raise SandboxRequiredError(f"capsule failed to run it: {result.get('error') or _refusal_text(err_text)}")
+        if reason == "timeout":
+            return Outcome(-1, out, err + f"\n[sandbox timed out after {timeout}s]", reason=reason,
+                           native_status=done.returncode, result=result)
+        code = result.get("exit_code")
+        sig = result.get("signal")
+        if reason == "signaled" and isinstance(sig, int):
+            code = 128 + sig
+        if not isinstance(code, int) or isinstance(code, bool):
+            raise SandboxRequiredError(f"capsule's result has no exit code (termination_reason {reason!r})")
+        return Outcome(code, out, err, reason=reason or "exited", native_status=done.returncode, result=result)
 
     def open_agent_session(self, spec: Any) -> CapsuleAgentSession:
-        """Start ``spec.command`` under capsule and talk to it over stdin/stdout."""
-        return CapsuleAgentSession(self.wrap_command(spec))
+        """Start ``spec.command`` under capsule and talk to it over stdin/stdout.
+
+        The spec is checked first (``capsule exec --dry-run``): a spec capsule
+        refuses raises :class:`SandboxRequiredError` here, with capsule's
+        reason, not a broken pipe on the first ``send()``.
+        """
+        argv = self.wrap_command(spec)
+        sep = argv.index("--")
+        check = argv[:sep] + ["--dry-run"] + argv[sep:]
+        try:
+            done = subprocess.run(check, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise SandboxRequiredError(f"could not check the agent spec with capsule: {exc}") from None
+        if done.returncode != 0:
+            raise SandboxRequiredError(f"capsule refused the agent session: {_refusal_text(done.stderr)}")
+        return CapsuleAgentSession(argv)
 
     def close(self) -> None:
         """Remove the backend's policy directory."""
         self._finalizer()
+
+
+def _resolve_program(program: str) -> str:
+    """A bare ``python`` is the host's Python 3 when PATH has no ``python``
+    (Debian ships only ``python3``); everything else is left to capsule."""
+    if program == "python" and shutil.which("python") is None:
+        return shutil.which("python3") or sys.executable or program
+    return program

@@ -17,6 +17,7 @@ configured ``output_dir``) survives from one execution to the next.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import re
@@ -30,9 +31,11 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from capsule_sandbox import _policy, _validate
+from capsule_sandbox import _agt, _governance, _policy, _scan, _validate
 from capsule_sandbox._binary import Availability, AvailabilityCache
+from capsule_sandbox._cleanup import remove_tree_logged
 from capsule_sandbox._exec import CapsuleRun
+from capsule_sandbox._governance import GovernanceError
 from capsule_sandbox.types import (
     ExecutionHandle,
     ExecutionStatus,
@@ -40,7 +43,12 @@ from capsule_sandbox.types import (
     SandboxResult,
     SessionHandle,
     SessionStatus,
+    coerce_config,
 )
+
+_AGT = _agt.agt_types()
+# With AGT importable, the provider IS one of its SandboxProviders.
+_ProviderBase: Any = _AGT.SandboxProvider if _AGT is not None else object
 
 logger = logging.getLogger("capsule_sandbox")
 
@@ -61,6 +69,12 @@ from capsule_sandbox.client import (  # noqa: F401
 
 class SessionNotFoundError(RuntimeError):
     """No live session with this agent_id and session_id."""
+
+
+def _looks_like_config(value: Any) -> bool:
+    if isinstance(value, Mapping):
+        return "timeout_seconds" in value or "network_enabled" in value
+    return hasattr(value, "timeout_seconds") and hasattr(value, "network_enabled")
 
 
 def is_python_interpreter(path: str) -> bool:
@@ -87,19 +101,19 @@ class _Session:
         session_id: str,
         config: SandboxConfig,
         workspace: Path,
-        runtime: Any,
+        gate: _governance.Gate | None,
     ) -> None:
         self.agent_id = agent_id
         self.session_id = session_id
         self.config = config
         self.workspace = workspace
-        self.runtime = runtime
+        self.gate = gate
         self.status = SessionStatus.READY
         self.running: dict[str, CapsuleRun] = {}
         self.finished: OrderedDict[str, ExecutionHandle] = OrderedDict()
 
 
-class CapsuleSandboxProvider:
+class CapsuleSandboxProvider(_ProviderBase):  # type: ignore[misc]
     """SandboxProvider backed by the ``capsule`` binary.
 
     Parameters
@@ -122,6 +136,16 @@ class CapsuleSandboxProvider:
     audit_log:
         ``None``: capsule's default audit log; a path: ``--audit-log PATH``;
         ``False``: ``--no-audit``.
+    static_scan:
+        Before ``execute_code`` runs code, refuse it when a static scan finds
+        process-spawning calls (AGT's ``enforce_no_subprocess_execution`` when
+        AGT is importable, else capsule's counterpart), as AGT's own provider
+        does. A guardrail in front of the sandbox, not a sandbox layer: the
+        sandbox confines whatever the code starts anyway. Default True.
+
+    When the Agent Governance Toolkit is importable, this class is a subclass
+    of its ``SandboxProvider`` and its results are (subclasses of) AGT's own
+    dataclasses.
     """
 
     def __init__(
@@ -133,7 +157,10 @@ class CapsuleSandboxProvider:
         interpreter: str | os.PathLike[str] | None = None,
         workspace_root: str | os.PathLike[str] | None = None,
         audit_log: str | os.PathLike[str] | bool | None = None,
+        static_scan: bool = True,
     ) -> None:
+        self._static_scan = bool(static_scan)
+        self.cleanup_failures: dict[tuple[str, str], list[str]] = {}
         self._availability = AvailabilityCache(binary)
         self._tools: dict[str, Callable[..., Any]] = {}
         for name, func in (tools or {}).items():
@@ -178,38 +205,68 @@ class CapsuleSandboxProvider:
         self,
         agent_id: str,
         *args: Any,
+        policy: Any | None = None,
         runtime: Any | None = None,
-        config: SandboxConfig | None = None,
+        config: Any | None = None,
     ) -> SessionHandle:
-        """Create a session workspace. ``config`` may also be given positionally."""
+        """Create a session workspace.
+
+        Both AGT shapes: ``create_session(agent_id, policy=None, config=None)``
+        (agt-sandbox 5.0.0; ``policy`` a governance policy document) and
+        ``create_session(agent_id, *, runtime=None, config=None)`` (a governance
+        runtime or host session). A positional argument that looks like a
+        config (has ``timeout_seconds``) is the config, any other the policy.
+        ``config`` is capsule's ``SandboxConfig``, AGT's, or any object (or
+        mapping) with its fields.
+        """
+        if len(args) > 2:
+            raise TypeError("create_session() takes agent_id, policy and config")
         for extra in args:
-            if isinstance(extra, SandboxConfig) and config is None:
+            if extra is None:
+                continue
+            if _looks_like_config(extra) and config is None:
                 config = extra
-            elif extra is not None and runtime is None:
-                runtime = extra
+            elif policy is None and not _looks_like_config(extra):
+                policy = extra
+            else:
+                raise TypeError(f"create_session(): cannot place positional argument {type(extra).__name__}")
         _validate.agent_id(agent_id)
-        config = config if config is not None else SandboxConfig()
-        if not isinstance(config, SandboxConfig):
-            raise TypeError("config must be a SandboxConfig")
-        config.validate()
+        config = self._config_with_policy(coerce_config(config), policy)
         # Build once now so every refusal happens before anything is created.
         _policy.build(config, base=self._base_policy, python_tools=self._tools)
         self._require_binary()
 
         session_id = uuid.uuid4().hex[:12]
+        gate = _governance.build(runtime, policy, agent_id, session_id)
         workspace = Path(
             tempfile.mkdtemp(prefix=f"capsule-{agent_id}-{session_id}-", dir=self._workspace_root)
         )
         try:
             self._install_workspace(workspace)
         except OSError:
-            shutil.rmtree(workspace, ignore_errors=True)
+            remove_tree_logged(workspace, "workspace")
             raise
-        session = _Session(agent_id, session_id, config, workspace, runtime)
+        session = _Session(agent_id, session_id, config, workspace, gate)
         with self._lock:
             self._sessions[(agent_id, session_id)] = session
         logger.info("capsule session created: agent=%s session=%s", agent_id, session_id)
         return SessionHandle(agent_id, session_id, SessionStatus.READY, str(workspace))
+
+    @staticmethod
+    def _config_with_policy(config: SandboxConfig, policy: Any) -> SandboxConfig:
+        """Apply what an AGT 5.0.0 policy document says about the sandbox."""
+        if policy is None:
+            return config
+        overrides = _governance.policy_config_overrides(policy)
+        policy_tools = getattr(policy, "tool_allowlist", None)
+        if policy_tools:
+            allowed = {str(t) for t in policy_tools}
+            # A policy's (non-empty) allowlist bounds the config's: a tool
+            # needs both. An empty one does not restrict (AGT's semantics).
+            overrides["tool_allowlist"] = [t for t in config.tool_allowlist if t in allowed]
+        if not overrides:
+            return config
+        return dataclasses.replace(config, **overrides)
 
     @staticmethod
     def _install_workspace(workspace: Path) -> None:
@@ -241,19 +298,29 @@ class CapsuleSandboxProvider:
             return session.status
 
     def destroy_session(self, agent_id: str, session_id: str) -> None:
-        """Cancel running executions and remove the workspace. Idempotent."""
+        """Cancel running executions and remove the workspace. Idempotent, never raises.
+
+        What could not be removed is logged and kept in
+        ``cleanup_failures[(agent_id, session_id)]``; the session is destroyed
+        either way.
+        """
         with self._lock:
             session = self._sessions.get((agent_id, session_id))
             if session is None or session.status is not SessionStatus.READY:
                 return
             session.status = SessionStatus.DESTROYING
             running = list(session.running.values())
-        for run in running:
-            run.cancel()
-        shutil.rmtree(session.workspace, ignore_errors=True)
+        try:
+            for run in running:
+                run.cancel()
+        except Exception:  # noqa: BLE001 - destroy never raises
+            logger.exception("cancelling executions of session %s failed", session_id)
+        left = remove_tree_logged(session.workspace, "workspace")
         with self._lock:
             session.status = SessionStatus.DESTROYED
             self._sessions.pop((agent_id, session_id), None)
+            if left:
+                self.cleanup_failures[(agent_id, session_id)] = left
         logger.info("capsule session destroyed: agent=%s session=%s", agent_id, session_id)
 
     # -- executions -------------------------------------------------------------
@@ -269,7 +336,10 @@ class CapsuleSandboxProvider:
     ) -> ExecutionHandle:
         """Run ``code`` with the session's Python in a fresh sandbox.
 
-        ``context`` reaches the code as JSON in ``$CAPSULE_CONTEXT``.
+        Before anything runs: the session's governance gate (deny, transform,
+        an unknown verdict or a failing runtime raise ``PermissionError``), then
+        the static scan (``static_scan``). ``context`` reaches the code as JSON
+        in ``$CAPSULE_CONTEXT`` and ``$NONO_CONTEXT``.
         ``execution_id`` may be chosen by the caller (so another thread can
         ``cancel_execution`` it); by default a random one is used.
         """
@@ -281,7 +351,10 @@ class CapsuleSandboxProvider:
                 f"execute_code runs Python only; the interpreter is {self._interpreter!r}. "
                 "Use run() with an explicit command for other languages."
             )
-        self._runtime_gate(session, code, context)
+        if session.gate is not None:
+            session.gate.check(agent_id, code, context)
+        if self._static_scan:
+            _scan.enforce(code)
         eid = _validate.execution_id(execution_id) if execution_id else uuid.uuid4().hex[:12]
         script = session.workspace / "scripts" / f"{eid}.py"
         if script.exists() or eid in session.running:
@@ -305,48 +378,71 @@ class CapsuleSandboxProvider:
         self,
         agent_id: str,
         command: Sequence[str] | str,
-        config: SandboxConfig | None = None,
+        config: Any | None = None,
         *,
         session_id: str | None = None,
     ) -> SandboxResult:
         """Run a command (argv list, or a string split with shlex) in a fresh sandbox.
 
         With ``session_id``, in that session's workspace and config (``config``
-        must then be None); otherwise in a throwaway workspace built from
-        ``config``, removed afterwards.
+        must then be None). Without it, in the agent's live session when it has
+        one and no ``config`` is given (as AGT's providers do), otherwise in a
+        throwaway workspace built from ``config``, removed afterwards (what
+        could not be removed is in ``cleanup_failures``). An empty command, or
+        capsule unavailable, is a failed result (``exit_code=-1``), not an
+        exception.
         """
-        argv = shlex.split(command) if isinstance(command, str) else [str(a) for a in command]
+        argv = shlex.split(command) if isinstance(command, str) else [str(a) for a in (command or [])]
         if not argv:
-            raise ValueError("empty command")
+            return SandboxResult(success=False, exit_code=-1, stderr="empty command", error="empty command")
+        avail = self._availability.get()
+        if not avail.available or avail.binary is None:
+            reason = f"capsule unavailable: {avail.reason or 'unknown reason'}"
+            return SandboxResult(success=False, exit_code=-1, stderr=reason, error=reason)
         if session_id is not None:
             session = self._session(agent_id, session_id)
             if config is not None:
                 raise ValueError("run(): config applies to sessionless runs only; the session has its own")
             return self._execute(session, uuid.uuid4().hex[:12], argv, context=None)
+        if config is None:
+            live = self._live_session(agent_id)
+            if live is not None:
+                return self._execute(live, uuid.uuid4().hex[:12], argv, context=None)
         _validate.agent_id(agent_id)
-        config = config if config is not None else SandboxConfig()
-        config.validate()
+        config = coerce_config(config)
         _policy.build(config, base=self._base_policy, python_tools=self._tools)
-        self._require_binary()
         workspace = Path(tempfile.mkdtemp(prefix=f"capsule-{agent_id}-run-", dir=self._workspace_root))
+        result: SandboxResult | None = None
         try:
             self._install_workspace(workspace)
             ephemeral = _Session(agent_id, "ephemeral", config, workspace, None)
-            return self._execute(ephemeral, uuid.uuid4().hex[:12], argv, context=None)
+            result = self._execute(ephemeral, uuid.uuid4().hex[:12], argv, context=None)
+            return result
         finally:
-            shutil.rmtree(workspace, ignore_errors=True)
+            left = remove_tree_logged(workspace, "throwaway workspace")
+            if left and result is not None:
+                result.cleanup_failures = left
+
+    def _live_session(self, agent_id: str) -> _Session | None:
+        with self._lock:
+            for (aid, _sid), session in self._sessions.items():
+                if aid == agent_id and session.status is SessionStatus.READY:
+                    return session
+        return None
 
     def run_once(
         self,
         agent_id: str,
         code: str,
         *,
-        config: SandboxConfig | None = None,
+        config: Any | None = None,
         context: Mapping[str, Any] | None = None,
         runtime: Any | None = None,
+        policy: Any | None = None,
     ) -> ExecutionHandle:
-        """create_session + execute_code + destroy_session in one call."""
-        handle = self.create_session(agent_id, runtime=runtime, config=config)
+        """create_session + execute_code + destroy_session in one call (the
+        cleanup never raises; what it left is in ``cleanup_failures``)."""
+        handle = self.create_session(agent_id, policy=policy, runtime=runtime, config=config)
         try:
             return self.execute_code(agent_id, handle.session_id, code, context=context)
         finally:
@@ -359,6 +455,8 @@ class CapsuleSandboxProvider:
             return list(session.running) if session is not None else []
 
     def get_execution_status(self, agent_id: str, session_id: str, execution_id: str) -> ExecutionHandle:
+        """The execution's handle. An unknown id answers as AGT's base provider
+        does: a handle with status ``COMPLETED`` and no result."""
         with self._lock:
             session = self._sessions.get((agent_id, session_id))
             if session is not None:
@@ -366,7 +464,7 @@ class CapsuleSandboxProvider:
                     return ExecutionHandle(execution_id, agent_id, session_id, ExecutionStatus.RUNNING)
                 if execution_id in session.finished:
                     return session.finished[execution_id]
-        raise KeyError(f"unknown execution {execution_id!r} in session {session_id!r}")
+        return ExecutionHandle(execution_id, agent_id, session_id, ExecutionStatus.COMPLETED)
 
     def cancel_execution(self, agent_id: str, session_id: str, execution_id: str) -> bool:
         """Kill a running execution's capsule (which kills its process tree).
@@ -414,7 +512,13 @@ class CapsuleSandboxProvider:
         tools = None
         if _policy.has_forward_tools(policy):
             tools = {n: f for n, f in self._tools.items() if n in session.config.tool_allowlist}
-        run = CapsuleRun(head, command, timeout_seconds=session.config.timeout_seconds, tools=tools)
+        run = CapsuleRun(
+            head,
+            command,
+            timeout_seconds=session.config.timeout_seconds,
+            tools=tools,
+            tool_timeout_seconds=session.config.tool_timeout_seconds,
+        )
         with self._lock:
             if session.status is not SessionStatus.READY:
                 raise SessionNotFoundError(f"session {session.session_id!r} is being destroyed")
@@ -429,26 +533,19 @@ class CapsuleSandboxProvider:
             except OSError:
                 pass
 
-    @staticmethod
-    def _runtime_gate(session: _Session, code: str, context: Mapping[str, Any] | None) -> None:
-        """Ask a governance runtime (if the session has one) before running code."""
-        evaluate = getattr(session.runtime, "evaluate_pre_tool_call", None)
-        if evaluate is None:
-            return
-        args: dict[str, Any] = {"agent_id": session.agent_id, "action": "execute", "code": code}
-        args.update(context or {})
-        decision = evaluate(tool_name="sandbox_execute", args=args, call_id=uuid.uuid4().hex[:8])
-        allowed = getattr(decision, "is_allowed", None)
-        if callable(allowed) and not allowed():
-            reason = getattr(decision, "message", None) or getattr(decision, "reason_code", "denied")
-            raise PermissionError(f"governance denied: {reason}")
-
     # -- async twins --------------------------------------------------------------
 
     async def create_session_async(
-        self, agent_id: str, *, runtime: Any | None = None, config: SandboxConfig | None = None
+        self,
+        agent_id: str,
+        policy: Any | None = None,
+        config: Any | None = None,
+        *,
+        runtime: Any | None = None,
     ) -> SessionHandle:
-        return await asyncio.to_thread(self.create_session, agent_id, runtime=runtime, config=config)
+        return await asyncio.to_thread(
+            self.create_session, agent_id, policy=policy, runtime=runtime, config=config
+        )
 
     async def execute_code_async(
         self,
@@ -467,7 +564,7 @@ class CapsuleSandboxProvider:
         self,
         agent_id: str,
         command: Sequence[str] | str,
-        config: SandboxConfig | None = None,
+        config: Any | None = None,
         *,
         session_id: str | None = None,
     ) -> SandboxResult:
@@ -478,12 +575,13 @@ class CapsuleSandboxProvider:
         agent_id: str,
         code: str,
         *,
-        config: SandboxConfig | None = None,
+        config: Any | None = None,
         context: Mapping[str, Any] | None = None,
         runtime: Any | None = None,
+        policy: Any | None = None,
     ) -> ExecutionHandle:
         return await asyncio.to_thread(
-            self.run_once, agent_id, code, config=config, context=context, runtime=runtime
+            self.run_once, agent_id, code, config=config, context=context, runtime=runtime, policy=policy
         )
 
     async def destroy_session_async(self, agent_id: str, session_id: str) -> None:

@@ -9,36 +9,54 @@ termination reason, counters).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
 
 from capsule_sandbox import _validate
+from capsule_sandbox._agt import agt_types
 
+_AGT = agt_types()
 
-class SessionStatus(str, Enum):
-    """Lifecycle state of a sandbox session."""
+if _AGT is not None:
+    # The Agent Governance Toolkit is importable: capsule's values ARE its
+    # values (same enums, subclasses of its dataclasses), so AGT callers that
+    # check isinstance() or compare enum members keep working.
+    SessionStatus = _AGT.SessionStatus
+    ExecutionStatus = _AGT.ExecutionStatus
+    _ConfigBase: Any = _AGT.SandboxConfig
+    _ResultBase: Any = _AGT.SandboxResult
+    _SessionBase: Any = _AGT.SessionHandle
+    _ExecutionBase: Any = _AGT.ExecutionHandle
+else:
 
-    PROVISIONING = "provisioning"
-    READY = "ready"
-    EXECUTING = "executing"
-    DESTROYING = "destroying"
-    DESTROYED = "destroyed"
-    FAILED = "failed"
+    class SessionStatus(str, Enum):  # type: ignore[no-redef]
+        """Lifecycle state of a sandbox session."""
 
+        PROVISIONING = "provisioning"
+        READY = "ready"
+        EXECUTING = "executing"
+        DESTROYING = "destroying"
+        DESTROYED = "destroyed"
+        FAILED = "failed"
 
-class ExecutionStatus(str, Enum):
-    """State of one execution within a session."""
+    class ExecutionStatus(str, Enum):  # type: ignore[no-redef]
+        """State of one execution within a session."""
 
-    PENDING = "pending"
-    RUNNING = "running"
-    COMPLETED = "completed"
-    CANCELLED = "cancelled"
-    FAILED = "failed"
+        PENDING = "pending"
+        RUNNING = "running"
+        COMPLETED = "completed"
+        CANCELLED = "cancelled"
+        FAILED = "failed"
+
+    _ConfigBase = object
+    _ResultBase = object
+    _SessionBase = object
+    _ExecutionBase = object
 
 
 @dataclass
-class SandboxConfig:
+class SandboxConfig(_ConfigBase):
     """What a session (or a one-off ``run``) may do; mapped onto a capsule policy.
 
     Validated when constructed (fail closed, before anything runs):
@@ -63,12 +81,12 @@ class SandboxConfig:
     output_dir: str | None = None
     runtime: str | None = None
     output_max_bytes: int = 1_048_576
+    ring: Any = None  # accepted for compatibility; capsule has no rings
     network_allowlist: list[str] = field(default_factory=list)
     network_default: str = "deny"
     tool_allowlist: list[str] = field(default_factory=list)
     tool_max_calls: int = 40
     tool_timeout_seconds: float = 30.0
-    ring: Any = None  # accepted for compatibility; capsule has no rings
 
     def __post_init__(self) -> None:
         self.validate()
@@ -111,8 +129,18 @@ class SandboxConfig:
 
 
 @dataclass
-class SandboxResult:
-    """Result of one execution (capsule's ``--json`` result, section 4)."""
+class SandboxResult(_ResultBase):
+    """Result of one execution (capsule's ``--json`` result, section 4).
+
+    ``exit_code`` follows the provider contract: the program's exit status, or
+    ``-N`` when signal N ended it (capsule's own CLI reports ``128+N``; the
+    signal number is also in ``signal``), ``124`` when capsule's wall-clock
+    limit killed it (``killed``/``termination_reason="timeout"``), ``125``
+    for a refusal (``termination_reason="refused"``). Whether a run timed out
+    or was refused is read from capsule's JSON result, never from the exit
+    status the child chose. ``cleanup_failures`` lists what a sessionless
+    ``run()`` could not remove of its throwaway workspace.
+    """
 
     success: bool
     exit_code: int = 0
@@ -134,11 +162,12 @@ class SandboxResult:
     llm_calls: int = 0
     denied_hosts: list[str] = field(default_factory=list)
     enforcement: dict[str, Any] = field(default_factory=dict)
+    cleanup_failures: list[str] = field(default_factory=list)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
 @dataclass
-class SessionHandle:
+class SessionHandle(_SessionBase):
     """Returned by ``create_session``: identifies a live session."""
 
     agent_id: str
@@ -148,7 +177,7 @@ class SessionHandle:
 
 
 @dataclass
-class ExecutionHandle:
+class ExecutionHandle(_ExecutionBase):
     """Returned by ``execute_code``: one execution and its result."""
 
     execution_id: str
@@ -156,3 +185,36 @@ class ExecutionHandle:
     session_id: str
     status: ExecutionStatus = ExecutionStatus.COMPLETED
     result: SandboxResult | None = None
+
+
+_CONFIG_FIELDS = tuple(f.name for f in fields(SandboxConfig))
+
+
+def coerce_config(value: Any) -> SandboxConfig:
+    """capsule's ``SandboxConfig`` for ``value``: None (the defaults), a
+    ``SandboxConfig`` (validated again), AGT's ``SandboxConfig``, any object
+    with some of its fields (others keep their defaults), or a mapping of them
+    (an unknown key is a ``TypeError``)."""
+    if value is None:
+        return SandboxConfig()
+    if isinstance(value, SandboxConfig):
+        value.validate()
+        return value
+    if isinstance(value, dict):
+        unknown = sorted(set(value) - set(_CONFIG_FIELDS))
+        if unknown:
+            raise TypeError(f"unknown SandboxConfig field(s): {', '.join(unknown)}")
+        return SandboxConfig(**value)
+    items = {name: getattr(value, name) for name in _CONFIG_FIELDS if hasattr(value, name)}
+    if "timeout_seconds" not in items:
+        raise TypeError(
+            f"config must be a SandboxConfig (capsule's or AGT's) or have its fields; "
+            f"got {type(value).__name__}"
+        )
+    for name in ("env_vars",):
+        if name in items and items[name] is not None:
+            items[name] = dict(items[name])
+    for name in ("network_allowlist", "tool_allowlist"):
+        if name in items:
+            items[name] = list(items[name] or [])
+    return SandboxConfig(**items)

@@ -17,12 +17,13 @@ from collections import Counter
 from pathlib import Path
 
 try:
-    from capsule_sandbox import CapsuleSandboxProvider, SandboxConfig
+    from capsule_sandbox import CapsuleSandboxProvider, SandboxConfig, child_settable
 except ImportError:  # running from a checkout without `pip install`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from capsule_sandbox import CapsuleSandboxProvider, SandboxConfig
+    from capsule_sandbox import CapsuleSandboxProvider, SandboxConfig, child_settable
 
 
+@child_settable("top")  # a defaulted parameter the sandboxed agent may set
 def word_count(text: str, top: int = 3) -> dict:
     """Count words in a text; return the total and the most common words."""
     words = [w.strip(".,;:!?").lower() for w in text.split()]

@@ -20,8 +20,11 @@ def backend(capsule_bin, audit_log):
 def test_check_available(backend, capsule_bin):
     avail = backend.check_available()
     assert avail.available, avail.reason
-    assert avail.backend == "capsule"
+    # agentnode runs `<backend> volume ...`: backend is the capsule executable.
+    assert avail.backend == capsule_bin
     assert avail.executable_path == capsule_bin
+    assert avail.daemon_ok is True and avail.image_available is True
+    assert avail.image_digest and avail.image_digest.startswith("capsule")
     assert avail.landlock_abi >= 1
 
 
@@ -47,7 +50,8 @@ def test_run_process_exit_code_and_timeout(backend):
     assert rc == 4
     outcome = backend.run_process(ProcessSpec(command=["sleep", "30"]), timeout=1)
     assert outcome.reason == "timeout"
-    assert outcome.exit_code is None and outcome.native_status == 124
+    # agentnode's run paths check `returncode == -1` for a timeout.
+    assert outcome.exit_code == -1 and outcome[0] == -1 and outcome.native_status == 124
 
 
 def test_read_only_mounts(backend, tmp_path):
@@ -88,7 +92,7 @@ def test_network_none_by_default(backend):
 
 def test_fail_closed_specs(backend):
     with pytest.raises(SandboxRequiredError):
-        backend.wrap_command(ProcessSpec(command=["true"], network="restricted"))
+        backend.wrap_command(ProcessSpec(command=["true"], network="egress"))
     with pytest.raises(SandboxRequiredError):
         backend.wrap_command(ProcessSpec(command=["true"], network="bogus"))
     with pytest.raises(SandboxRequiredError):

@@ -11,8 +11,17 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
+
 from capsule_sandbox import ExecutionStatus, SandboxConfig
 from _helpers import procs_with_marker, wait_for_file, wait_no_marker
+
+
+@pytest.fixture
+def provider(make_provider):
+    """These tests start process trees on purpose: without the static scan
+    (which refuses subprocess calls before the sandbox ever sees them)."""
+    return make_provider(static_scan=False)
 
 
 def _marker() -> str:

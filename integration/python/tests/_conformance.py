@@ -1,0 +1,107 @@
+"""Virtualenvs with the real, pinned framework packages, for the conformance tests.
+
+Each venv is built once and cached under ``$CAPSULE_CONFORMANCE_DIR`` (default:
+the system temp dir), in a directory keyed by the requirements and the user,
+so the unprivileged pass builds its own. A package that cannot be installed
+(no registry, no wheel for this Python) skips the test with pip's reason.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+PACKAGE_ROOT = HERE.parent
+CONFORMANCE = HERE / "conformance"
+_PIP_TIMEOUT = 900
+
+
+def _base() -> Path:
+    return Path(os.environ.get("CAPSULE_CONFORMANCE_DIR") or tempfile.gettempdir())
+
+
+def _skip(msg: str) -> None:
+    print(f"SKIP: {msg}")
+    pytest.skip(msg)
+
+
+def venv(name: str, requirements: list[str]) -> Path:
+    """A venv with ``requirements`` installed (cached); its python's path."""
+    key = hashlib.sha256("\n".join([sys.version, *requirements]).encode()).hexdigest()[:12]
+    root = _base() / f"capsule-conformance-{name}-{os.geteuid()}-{key}"
+    python = root / "bin" / "python"
+    ok = root / ".capsule-ok"
+    lock_path = _base() / f"capsule-conformance-{name}-{os.geteuid()}.lock"
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if ok.exists() and python.exists():
+            return python
+        done = subprocess.run([sys.executable, "-m", "venv", "--clear", str(root)], capture_output=True, text=True)
+        if done.returncode != 0:
+            _skip(f"cannot create a venv with {sys.executable}: {done.stderr.strip()[-500:]}")
+        try:
+            done = subprocess.run(
+                [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", "pytest", *requirements],
+                capture_output=True,
+                text=True,
+                timeout=_PIP_TIMEOUT,
+            )
+        except subprocess.TimeoutExpired:
+            _skip(f"pip install {' '.join(requirements)} took over {_PIP_TIMEOUT}s")
+        if done.returncode != 0:
+            _skip(f"pip install {' '.join(requirements)} failed: {(done.stderr or done.stdout).strip()[-800:]}")
+        ok.write_text("\n".join(requirements) + "\n")
+    return python
+
+
+def sdist(python: Path, requirement: str, name: str) -> Path:
+    """The unpacked source distribution of ``requirement`` (for tests it ships
+    that its wheel does not), fetched with pip next to the venv."""
+    dest = python.parent.parent / "sdist"
+    marker = dest / ".capsule-ok"
+    if not marker.exists():
+        dest.mkdir(exist_ok=True)
+        done = subprocess.run(
+            [str(python), "-m", "pip", "download", "--disable-pip-version-check", "-q", "--no-deps",
+             "--no-binary", requirement.split("==")[0], "-d", str(dest), requirement],
+            capture_output=True,
+            text=True,
+            timeout=_PIP_TIMEOUT,
+        )
+        if done.returncode != 0:
+            _skip(f"pip download {requirement} (sdist) failed: {(done.stderr or done.stdout).strip()[-800:]}")
+        for archive in dest.glob("*.tar.gz"):
+            with tarfile.open(archive) as tar:
+                tar.extractall(dest, filter="data") if hasattr(tarfile, "data_filter") else tar.extractall(dest)
+        marker.write_text(requirement + "\n")
+    found = sorted(p for p in dest.iterdir() if p.is_dir() and p.name.startswith(name))
+    if not found:
+        _skip(f"the {requirement} sdist has no {name}* directory")
+    return found[0]
+
+
+def run_pytest(python: Path, args: list[str], *, capsule_bin: str, env: dict | None = None, cwd: Path | None = None,
+               timeout: float = 900) -> subprocess.CompletedProcess:
+    """pytest inside the venv, with capsule_sandbox and tests/conformance importable."""
+    full = dict(os.environ)
+    full.update(env or {})
+    full["CAPSULE_BIN"] = capsule_bin
+    full["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT), str(CONFORMANCE)])
+    full["PYTHONDONTWRITEBYTECODE"] = "1"
+    return subprocess.run(
+        [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *args],
+        capture_output=True,
+        text=True,
+        env=full,
+        cwd=str(cwd or tempfile.gettempdir()),
+        timeout=timeout,
+    )

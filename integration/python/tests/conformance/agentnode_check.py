@@ -1,0 +1,197 @@
+"""agentnode-sdk 0.12.0's own code driving CapsuleBackend.
+
+Run inside the agentnode conformance venv by tests/test_conformance_agentnode.py.
+``-k contract``: what works with today's capsule; ``-k install``: agentnode's
+installer (``_container_build_into_volume``) and ``run_agent_sandboxed``,
+unmodified, which need ``capsule exec --mount`` and ``capsule volume``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from agentnode_sdk.sandbox import (
+    SandboxBackend,
+    enforce_sandbox_policy,
+    get_default_backend,
+    sandbox_volume_name,
+    set_default_backend,
+)
+from agentnode_sdk.sandbox import SandboxRequiredError as AgentnodeRequired
+from agentnode_sdk.sandbox.agent_container_wrapper import WRAPPER_SOURCE
+from agentnode_sdk.sandbox.agent_rpc import AgentRpcHost
+from agentnode_sdk.sandbox.agent_session import AgentSandboxSession
+from agentnode_sdk.sandbox.types import MountSpec as AnMount
+from agentnode_sdk.sandbox.types import ProcessSpec as AnSpec
+from agentnode_sdk.sandbox.types import SandboxAvailability as AnAvailability
+
+from capsule_sandbox import CapsuleBackend, SandboxRequiredError
+
+BIN = os.environ["CAPSULE_BIN"]
+
+AGENT = '''
+import os, socket
+
+def run(ctx, **kwargs):
+    report = {"goal": ctx.goal.upper(), "kwargs": kwargs}
+    report["host_secret_env"] = os.environ.get("CAPSULE_CONFORMANCE_SECRET")
+    try:
+        open(os.environ.get("SECRET_FILE_HINT", "/nonexistent"), encoding="utf-8").read()
+        report["host_file"] = "READ"
+    except OSError:
+        report["host_file"] = "denied"
+    try:
+        socket.create_connection(("127.0.0.1", int(kwargs.get("port", 9))), 2)
+        report["net"] = "CONNECTED"
+    except OSError:
+        report["net"] = "blocked"
+    try:
+        ctx.run_tool("not-allowed-pack", x=1)
+        report["tool"] = "CALLED"
+    except Exception as exc:
+        report["tool"] = "refused"
+    return report
+'''
+
+
+@pytest.fixture
+def backend(tmp_path):
+    b = CapsuleBackend(BIN, audit_log=False)
+    set_default_backend(b)
+    yield b
+    set_default_backend(None)
+    b.close()
+
+
+def test_contract_types_and_fail_closed_gate(backend):
+    assert isinstance(backend, SandboxBackend)
+    assert issubclass(SandboxRequiredError, AgentnodeRequired)
+    avail = backend.check_available()
+    assert isinstance(avail, AnAvailability) and avail.available, avail.reason
+    assert avail.backend == BIN and avail.daemon_ok and avail.image_available and avail.image_digest
+    assert get_default_backend() is backend
+    enforce_sandbox_policy("unverified")  # agentnode's own gate: a sandbox is available
+    gone = CapsuleBackend("/nonexistent/capsule")
+    set_default_backend(gone)
+    with pytest.raises(AgentnodeRequired):
+        enforce_sandbox_policy("unverified")
+
+
+def test_contract_run_process_with_agentnode_specs(backend):
+    spec = backend.build_process_spec(["python", "-c", "import sys; print(sys.stdin.read()[::-1])"], network="none")
+    assert backend.run_process(spec, input_text="abc", timeout=30)[:2] == (0, "cba\n")
+    rc, out, err = backend.run_process(AnSpec(command=["sleep", "30"]), timeout=1)
+    assert rc == -1  # what agentnode's run paths check
+    rc, _, _ = backend.run_process(AnSpec(command=["sh", "-c", "exit 124"]), timeout=30)
+    assert rc == 124
+    try:
+        backend.run_process(AnSpec(command=["true"], limits={"pids": "0"}), timeout=30)
+    except AgentnodeRequired as exc:  # agentnode's own except clause
+        assert "max_processes" in str(exc)
+    else:
+        raise AssertionError("a refused spec ran")
+
+
+def test_contract_agent_session_with_agentnode_rpc_host(backend, tmp_path):
+    """agentnode's real wrapper and RPC host over a capsule session; the pack is
+    granted in place and found through the cwd (the spec adapted by hand until
+    --mount and PYTHONPATH-in-read-only land)."""
+    pack = tmp_path / "pack"
+    (pack / "capsule_demo_agent").mkdir(parents=True)
+    (pack / "capsule_demo_agent" / "__init__.py").write_text("")
+    (pack / "capsule_demo_agent" / "agent.py").write_text(AGENT)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("host secret")
+    os.environ["CAPSULE_CONFORMANCE_SECRET"] = "do-not-leak"
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    spec = AnSpec(
+        command=["python", "-c", WRAPPER_SOURCE],
+        network="none",
+        mounts=[AnMount(src=str(pack), dst=str(pack), read_only=True)],
+        env={"SECRET_FILE_HINT": str(secret)},
+        interactive=True,
+    )
+    spec.cwd = str(pack)  # capsule extension: the wrapper imports from its cwd
+    session = backend.open_agent_session(spec)
+    assert isinstance(session, AgentSandboxSession)
+    host = AgentRpcHost(allowed_packages=[], max_tool_calls=5, llm_broker=None)
+    try:
+        out = host.run(session, init={"entrypoint": "capsule_demo_agent.agent:run", "goal": "hello",
+                                      "kwargs": {"port": listener.getsockname()[1]}}, timeout=60)
+    finally:
+        session.close()
+        listener.close()
+    result = out["result"]
+    assert result.get("ok"), result
+    value = result["value"]
+    assert value["goal"] == "HELLO" and value["host_secret_env"] is None
+    assert value["host_file"] == "denied" and value["net"] == "blocked" and value["tool"] == "refused"
+
+
+def test_contract_refused_agent_spec_is_clear(backend):
+    spec = AnSpec(command=["python", "-c", WRAPPER_SOURCE], limits={"pids": "0"}, interactive=True)
+    with pytest.raises(AgentnodeRequired, match="refused"):
+        backend.open_agent_session(spec)
+
+
+# -- after the merge: agentnode's installer and run_agent_sandboxed, unmodified ----
+
+
+def _pack_source(root):
+    src = root / "capsule-demo-agent"
+    (src / "capsule_demo_agent").mkdir(parents=True)
+    (src / "capsule_demo_agent" / "__init__.py").write_text("")
+    (src / "capsule_demo_agent" / "agent.py").write_text(AGENT)
+    (src / "pyproject.toml").write_text(textwrap.dedent("""
+        [build-system]
+        requires = ["setuptools>=61"]
+        build-backend = "setuptools.build_meta"
+        [project]
+        name = "capsule-demo-agent"
+        version = "0.1.0"
+        [tool.setuptools]
+        packages = ["capsule_demo_agent"]
+    """))
+    return src
+
+
+def test_install_into_volume_then_run_agent_sandboxed(tmp_path):
+    from agentnode_sdk.installer import _container_build_into_volume
+    from agentnode_sdk.runtimes.agent_sandbox import run_agent_sandboxed
+
+    wheels = os.environ.get("CAPSULE_CONFORMANCE_WHEELS")
+    assert wheels, "the outer test provides a local wheel directory (setuptools, wheel)"
+    os.environ["XDG_DATA_HOME"] = str(tmp_path / "data")  # capsule volumes live here
+    os.environ["CAPSULE_CONFORMANCE_SECRET"] = "do-not-leak"
+    secret = tmp_path / "secret.txt"
+    secret.write_text("host secret")
+    backend = CapsuleBackend(BIN, audit_log=False, pip_find_links=wheels)
+    set_default_backend(backend)
+    slug, version, digest = "capsule-demo-agent", "0.1.0", "sha256:" + "ab" * 32
+    vol = sandbox_volume_name(slug, version, digest)
+    try:
+        built = _container_build_into_volume(slug, version, _pack_source(tmp_path), digest)
+        assert built == vol
+        insp = subprocess.run([BIN, "volume", "inspect", vol], capture_output=True, text=True)
+        assert insp.returncode == 0 and json.loads(insp.stdout)[0]["Name"] == vol
+        entry = {"sandboxed": True, "sandbox_volume": vol, "version": version, "artifact_hash": digest,
+                 "trust_level": "unverified"}
+        result = run_agent_sandboxed(slug, entry, {"entrypoint": "capsule_demo_agent.agent:run", "goal": "hello"})
+        assert result.success, result.error
+        assert result.mode_used == "agent_sandbox"
+        value = result.result
+        assert value["goal"] == "HELLO" and value["host_secret_env"] is None
+        assert value["net"] == "blocked" and value["tool"] == "refused"
+    finally:
+        set_default_backend(None)
+        subprocess.run([BIN, "volume", "rm", "-f", vol], capture_output=True)
+        backend.close()
+    assert subprocess.run([BIN, "volume", "inspect", vol], capture_output=True).returncode != 0
