@@ -49,6 +49,9 @@ pub struct ExecArgs {
     /// Bind SRC (a host path or volume:NAME) at DST in the child's view (repeatable; ro by default).
     #[arg(long = "mount", value_name = "SRC:DST[:ro|rw]")]
     pub mounts: Vec<String>,
+    /// Size of the private /tmp (a tmpfs in the child's view), e.g. 512m or 1g (overrides limits.tmp_size_mb).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size_mb)]
+    pub tmp_size: Option<u64>,
     /// Capture stdout/stderr and print ONE JSON result object on stdout.
     #[arg(long)]
     pub json: bool,
@@ -81,6 +84,28 @@ pub struct ExecArgs {
         value_name = "COMMAND"
     )]
     pub command: Vec<String>,
+}
+
+/// `512m`, `1g`, `64k` or a plain number of MiB, as MiB (at least 1).
+fn parse_size_mb(s: &str) -> Result<u64, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let (num, unit) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => t.split_at(i),
+        None => (t.as_str(), "m"),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("`{s}`: expected a size such as 512m or 1g"))?;
+    let mib = match unit.trim_end_matches(['b', 'i']) {
+        "k" => n.div_ceil(1024),
+        "m" | "" => n,
+        "g" => n.saturating_mul(1024),
+        _ => return Err(format!("`{s}`: expected a size such as 512m or 1g")),
+    };
+    if mib == 0 {
+        return Err(format!("`{s}`: must be at least 1m"));
+    }
+    Ok(mib)
 }
 
 /// Whether `id` matches ^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$.
@@ -217,6 +242,7 @@ pub fn run(a: ExecArgs) -> i32 {
             workspace: a.workspace,
             cwd: a.cwd,
             mounts: a.mounts,
+            tmp_size_mb: a.tmp_size,
         },
         argv: a.command,
         best_effort: a.best_effort,

@@ -59,6 +59,8 @@ pub struct Overrides {
     pub cwd: Option<PathBuf>,
     /// `--mount SRC:DST[:ro|rw]`, as written.
     pub mounts: Vec<String>,
+    /// `--tmp-size`, in MiB.
+    pub tmp_size_mb: Option<u64>,
 }
 
 /// Everything `build` needs.
@@ -335,7 +337,7 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
             cpu_seconds: l.cpu_seconds,
             max_processes: l.max_processes,
             max_file_size_bytes: l.max_file_size_mb.map(mib),
-            tmp_size_mb: l.tmp_size_mb,
+            tmp_size_mb: ov.tmp_size_mb.or(l.tmp_size_mb),
             max_open_files: l.max_open_files,
         },
         best_effort,

@@ -285,6 +285,7 @@ impl Validator<'_> {
         for (key, val) in [
             ("limits.memory_mb", l.memory_mb),
             ("limits.max_file_size_mb", l.max_file_size_mb),
+            ("limits.tmp_size_mb", l.tmp_size_mb),
         ] {
             match val {
                 Some(0) => {
