@@ -127,9 +127,7 @@ pub fn new_run_id() -> String {
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or(0);
     let mut buf = [0u8; 16];
-    // SAFETY: getrandom writes at most `buf.len()` bytes into `buf`, a live local array.
-    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
-    if usize::try_from(n).ok() != Some(buf.len()) {
+    if !crate::sys::getrandom(&mut buf) {
         return ulid::Ulid::new().to_string();
     }
     ulid::Ulid::from_parts(ms, u128::from_ne_bytes(buf)).to_string()

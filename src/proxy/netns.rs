@@ -13,8 +13,8 @@
 //! agreed through [`set_port`], which the supervisor calls before the clone; init
 //! reads the value it stored.
 
+use std::os::fd::OwnedFd;
 use std::os::fd::RawFd;
-use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicI32, AtomicU16, Ordering};
 
 use nix::errno::Errno;
@@ -60,27 +60,9 @@ pub fn setup(chan: RawFd) -> Result<(), i32> {
     sent.map(drop)
 }
 
-/// `ip link set lo up`, with the SIOCGIFFLAGS/SIOCSIFFLAGS ioctls.
+/// `ip link set lo up` (raw ioctls, see `sys::raw::interface_up`).
 fn loopback_up() -> Result<(), i32> {
-    let sock = raw::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0)? as libc::c_int;
-    // SAFETY: ifreq is plain old data; all-zero is a valid value.
-    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (dst, src) in ifr.ifr_name.iter_mut().zip(b"lo\0") {
-        *dst = *src as libc::c_char;
-    }
-    let ifr_ptr = std::ptr::addr_of_mut!(ifr).cast();
-    // SAFETY: SIOCGIFFLAGS reads the name and writes the flags member of our ifreq.
-    let r =
-        unsafe { raw::ioctl(sock, libc::SIOCGIFFLAGS as libc::c_ulong, ifr_ptr) }.and_then(|_| {
-            // SAFETY: SIOCGIFFLAGS just filled `ifru_flags`, so that union member is the live one.
-            unsafe {
-                ifr.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short
-            };
-            // SAFETY: SIOCSIFFLAGS reads the name and flags of our ifreq.
-            unsafe { raw::ioctl(sock, libc::SIOCSIFFLAGS as libc::c_ulong, ifr_ptr) }
-        });
-    raw::close(sock);
-    r.map(drop)
+    raw::interface_up(c"lo")
 }
 
 /// A close-on-exec TCP socket listening on 127.0.0.1:port. Raw system calls
@@ -111,8 +93,8 @@ fn listen_raw(port: u16) -> Result<libc::c_int, i32> {
 /// fallback endpoint; the same code init uses inside the namespace).
 pub fn listen_loopback(port: u16) -> Result<OwnedFd, Errno> {
     let fd = listen_raw(port).map_err(Errno::from_raw)?;
-    // SAFETY: listen_raw just created this descriptor and nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    // listen_raw just created this descriptor and nothing else owns it.
+    Ok(crate::sys::own_new_fd(fd))
 }
 
 #[cfg(test)]

@@ -51,8 +51,8 @@ async fn one_way(src: &TcpStream, dst: &TcpStream, pipe: &Pipe) -> io::Result<u6
             }
         };
         if n == 0 {
-            // SAFETY: shutdown on a socket we hold; an error means the peer is gone already.
-            unsafe { libc::shutdown(dst.as_raw_fd(), libc::SHUT_WR) };
+            // An error means the peer is gone already.
+            let _ = nix::sys::socket::shutdown(dst.as_raw_fd(), nix::sys::socket::Shutdown::Write);
             return Ok(total);
         }
         let mut left = n;

@@ -2,7 +2,7 @@
 //! one request on `$CAPSULE_RPC_FD`, wait for the answer with the same id.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
 use std::os::unix::net::UnixStream;
 
 use serde_json::{json, Value};
@@ -42,14 +42,7 @@ pub fn call(method: &str, params: Value) -> Result<Value, ClientError> {
         return Err(ClientError::BadFd(raw));
     }
     // Duplicate so the inherited fd stays open for the next call.
-    // SAFETY: fcntl(F_DUPFD_CLOEXEC) on any integer is memory-safe; it fails
-    // with EBADF if the number is not an open fd.
-    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
-    if new < 0 {
-        return Err(ClientError::BadFd(raw));
-    }
-    // SAFETY: `new` is a freshly duplicated fd that nothing else owns.
-    let dup = unsafe { OwnedFd::from_raw_fd(new) };
+    let dup = crate::sys::dup_cloexec(fd, 3).map_err(|_| ClientError::BadFd(raw))?;
     call_on(UnixStream::from(dup), method, params)
 }
 

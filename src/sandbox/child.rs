@@ -24,7 +24,7 @@
 //!   dies, PR_SET_PDEATHSIG kills init and with it the whole namespace.
 //! * [`command_main`]: confines this process and execs the command.
 
-use std::ffi::{c_char, c_int, c_void, CString};
+use std::ffi::{c_char, c_int, CString};
 use std::os::fd::{AsRawFd, RawFd};
 
 use crate::sandbox::{landlock, seccomp};
@@ -70,7 +70,7 @@ pub struct ChildSpec {
     /// The child's end of the channel (set by `spawn`).
     pub chan: RawFd,
     /// Top of the stack the command stage runs on when init creates it (set by `spawn`).
-    pub command_stack: *mut c_void,
+    pub command_stack: Option<crate::sys::StageStack>,
 }
 
 impl ChildSpec {
@@ -101,7 +101,7 @@ impl ChildSpec {
             net_setup: None,
             view: None,
             chan: -1,
-            command_stack: std::ptr::null_mut(),
+            command_stack: None,
         }
     }
 
@@ -175,9 +175,7 @@ const FORWARDED: [c_int; 7] = [
 
 /// Pid 1 of the run's pid namespace. `arg` is the leaked `&'static ChildSpec`.
 /// Starts with every signal blocked (the supervisor blocks them around the clone).
-pub(crate) extern "C" fn init_main(arg: *mut c_void) -> c_int {
-    // SAFETY: `spawn` passes a pointer to a leaked ChildSpec that nobody writes any more.
-    let spec: &ChildSpec = unsafe { &*(arg as *const ChildSpec) };
+pub(crate) fn init_main(spec: &'static ChildSpec) -> c_int {
     if let Err(e) = raw::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as usize) {
         fail(spec, Stage::Session, e);
     }
@@ -213,17 +211,18 @@ pub(crate) extern "C" fn init_main(arg: *mut c_void) -> c_int {
             fail(spec, Stage::Network, e);
         }
     }
-    // SAFETY: the command stage runs on its own stack (`command_stack`), reads
-    // only the leaked spec, and either execs or exits; CLONE_VFORK keeps this
+    // The command stage runs on its own stack (`command_stack`), reads only
+    // the leaked spec, and either execs or exits; CLONE_VFORK keeps this
     // stage asleep until then.
-    let cmd = match unsafe {
-        crate::sys::clone_on_stack(
-            libc::CLONE_VM | libc::CLONE_VFORK,
-            spec.command_stack,
-            command_main,
-            arg,
-        )
-    } {
+    let Some(stack) = spec.command_stack else {
+        fail(spec, Stage::Fork, libc::EINVAL)
+    };
+    let cmd = match crate::sys::stage::clone_stage(
+        libc::CLONE_VFORK,
+        stack,
+        crate::sys::stage::Entry::Command,
+        spec,
+    ) {
         Ok(pid) => pid,
         Err(e) => fail(spec, Stage::Fork, e),
     };
@@ -296,9 +295,7 @@ fn reap(cmd: c_int) -> Option<c_int> {
 
 /// Confine this process and exec the command. `arg` is the leaked
 /// `&'static ChildSpec`. Never returns.
-pub(crate) extern "C" fn command_main(arg: *mut c_void) -> c_int {
-    // SAFETY: as in `init_main`.
-    let spec: &ChildSpec = unsafe { &*(arg as *const ChildSpec) };
+pub(crate) fn command_main(spec: &'static ChildSpec) -> c_int {
     // Default dispositions and an empty mask for the command. execve resets
     // caught signals by itself; only ignored ones survive it, and Rust's
     // SIGPIPE = ignore must not leak into the command (`yes | head` would
@@ -368,14 +365,7 @@ pub(crate) extern "C" fn command_main(arg: *mut c_void) -> c_int {
             fail(spec, Stage::Seccomp, e as i32);
         }
     }
-    // SAFETY: `seal` built both arrays NULL-terminated, pointing into the spec's CStrings.
-    let err = unsafe {
-        raw::execve(
-            &spec.program,
-            spec.argv_ptrs.as_ptr(),
-            spec.envp_ptrs.as_ptr(),
-        )
-    };
+    let err = crate::sys::stage::exec(spec);
     report(spec.chan, Msg::ExecFailed { errno: err });
     raw::exit_group(if err == libc::ENOENT { 127 } else { 126 })
 }

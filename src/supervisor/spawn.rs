@@ -31,9 +31,8 @@
 use nix::errno::Errno;
 use thiserror::Error;
 
-use std::ffi::c_void;
-
-use crate::sandbox::child::{self, ChildSpec};
+use crate::sandbox::child::ChildSpec;
+use crate::sys::stage::Entry;
 use crate::sys::{self, channel::Channel};
 
 /// How the run's process tree is contained and killed.
@@ -123,12 +122,10 @@ pub fn spawn(
     let root = uid.is_root();
     let stack = || sys::leaked_stack(STAGE_STACK).map_err(SpawnError::Stack);
     spec.chan = theirs.raw();
-    spec.command_stack = stack()?;
-    let init_stack = if ns.pid {
-        stack()?
-    } else {
-        std::ptr::null_mut()
-    };
+    let command_stack = stack()?;
+    spec.command_stack = Some(command_stack);
+    // The subreaper path runs the command stage directly, on its own stack.
+    let init_stack = if ns.pid { stack()? } else { command_stack };
 
     // `ns.pid` already reflects `kernel::namespaces_available()` (and thus
     // CAPSULE_NO_NAMESPACES); when clone() refuses anyway, the supervisor
@@ -153,24 +150,20 @@ pub fn spawn(
     let spec: &'static mut ChildSpec = Box::leak(Box::new(spec));
     let userns = flags & libc::CLONE_NEWUSER != 0;
     let go_needed = userns || spec.wait_go;
-    // No stage exists yet: the spec may still change between attempts.
     spec.wait_go = go_needed;
-    let (entry, stack): (extern "C" fn(*mut c_void) -> libc::c_int, _) =
-        if tree == TreeMode::Subreaper {
-            // Orphaned descendants come to us, so we can find and kill them.
-            let _ = sys::set_child_subreaper();
-            spec.parent_pid = parent_pid;
-            (child::command_main, spec.command_stack)
-        } else {
-            spec.parent_pid = 0;
-            (child::init_main, init_stack)
-        };
-    let arg: *mut c_void = (spec as *mut ChildSpec).cast();
+    let (entry, stack) = if tree == TreeMode::Subreaper {
+        // Orphaned descendants come to us, so we can find and kill them.
+        let _ = sys::set_child_subreaper();
+        spec.parent_pid = parent_pid;
+        (Entry::Command, command_stack)
+    } else {
+        spec.parent_pid = 0;
+        (Entry::Init, init_stack)
+    };
+    // From here on the stages read the spec: nobody writes it any more.
+    let spec: &'static ChildSpec = spec;
     let mask = sys::block_all_signals();
-    // SAFETY: `entry` is one of the stages of `sandbox::child`, which follow
-    // the CLONE_VM rules; `arg` is the leaked spec, never written after a
-    // successful clone; `stack` is a leaked stage stack used by this stage only.
-    let cloned = unsafe { sys::clone_on_stack(flags | libc::CLONE_VM, stack, entry, arg) };
+    let cloned = sys::stage::clone_stage(flags, stack, entry, spec);
     sys::restore_signals(&mask);
     match cloned {
         Ok(pid) => {

@@ -4,6 +4,7 @@
 
 pub mod channel;
 pub mod raw;
+pub mod stage;
 pub mod term;
 
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
@@ -13,7 +14,7 @@ use nix::errno::Errno;
 /// A stack for a child stage created with `CLONE_VM`: an anonymous mapping
 /// with a guard page below it, never unmapped (the stage may outlive every
 /// Rust owner in the supervisor).
-pub fn leaked_stack(size: usize) -> Result<*mut std::ffi::c_void, Errno> {
+pub fn leaked_stack(size: usize) -> Result<StageStack, Errno> {
     let page = 4096usize;
     // SAFETY: a fresh private anonymous mapping; nothing else refers to it.
     let base = unsafe {
@@ -32,8 +33,15 @@ pub fn leaked_stack(size: usize) -> Result<*mut std::ffi::c_void, Errno> {
     // SAFETY: the lowest page of our own mapping becomes the guard.
     unsafe { libc::mprotect(base, page, libc::PROT_NONE) };
     // SAFETY: one past the end of the mapping: the initial stack pointer (stacks grow down).
-    Ok(unsafe { base.cast::<u8>().add(size + page) }.cast())
+    Ok(StageStack(
+        unsafe { base.cast::<u8>().add(size + page) }.cast(),
+    ))
 }
+
+/// The top of a stack made by [`leaked_stack`]: the only kind of stack a
+/// child stage may be cloned onto ([`stage::clone_stage`]).
+#[derive(Debug, Clone, Copy)]
+pub struct StageStack(*mut std::ffi::c_void);
 
 /// `clone(flags | SIGCHLD)` running `entry(arg)` on `stack` (the top of a
 /// [`leaked_stack`]); the pid of the new process.
@@ -205,5 +213,106 @@ pub fn splice_out(from: RawFd, to: RawFd, len: usize) -> std::io::Result<usize> 
         Err(std::io::Error::last_os_error())
     } else {
         Ok(n as usize)
+    }
+}
+
+/// `landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)`: the
+/// kernel's Landlock ABI, or the errno (ENOSYS: not built; EOPNOTSUPP: built
+/// but not enabled at boot, `lsm=`).
+pub fn landlock_abi_version() -> Result<u32, Errno> {
+    // SAFETY: with a NULL attribute pointer and size 0 the call reads no
+    // memory and creates no fd; it returns the ABI version or -1 with errno.
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            1u32, // LANDLOCK_CREATE_RULESET_VERSION
+        )
+    };
+    if v < 0 {
+        Err(Errno::last())
+    } else {
+        Ok(u32::try_from(v).unwrap_or(0))
+    }
+}
+
+/// Whether seccomp filter mode with SECCOMP_RET_KILL_PROCESS exists: two
+/// probes that install nothing (see `sandbox::seccomp::kernel_supports_seccomp`).
+pub fn seccomp_filter_mode_available() -> bool {
+    let action: u32 = libc::SECCOMP_RET_KILL_PROCESS;
+    // SAFETY: SECCOMP_GET_ACTION_AVAIL reads one u32 through the pointer,
+    // which points at a live local; it changes no state.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_GET_ACTION_AVAIL,
+            0 as libc::c_uint,
+            &action as *const u32,
+        )
+    };
+    if rc != 0 {
+        return false;
+    }
+    // SAFETY: a NULL program pointer: the kernel's copy_from_user fails with
+    // EFAULT before any filter is prepared or attached; no memory of ours is touched.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            0 as libc::c_uint,
+            std::ptr::null::<libc::c_void>(),
+        )
+    };
+    rc == -1 && Errno::last() == Errno::EFAULT
+}
+
+/// `fcntl(fd, F_DUPFD_CLOEXEC, min)`: a close-on-exec duplicate of `fd`
+/// numbered `min` or above, owned by the caller.
+pub fn dup_cloexec(fd: RawFd, min: RawFd) -> Result<OwnedFd, Errno> {
+    // SAFETY: fcntl(F_DUPFD_CLOEXEC) on any integer is memory-safe; it fails
+    // with EBADF if the number is not an open fd.
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, min) };
+    if new < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: `new` is a freshly duplicated fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
+/// Fill `buf` from the kernel's random source (`getrandom(2)`, no flags);
+/// false if it could not fill all of it.
+pub fn getrandom(buf: &mut [u8]) -> bool {
+    // SAFETY: getrandom writes at most `buf.len()` bytes into `buf`, a live borrow.
+    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
+    usize::try_from(n).ok() == Some(buf.len())
+}
+
+/// Take ownership of a descriptor a raw system call just created.
+///
+/// The caller passes a descriptor that is open and owned by nothing else in
+/// this process (e.g. the return value of [`raw::socket`]).
+pub fn own_new_fd(fd: RawFd) -> OwnedFd {
+    // SAFETY: per the contract above.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+/// Tests only: run `hook` in the forked child of `cmd` before it execs.
+///
+/// Contract (not checked by the compiler, hence test-only and crate-private):
+/// the hook makes only async-signal-safe calls (raw system calls on data
+/// prepared before the spawn, no allocation, no locks), as the child of a
+/// possibly multi-threaded test process must.
+#[cfg(test)]
+pub(crate) fn pre_exec_for_tests<F>(cmd: &mut std::process::Command, hook: F)
+where
+    F: FnMut() -> std::io::Result<()> + Send + Sync + 'static,
+{
+    use std::os::unix::process::CommandExt;
+    // SAFETY: per the contract above, which the two callers (the Landlock and
+    // seccomp tests) follow: raw prctl/seccomp/landlock/setrlimit calls on
+    // data built before the spawn.
+    unsafe {
+        cmd.pre_exec(hook);
     }
 }

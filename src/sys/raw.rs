@@ -166,11 +166,46 @@ pub fn landlock_restrict_self(ruleset: c_int) -> Ret {
 
 /// `seccomp(SECCOMP_SET_MODE_FILTER, 0, prog)`; `prog` points at a `struct sock_fprog`.
 ///
-/// # Safety
-/// `prog` must point at a valid `sock_fprog` whose filter array is alive.
-pub unsafe fn seccomp_set_filter(prog: *const c_void) -> Ret {
-    // SAFETY: per the caller's contract; the kernel copies the program.
-    map(unsafe { syscall!(Sysno::seccomp, libc::SECCOMP_SET_MODE_FILTER, 0, prog) })
+/// One classic-BPF instruction, `struct sock_filter` (linux/filter.h).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SockFilter {
+    pub code: u16,
+    pub jt: u8,
+    pub jf: u8,
+    pub k: u32,
+}
+
+/// `struct sock_fprog` (linux/filter.h).
+#[repr(C)]
+struct SockFprog {
+    len: libc::c_ushort,
+    filter: *const SockFilter,
+}
+
+/// `seccomp(SECCOMP_SET_MODE_FILTER, 0, {len, prog})`: install `prog` on the
+/// calling thread. EINVAL for an empty program or one over 65535 instructions
+/// (the kernel's own limit, 4096, gives EINVAL too).
+pub fn seccomp_install(prog: &[SockFilter]) -> Ret {
+    let len = match libc::c_ushort::try_from(prog.len()) {
+        Ok(len) if len > 0 => len,
+        _ => return Err(libc::EINVAL),
+    };
+    let fprog = SockFprog {
+        len,
+        filter: prog.as_ptr(),
+    };
+    // SAFETY: `fprog` points at `prog`, which is alive and unchanged for the
+    // whole call; the kernel copies the program (copy_from_user) and keeps no
+    // pointer to our memory. Flags 0: this thread only.
+    map(unsafe {
+        syscall!(
+            Sysno::seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            0,
+            std::ptr::addr_of!(fprog)
+        )
+    })
 }
 
 /// `execve`; only returns on failure.
@@ -541,4 +576,25 @@ pub fn mkdir(path: &CStr, mode: c_uint) -> Ret {
 pub fn openat_mode(dir: c_int, path: &CStr, flags: c_int, mode: c_uint) -> Ret {
     // SAFETY: `path` is NUL-terminated and outlives the call.
     map(unsafe { syscall!(Sysno::openat, dir, path.as_ptr(), flags, mode) })
+}
+
+/// `ip link set NAME up`: SIOCGIFFLAGS, then SIOCSIFFLAGS with IFF_UP |
+/// IFF_RUNNING, on a throw-away datagram socket. Raw system calls only.
+pub fn interface_up(name: &CStr) -> Result<(), i32> {
+    let sock = socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0)? as c_int;
+    // SAFETY: ifreq is plain old data; all-zero is a valid value.
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in ifr.ifr_name.iter_mut().zip(name.to_bytes_with_nul()) {
+        *dst = *src as libc::c_char;
+    }
+    let ifr_ptr: *mut c_void = std::ptr::addr_of_mut!(ifr).cast();
+    // SAFETY: SIOCGIFFLAGS reads the name and writes the flags member of our ifreq.
+    let r = unsafe { ioctl(sock, libc::SIOCGIFFLAGS as libc::c_ulong, ifr_ptr) }.and_then(|_| {
+        // SAFETY: SIOCGIFFLAGS just filled `ifru_flags`, so that union member is the live one.
+        unsafe { ifr.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short };
+        // SAFETY: SIOCSIFFLAGS reads the name and flags of our ifreq.
+        unsafe { ioctl(sock, libc::SIOCSIFFLAGS as libc::c_ulong, ifr_ptr) }
+    });
+    close(sock);
+    r.map(drop)
 }

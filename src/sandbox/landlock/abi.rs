@@ -16,17 +16,7 @@ pub fn kernel_abi() -> u32 {
 }
 
 fn query_kernel_abi() -> u32 {
-    // SAFETY: landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION) reads no
-    // memory and creates no fd; it only returns the ABI version or -1 with errno.
-    let v = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<libc::c_void>(),
-            0usize,
-            1u32, // LANDLOCK_CREATE_RULESET_VERSION
-        )
-    };
-    u32::try_from(v).unwrap_or(0)
+    crate::sys::landlock_abi_version().unwrap_or(0)
 }
 
 /// The ABI capsule uses: the kernel's, capped at what the crate knows.

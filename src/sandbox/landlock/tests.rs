@@ -8,7 +8,6 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -85,15 +84,13 @@ fn sandboxed(prepared: Prepared, mut cmd: Command) -> Output {
     // What the command stage does (`sandbox::child`): no_new_privs, then the
     // ruleset's own restrict, both raw system calls on data made before fork.
     let rules = prepared.into_child();
-    // SAFETY: the hook runs in the forked child before exec and makes only raw
+    // The hook runs in the forked child before exec and makes only raw
     // system calls on `rules`, built before the spawn.
-    unsafe {
-        cmd.pre_exec(move || {
-            crate::sys::raw::prctl(libc::PR_SET_NO_NEW_PRIVS, 1)
-                .map_err(io::Error::from_raw_os_error)?;
-            rules.restrict().map_err(io::Error::from_raw_os_error)
-        });
-    }
+    crate::sys::pre_exec_for_tests(&mut cmd, move || {
+        crate::sys::raw::prctl(libc::PR_SET_NO_NEW_PRIVS, 1)
+            .map_err(io::Error::from_raw_os_error)?;
+        rules.restrict().map_err(io::Error::from_raw_os_error)
+    });
     cmd.env_clear()
         .env("PATH", "/usr/bin:/bin")
         .output()

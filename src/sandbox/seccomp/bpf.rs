@@ -4,15 +4,9 @@
 //! Tests also get a small interpreter ([`run`]) for the opcodes seccomp
 //! programs use here (ours and seccompiler's), to check decisions without a kernel.
 
-/// One classic-BPF instruction, `struct sock_filter` (linux/filter.h).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct SockFilter {
-    pub code: u16,
-    pub jt: u8,
-    pub jf: u8,
-    pub k: u32,
-}
+/// One classic-BPF instruction, `struct sock_filter` (linux/filter.h); it
+/// lives in `sys::raw`, which loads programs of them into the kernel.
+pub(super) use crate::sys::raw::SockFilter;
 
 // Opcodes (linux/bpf_common.h).
 /// `A = *(u32 *)(seccomp_data + k)`: BPF_LD (0) | BPF_W (0) | BPF_ABS (0x20).

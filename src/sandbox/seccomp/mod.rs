@@ -276,29 +276,5 @@ impl Filters {
 /// fails with EFAULT where filter mode exists (CONFIG_SECCOMP_FILTER) and
 /// EINVAL where it does not; it installs nothing either way.
 pub fn kernel_supports_seccomp() -> bool {
-    let action: u32 = libc::SECCOMP_RET_KILL_PROCESS;
-    // SAFETY: SECCOMP_GET_ACTION_AVAIL reads one u32 through the pointer,
-    // which points at a live local; it changes no state.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_seccomp,
-            libc::SECCOMP_GET_ACTION_AVAIL,
-            0 as libc::c_uint,
-            &action as *const u32,
-        )
-    };
-    if rc != 0 {
-        return false;
-    }
-    // SAFETY: a NULL program pointer: the kernel's copy_from_user fails with
-    // EFAULT before any filter is prepared or attached; no memory of ours is touched.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_seccomp,
-            libc::SECCOMP_SET_MODE_FILTER,
-            0 as libc::c_uint,
-            std::ptr::null::<libc::c_void>(),
-        )
-    };
-    rc == -1 && Errno::last() == Errno::EFAULT
+    crate::sys::seccomp_filter_mode_available()
 }

@@ -10,7 +10,7 @@
 //! print what they saw; Python raises (exit 1) on a mismatch.
 
 use std::collections::BTreeMap;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Output, Stdio};
 
 use super::bpf::{self, Data};
@@ -51,28 +51,26 @@ fn run(filters: Option<impl Into<Load>>, program: &str, args: &[&str]) -> Output
     let filters: Option<Load> = filters.map(Into::into);
     let mut cmd = Command::new(program);
     cmd.args(args).stdin(Stdio::null());
-    // SAFETY: the hook runs in the forked child of a possibly multi-threaded
+    // The hook runs in the forked child of a possibly multi-threaded
     // test process. setrlimit is one syscall; `install` only makes
     // prctl/seccomp syscalls on memory prepared before fork (no allocation,
     // no locks); `io::Error::from(Errno)` stores the raw code without allocating.
-    unsafe {
-        cmd.pre_exec(move || {
-            use nix::sys::resource::{setrlimit, Resource};
-            // No core files from the children these tests kill with SIGSYS/SIGSEGV.
-            setrlimit(Resource::RLIMIT_CORE, 0, 0)?;
-            match &filters {
-                Some(Load::Compact(filters)) => filters.install().map_err(std::io::Error::from),
-                Some(Load::Stack(stack)) => {
-                    install::set_no_new_privs()?;
-                    for prog in stack {
-                        install::install_one(prog)?;
-                    }
-                    Ok(())
+    crate::sys::pre_exec_for_tests(&mut cmd, move || {
+        use nix::sys::resource::{setrlimit, Resource};
+        // No core files from the children these tests kill with SIGSYS/SIGSEGV.
+        setrlimit(Resource::RLIMIT_CORE, 0, 0)?;
+        match &filters {
+            Some(Load::Compact(filters)) => filters.install().map_err(std::io::Error::from),
+            Some(Load::Stack(stack)) => {
+                install::set_no_new_privs()?;
+                for prog in stack {
+                    install::install_one(prog)?;
                 }
-                None => Ok(()),
+                Ok(())
             }
-        });
-    }
+            None => Ok(()),
+        }
+    });
     cmd.output().expect("spawn test child")
 }
 
