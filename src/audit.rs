@@ -29,6 +29,29 @@ pub fn default_path() -> PathBuf {
     state_dir().join("audit.jsonl")
 }
 
+/// `path` made absolute against the current directory (lexically: `..` and
+/// `.` removed), so it can be compared with grants.
+pub fn absolute(path: &Path) -> PathBuf {
+    let joined = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .unwrap_or_else(|_| PathBuf::from("/"))
+            .join(path)
+    };
+    let mut out = PathBuf::new();
+    for c in joined.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// `$XDG_STATE_HOME/capsule`, else `~/.local/state/capsule`.
 pub fn state_dir() -> PathBuf {
     match std::env::var_os("XDG_STATE_HOME").map(PathBuf::from) {

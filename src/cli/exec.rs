@@ -144,7 +144,9 @@ pub fn run(a: ExecArgs) -> i32 {
     let audit_path = if a.no_audit {
         None
     } else {
-        Some(a.audit_log.clone().unwrap_or_else(audit::default_path))
+        Some(audit::absolute(
+            &a.audit_log.clone().unwrap_or_else(audit::default_path),
+        ))
     };
     let json = a.json;
     let agent_id = a.agent_id.clone();
@@ -210,6 +212,7 @@ pub fn run(a: ExecArgs) -> i32 {
             max_output: a.max_output,
             workspace: a.workspace,
             cwd: a.cwd,
+            audit_log: audit_path.clone(),
         },
         argv: a.command,
         best_effort: a.best_effort,

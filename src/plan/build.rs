@@ -6,6 +6,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use super::command::{self, CommandError};
+use super::credentials;
 
 use super::env::{self, EnvError};
 use super::{system, Access, FsDeny, FsGrant, FsPlan, LimitsPlan, NetPlan, Opened, Origin, Plan};
@@ -55,6 +56,8 @@ pub struct Overrides {
     pub max_output: Option<u64>,
     pub workspace: Option<PathBuf>,
     pub cwd: Option<PathBuf>,
+    /// The run's audit log (carved out of every grant like a credential).
+    pub audit_log: Option<PathBuf>,
 }
 
 /// Everything `build` needs.
@@ -270,18 +273,18 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
             },
         })
         .collect();
-    for cred in validate::credential_paths(&home) {
-        // Cheapest test first: usually no grant lies above a credential path.
-        let beneath = || {
-            grants
-                .iter()
-                .any(|g| cred.starts_with(&g.path) && g.path != cred)
-        };
-        let named = || grants.iter().any(|g| g.path == cred);
-        if beneath() && !named() && cred.exists() {
+    let mut extra = Vec::new();
+    if let Some(log) = &ov.audit_log {
+        extra.push((log.clone(), "capsule's audit log of this run"));
+    }
+    let creds = credentials::patterns(&home, &extra);
+    // Strictly beneath a grant; a grant naming the path exactly keeps it.
+    let beneath = |p: &Path| grants.iter().any(|g| p.starts_with(&g.path) && g.path != p);
+    for cred in credentials::existing(&creds, beneath) {
+        if !grants.iter().any(|g| g.path == cred.path) {
             deny.push(FsDeny {
-                path: cred,
-                origin: Origin::Credential,
+                path: cred.path,
+                origin: Origin::Credential(cred.what),
             });
         }
     }

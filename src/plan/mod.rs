@@ -8,6 +8,7 @@
 
 pub mod build;
 pub mod command;
+pub mod credentials;
 pub mod env;
 pub mod system;
 
@@ -95,8 +96,8 @@ pub enum Origin {
     Tmp,
     /// `--workspace`.
     Workspace,
-    /// A built-in credential carve-out (section 2).
-    Credential,
+    /// A built-in credential carve-out (section 2): what the path holds.
+    Credential(&'static str),
 }
 
 impl std::fmt::Display for Origin {
@@ -109,7 +110,10 @@ impl std::fmt::Display for Origin {
             Origin::Command => write!(f, "the command"),
             Origin::Tmp => write!(f, "filesystem.tmp"),
             Origin::Workspace => write!(f, "--workspace"),
-            Origin::Credential => write!(f, "built-in credential carve-out"),
+            Origin::Credential(what) => write!(
+                f,
+                "built-in credential carve-out ({what}): unreadable beneath every grant unless a grant names it exactly"
+            ),
         }
     }
 }

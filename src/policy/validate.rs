@@ -153,36 +153,13 @@ pub fn check_grant(path: &Path, kind: GrantKind) -> Result<(), String> {
 }
 
 /// Files that stay unreadable even beneath a broad grant, unless a grant
-/// names them exactly: cloud/ssh/gpg credentials, capsule's own config (which
-/// names provider key variables) and its audit log.
+/// names them exactly. The one list lives in [`crate::plan::credentials`];
+/// patterns (`.cargo/credentials*`) are returned as written.
 pub fn credential_paths(home: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = [
-        ".ssh",
-        ".aws",
-        ".gnupg",
-        ".config/gcloud",
-        ".kube",
-        ".netrc",
-        ".docker/config.json",
-        ".config/capsule",
-        ".local/state/capsule",
-    ]
-    .iter()
-    .map(|p| home.join(p))
-    .collect();
-    for (var, sub) in [
-        ("XDG_CONFIG_HOME", "capsule"),
-        ("XDG_STATE_HOME", "capsule"),
-    ] {
-        if let Some(dir) = std::env::var_os(var).map(PathBuf::from) {
-            if dir.is_absolute() {
-                v.push(dir.join(sub));
-            }
-        }
-    }
-    let mut seen = BTreeSet::new();
-    v.retain(|p| seen.insert(p.clone()));
-    v
+    crate::plan::credentials::patterns(home, &[])
+        .into_iter()
+        .map(|l| l.path)
+        .collect()
 }
 
 /// Apply every fail-closed rule to a loaded policy and its resolved grants

@@ -309,7 +309,7 @@ fn credential_paths_cover_the_contract_list() {
         ".config/gcloud",
         ".kube",
         ".netrc",
-        ".docker/config.json",
+        ".docker",
         ".config/capsule",
     ] {
         assert!(v.contains(&home.join(p)), "{p}");
