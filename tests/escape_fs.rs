@@ -278,10 +278,12 @@ fn credential_home(sb: &mut Sandbox) {
         "home/.config/capsule/config.yaml",
         "# CREDENTIAL capsule config\n{}\n",
     );
-    sb.write(
+    let log = sb.write(
         "home/.local/state/capsule/audit.jsonl",
         "{\"CREDENTIAL\": \"audit\"}\n",
     );
+    // capsule appends only to a 0600 file of the caller's own.
+    fs::set_permissions(&log, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("chmod");
     sb.set_env("XDG_CONFIG_HOME", &cfg.to_string_lossy());
     sb.set_env("XDG_STATE_HOME", &st.to_string_lossy());
 }
