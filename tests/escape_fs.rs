@@ -484,6 +484,59 @@ fn audit_log_given_on_the_command_line_is_carved_out_of_read_grants() {
     assert_errno(&run.probe(0), &["EACCES"], &run);
 }
 
+/// One run writes `build/run_tests` whose `#!` names an interpreter inside a
+/// host install tree it found (a symlink to the system python3 there); the
+/// next run of that "test binary" must not be granted the install tree.
+#[test]
+fn child_written_shebang_adds_no_install_prefix() {
+    let sb = Sandbox::new();
+    sb.mkdir("app/bin");
+    sb.write("app/secret.txt", "APP-SECRET");
+    std::os::unix::fs::symlink(python(), sb.path("app/bin/python3")).expect("symlink");
+    sb.mkdir("work/build");
+    let work = sb.p("work");
+    let script = sb.p("work/build/run_tests");
+    let body = format!(
+        "#!{}\nprint('RAN')\nprint(open('{}').read())\n",
+        sb.p("app/bin/python3"),
+        sb.p("app/secret.txt")
+    );
+    let plant = sb.exec_json(
+        &["--allow-write", &work],
+        &[
+            "/bin/sh",
+            "-c",
+            &format!("printf '%s' \"$0\" > '{script}' && chmod +x '{script}'"),
+            &body,
+        ],
+    );
+    plant.assert_code(0);
+    let run = sb.exec_json(&["--allow-write", &work], &[&script]);
+    let out = run.child_stdout();
+    assert!(
+        !out.contains("APP-SECRET"),
+        "ESCAPE: a child-written #! line granted its interpreter's install tree{}",
+        run.ctx()
+    );
+    assert!(
+        out.contains("RAN"),
+        "the interpreter was not granted{}",
+        run.ctx()
+    );
+    let dry = sb.run(&["exec", "--dry-run", "--allow-write", &work, "--", &script]);
+    dry.assert_code(0);
+    assert!(
+        !dry.stdout.contains(&format!("{}  ", sb.p("app"))),
+        "{}",
+        dry.ctx()
+    );
+    assert!(
+        dry.stdout.contains("no install prefix") && dry.stdout.contains("#! interpreter"),
+        "--dry-run does not say what the command added and why{}",
+        dry.ctx()
+    );
+}
+
 #[test]
 fn symlink_escapes_are_denied() {
     let sb = fixture();

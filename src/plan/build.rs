@@ -224,40 +224,78 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         PathBuf::from("/")
     };
 
-    // The command, resolved on the host.
+    if policy.filesystem.system {
+        grants.extend(system::grants());
+    }
+
+    // The command, resolved on the host. Places the child can write are
+    // known now: content there adds no prefix (see `command`).
     let host_path = std::env::var("PATH").ok();
+    let writable: Vec<PathBuf> = grants
+        .iter()
+        .filter(|g| g.access.write)
+        .map(|g| g.path.clone())
+        .collect();
+    let ctx = command::Context {
+        path_env: host_path.as_deref().unwrap_or(env::DEFAULT_PATH),
+        cwd: &cwd,
+        home: &home,
+        writable: &writable,
+    };
     // `capsule check` plans without a command.
     let cmd = match argv.first() {
-        Some(name) => command::resolve(
-            name,
-            host_path.as_deref().unwrap_or(env::DEFAULT_PATH),
-            &cwd,
-            &home,
-        )?,
-        None => command::ResolvedCommand {
-            program: PathBuf::new(),
-            files: vec![],
-            prefixes: vec![],
-        },
+        Some(name) => command::resolve(name, &ctx)?,
+        None => command::ResolvedCommand::default(),
     };
-    for f in &cmd.files {
+    let mut command_notes = cmd.skipped.clone();
+    let creds = credentials::patterns(&home, &[]);
+    let mut add_command_path = |a: &command::Added, prefix: bool, grants: &mut Vec<FsGrant>| {
+        if let Some(g) = grants
+            .iter()
+            .find(|g| g.access.exec && a.path.starts_with(&g.path))
+        {
+            if !prefix {
+                command_notes.push(format!(
+                    "{} ({}) needs no grant: {} ({}) covers it",
+                    a.path.display(),
+                    a.why,
+                    g.path.display(),
+                    g.origin
+                ));
+            }
+            return;
+        }
+        // The checks policy grants get, and no credential location.
+        let refused = validate::check_grant(&a.path, GrantKind::Exec)
+            .err()
+            .or_else(|| {
+                a.path
+                    .ancestors()
+                    .any(|p| credentials::is_credential(&creds, p))
+                    .then(|| "it is a credential location".to_string())
+            });
+        if let Some(why) = refused {
+            command_notes.push(format!(
+                "{} ({}) is not granted: {why}",
+                a.path.display(),
+                a.why
+            ));
+            return;
+        }
         grants.push(FsGrant {
             opened: Opened::NONE,
-            path: f.clone(),
+            path: a.path.clone(),
             access: Access::EXEC,
-            origin: Origin::Command,
+            origin: Origin::Command(a.why.clone()),
         });
+    };
+    for f in &cmd.files {
+        add_command_path(f, false, &mut grants);
     }
     if policy.filesystem.system {
         for p in &cmd.prefixes {
-            grants.push(FsGrant {
-                opened: Opened::NONE,
-                path: p.clone(),
-                access: Access::EXEC,
-                origin: Origin::Command,
-            });
+            add_command_path(p, true, &mut grants);
         }
-        grants.extend(system::grants());
     }
 
     tracing::debug!("plan: command and system grants");
@@ -314,6 +352,7 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         env,
         cwd,
         tmpdir,
+        command_notes,
         fs: FsPlan {
             grants,
             deny,

@@ -90,8 +90,8 @@ pub enum Origin {
     Cli(&'static str),
     /// `filesystem.system: true`.
     System,
-    /// The resolved command, its interpreter or its install prefix.
-    Command,
+    /// The resolved command, its interpreter or its install prefix: why.
+    Command(String),
     /// The private $TMPDIR.
     Tmp,
     /// `--workspace`.
@@ -107,7 +107,7 @@ impl std::fmt::Display for Origin {
             Origin::Policy { key, line: None } => write!(f, "policy {key}"),
             Origin::Cli(flag) => write!(f, "command line {flag}"),
             Origin::System => write!(f, "filesystem.system"),
-            Origin::Command => write!(f, "the command"),
+            Origin::Command(why) => write!(f, "the command: {why}"),
             Origin::Tmp => write!(f, "filesystem.tmp"),
             Origin::Workspace => write!(f, "--workspace"),
             Origin::Credential(what) => write!(
@@ -198,6 +198,8 @@ pub struct Plan {
     /// The private tmp dir (created by build, removed by the supervisor).
     pub tmpdir: Option<PathBuf>,
     pub fs: FsPlan,
+    /// What the command would have added but did not, or did not need to, and why.
+    pub command_notes: Vec<String>,
     pub net: NetPlan,
     pub limits: LimitsPlan,
     pub best_effort: bool,
