@@ -335,12 +335,15 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_else(|| "/nonexistent".to_string());
     let tmp_s = tmpdir.as_ref().map(|p| p.to_string_lossy().into_owned());
+    let access: Vec<(PathBuf, Access)> =
+        grants.iter().map(|g| (g.path.clone(), g.access)).collect();
     let env = env::build(
         &policy.env,
         host_path.as_deref(),
         &home_dir,
         tmp_s.as_deref(),
         &[],
+        &access,
     )?;
 
     let l = &policy.limits;

@@ -77,7 +77,7 @@ pub fn check_env_name(name: &str) -> Result<(), String> {
             name.escape_debug()
         ));
     }
-    if is_refused_env(name) {
+    if is_refused_env(name) && !crate::plan::env::is_search_path(name) {
         return Err(format!(
             "`{name}` is refused: it makes programs load code or options from outside the policy (LD_*, PYTHONPATH, NODE_OPTIONS, ... are never passed)"
         ));
@@ -180,7 +180,7 @@ pub fn validate(lp: &LoadedPolicy, fs: &ResolvedFs) -> Result<(), PolicyError> {
     v.network(p)?;
     v.filesystem(fs)?;
     v.limits(p)?;
-    v.env(p)?;
+    v.env(p, fs)?;
     v.tools(p)?;
     v.llm(p)?;
     Ok(())
@@ -276,7 +276,7 @@ impl Validator<'_> {
         Ok(())
     }
 
-    fn env(&self, p: &Policy) -> Result<(), PolicyError> {
+    fn env(&self, p: &Policy, fs: &ResolvedFs) -> Result<(), PolicyError> {
         for (i, name) in p.env.pass.iter().enumerate() {
             check_env_name(name).map_err(|e| self.err(&format!("env.pass[{i}]"), e))?;
         }
@@ -285,6 +285,21 @@ impl Validator<'_> {
             check_env_name(name).map_err(|e| self.err(&key, e))?;
             if value.contains('\0') {
                 return Err(self.err(&key, "value contains a NUL byte"));
+            }
+            // PYTHONPATH/NODE_PATH: every entry read-only in the child. The
+            // planner checks again with every grant (workspace, TMPDIR, host
+            // values of env.pass).
+            if crate::plan::env::is_search_path(name) {
+                let grants: Vec<_> = [
+                    (&fs.read, crate::plan::Access::READ),
+                    (&fs.write, crate::plan::Access::WRITE),
+                    (&fs.exec, crate::plan::Access::EXEC),
+                ]
+                .iter()
+                .flat_map(|(list, a)| list.iter().map(|r| (r.path.clone(), *a)))
+                .collect();
+                crate::plan::env::check_search_path_with(value, &grants, false)
+                    .map_err(|why| self.err(&key, format!("`{name}` is refused: {why}")))?;
             }
         }
         Ok(())
