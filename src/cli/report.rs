@@ -96,9 +96,12 @@ fn network_layer(mode: NetMode, k: &KernelView) -> String {
 /// Print the plan for humans.
 pub fn print_plan(plan: &Plan, k: &KernelView) {
     let fs_line = if k.landlock_abi > 0 {
-        format!("enforced by Landlock ABI {}", k.landlock_abi)
+        format!(
+            "enforced by Landlock ABI {}; anything not listed is denied",
+            k.landlock_abi
+        )
     } else {
-        "not enforced: this kernel has no Landlock (Linux 5.13+ with landlock in lsm=)".into()
+        "not enforced: this kernel has no Landlock (it needs Linux 5.13+ with landlock in lsm=); these are the grants exec would enforce".into()
     };
     if !plan.argv.is_empty() {
         println!(
@@ -116,7 +119,7 @@ pub fn print_plan(plan: &Plan, k: &KernelView) {
             .collect::<Vec<_>>()
             .join(" ")
     );
-    println!("filesystem ({fs_line}; anything not listed is denied):");
+    println!("filesystem ({fs_line}):");
     for g in &plan.fs.grants {
         println!(
             "  {:<4} {}  — {}",
