@@ -280,3 +280,23 @@ fn default_audit_log_under_a_home_write_grant_is_carved_out() {
     r.assert_code(9);
     assert_eq!(lines(&log).len(), 1);
 }
+
+/// An unreadable HOME (config and default audit log beneath it) warns about
+/// the audit log but does not fail a run that uses no LLM.
+#[test]
+fn unreadable_home_does_not_fail_a_run() {
+    if is_root() {
+        skip("root reads a mode-000 HOME anyway (rpc_llm covers an unreadable config as root)");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    let h = sb.home.clone();
+    sb.set_env("XDG_CONFIG_HOME", &h.join(".config").to_string_lossy());
+    sb.set_env("XDG_STATE_HOME", &h.join(".local/state").to_string_lossy());
+    std::fs::set_permissions(&h, std::fs::Permissions::from_mode(0o000)).expect("chmod");
+    let r = sb.run(&["exec", "--", "/bin/echo", "ran-ok"]);
+    std::fs::set_permissions(&h, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    r.assert_code(0);
+    assert!(r.stdout.contains("ran-ok"), "{}", r.ctx());
+    assert!(r.stderr.contains("audit log"), "{}", r.ctx());
+}
