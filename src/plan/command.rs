@@ -162,6 +162,15 @@ fn add_helper(out: &mut ResolvedCommand, p: &Path, why: &str, tainted: bool, ctx
         ));
         return;
     }
+    // Only an executable regular file can be an interpreter: a `#!` line
+    // naming anything else must not turn into a read grant.
+    if check_executable(p, &p.to_string_lossy()).is_err() {
+        out.skipped.push(format!(
+            "{why} {} is not granted: it is not an executable file",
+            p.display()
+        ));
+        return;
+    }
     add_file(out, p, why);
     if !tainted {
         add_prefix(out, p, ctx);
@@ -348,6 +357,14 @@ mod tests {
             r.prefixes.iter().any(|p| p.path == root.join("app")),
             "{r:?}"
         );
+        // A non-executable file named as interpreter is not granted.
+        std::fs::write(&script, "#!/etc/passwd\n").unwrap();
+        let r = resolve(
+            script.to_str().unwrap(),
+            &ctx("/usr/bin:/bin", Path::new("/h"), &w),
+        )
+        .unwrap();
+        assert_eq!(r.files.len(), 1, "{r:?}");
         // An interpreter inside the writable place is never granted.
         std::fs::write(&script, format!("#!{}\n", out_dir.join("py").display())).unwrap();
         let r = resolve(
