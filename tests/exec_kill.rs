@@ -479,3 +479,81 @@ fn sigterm_to_capsule_escalates_to_the_whole_run() {
 fn sighup_to_capsule_escalates_to_the_whole_run() {
     escalates(libc::SIGHUP, "SIGHUP");
 }
+
+/// Pids of every process whose command line contains `tok`.
+fn with_token(tok: &str) -> Vec<i32> {
+    let mut out = vec![];
+    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        if let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() {
+            if pid_alive(pid, Some(tok)) {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+/// SIGTERM at any moment of capsule's start-up (before, during and after
+/// the private TMPDIR is made and the child spawned): capsule never leaves
+/// its TMPDIR or a process of the run behind.
+#[test]
+fn sigterm_during_start_up_leaves_nothing_behind() {
+    for delay_ms in [0u64, 2, 5, 10, 15, 20, 30, 45, 60, 80, 120] {
+        let sb = Sandbox::new();
+        let tok = token(&format!("startup-{delay_ms}"));
+        let args: Vec<String> = vec![
+            "exec".into(),
+            "--timeout".into(),
+            "60".into(),
+            "--".into(),
+            "/bin/sh".into(),
+            "-c".into(),
+            "trap '' TERM INT HUP; while :; do sleep 1; done".into(),
+            tok.clone(),
+        ];
+        let (mut capsule, _guard) = spawn_capsule(&sb, &args);
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        // SAFETY: kill(2) on the capsule process this test started.
+        unsafe {
+            libc::kill(capsule.id() as i32, libc::SIGTERM);
+        }
+        let sent = Instant::now();
+        let status = loop {
+            if let Some(st) = capsule.try_wait().expect("wait") {
+                break Some(st);
+            }
+            if sent.elapsed() > Duration::from_secs(5) {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert!(
+            status.is_some(),
+            "capsule ignored SIGTERM sent {delay_ms} ms after start"
+        );
+        let left: Vec<_> = std::fs::read_dir(sb.path("hosttmp"))
+            .expect("hosttmp")
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert!(
+            left.is_empty(),
+            "SIGTERM {delay_ms} ms after start: capsule left its TMPDIR behind: {left:?}"
+        );
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while !with_token(&tok).is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let alive = with_token(&tok);
+        for p in &alive {
+            // SAFETY: kill(2) on a process of this test's run.
+            unsafe {
+                libc::kill(*p, libc::SIGKILL);
+            }
+        }
+        assert!(
+            alive.is_empty(),
+            "ESCAPE: SIGTERM {delay_ms} ms after start left processes of the run: {alive:?}"
+        );
+    }
+}

@@ -59,6 +59,9 @@ pub fn refused(plan_run_id: &str, reason: &'static str, error: String) -> Finish
 
 /// Run the plan to completion.
 pub fn run(plan: &Plan, opts: ExecOptions) -> Finished {
+    // From here on there is something to clean up: a termination signal
+    // waits for the event loop (see `timeout::hold_stop_signals`).
+    timeout::hold_stop_signals();
     tracing::debug!("supervisor: preparing services");
     let mut services = match services::Services::prepare(plan, opts.tool_fd) {
         Ok(s) => s,

@@ -18,6 +18,40 @@ use tokio::signal::unix::{signal, SignalKind};
 use super::spawn::{Spawned, TreeMode};
 use crate::sys::{self, channel::Msg};
 
+/// The signals that end a run when capsule receives them.
+const STOP_SIGNALS: [nix::sys::signal::Signal; 4] = [
+    nix::sys::signal::Signal::SIGINT,
+    nix::sys::signal::Signal::SIGTERM,
+    nix::sys::signal::Signal::SIGHUP,
+    nix::sys::signal::Signal::SIGQUIT,
+];
+
+fn stop_set() -> nix::sys::signal::SigSet {
+    let mut set = nix::sys::signal::SigSet::empty();
+    for s in STOP_SIGNALS {
+        set.add(s);
+    }
+    set
+}
+
+/// Hold SIGINT/SIGTERM/SIGHUP/SIGQUIT pending from the moment the run starts
+/// setting up (the private TMPDIR exists from then on) until [`watch`] has its
+/// handlers: one arriving in between is then handled like any other instead
+/// of killing capsule with the TMPDIR and cgroup left behind. The command
+/// itself starts with an empty mask (`sandbox::child`).
+pub fn hold_stop_signals() {
+    use nix::sys::signal::{pthread_sigmask, SigmaskHow};
+    if let Err(e) = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&stop_set()), None) {
+        tracing::warn!("cannot hold termination signals during set-up: {e}");
+    }
+}
+
+/// Undo [`hold_stop_signals`].
+pub fn release_stop_signals() {
+    use nix::sys::signal::{pthread_sigmask, SigmaskHow};
+    let _ = pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&stop_set()), None);
+}
+
 /// Send `sig` to every process of the run.
 pub fn signal_run(sp: &Spawned, sig: libc::c_int) {
     match sp.tree {
@@ -77,6 +111,9 @@ pub async fn watch(
     let mut sig_term = signal(SignalKind::terminate()).ok();
     let mut sig_hup = signal(SignalKind::hangup()).ok();
     let mut sig_quit = signal(SignalKind::quit()).ok();
+    // Handlers are in place: a signal held since `hold_stop_signals` is
+    // delivered now, to them.
+    release_stop_signals();
     let deadline = tokio::time::sleep(limit);
     tokio::pin!(deadline);
     let far = tokio::time::Instant::now() + Duration::from_secs(86_400 * 365);
