@@ -22,11 +22,46 @@ pub enum AuditError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// The log is not what capsule created: a symbolic link, not a regular
+    /// file, another owner, or a mode other than 0600. Never written.
+    #[error("refusing the audit log {path}: {why} (capsule writes only a regular 0600 file of your own; move it aside or use --audit-log FILE)")]
+    Unsafe { path: PathBuf, why: String },
+}
+
+impl AuditError {
+    /// Whether the log looks tampered with (refuse the run) rather than
+    /// merely unwritable (warn, run without a record).
+    pub fn is_unsafe(&self) -> bool {
+        matches!(self, AuditError::Unsafe { .. })
+    }
 }
 
 /// The default audit log path.
 pub fn default_path() -> PathBuf {
     state_dir().join("audit.jsonl")
+}
+
+/// `path` made absolute against the current directory (lexically: `..` and
+/// `.` removed), so it can be compared with grants.
+pub fn absolute(path: &Path) -> PathBuf {
+    let joined = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .unwrap_or_else(|_| PathBuf::from("/"))
+            .join(path)
+    };
+    let mut out = PathBuf::new();
+    for c in joined.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// `$XDG_STATE_HOME/capsule`, else `~/.local/state/capsule`.
@@ -111,11 +146,18 @@ impl Record {
     }
 }
 
-/// Append one record to `path` (0600, O_APPEND, one write).
-pub fn append(path: &Path, record: &Record) -> Result<(), AuditError> {
+/// Open (creating it 0600 when missing, with its directory 0700) the audit
+/// log for appending: `O_APPEND|O_NOFOLLOW|O_CLOEXEC`. The opened file must be
+/// a regular file owned by the caller with mode 0600, else [`AuditError::Unsafe`].
+pub fn open(path: &Path) -> Result<std::fs::File, AuditError> {
+    use std::os::unix::fs::MetadataExt;
     let err = |source| AuditError::Write {
         path: path.to_path_buf(),
         source,
+    };
+    let unsafe_ = |why: String| AuditError::Unsafe {
+        path: path.to_path_buf(),
+        why,
     };
     if let Some(dir) = path.parent() {
         if !dir.as_os_str().is_empty() && !dir.exists() {
@@ -126,16 +168,63 @@ pub fn append(path: &Path, record: &Record) -> Result<(), AuditError> {
                 .map_err(err)?;
         }
     }
-    let mut line = serde_json::to_vec(record).map_err(|e| err(std::io::Error::other(e)))?;
-    line.push(b'\n');
-    let mut f = std::fs::OpenOptions::new()
+    // A FIFO or device is refused before open() could block on or trigger it.
+    if let Ok(m) = std::fs::symlink_metadata(path) {
+        if m.file_type().is_symlink() {
+            return Err(unsafe_("it is a symbolic link".into()));
+        }
+        if !m.file_type().is_file() {
+            return Err(unsafe_("it is not a regular file".into()));
+        }
+    }
+    let f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .mode(0o600)
-        .custom_flags(libc::O_CLOEXEC)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)
-        .map_err(err)?;
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                unsafe_("it is a symbolic link".into())
+            } else {
+                err(e)
+            }
+        })?;
+    let m = f.metadata().map_err(err)?;
+    if !m.file_type().is_file() {
+        return Err(unsafe_("it is not a regular file".into()));
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    if m.uid() != me {
+        return Err(unsafe_(format!(
+            "it is owned by uid {}, not by you (uid {me})",
+            m.uid()
+        )));
+    }
+    if m.mode() & 0o7777 != 0o600 {
+        return Err(unsafe_(format!(
+            "its mode is {:04o}, not 0600",
+            m.mode() & 0o7777
+        )));
+    }
+    Ok(f)
+}
+
+/// Append one record to an opened log with a single write.
+pub fn write_record(f: &mut std::fs::File, path: &Path, record: &Record) -> Result<(), AuditError> {
+    let err = |source| AuditError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut line = serde_json::to_vec(record).map_err(|e| err(std::io::Error::other(e)))?;
+    line.push(b'\n');
     f.write_all(&line).map_err(err)
+}
+
+/// Append one record to `path` (see [`open`]).
+pub fn append(path: &Path, record: &Record) -> Result<(), AuditError> {
+    let mut f = open(path)?;
+    write_record(&mut f, path, record)
 }
 
 /// Now, as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
@@ -192,5 +281,23 @@ mod tests {
             std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
             0o600
         );
+    }
+
+    #[test]
+    fn refuses_symlinks_other_modes_and_non_files() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("target");
+        std::fs::write(&target, "").unwrap();
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert!(open(&link).unwrap_err().is_unsafe());
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(open(&target).unwrap_err().is_unsafe());
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        assert!(open(&fifo).unwrap_err().is_unsafe());
+        assert!(!open(&dir.path().join("no/such/dir/../x")).is_err_and(|e| e.is_unsafe()));
     }
 }

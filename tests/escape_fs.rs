@@ -243,6 +243,24 @@ const CREDENTIALS: &[&str] = &[
     ".kube/config",
     ".netrc",
     ".docker/config.json",
+    ".config/gh/hosts.yml",
+    ".git-credentials",
+    ".config/git/credentials",
+    ".npmrc",
+    ".yarnrc.yml",
+    ".pypirc",
+    ".cargo/credentials.toml",
+    ".gem/credentials",
+    ".m2/settings-security.xml",
+    ".gradle/gradle.properties",
+    ".terraform.d/credentials.tfrc.json",
+    ".vault-token",
+    ".password-store/github.gpg",
+    ".local/share/keyrings/login.keyring",
+    ".config/op/config",
+    ".azure/accessTokens.json",
+    ".bash_history",
+    ".python_history",
 ];
 
 fn credential_home(sb: &mut Sandbox) {
@@ -260,10 +278,12 @@ fn credential_home(sb: &mut Sandbox) {
         "home/.config/capsule/config.yaml",
         "# CREDENTIAL capsule config\n{}\n",
     );
-    sb.write(
+    let log = sb.write(
         "home/.local/state/capsule/audit.jsonl",
         "{\"CREDENTIAL\": \"audit\"}\n",
     );
+    // capsule appends only to a 0600 file of the caller's own.
+    fs::set_permissions(&log, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("chmod");
     sb.set_env("XDG_CONFIG_HOME", &cfg.to_string_lossy());
     sb.set_env("XDG_STATE_HOME", &st.to_string_lossy());
 }
@@ -338,8 +358,8 @@ fn credential_files_unreadable_and_unwritable_under_home_write_grant() {
     assert_errno(&run.probe(4), &["EACCES"], &run);
     assert_errno(&run.probe(5), &["EACCES", "EXDEV"], &run);
     assert_ok(&run.probe(6), &run);
-    // Only config.json of ~/.docker is a credential.
-    assert_ok(&run.probe(7), &run);
+    // All of ~/.docker is a credential location (contract section 2).
+    assert_errno(&run.probe(7), &["EACCES"], &run);
     assert!(!sb.home.join(".ssh/authorized_keys").exists());
     assert!(sb.home.join(".netrc").exists());
     assert!(sb.home.join(".kube/config").exists());
@@ -377,6 +397,144 @@ fn credential_dir_readable_when_named_exactly() {
     assert_ok(&v, &run);
     assert_eq!(v["value"], "CREDENTIAL .ssh/id_rsa");
     assert_errno(&run.probe(1), &["EACCES"], &run);
+}
+
+/// A command installed under HOME: its install prefix is granted, the
+/// credentials beside it are not (`~/.cargo/bin/tool` vs
+/// `~/.cargo/credentials.toml`, `~/.local/bin/tool` vs `~/.local/share/keyrings`).
+fn install_prefix_case(bin: &str, public: &str, secret: &str) {
+    let sb = Sandbox::new();
+    sb.write(&format!("home/{public}"), "PUBLIC-OK");
+    sb.write(&format!("home/{secret}"), "CREDENTIAL-TOKEN");
+    let h = |r: &str| sb.home.join(r).to_string_lossy().into_owned();
+    let tool = sb.write_exec(
+        &format!("home/{bin}"),
+        &format!(
+            "#!/bin/sh\ncat '{}'; echo \" rc=$?\"\ncat '{}'; echo \" rc=$?\"\n",
+            h(public),
+            h(secret)
+        ),
+    );
+    let tool = tool.to_string_lossy().into_owned();
+    let run = sb.exec_json(&[], &[&tool]);
+    run.assert_ran();
+    let out = run.child_stdout();
+    assert!(
+        out.contains("PUBLIC-OK"),
+        "the install prefix was not granted{}",
+        run.ctx()
+    );
+    assert!(
+        !out.contains("CREDENTIAL-TOKEN"),
+        "ESCAPE: {secret} readable through the install prefix of {bin}{}",
+        run.ctx()
+    );
+    // --dry-run says what was carved out and why.
+    let dry = sb.run(&["exec", "--dry-run", "--", &tool]);
+    dry.assert_code(0);
+    let line = dry
+        .stdout
+        .lines()
+        .find(|l| {
+            l.trim_start()
+                .strip_prefix("deny ")
+                .and_then(|rest| rest.split("  ").next())
+                .is_some_and(|p| std::path::Path::new(&h(secret)).starts_with(p))
+        })
+        .unwrap_or_else(|| panic!("--dry-run does not list the carve-out{}", dry.ctx()));
+    assert!(line.contains("credential"), "{line}");
+}
+
+#[test]
+fn cargo_install_prefix_does_not_expose_the_registry_token() {
+    install_prefix_case(
+        ".cargo/bin/tool",
+        ".cargo/registry/index.txt",
+        ".cargo/credentials.toml",
+    );
+}
+
+#[test]
+fn local_bin_install_prefix_does_not_expose_the_keyring() {
+    install_prefix_case(
+        ".local/bin/tool",
+        ".local/lib/tool/data.txt",
+        ".local/share/keyrings/login.keyring",
+    );
+}
+
+#[test]
+fn audit_log_given_on_the_command_line_is_carved_out_of_read_grants() {
+    let sb = Sandbox::new();
+    sb.write("logs/audit.jsonl", "");
+    std::fs::set_permissions(
+        sb.path("logs/audit.jsonl"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .expect("chmod");
+    let log = sb.p("logs/audit.jsonl");
+    // One run writes a record; the next tries to read the log under a read grant.
+    sb.exec_json(&["--audit-log", &log], &["/bin/true"])
+        .assert_code(0);
+    let run = sb.probe(
+        &["--audit-log", &log, "--allow-read", &sb.p("logs")],
+        &[&["read", &log]],
+    );
+    run.assert_ran();
+    assert_errno(&run.probe(0), &["EACCES"], &run);
+}
+
+/// One run writes `build/run_tests` whose `#!` names an interpreter inside a
+/// host install tree it found (a symlink to the system python3 there); the
+/// next run of that "test binary" must not be granted the install tree.
+#[test]
+fn child_written_shebang_adds_no_install_prefix() {
+    let sb = Sandbox::new();
+    sb.mkdir("app/bin");
+    sb.write("app/secret.txt", "APP-SECRET");
+    std::os::unix::fs::symlink(python(), sb.path("app/bin/python3")).expect("symlink");
+    sb.mkdir("work/build");
+    let work = sb.p("work");
+    let script = sb.p("work/build/run_tests");
+    let body = format!(
+        "#!{}\nprint('RAN')\nprint(open('{}').read())\n",
+        sb.p("app/bin/python3"),
+        sb.p("app/secret.txt")
+    );
+    let plant = sb.exec_json(
+        &["--allow-write", &work],
+        &[
+            "/bin/sh",
+            "-c",
+            &format!("printf '%s' \"$0\" > '{script}' && chmod +x '{script}'"),
+            &body,
+        ],
+    );
+    plant.assert_code(0);
+    let run = sb.exec_json(&["--allow-write", &work], &[&script]);
+    let out = run.child_stdout();
+    assert!(
+        !out.contains("APP-SECRET"),
+        "ESCAPE: a child-written #! line granted its interpreter's install tree{}",
+        run.ctx()
+    );
+    assert!(
+        out.contains("RAN"),
+        "the interpreter was not granted{}",
+        run.ctx()
+    );
+    let dry = sb.run(&["exec", "--dry-run", "--allow-write", &work, "--", &script]);
+    dry.assert_code(0);
+    assert!(
+        !dry.stdout.contains(&format!("{}  ", sb.p("app"))),
+        "{}",
+        dry.ctx()
+    );
+    assert!(
+        dry.stdout.contains("no install prefix") && dry.stdout.contains("#! interpreter"),
+        "--dry-run does not say what the command added and why{}",
+        dry.ctx()
+    );
 }
 
 #[test]

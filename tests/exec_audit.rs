@@ -162,3 +162,141 @@ fn unusable_arguments_are_a_refusal_with_a_result_and_an_audit_line() {
     assert_eq!(a["outcome"], "refused");
     assert_eq!(a["reason"], "usage_error");
 }
+
+/// The child swaps the log for a symlink to a file of the user's: with the
+/// log inside a write grant, the run is refused before anything runs, and
+/// the file the link would point at is never appended to.
+#[test]
+fn audit_log_inside_a_write_grant_is_refused_and_never_followed() {
+    let sb = Sandbox::new();
+    sb.mkdir("out");
+    sb.write("precious.txt", "PRECIOUS");
+    let log = sb.p("out/audit.jsonl");
+    let swap = format!("rm -f '{log}'; ln -s '{}' '{log}'", sb.p("precious.txt"));
+    let r = sb.exec_json(
+        &["--audit-log", &log, "--allow-write", &sb.p("out")],
+        &["/bin/sh", "-c", &swap],
+    );
+    assert_eq!(
+        sb.read("precious.txt"),
+        "PRECIOUS",
+        "ESCAPE: capsule appended its record through the child's symlink{}",
+        r.ctx()
+    );
+    r.assert_code(125);
+    let j = r.json();
+    assert_eq!(j["termination_reason"], "refused");
+    let err = j["error"].as_str().unwrap_or_default();
+    assert!(
+        err.contains("audit log") && err.contains("write grant"),
+        "unclear message: {err}"
+    );
+    assert!(
+        !sb.path("out/audit.jsonl").exists(),
+        "the refused log was left behind"
+    );
+}
+
+#[test]
+fn audit_log_inside_the_workspace_output_is_refused() {
+    let sb = Sandbox::new();
+    let ws = sb.mkdir("ws");
+    let log = ws.join("output/audit.jsonl");
+    let r = sb.exec_json(
+        &[
+            "--workspace",
+            &ws.to_string_lossy(),
+            "--audit-log",
+            &log.to_string_lossy(),
+        ],
+        &["/bin/true"],
+    );
+    r.assert_code(125);
+    assert!(r.json()["error"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("audit log"));
+}
+
+/// A log that is a symlink (planted by an earlier run or anyone else), not
+/// 0600, or not the caller's, is refused and never written.
+#[test]
+fn audit_log_symlink_or_wrong_mode_is_refused() {
+    let sb = Sandbox::new();
+    sb.write("precious.txt", "PRECIOUS");
+    std::fs::set_permissions(
+        sb.path("precious.txt"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .expect("chmod");
+    std::os::unix::fs::symlink(sb.path("precious.txt"), sb.path("link.jsonl")).expect("symlink");
+    let r = sb.exec_json(&["--audit-log", &sb.p("link.jsonl")], &["/bin/true"]);
+    assert_eq!(
+        sb.read("precious.txt"),
+        "PRECIOUS",
+        "ESCAPE: symlink followed"
+    );
+    r.assert_code(125);
+    assert!(r.stderr.contains("symbolic link"), "{}", r.ctx());
+
+    sb.write("wide.jsonl", "");
+    std::fs::set_permissions(
+        sb.path("wide.jsonl"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .expect("chmod");
+    let r = sb.exec_json(&["--audit-log", &sb.p("wide.jsonl")], &["/bin/true"]);
+    r.assert_code(125);
+    assert!(r.stderr.contains("0600"), "{}", r.ctx());
+    assert_eq!(sb.read("wide.jsonl"), "");
+
+    if is_root() {
+        sb.write("theirs.jsonl", "");
+        let p = sb.path("theirs.jsonl");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        std::os::unix::fs::chown(&p, Some(65534), Some(65534)).expect("chown");
+        let r = sb.exec_json(&["--audit-log", &sb.p("theirs.jsonl")], &["/bin/true"]);
+        r.assert_code(125);
+        assert!(r.stderr.contains("owned by"), "{}", r.ctx());
+    }
+}
+
+/// The default log under capsule's state directory stays usable under a
+/// write grant of the whole home: the state directory is carved out.
+#[test]
+fn default_audit_log_under_a_home_write_grant_is_carved_out() {
+    let mut sb = Sandbox::new();
+    let st = sb.home.join(".local/state");
+    sb.set_env("XDG_STATE_HOME", &st.to_string_lossy());
+    let log = st.join("capsule/audit.jsonl");
+    let r = sb.exec_json(
+        &["--allow-write", &sb.home.to_string_lossy()],
+        &[
+            "/bin/sh",
+            "-c",
+            &format!("cat '{}' || exit 9", log.display()),
+        ],
+    );
+    r.assert_code(9);
+    assert_eq!(lines(&log).len(), 1);
+}
+
+/// An unreadable HOME (config and default audit log beneath it) warns about
+/// the audit log but does not fail a run that uses no LLM.
+#[test]
+fn unreadable_home_does_not_fail_a_run() {
+    if is_root() {
+        skip("root reads a mode-000 HOME anyway (rpc_llm covers an unreadable config as root)");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    let h = sb.home.clone();
+    sb.set_env("XDG_CONFIG_HOME", &h.join(".config").to_string_lossy());
+    sb.set_env("XDG_STATE_HOME", &h.join(".local/state").to_string_lossy());
+    std::fs::set_permissions(&h, std::fs::Permissions::from_mode(0o000)).expect("chmod");
+    let r = sb.run(&["exec", "--", "/bin/echo", "ran-ok"]);
+    std::fs::set_permissions(&h, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    r.assert_code(0);
+    assert!(r.stdout.contains("ran-ok"), "{}", r.ctx());
+    assert!(r.stderr.contains("audit log"), "{}", r.ctx());
+}

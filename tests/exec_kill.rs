@@ -177,10 +177,11 @@ fn forwarded(sig: i32, signame: &str) {
         sig.to_string(),
         "the child did not receive {signame}"
     );
+    // capsule was signalled: it ends the run and exits 128+N, as timeout(1) does.
     assert_eq!(
         status.code(),
-        Some(7),
-        "capsule's status is the child's after {signame}"
+        Some(128 + sig),
+        "capsule's status after {signame}"
     );
 }
 
@@ -369,6 +370,192 @@ fn children_capsule_inherited_survive_the_run() {
         assert!(
             pid_alive(pid, Some(&tok)),
             "{tag}: capsule killed a child it had inherited ({pid})"
+        );
+    }
+}
+
+/// A child that ignores SIGTERM (and everything it starts, since SIG_IGN is
+/// inherited across exec): SIGTERM to capsule still ends the whole run
+/// within the grace, and capsule removes its TMPDIR and reports.
+fn escalates(sig: i32, signame: &str) {
+    let sb = Sandbox::new();
+    sb.mkdir("pids");
+    let pidfile = sb.path("pids/gc.pid");
+    let tok = token("gc-escalate");
+    let mut args: Vec<String> = vec![
+        "exec".into(),
+        "--json".into(),
+        "--allow-write".into(),
+        sb.p("pids"),
+        "--timeout".into(),
+        "120".into(),
+        "--".into(),
+        "/bin/sh".into(),
+        "-c".into(),
+        "trap '' TERM INT HUP QUIT; \"$@\"; while :; do sleep 1; done".into(),
+        "sh".into(),
+    ];
+    args.extend(probe_argv(&[&[
+        "grandchild",
+        &pidfile.to_string_lossy(),
+        &tok,
+        "1",
+    ]]));
+    let (mut capsule, _capsule_guard) = spawn_capsule(&sb, &args);
+    let cpid = capsule.id() as i32;
+    let pid = read_pid(&pidfile, Duration::from_secs(20));
+    let _guard = KillOnDrop {
+        pid: pid.unwrap_or(0),
+        token: Some(tok.clone()),
+    };
+    let pid = pid.expect("the grandchild never wrote its pid");
+    let before: Vec<_> = children(cpid);
+    assert!(!before.is_empty(), "capsule has no child");
+    let sent = Instant::now();
+    // SAFETY: kill(2) on the capsule process this test started.
+    unsafe {
+        libc::kill(cpid, sig);
+    }
+    let status = loop {
+        if let Some(st) = capsule.try_wait().expect("wait") {
+            break Some(st);
+        }
+        if sent.elapsed() > Duration::from_secs(6) {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let took = sent.elapsed();
+    let status = status.unwrap_or_else(|| {
+        panic!("capsule did not end within 6 s of {signame} to a child that ignores it")
+    });
+    assert!(
+        took < Duration::from_millis(2500),
+        "capsule took {took:?} to end the run after {signame}"
+    );
+    assert_eq!(
+        status.code(),
+        Some(128 + sig),
+        "exit status after {signame}"
+    );
+    assert!(
+        wait_gone(pid, Some(&tok), Duration::from_secs(1)),
+        "ESCAPE: the run's process {pid} survived {signame} to capsule"
+    );
+    for c in before {
+        assert!(!pid_alive(c, None), "capsule's child {c} survived");
+    }
+    let left: Vec<_> = std::fs::read_dir(sb.path("hosttmp"))
+        .expect("hosttmp")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "capsule left its TMPDIR behind: {left:?}");
+    let out = capsule.wait_with_output().expect("output");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let j: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap_or("{}"))
+        .unwrap_or_else(|e| panic!("no JSON result ({e}): {stdout}"));
+    assert_eq!(j["termination_reason"], "signaled", "{j}");
+    assert_eq!(j["signal"], sig, "{j}");
+    assert_eq!(j["killed"], true, "{j}");
+    assert!(
+        j["kill_reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(signame),
+        "{j}"
+    );
+    let audit = std::fs::read_to_string(sb.state.join("capsule/audit.jsonl")).unwrap_or_default();
+    assert!(
+        audit.contains(j["run_id"].as_str().unwrap_or("?")),
+        "no audit record of the signalled run"
+    );
+}
+
+#[test]
+fn sigterm_to_capsule_escalates_to_the_whole_run() {
+    escalates(libc::SIGTERM, "SIGTERM");
+}
+
+#[test]
+fn sighup_to_capsule_escalates_to_the_whole_run() {
+    escalates(libc::SIGHUP, "SIGHUP");
+}
+
+/// Pids of every process whose command line contains `tok`.
+fn with_token(tok: &str) -> Vec<i32> {
+    let mut out = vec![];
+    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        if let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() {
+            if pid_alive(pid, Some(tok)) {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+/// SIGTERM at any moment of capsule's start-up (before, during and after
+/// the private TMPDIR is made and the child spawned): capsule never leaves
+/// its TMPDIR or a process of the run behind.
+#[test]
+fn sigterm_during_start_up_leaves_nothing_behind() {
+    for delay_ms in [0u64, 2, 5, 10, 15, 20, 30, 45, 60, 80, 120] {
+        let sb = Sandbox::new();
+        let tok = token(&format!("startup-{delay_ms}"));
+        let args: Vec<String> = vec![
+            "exec".into(),
+            "--timeout".into(),
+            "60".into(),
+            "--".into(),
+            "/bin/sh".into(),
+            "-c".into(),
+            "trap '' TERM INT HUP; while :; do sleep 1; done".into(),
+            tok.clone(),
+        ];
+        let (mut capsule, _guard) = spawn_capsule(&sb, &args);
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        // SAFETY: kill(2) on the capsule process this test started.
+        unsafe {
+            libc::kill(capsule.id() as i32, libc::SIGTERM);
+        }
+        let sent = Instant::now();
+        let status = loop {
+            if let Some(st) = capsule.try_wait().expect("wait") {
+                break Some(st);
+            }
+            if sent.elapsed() > Duration::from_secs(5) {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert!(
+            status.is_some(),
+            "capsule ignored SIGTERM sent {delay_ms} ms after start"
+        );
+        let left: Vec<_> = std::fs::read_dir(sb.path("hosttmp"))
+            .expect("hosttmp")
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert!(
+            left.is_empty(),
+            "SIGTERM {delay_ms} ms after start: capsule left its TMPDIR behind: {left:?}"
+        );
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while !with_token(&tok).is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let alive = with_token(&tok);
+        for p in &alive {
+            // SAFETY: kill(2) on a process of this test's run.
+            unsafe {
+                libc::kill(*p, libc::SIGKILL);
+            }
+        }
+        assert!(
+            alive.is_empty(),
+            "ESCAPE: SIGTERM {delay_ms} ms after start left processes of the run: {alive:?}"
         );
     }
 }

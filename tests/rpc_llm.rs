@@ -260,3 +260,41 @@ fn no_provider_configured_is_not_allowed() {
     assert_error(&a[0], -32001, "not_allowed");
     assert_eq!(r["usage"]["llm"]["model"], serde_json::Value::Null);
 }
+
+/// With LLM access off, the child learns nothing about the host: the
+/// refusal is the same, byte for byte (apart from the request id), whether
+/// or not a provider is configured.
+#[test]
+fn disabled_llm_refusal_does_not_reveal_whether_a_provider_is_configured() {
+    let (with, fake) = openai(200, openai_answer("x"), Duration::ZERO);
+    let without = World::new();
+    for llm in ["", "llm_access:\n  enabled: false\n"] {
+        let (_, a) = with.drive(&["--policy", &policy(&with, llm)], &[complete("hi")]);
+        let (_, b) = without.drive(&["--policy", &policy(&without, llm)], &[complete("hi")]);
+        assert_error(&a[0], -32001, "not_allowed");
+        assert_eq!(
+            a[0]["error"], b[0]["error"],
+            "LEAK: the refusal tells the child whether the host has a provider"
+        );
+    }
+    assert_eq!(fake.requests().len(), 0);
+}
+
+/// The host's LLM config is read only when the policy enables LLM access:
+/// an unreadable config (here a directory where the file should be, which
+/// fails even for root) does not fail a run that uses no LLM.
+#[test]
+fn unreadable_host_config_fails_only_runs_that_use_the_llm() {
+    let w = World::new();
+    let cfg_dir = w.path().join("config/capsule/config.yaml");
+    std::fs::create_dir_all(&cfg_dir).expect("mkdir");
+    for llm in ["", "llm_access:\n  enabled: false\n"] {
+        let (r, a) = w.drive(&["--policy", &policy(&w, llm)], &[complete("hi")]);
+        assert_eq!(r["termination_reason"], "exited", "{r}");
+        assert_error(&a[0], -32001, "not_allowed");
+    }
+    // Fail closed where the config is needed.
+    let p = policy(&w, "llm_access:\n  enabled: true\n");
+    let r = run(&mut w.exec(&["--policy", &p], &["/bin/true"]));
+    assert_eq!(r["exit_code"], 125, "{r}");
+}

@@ -1,5 +1,6 @@
 //! `capsule exec`: load the policy, plan, run, report, audit.
 
+use std::cell::RefCell;
 use std::os::fd::RawFd;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -149,6 +150,41 @@ pub fn write_audit(
     }
 }
 
+/// Whether the child could reach the audit log at `log`: refused when it lies
+/// inside a write grant (the policy's, the command line's, the workspace's
+/// output or the private TMPDIR) and no carve-out between that grant and the
+/// log (capsule's own state directory, a `deny`) keeps the child out of it.
+pub fn audit_log_reachable(log: &std::path::Path, plan: &plan::Plan) -> Result<(), String> {
+    let canon = match (log.parent(), log.file_name()) {
+        (Some(dir), Some(name)) => std::fs::canonicalize(dir)
+            .map(|d| d.join(name))
+            .unwrap_or_else(|_| log.to_path_buf()),
+        _ => log.to_path_buf(),
+    };
+    for g in plan.fs.grants.iter().filter(|g| g.access.write) {
+        if !canon.starts_with(&g.path) {
+            continue;
+        }
+        // A directory carved out strictly between the grant and the log, which
+        // no grant names exactly (a grant naming it would hand it back).
+        let carved = plan.fs.deny.iter().any(|d| {
+            d.path != canon
+                && canon.starts_with(&d.path)
+                && d.path != g.path
+                && d.path.starts_with(&g.path)
+                && !plan.fs.grants.iter().any(|o| o.path == d.path)
+        });
+        if !carved {
+            return Err(format!(
+                "it lies inside the write grant {} ({}), where the sandboxed program could read, truncate or replace it",
+                g.path.display(),
+                g.origin
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The policy of a run without `--policy`: `version: 1` with system and tmp.
 pub fn default_policy() -> LoadedPolicy {
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
@@ -173,14 +209,51 @@ pub fn run(a: ExecArgs) -> i32 {
     let audit_path = if a.no_audit {
         None
     } else {
-        Some(a.audit_log.clone().unwrap_or_else(audit::default_path))
+        Some(audit::absolute(
+            &a.audit_log.clone().unwrap_or_else(audit::default_path),
+        ))
     };
     let json = a.json;
     let agent_id = a.agent_id.clone();
 
+    // The audit log is opened (created 0600) before planning: it then exists,
+    // so planning carves it out of every grant, and the record goes to this
+    // very file whatever the child does to the path meanwhile.
+    let mut created_log = false;
+    let audit_file: RefCell<Option<std::fs::File>> = RefCell::new(None);
+    if let Some(p) = &audit_path {
+        created_log = std::fs::symlink_metadata(p).is_err();
+        match audit::open(p) {
+            Ok(f) => *audit_file.borrow_mut() = Some(f),
+            Err(e) if e.is_unsafe() => {
+                let r = RunResult::not_run(
+                    run_id.clone(),
+                    Termination::Refused,
+                    exit::REFUSED,
+                    e.to_string(),
+                );
+                error_line(&e);
+                if json {
+                    let _ = r.write_json_line(std::io::stdout().lock());
+                }
+                return exit::REFUSED;
+            }
+            Err(e) => error_line(&e),
+        }
+    }
+
     let finish = |f: Finished, print_result: bool| -> i32 {
         let r = &f.result;
-        write_audit(audit_path.as_deref(), r, agent_id.as_deref(), f.reason);
+        if let (Some(p), Some(file)) = (&audit_path, audit_file.borrow_mut().as_mut()) {
+            let rec = audit::Record::from_result(
+                r,
+                agent_id.as_deref().filter(|id| valid_agent_id(id)),
+                f.reason,
+            );
+            if let Err(e) = audit::write_record(file, p, &rec) {
+                error_line(&e);
+            }
+        }
         if let Some(err) = &r.error {
             if r.termination_reason != Termination::Exited {
                 error_line(err);
@@ -241,6 +314,7 @@ pub fn run(a: ExecArgs) -> i32 {
             cwd: a.cwd,
             mounts: a.mounts,
             tmp_size_mb: a.tmp_size,
+            audit_log: audit_path.clone(),
         },
         argv: a.command,
         best_effort: a.best_effort,
@@ -266,6 +340,19 @@ pub fn run(a: ExecArgs) -> i32 {
         Err(e) => return refuse("policy_invalid", e.to_string()),
     };
     tracing::debug!("exec: plan built");
+    if let Some(p) = &audit_path {
+        if let Err(why) = audit_log_reachable(p, &plan) {
+            // Never write into a place the child could have prepared.
+            audit_file.borrow_mut().take();
+            if created_log {
+                let _ = std::fs::remove_file(p);
+            }
+            return refuse(
+                "audit_log_unsafe",
+                format!("refusing the audit log {}: {why}; put it outside every write grant (or use --no-audit)", p.display()),
+            );
+        }
+    }
     if a.dry_run {
         return super::report::dry_run(&plan, json);
     }

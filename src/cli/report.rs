@@ -28,7 +28,7 @@ pub fn plan_json(plan: &Plan, k: &KernelView) -> serde_json::Value {
     let fs_layer = if k.landlock_abi > 0 {
         format!("landlock ABI {}", k.landlock_abi)
     } else {
-        "NOT ENFORCED (no Landlock)".into()
+        "not enforced: no Landlock on this kernel".into()
     };
     json!({
         "run_id": plan.run_id,
@@ -44,6 +44,7 @@ pub fn plan_json(plan: &Plan, k: &KernelView) -> serde_json::Value {
             })).collect::<Vec<_>>(),
             "deny": plan.fs.deny.iter().map(|d| json!({"path": d.path, "origin": d.origin.to_string()})).collect::<Vec<_>>(),
             "proc_self": plan.fs.proc_self,
+            "command_notes": plan.command_notes,
         },
         "network": {
             "mode": plan.net.mode.as_str(),
@@ -94,10 +95,13 @@ fn network_layer(mode: NetMode, k: &KernelView) -> String {
 
 /// Print the plan for humans.
 pub fn print_plan(plan: &Plan, k: &KernelView) {
-    let fs_layer = if k.landlock_abi > 0 {
-        format!("Landlock ABI {}", k.landlock_abi)
+    let fs_line = if k.landlock_abi > 0 {
+        format!(
+            "enforced by Landlock ABI {}; anything not listed is denied",
+            k.landlock_abi
+        )
     } else {
-        "NOT ENFORCED".into()
+        "not enforced: this kernel has no Landlock (it needs Linux 5.13+ with landlock in lsm=); these are the grants exec would enforce".into()
     };
     if !plan.argv.is_empty() {
         println!(
@@ -115,7 +119,7 @@ pub fn print_plan(plan: &Plan, k: &KernelView) {
             .collect::<Vec<_>>()
             .join(" ")
     );
-    println!("filesystem (enforced by {fs_layer}; anything not listed is denied):");
+    println!("filesystem ({fs_line}):");
     for g in &plan.fs.grants {
         println!(
             "  {:<4} {}  — {}",
@@ -129,6 +133,9 @@ pub fn print_plan(plan: &Plan, k: &KernelView) {
     }
     for d in &plan.fs.deny {
         println!("  deny {}  — {}", d.path.display(), d.origin);
+    }
+    for n in &plan.command_notes {
+        println!("  note {n}");
     }
     println!(
         "network   {} — {}",

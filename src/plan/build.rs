@@ -6,6 +6,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use super::command::{self, CommandError};
+use super::credentials;
 
 use super::env::{self, EnvError};
 use super::{system, Access, FsDeny, FsGrant, FsPlan, LimitsPlan, NetPlan, Opened, Origin, Plan};
@@ -61,6 +62,8 @@ pub struct Overrides {
     pub mounts: Vec<String>,
     /// `--tmp-size`, in MiB.
     pub tmp_size_mb: Option<u64>,
+    /// The run's audit log (carved out of every grant like a credential).
+    pub audit_log: Option<PathBuf>,
 }
 
 /// Everything `build` needs.
@@ -229,40 +232,78 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         PathBuf::from("/")
     };
 
-    // The command, resolved on the host.
+    if policy.filesystem.system {
+        grants.extend(system::grants());
+    }
+
+    // The command, resolved on the host. Places the child can write are
+    // known now: content there adds no prefix (see `command`).
     let host_path = std::env::var("PATH").ok();
+    let writable: Vec<PathBuf> = grants
+        .iter()
+        .filter(|g| g.access.write)
+        .map(|g| g.path.clone())
+        .collect();
+    let ctx = command::Context {
+        path_env: host_path.as_deref().unwrap_or(env::DEFAULT_PATH),
+        cwd: &cwd,
+        home: &home,
+        writable: &writable,
+    };
     // `capsule check` plans without a command.
     let cmd = match argv.first() {
-        Some(name) => command::resolve(
-            name,
-            host_path.as_deref().unwrap_or(env::DEFAULT_PATH),
-            &cwd,
-            &home,
-        )?,
-        None => command::ResolvedCommand {
-            program: PathBuf::new(),
-            files: vec![],
-            prefixes: vec![],
-        },
+        Some(name) => command::resolve(name, &ctx)?,
+        None => command::ResolvedCommand::default(),
     };
-    for f in &cmd.files {
+    let mut command_notes = cmd.skipped.clone();
+    let creds = credentials::patterns(&home, &[]);
+    let mut add_command_path = |a: &command::Added, prefix: bool, grants: &mut Vec<FsGrant>| {
+        if let Some(g) = grants
+            .iter()
+            .find(|g| g.access.exec && a.path.starts_with(&g.path))
+        {
+            if !prefix {
+                command_notes.push(format!(
+                    "{} ({}) needs no grant: {} ({}) covers it",
+                    a.path.display(),
+                    a.why,
+                    g.path.display(),
+                    g.origin
+                ));
+            }
+            return;
+        }
+        // The checks policy grants get, and no credential location.
+        let refused = validate::check_grant(&a.path, GrantKind::Exec)
+            .err()
+            .or_else(|| {
+                a.path
+                    .ancestors()
+                    .any(|p| credentials::is_credential(&creds, p))
+                    .then(|| "it is a credential location".to_string())
+            });
+        if let Some(why) = refused {
+            command_notes.push(format!(
+                "{} ({}) is not granted: {why}",
+                a.path.display(),
+                a.why
+            ));
+            return;
+        }
         grants.push(FsGrant {
             opened: Opened::NONE,
-            path: f.clone(),
+            path: a.path.clone(),
             access: Access::EXEC,
-            origin: Origin::Command,
+            origin: Origin::Command(a.why.clone()),
         });
+    };
+    for f in &cmd.files {
+        add_command_path(f, false, &mut grants);
     }
     if policy.filesystem.system {
         for p in &cmd.prefixes {
-            grants.push(FsGrant {
-                opened: Opened::NONE,
-                path: p.clone(),
-                access: Access::EXEC,
-                origin: Origin::Command,
-            });
+            add_command_path(p, true, &mut grants);
         }
-        grants.extend(system::grants());
     }
 
     tracing::debug!("plan: command and system grants");
@@ -278,18 +319,18 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
             },
         })
         .collect();
-    for cred in validate::credential_paths(&home) {
-        // Cheapest test first: usually no grant lies above a credential path.
-        let beneath = || {
-            grants
-                .iter()
-                .any(|g| cred.starts_with(&g.path) && g.path != cred)
-        };
-        let named = || grants.iter().any(|g| g.path == cred);
-        if beneath() && !named() && cred.exists() {
+    let mut extra = Vec::new();
+    if let Some(log) = &ov.audit_log {
+        extra.push((log.clone(), "capsule's audit log of this run"));
+    }
+    let creds = credentials::patterns(&home, &extra);
+    // Strictly beneath a grant; a grant naming the path exactly keeps it.
+    let beneath = |p: &Path| grants.iter().any(|g| p.starts_with(&g.path) && g.path != p);
+    for cred in credentials::existing(&creds, beneath) {
+        if !grants.iter().any(|g| g.path == cred.path) {
             deny.push(FsDeny {
-                path: cred,
-                origin: Origin::Credential,
+                path: cred.path,
+                origin: Origin::Credential(cred.what),
             });
         }
     }
@@ -302,12 +343,27 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_else(|| "/nonexistent".to_string());
     let tmp_s = tmpdir.as_ref().map(|p| p.to_string_lossy().into_owned());
+    // A mount's destination is a place in the child too: read-only ones may
+    // hold PYTHONPATH (/pack for a pack mounted there), read-write ones not.
+    let access: Vec<(PathBuf, Access)> = grants
+        .iter()
+        .map(|g| (g.path.clone(), g.access))
+        .chain(mounts.iter().map(|m| {
+            let a = if m.read_only {
+                Access::READ
+            } else {
+                Access::WRITE
+            };
+            (m.dst.clone(), a)
+        }))
+        .collect();
     let env = env::build(
         &policy.env,
         host_path.as_deref(),
         &home_dir,
         tmp_s.as_deref(),
         &[],
+        &access,
     )?;
 
     let l = &policy.limits;
@@ -319,6 +375,7 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         env,
         cwd,
         tmpdir,
+        command_notes,
         fs: FsPlan {
             grants,
             deny,

@@ -4,9 +4,16 @@
 //! child's working directory when it contains a `/`), so the child's
 //! execve never searches. The program file, and a script's `#!`
 //! interpreter (and the program `/usr/bin/env` would start), are granted
-//! read+exec; with `filesystem.system` their install prefix is granted too
-//! (for `/opt/tool/bin/tool`, `/opt/tool`), unless that prefix would be
-//! `/`, `/usr` (already covered) or the user's home or one of its ancestors.
+//! read+exec (each only when no exec grant covers it already); with
+//! `filesystem.system` their install prefix is granted too (for
+//! `/opt/tool/bin/tool`, `/opt/tool`), unless that prefix would be `/`,
+//! `/usr` (already covered) or the user's home or one of its ancestors.
+//!
+//! Content the sandboxed program can write is not trusted: a program (or its
+//! symlink target) in a write grant, the workspace output or TMPDIR adds no
+//! prefix, its `#!` interpreter is granted as one file at most, and an
+//! interpreter in such a place is not granted at all. The planner then puts
+//! every added path through the checks policy grants get (`plan::build`).
 
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
@@ -35,24 +42,55 @@ impl CommandError {
     }
 }
 
+/// A path the command adds, and why (shown by `check`/`--dry-run`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Added {
+    pub path: PathBuf,
+    pub why: String,
+}
+
 /// The program to exec and what it needs to be granted.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ResolvedCommand {
     /// Absolute path passed to execve.
     pub program: PathBuf,
-    /// Files that need read+exec: the program, its interpreter(s).
-    pub files: Vec<PathBuf>,
+    /// Files that need read+exec: the program, its interpreter(s). The
+    /// planner grants each only when no exec grant covers it already.
+    pub files: Vec<Added>,
     /// Install prefixes (granted read+exec under `system: true`).
-    pub prefixes: Vec<PathBuf>,
+    pub prefixes: Vec<Added>,
+    /// What the command would have added but may not, and why.
+    pub skipped: Vec<String>,
+}
+
+/// Where the command is resolved, and which places the child can write.
+pub struct Context<'a> {
+    pub path_env: &'a str,
+    pub cwd: &'a Path,
+    pub home: &'a Path,
+    /// Canonical paths the child can write (write grants, the workspace
+    /// output, the private TMPDIR): content there is the child's, and adds
+    /// no grant beyond the one file the user named.
+    pub writable: &'a [PathBuf],
+}
+
+impl Context<'_> {
+    /// Whether `p` (as written, or after following its symlinks) lies in a
+    /// place the child can write.
+    fn child_writable(&self, p: &Path) -> bool {
+        let under = |q: &Path| self.writable.iter().any(|w| q.starts_with(w));
+        under(p) || std::fs::canonicalize(p).is_ok_and(|c| under(&c))
+    }
 }
 
 /// Resolve `name` as a shell would, on `path_env`, relative paths against `cwd`.
-pub fn resolve(
-    name: &str,
-    path_env: &str,
-    cwd: &Path,
-    home: &Path,
-) -> Result<ResolvedCommand, CommandError> {
+///
+/// The program, its `#!` interpreter and the program `/usr/bin/env` starts
+/// are returned as files to grant; their install prefixes too, but only when
+/// none of the program, its symlink target, the interpreter or the prefix
+/// lies in a place the child can write (a child-written `#!` line or symlink
+/// must not widen the next run's grants).
+pub fn resolve(name: &str, ctx: &Context<'_>) -> Result<ResolvedCommand, CommandError> {
     if name.is_empty() {
         return Err(CommandError::Empty);
     }
@@ -60,33 +98,83 @@ pub fn resolve(
         let p = if Path::new(name).is_absolute() {
             PathBuf::from(name)
         } else {
-            cwd.join(name)
+            ctx.cwd.join(name)
         };
         check_executable(&p, name)?;
         p
     } else {
-        find_on_path(name, path_env)?
+        find_on_path(name, ctx.path_env)?
     };
     let mut out = ResolvedCommand {
         program: program.clone(),
-        files: vec![program.clone()],
-        prefixes: vec![],
+        ..Default::default()
     };
-    add_prefix(&mut out, &program, home);
+    add_file(&mut out, &program, "the program");
+    // Content the child may have written: its `#!` line names no prefix.
+    let tainted = ctx.child_writable(&program);
+    if tainted {
+        out.skipped.push(format!(
+            "no install prefix for {}: it lies in a place the sandboxed program can write, so its #! line and symlinks are not trusted",
+            program.display()
+        ));
+    } else {
+        add_prefix(&mut out, &program, ctx);
+    }
     if let Some((interp, arg)) = shebang(&program) {
-        out.files.push(interp.clone());
-        add_prefix(&mut out, &interp, home);
+        add_helper(&mut out, &interp, "its #! interpreter", tainted, ctx);
         // `#!/usr/bin/env python3`: the program env starts needs exec too.
         if interp.file_name().is_some_and(|n| n == "env") {
             if let Some(target) = arg {
-                if let Ok(p) = find_on_path(&target, path_env) {
-                    out.files.push(p.clone());
-                    add_prefix(&mut out, &p, home);
+                if let Ok(p) = find_on_path(&target, ctx.path_env) {
+                    add_helper(&mut out, &p, "the program its #! env starts", tainted, ctx);
                 }
             }
         }
     }
     Ok(out)
+}
+
+fn add_file(out: &mut ResolvedCommand, p: &Path, why: &str) {
+    if !out.files.iter().any(|f| f.path == p) {
+        out.files.push(Added {
+            path: p.to_path_buf(),
+            why: why.to_string(),
+        });
+    }
+    // The link's target is what the kernel opens.
+    if let Ok(real) = std::fs::canonicalize(p) {
+        if real != p && !out.files.iter().any(|f| f.path == real) {
+            out.files.push(Added {
+                path: real,
+                why: format!("{why} (symlink target of {})", p.display()),
+            });
+        }
+    }
+}
+
+/// An interpreter (or env's target): never one in a child-writable place
+/// (no exec from writable places), and no prefix when named by child content.
+fn add_helper(out: &mut ResolvedCommand, p: &Path, why: &str, tainted: bool, ctx: &Context<'_>) {
+    if ctx.child_writable(p) {
+        out.skipped.push(format!(
+            "{why} {} is not granted: it lies in a place the sandboxed program can write",
+            p.display()
+        ));
+        return;
+    }
+    // Only an executable regular file can be an interpreter: a `#!` line
+    // naming anything else must not turn into a read grant.
+    if check_executable(p, &p.to_string_lossy()).is_err() {
+        out.skipped.push(format!(
+            "{why} {} is not granted: it is not an executable file",
+            p.display()
+        ));
+        return;
+    }
+    add_file(out, p, why);
+    if !tainted {
+        add_prefix(out, p, ctx);
+    }
 }
 
 fn check_executable(p: &Path, name: &str) -> Result<(), CommandError> {
@@ -148,7 +236,7 @@ fn shebang(program: &Path) -> Option<(PathBuf, Option<String>)> {
     Some((interp, arg))
 }
 
-fn add_prefix(out: &mut ResolvedCommand, program: &Path, home: &Path) {
+fn add_prefix(out: &mut ResolvedCommand, program: &Path, ctx: &Context<'_>) {
     let real = std::fs::canonicalize(program).unwrap_or_else(|_| program.to_path_buf());
     for p in [program, real.as_path()] {
         let Some(dir) = p.parent() else { continue };
@@ -161,13 +249,24 @@ fn add_prefix(out: &mut ResolvedCommand, program: &Path, home: &Path) {
         let too_broad = prefix == Path::new("/")
             || prefix == Path::new("/usr")
             || prefix == Path::new("/usr/local")
-            || home.starts_with(prefix);
-        if !too_broad && !out.prefixes.iter().any(|q| q == prefix) {
-            out.prefixes.push(prefix.to_path_buf());
+            || ctx.home.starts_with(prefix);
+        if too_broad || out.prefixes.iter().any(|q| q.path == prefix) {
+            continue;
         }
-    }
-    if real != program && !out.files.contains(&real) {
-        out.files.push(real);
+        // A prefix in, or around, a place the child writes would let it
+        // execute what it wrote (or name what the next run may read).
+        if ctx.child_writable(prefix) || ctx.writable.iter().any(|w| w.starts_with(prefix)) {
+            out.skipped.push(format!(
+                "no install prefix {} for {}: it is, or holds, a place the sandboxed program can write",
+                prefix.display(),
+                program.display()
+            ));
+            continue;
+        }
+        out.prefixes.push(Added {
+            path: prefix.to_path_buf(),
+            why: format!("the install prefix of {}", p.display()),
+        });
     }
 }
 
@@ -175,20 +274,30 @@ fn add_prefix(out: &mut ResolvedCommand, program: &Path, home: &Path) {
 mod tests {
     use super::*;
 
+    fn ctx<'a>(path_env: &'a str, home: &'a Path, writable: &'a [PathBuf]) -> Context<'a> {
+        Context {
+            path_env,
+            cwd: Path::new("/"),
+            home,
+            writable,
+        }
+    }
+
     #[test]
     fn finds_on_path_and_reports_missing() {
         let home = Path::new("/nonexistent-home");
-        let r = resolve("sh", "/usr/bin:/bin", Path::new("/"), home).unwrap();
+        let c = ctx("/usr/bin:/bin", home, &[]);
+        let r = resolve("sh", &c).unwrap();
         assert!(r.program.is_absolute());
-        let e = resolve("no-such-command-xyz", "/usr/bin:/bin", Path::new("/"), home).unwrap_err();
+        let e = resolve("no-such-command-xyz", &c).unwrap_err();
         assert_eq!(e.exit_code(), 127);
         let dir = tempfile::tempdir().unwrap();
         let plain = dir.path().join("plain");
         std::fs::write(&plain, "data").unwrap();
         std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let e = resolve(plain.to_str().unwrap(), "/usr/bin", Path::new("/"), home).unwrap_err();
+        let e = resolve(plain.to_str().unwrap(), &c).unwrap_err();
         assert_eq!(e.exit_code(), 126);
-        let e = resolve("/tmp", "/usr/bin", Path::new("/"), home).unwrap_err();
+        let e = resolve("/tmp", &c).unwrap_err();
         assert_eq!(e.exit_code(), 126);
     }
 
@@ -200,33 +309,69 @@ mod tests {
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
         let r = resolve(
             script.to_str().unwrap(),
-            "/usr/bin:/bin",
-            Path::new("/"),
-            Path::new("/h"),
+            &ctx("/usr/bin:/bin", Path::new("/h"), &[]),
         )
         .unwrap();
-        assert!(r.files.iter().any(|f| f.ends_with("env")));
-        assert!(r.files.iter().any(|f| f.ends_with("sh")));
+        assert!(r.files.iter().any(|f| f.path.ends_with("env")));
+        assert!(r.files.iter().any(|f| f.path.ends_with("sh")));
     }
 
     #[test]
     fn prefix_of_opt_tool_but_never_home() {
-        let mut out = ResolvedCommand {
-            program: "/x".into(),
-            files: vec![],
-            prefixes: vec![],
-        };
-        add_prefix(
-            &mut out,
-            Path::new("/opt/tool/bin/tool"),
-            Path::new("/home/u"),
+        let mut out = ResolvedCommand::default();
+        let c = ctx("", Path::new("/home/u"), &[]);
+        add_prefix(&mut out, Path::new("/opt/tool/bin/tool"), &c);
+        add_prefix(&mut out, Path::new("/home/u/bin/tool"), &c);
+        add_prefix(&mut out, Path::new("/usr/bin/tool"), &c);
+        let p: Vec<_> = out.prefixes.iter().map(|a| a.path.clone()).collect();
+        assert_eq!(p, vec![PathBuf::from("/opt/tool")]);
+    }
+
+    #[test]
+    fn child_written_scripts_add_no_prefix() {
+        let t = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(t.path()).unwrap();
+        let app = root.join("app/bin");
+        std::fs::create_dir_all(&app).unwrap();
+        std::os::unix::fs::symlink("/bin/sh", app.join("sh")).unwrap();
+        let out_dir = root.join("out");
+        std::fs::create_dir_all(&out_dir).unwrap();
+        let script = out_dir.join("run_tests");
+        std::fs::write(&script, format!("#!{}\n", app.join("sh").display())).unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let w = [out_dir.clone()];
+        let r = resolve(
+            script.to_str().unwrap(),
+            &ctx("/usr/bin:/bin", Path::new("/h"), &w),
+        )
+        .unwrap();
+        assert!(r.prefixes.is_empty(), "{r:?}");
+        assert!(r.files.iter().any(|f| f.path == app.join("sh")));
+        // The same script outside any writable place: its prefix is granted.
+        let r = resolve(
+            script.to_str().unwrap(),
+            &ctx("/usr/bin:/bin", Path::new("/h"), &[]),
+        )
+        .unwrap();
+        assert!(
+            r.prefixes.iter().any(|p| p.path == root.join("app")),
+            "{r:?}"
         );
-        add_prefix(
-            &mut out,
-            Path::new("/home/u/bin/tool"),
-            Path::new("/home/u"),
-        );
-        add_prefix(&mut out, Path::new("/usr/bin/tool"), Path::new("/home/u"));
-        assert_eq!(out.prefixes, vec![PathBuf::from("/opt/tool")]);
+        // A non-executable file named as interpreter is not granted.
+        std::fs::write(&script, "#!/etc/passwd\n").unwrap();
+        let r = resolve(
+            script.to_str().unwrap(),
+            &ctx("/usr/bin:/bin", Path::new("/h"), &w),
+        )
+        .unwrap();
+        assert_eq!(r.files.len(), 1, "{r:?}");
+        // An interpreter inside the writable place is never granted.
+        std::fs::write(&script, format!("#!{}\n", out_dir.join("py").display())).unwrap();
+        let r = resolve(
+            script.to_str().unwrap(),
+            &ctx("/usr/bin:/bin", Path::new("/h"), &w),
+        )
+        .unwrap();
+        assert_eq!(r.files.len(), 1, "{r:?}");
     }
 }

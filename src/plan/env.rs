@@ -4,21 +4,97 @@
 //! policy's `env.pass` (host values, when set) and `env.set`, then what
 //! capsule itself adds (proxy variables, CAPSULE_RPC_FD). Variables that
 //! change how interpreters load code (LD_*, PYTHONPATH, NODE_OPTIONS, ...)
-//! are refused even when a policy names them. No other host variable
-//! reaches the child.
+//! are refused even when a policy names them, except the module search
+//! paths `PYTHONPATH` and `NODE_PATH` when every entry lies in a place that
+//! is read-only in the child (see [`check_search_path`]). No other host
+//! variable reaches the child.
 
+use std::path::{Component, Path, PathBuf};
+
+use super::Access;
 use crate::policy::validate::is_refused_env;
 use crate::policy::Env;
+
+/// Module search paths accepted when every entry is read-only in the child.
+pub const READ_ONLY_PATH_ENV: &[&str] = &["PYTHONPATH", "NODE_PATH"];
+
+/// Whether `name` is one of [`READ_ONLY_PATH_ENV`].
+pub fn is_search_path(name: &str) -> bool {
+    READ_ONLY_PATH_ENV.contains(&name)
+}
+
+/// `value` of a module search path (`PYTHONPATH`, `NODE_PATH`): every
+/// `:`-separated entry must be an absolute path without `..` that lies
+/// beneath a read or exec grant, and neither lies in nor holds any write
+/// grant (a write grant inside an entry would be importable as a package).
+/// An empty entry means the current directory and is refused.
+pub fn check_search_path(value: &str, grants: &[(PathBuf, Access)]) -> Result<(), String> {
+    check_search_path_with(value, grants, true)
+}
+
+/// [`check_search_path`]; with `require_grant` false only the shape and the
+/// write grants are checked (policy validation, before system grants exist).
+pub fn check_search_path_with(
+    value: &str,
+    grants: &[(PathBuf, Access)],
+    require_grant: bool,
+) -> Result<(), String> {
+    for entry in value.split(':') {
+        if entry.is_empty() {
+            return Err("an empty entry means the working directory, which may be writable".into());
+        }
+        let p = Path::new(entry);
+        if !p.is_absolute()
+            || p.components()
+                .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
+        {
+            return Err(format!(
+                "entry `{entry}` is not an absolute path without . or .."
+            ));
+        }
+        // The path as written, and where its symlinks lead.
+        let mut forms = vec![p.to_path_buf()];
+        if let Ok(c) = std::fs::canonicalize(p) {
+            if c != p {
+                forms.push(c);
+            }
+        }
+        for f in &forms {
+            if let Some((w, _)) = grants
+                .iter()
+                .find(|(g, a)| a.write && (f.starts_with(g) || g.starts_with(f)))
+            {
+                return Err(format!(
+                    "entry `{entry}` is writable in the sandbox (write grant {}); module search paths must be read-only",
+                    w.display()
+                ));
+            }
+            let read_only = grants
+                .iter()
+                .any(|(g, a)| (a.read || a.exec) && !a.write && f.starts_with(g));
+            if require_grant && !read_only {
+                return Err(format!(
+                    "entry `{entry}` is not beneath a read-only grant (filesystem.read or exec)"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
 
 /// PATH when the host has none.
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 #[derive(Debug, thiserror::Error)]
-#[error("environment variable {name} is refused in the sandbox ({key}); remove it from the policy")]
+#[error("environment variable {name} is refused in the sandbox ({key}): {why}")]
 pub struct EnvError {
     pub name: String,
     pub key: String,
+    pub why: String,
 }
+
+const REFUSED_WHY: &str =
+    "it makes programs load code or options from outside the policy; remove it from the policy";
 
 /// Build the environment in order. `home`/`tmpdir` are the child's.
 pub fn build(
@@ -27,6 +103,7 @@ pub fn build(
     home: &str,
     tmpdir: Option<&str>,
     extra: &[(String, String)],
+    grants: &[(PathBuf, Access)],
 ) -> Result<Vec<(String, String)>, EnvError> {
     let mut env: Vec<(String, String)> =
         Vec::with_capacity(8 + policy.pass.len() + policy.set.len() + extra.len());
@@ -50,24 +127,32 @@ pub fn build(
         put(&mut env, "TMPDIR", t.to_string());
     }
     put(&mut env, "LANG", "C.UTF-8".to_string());
+    let check = |name: &str, key: String, value: Option<&str>| -> Result<(), EnvError> {
+        let why = if is_search_path(name) {
+            match value.map(|v| check_search_path(v, grants)) {
+                None | Some(Ok(())) => return Ok(()),
+                Some(Err(why)) => why,
+            }
+        } else if is_refused_env(name) {
+            REFUSED_WHY.to_string()
+        } else {
+            return Ok(());
+        };
+        Err(EnvError {
+            name: name.to_string(),
+            key,
+            why,
+        })
+    };
     for (i, name) in policy.pass.iter().enumerate() {
-        if is_refused_env(name) {
-            return Err(EnvError {
-                name: name.clone(),
-                key: format!("env.pass[{i}]"),
-            });
-        }
-        if let Ok(v) = std::env::var(name) {
+        let v = std::env::var(name).ok();
+        check(name, format!("env.pass[{i}]"), v.as_deref())?;
+        if let Some(v) = v {
             put(&mut env, name, v);
         }
     }
     for (name, value) in &policy.set {
-        if is_refused_env(name) {
-            return Err(EnvError {
-                name: name.clone(),
-                key: format!("env.set.{name}"),
-            });
-        }
+        check(name, format!("env.set.{name}"), Some(value))?;
         put(&mut env, name, value.clone());
     }
     for (name, value) in extra {
@@ -87,15 +172,45 @@ mod tests {
         let mut p = Env::default();
         p.pass.push("CAPSULE_ENV_TEST_PASS".into());
         p.set.insert("A".into(), "1".into());
-        let env = build(&p, Some("/bin"), "/h", Some("/t"), &[]).unwrap();
+        let env = build(&p, Some("/bin"), "/h", Some("/t"), &[], &[]).unwrap();
         assert!(env.iter().all(|(k, _)| k != "CAPSULE_ENV_TEST_SECRET"));
         assert!(env.contains(&("CAPSULE_ENV_TEST_PASS".into(), "ok".into())));
         assert!(env.contains(&("LANG".into(), "C.UTF-8".into())));
         let mut bad = Env::default();
         bad.set.insert("LD_PRELOAD".into(), "/x.so".into());
-        assert!(build(&bad, None, "/h", None, &[]).is_err());
-        let mut bad = Env::default();
-        bad.pass.push("PYTHONPATH".into());
-        assert!(build(&bad, None, "/h", None, &[]).is_err());
+        assert!(build(&bad, None, "/h", None, &[], &[]).is_err());
+    }
+
+    #[test]
+    fn search_paths_only_in_read_only_places() {
+        let g = vec![
+            (PathBuf::from("/opt/pack"), Access::READ),
+            (PathBuf::from("/opt/pack/cache"), Access::WRITE),
+            (PathBuf::from("/srv/lib"), Access::EXEC),
+            (PathBuf::from("/work"), Access::WRITE),
+        ];
+        assert!(check_search_path("/srv/lib", &g).is_ok());
+        assert!(check_search_path("/srv/lib/a:/srv/lib/b", &g).is_ok());
+        for bad in [
+            "/work/lib",
+            "/opt/pack",
+            "/opt/pack/cache/x",
+            "/srv/lib:",
+            "",
+            "srv/lib",
+            "/srv/lib/../../work",
+            "/etc",
+        ] {
+            assert!(check_search_path(bad, &g).is_err(), "{bad}");
+        }
+        let mut p = Env::default();
+        p.set.insert("PYTHONPATH".into(), "/work/evil".into());
+        let e = build(&p, None, "/h", None, &[], &g).unwrap_err();
+        assert!(e.to_string().contains("env.set.PYTHONPATH"), "{e}");
+        assert!(e.to_string().contains("writable"), "{e}");
+        p.set.insert("PYTHONPATH".into(), "/srv/lib".into());
+        p.set.insert("NODE_PATH".into(), "/srv/lib/node".into());
+        let env = build(&p, None, "/h", None, &[], &g).unwrap();
+        assert!(env.contains(&("PYTHONPATH".into(), "/srv/lib".into())));
     }
 }

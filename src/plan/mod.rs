@@ -8,6 +8,7 @@
 
 pub mod build;
 pub mod command;
+pub mod credentials;
 pub mod env;
 pub mod mounts;
 pub mod system;
@@ -90,14 +91,14 @@ pub enum Origin {
     Cli(&'static str),
     /// `filesystem.system: true`.
     System,
-    /// The resolved command, its interpreter or its install prefix.
-    Command,
+    /// The resolved command, its interpreter or its install prefix: why.
+    Command(String),
     /// The private $TMPDIR.
     Tmp,
     /// `--workspace`.
     Workspace,
-    /// A built-in credential carve-out (section 2).
-    Credential,
+    /// A built-in credential carve-out (section 2): what the path holds.
+    Credential(&'static str),
 }
 
 impl std::fmt::Display for Origin {
@@ -107,10 +108,13 @@ impl std::fmt::Display for Origin {
             Origin::Policy { key, line: None } => write!(f, "policy {key}"),
             Origin::Cli(flag) => write!(f, "command line {flag}"),
             Origin::System => write!(f, "filesystem.system"),
-            Origin::Command => write!(f, "the command"),
+            Origin::Command(why) => write!(f, "the command: {why}"),
             Origin::Tmp => write!(f, "filesystem.tmp"),
             Origin::Workspace => write!(f, "--workspace"),
-            Origin::Credential => write!(f, "built-in credential carve-out"),
+            Origin::Credential(what) => write!(
+                f,
+                "built-in credential carve-out ({what}): unreadable beneath every grant unless a grant names it exactly"
+            ),
         }
     }
 }
@@ -208,6 +212,8 @@ pub struct Plan {
     /// The private tmp dir (created by build, removed by the supervisor).
     pub tmpdir: Option<PathBuf>,
     pub fs: FsPlan,
+    /// What the command would have added but did not, or did not need to, and why.
+    pub command_notes: Vec<String>,
     pub net: NetPlan,
     pub limits: LimitsPlan,
     pub best_effort: bool,

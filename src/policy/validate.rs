@@ -77,7 +77,7 @@ pub fn check_env_name(name: &str) -> Result<(), String> {
             name.escape_debug()
         ));
     }
-    if is_refused_env(name) {
+    if is_refused_env(name) && !crate::plan::env::is_search_path(name) {
         return Err(format!(
             "`{name}` is refused: it makes programs load code or options from outside the policy (LD_*, PYTHONPATH, NODE_OPTIONS, ... are never passed)"
         ));
@@ -153,36 +153,13 @@ pub fn check_grant(path: &Path, kind: GrantKind) -> Result<(), String> {
 }
 
 /// Files that stay unreadable even beneath a broad grant, unless a grant
-/// names them exactly: cloud/ssh/gpg credentials, capsule's own config (which
-/// names provider key variables) and its audit log.
+/// names them exactly. The one list lives in [`crate::plan::credentials`];
+/// patterns (`.cargo/credentials*`) are returned as written.
 pub fn credential_paths(home: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = [
-        ".ssh",
-        ".aws",
-        ".gnupg",
-        ".config/gcloud",
-        ".kube",
-        ".netrc",
-        ".docker/config.json",
-        ".config/capsule",
-        ".local/state/capsule",
-    ]
-    .iter()
-    .map(|p| home.join(p))
-    .collect();
-    for (var, sub) in [
-        ("XDG_CONFIG_HOME", "capsule"),
-        ("XDG_STATE_HOME", "capsule"),
-    ] {
-        if let Some(dir) = std::env::var_os(var).map(PathBuf::from) {
-            if dir.is_absolute() {
-                v.push(dir.join(sub));
-            }
-        }
-    }
-    let mut seen = BTreeSet::new();
-    v.retain(|p| seen.insert(p.clone()));
-    v
+    crate::plan::credentials::patterns(home, &[])
+        .into_iter()
+        .map(|l| l.path)
+        .collect()
 }
 
 /// Apply every fail-closed rule to a loaded policy and its resolved grants
@@ -203,7 +180,7 @@ pub fn validate(lp: &LoadedPolicy, fs: &ResolvedFs) -> Result<(), PolicyError> {
     v.network(p)?;
     v.filesystem(fs)?;
     v.limits(p)?;
-    v.env(p)?;
+    v.env(p, fs)?;
     v.tools(p)?;
     v.llm(p)?;
     Ok(())
@@ -300,7 +277,7 @@ impl Validator<'_> {
         Ok(())
     }
 
-    fn env(&self, p: &Policy) -> Result<(), PolicyError> {
+    fn env(&self, p: &Policy, fs: &ResolvedFs) -> Result<(), PolicyError> {
         for (i, name) in p.env.pass.iter().enumerate() {
             check_env_name(name).map_err(|e| self.err(&format!("env.pass[{i}]"), e))?;
         }
@@ -309,6 +286,21 @@ impl Validator<'_> {
             check_env_name(name).map_err(|e| self.err(&key, e))?;
             if value.contains('\0') {
                 return Err(self.err(&key, "value contains a NUL byte"));
+            }
+            // PYTHONPATH/NODE_PATH: every entry read-only in the child. The
+            // planner checks again with every grant (workspace, TMPDIR, host
+            // values of env.pass).
+            if crate::plan::env::is_search_path(name) {
+                let grants: Vec<_> = [
+                    (&fs.read, crate::plan::Access::READ),
+                    (&fs.write, crate::plan::Access::WRITE),
+                    (&fs.exec, crate::plan::Access::EXEC),
+                ]
+                .iter()
+                .flat_map(|(list, a)| list.iter().map(|r| (r.path.clone(), *a)))
+                .collect();
+                crate::plan::env::check_search_path_with(value, &grants, false)
+                    .map_err(|why| self.err(&key, format!("`{name}` is refused: {why}")))?;
             }
         }
         Ok(())

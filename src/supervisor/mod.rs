@@ -62,6 +62,9 @@ pub fn refused(plan_run_id: &str, reason: &'static str, error: String) -> Finish
 
 /// Run the plan to completion.
 pub fn run(plan: &Plan, opts: ExecOptions) -> Finished {
+    // From here on there is something to clean up: a termination signal
+    // waits for the event loop (see `timeout::hold_stop_signals`).
+    timeout::hold_stop_signals();
     tracing::debug!("supervisor: preparing services");
     let mut services = match services::Services::prepare(plan, opts.tool_fd) {
         Ok(s) => s,
@@ -395,7 +398,22 @@ fn run_prepared(
             errno.desc()
         ));
         reason = "setup_failed";
-    } else if sup.timed_out {
+    } else if let Some(sig) = sup.ended.signal {
+        // capsule was asked to stop: the run was ended (forwarded, then the
+        // tree SIGKILLed after the grace), whatever the child made of it.
+        r.termination_reason = Termination::Signaled;
+        r.signal = Some(sig);
+        r.exit_code = 128 + sig;
+        r.killed = true;
+        r.kill_reason = Some(format!(
+            "{}: capsule received it; forwarded to the run, the process tree killed after {}s",
+            nix::sys::signal::Signal::try_from(sig)
+                .map(|s| s.as_str())
+                .unwrap_or("a signal"),
+            grace.as_secs_f64()
+        ));
+        reason = "signaled";
+    } else if sup.ended.timed_out {
         r.termination_reason = Termination::Timeout;
         r.exit_code = exit::TIMEOUT;
         r.killed = true;
@@ -466,7 +484,7 @@ struct Supervised {
     status: Option<i32>,
     exec_failed: Option<Errno>,
     setup_failed: Option<(sys::channel::Stage, Errno)>,
-    timed_out: bool,
+    ended: timeout::Ended,
 }
 
 async fn supervise(
@@ -494,13 +512,13 @@ async fn supervise(
         status: None,
         exec_failed: None,
         setup_failed: None,
-        timed_out: false,
+        ended: timeout::Ended::default(),
     };
     let init_status = timeout::watch(
         sp,
         plan.limits.timeout,
         grace,
-        &mut state.timed_out,
+        &mut state.ended,
         |msg, fd| match msg {
             Msg::ExecFailed { errno } => state.exec_failed = Some(Errno::from_raw(errno)),
             Msg::SetupFailed { stage, errno } => {

@@ -73,7 +73,13 @@ impl Services {
         } else {
             None
         };
-        let host = crate::rpc::host_config::load()?;
+        // The host's LLM config (and key) is read only when the policy asks
+        // for LLM access: an unreadable $HOME or config must not fail other runs.
+        let host = if plan.llm.as_ref().is_some_and(|l| l.enabled) {
+            crate::rpc::host_config::load()?
+        } else {
+            crate::rpc::HostConfig::default()
+        };
         let broker = Broker::new(BrokerConfig {
             tools: plan.tools.clone(),
             llm: plan.llm.clone(),

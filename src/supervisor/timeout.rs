@@ -3,8 +3,11 @@
 //!
 //! At the limit the run gets SIGTERM (in a pid namespace, init passes it to
 //! every process of the run), then after a short grace SIGKILL of the whole
-//! tree. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to capsule are forwarded
-//! the same way, as GNU timeout does.
+//! tree. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to capsule end the run the
+//! same way: the signal is forwarded, and after the same grace the whole tree
+//! is SIGKILLed, so capsule always gets to remove its TMPDIR and cgroup and
+//! write its result and audit record (exit 128+N, `termination_reason:
+//! signaled`) before whoever signalled it loses patience.
 
 use std::os::fd::OwnedFd;
 use std::time::Duration;
@@ -14,6 +17,40 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use super::spawn::{Spawned, TreeMode};
 use crate::sys::{self, channel::Msg};
+
+/// The signals that end a run when capsule receives them.
+const STOP_SIGNALS: [nix::sys::signal::Signal; 4] = [
+    nix::sys::signal::Signal::SIGINT,
+    nix::sys::signal::Signal::SIGTERM,
+    nix::sys::signal::Signal::SIGHUP,
+    nix::sys::signal::Signal::SIGQUIT,
+];
+
+fn stop_set() -> nix::sys::signal::SigSet {
+    let mut set = nix::sys::signal::SigSet::empty();
+    for s in STOP_SIGNALS {
+        set.add(s);
+    }
+    set
+}
+
+/// Hold SIGINT/SIGTERM/SIGHUP/SIGQUIT pending from the moment the run starts
+/// setting up (the private TMPDIR exists from then on) until [`watch`] has its
+/// handlers: one arriving in between is then handled like any other instead
+/// of killing capsule with the TMPDIR and cgroup left behind. The command
+/// itself starts with an empty mask (`sandbox::child`).
+pub fn hold_stop_signals() {
+    use nix::sys::signal::{pthread_sigmask, SigmaskHow};
+    if let Err(e) = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&stop_set()), None) {
+        tracing::warn!("cannot hold termination signals during set-up: {e}");
+    }
+}
+
+/// Undo [`hold_stop_signals`].
+pub fn release_stop_signals() {
+    use nix::sys::signal::{pthread_sigmask, SigmaskHow};
+    let _ = pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&stop_set()), None);
+}
 
 /// Send `sig` to every process of the run.
 pub fn signal_run(sp: &Spawned, sig: libc::c_int) {
@@ -42,13 +79,22 @@ fn try_wait(pid: libc::pid_t) -> Option<i32> {
     sys::try_wait(pid).map(|(_, status)| status)
 }
 
+/// What ended the run early, if anything.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Ended {
+    /// The wall-clock limit was reached.
+    pub timed_out: bool,
+    /// The first of SIGINT/SIGTERM/SIGHUP/SIGQUIT capsule received.
+    pub signal: Option<libc::c_int>,
+}
+
 /// Run until the child (init, or the command itself) has exited; returns its
 /// raw wait status. Messages from the child go to `on_msg`.
 pub async fn watch(
     sp: &Spawned,
     limit: Duration,
     grace: Duration,
-    timed_out: &mut bool,
+    ended: &mut Ended,
     mut on_msg: impl FnMut(Msg, Option<OwnedFd>),
 ) -> Option<i32> {
     let pidfd = sys::pidfd_open(sp.pid)
@@ -65,6 +111,9 @@ pub async fn watch(
     let mut sig_term = signal(SignalKind::terminate()).ok();
     let mut sig_hup = signal(SignalKind::hangup()).ok();
     let mut sig_quit = signal(SignalKind::quit()).ok();
+    // Handlers are in place: a signal held since `hold_stop_signals` is
+    // delivered now, to them.
+    release_stop_signals();
     let deadline = tokio::time::sleep(limit);
     tokio::pin!(deadline);
     let far = tokio::time::Instant::now() + Duration::from_secs(86_400 * 365);
@@ -115,8 +164,8 @@ pub async fn watch(
                     break None;
                 }
             }
-            _ = &mut deadline, if !*timed_out => {
-                *timed_out = true;
+            _ = &mut deadline, if !ended.timed_out && ended.signal.is_none() => {
+                ended.timed_out = true;
                 tracing::info!("wall-clock limit reached; sending SIGTERM to the run");
                 signal_run(sp, libc::SIGTERM);
                 kill_at.as_mut().reset(tokio::time::Instant::now() + grace);
@@ -127,10 +176,22 @@ pub async fn watch(
                 tracing::info!("grace period over; killing every process of the run");
                 kill_run(sp);
             }
-            _ = recv(&mut sig_int) => forward(sp, libc::SIGINT),
-            _ = recv(&mut sig_term) => forward(sp, libc::SIGTERM),
-            _ = recv(&mut sig_hup) => forward(sp, libc::SIGHUP),
-            _ = recv(&mut sig_quit) => forward(sp, libc::SIGQUIT),
+            sig = async {
+                tokio::select! {
+                    _ = recv(&mut sig_int) => libc::SIGINT,
+                    _ = recv(&mut sig_term) => libc::SIGTERM,
+                    _ = recv(&mut sig_hup) => libc::SIGHUP,
+                    _ = recv(&mut sig_quit) => libc::SIGQUIT,
+                }
+            } => {
+                forward(sp, sig);
+                // The first signal (unless the timeout already did) starts the grace.
+                if ended.signal.is_none() && !ended.timed_out {
+                    ended.signal = Some(sig);
+                    kill_at.as_mut().reset(tokio::time::Instant::now() + grace);
+                    kill_armed = true;
+                }
+            }
         }
     };
     if chan_open {

@@ -101,14 +101,16 @@ impl LlmBroker {
         params: &Value,
         counters: &Mutex<RpcCounters>,
     ) -> Result<Value, RpcFault> {
+        // Access off: one refusal, whatever the host has configured, so the
+        // child learns nothing about the host's provider.
+        if !self.caps.enabled {
+            return Err(RpcFault::new(
+                Reason::NotAllowed,
+                "LLM access is not allowed by the policy or the host",
+            ));
+        }
         let binding = match &self.binding {
-            Some(b) if self.caps.enabled => b,
-            Some(_) => {
-                return Err(RpcFault::new(
-                    Reason::NotAllowed,
-                    "LLM access is not allowed by the policy or the host",
-                ))
-            }
+            Some(b) => b,
             None => {
                 return Err(RpcFault::new(
                     Reason::NotAllowed,

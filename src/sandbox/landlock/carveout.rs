@@ -359,7 +359,7 @@ mod tests {
     fn d(path: &Path) -> FsDeny {
         FsDeny {
             path: path.to_path_buf(),
-            origin: Origin::Credential,
+            origin: Origin::Credential("test"),
         }
     }
     fn paths(r: &FsRules) -> Vec<(PathBuf, RuleKind)> {

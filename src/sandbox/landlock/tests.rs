@@ -43,7 +43,7 @@ fn grant(path: &Path, access: Access) -> FsGrant {
 fn deny(path: &Path) -> FsDeny {
     FsDeny {
         path: path.to_path_buf(),
-        origin: Origin::Credential,
+        origin: Origin::Credential("test"),
     }
 }
 

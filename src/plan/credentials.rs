@@ -1,0 +1,259 @@
+//! The one list of credential locations (contract section 2).
+//!
+//! Each location stays unreadable beneath every grant — a policy grant, a
+//! command-line grant, the command's own install prefix — unless a grant
+//! names it exactly. Landlock enforces the carve-out (`sandbox::landlock::
+//! carveout`); this module only says which paths, and why, for this home.
+//!
+//! A location is a path relative to the home directory, or a pattern whose
+//! last component has one `*` (`.cargo/credentials*`, `.*_history`): the
+//! pattern is matched against the entries of its directory while planning,
+//! and only when some grant lies above that directory.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// (location relative to the home directory, what it holds).
+pub const LOCATIONS: &[(&str, &str)] = &[
+    (".ssh", "SSH keys"),
+    (".gnupg", "GnuPG keys"),
+    (".aws", "AWS credentials"),
+    (".azure", "Azure credentials"),
+    (".config/gcloud", "Google Cloud credentials"),
+    (".kube", "Kubernetes credentials"),
+    (".docker", "Docker registry credentials"),
+    (".netrc", "netrc passwords"),
+    (".git-credentials", "git credential store"),
+    (".config/git/credentials", "git credential store"),
+    (".config/gh", "GitHub CLI token"),
+    (".config/hub", "hub GitHub token"),
+    (".npmrc", "npm registry token"),
+    (".yarnrc*", "yarn registry token"),
+    (".pypirc", "PyPI upload token"),
+    (".cargo/credentials*", "cargo registry token"),
+    (".gem/credentials", "RubyGems API key"),
+    (".m2/settings*.xml", "Maven repository passwords"),
+    (".gradle/gradle.properties", "Gradle repository credentials"),
+    (".terraform.d/credentials*", "Terraform Cloud token"),
+    (".terraformrc", "Terraform Cloud token"),
+    (".vault-token", "HashiCorp Vault token"),
+    (".password-store", "pass password store"),
+    (".local/share/keyrings", "GNOME keyring"),
+    (".config/op", "1Password CLI"),
+    (
+        ".config/containers/auth.json",
+        "container registry credentials",
+    ),
+    (".s3cfg", "S3 credentials"),
+    (".boto", "Google Cloud Storage/boto credentials"),
+    (".oci", "Oracle Cloud credentials"),
+    (".config/doctl", "DigitalOcean token"),
+    (".config/rclone", "rclone remotes' credentials"),
+    (".*_history", "shell or REPL history"),
+    (".local/share/fish/fish_history", "shell history"),
+    (".histfile", "shell history"),
+    (
+        ".config/capsule",
+        "capsule's own config (provider key variables)",
+    ),
+    (".local/state/capsule", "capsule's own audit log"),
+];
+
+/// One credential path to carve out, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Location {
+    pub path: PathBuf,
+    pub what: &'static str,
+}
+
+/// Every location for `home`, with patterns kept as patterns, plus capsule's
+/// own config and state directories under `$XDG_CONFIG_HOME`/`$XDG_STATE_HOME`
+/// and `extra` (the run's audit log).
+pub fn patterns(home: &Path, extra: &[(PathBuf, &'static str)]) -> Vec<Location> {
+    // Grants are canonical: a home reached through a symlink (/home -> /var/home)
+    // is listed under both names.
+    let mut homes = vec![home.to_path_buf()];
+    if let Ok(c) = std::fs::canonicalize(home) {
+        if c != home {
+            homes.push(c);
+        }
+    }
+    let mut v: Vec<Location> = homes
+        .iter()
+        .flat_map(|h| {
+            LOCATIONS.iter().map(move |(rel, what)| Location {
+                path: h.join(rel),
+                what,
+            })
+        })
+        .collect();
+    for (var, sub, what) in [
+        ("XDG_CONFIG_HOME", "capsule", "capsule's own config"),
+        ("XDG_STATE_HOME", "capsule", "capsule's own audit log"),
+    ] {
+        if let Some(dir) = std::env::var_os(var).map(PathBuf::from) {
+            if dir.is_absolute() {
+                v.push(Location {
+                    path: dir.join(sub),
+                    what,
+                });
+            }
+        }
+    }
+    for (p, what) in extra {
+        v.push(Location {
+            path: p.clone(),
+            what,
+        });
+    }
+    let mut seen = BTreeSet::new();
+    v.retain(|l| seen.insert(l.path.clone()));
+    v
+}
+
+/// The existing credential paths beneath (strictly) some path for which
+/// `beneath` says yes. Patterns are matched against their directory's entries.
+pub fn existing(locations: &[Location], beneath: impl Fn(&Path) -> bool) -> Vec<Location> {
+    let mut out = Vec::new();
+    for loc in locations {
+        let name = loc
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned());
+        match name.as_deref().and_then(|n| n.split_once('*')) {
+            None => {
+                if beneath(&loc.path) && std::fs::symlink_metadata(&loc.path).is_ok() {
+                    out.push(loc.clone());
+                }
+            }
+            Some((prefix, suffix)) => {
+                let Some(dir) = loc.path.parent() else {
+                    continue;
+                };
+                // The pattern's directory itself, or something above it, is granted.
+                if !beneath(&dir.join("x")) {
+                    continue;
+                }
+                let Ok(entries) = std::fs::read_dir(dir) else {
+                    continue;
+                };
+                for e in entries.flatten() {
+                    let n = e.file_name();
+                    let n = n.to_string_lossy();
+                    if n.len() >= prefix.len() + suffix.len()
+                        && n.starts_with(prefix)
+                        && n.ends_with(suffix)
+                    {
+                        out.push(Location {
+                            path: dir.join(&*n),
+                            what: loc.what,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Whether `path` is a credential location (exactly, or matching a pattern).
+pub fn is_credential(locations: &[Location], path: &Path) -> bool {
+    locations.iter().any(|l| {
+        let name = l.path.file_name().map(|n| n.to_string_lossy().into_owned());
+        match name.as_deref().and_then(|n| n.split_once('*')) {
+            None => path == l.path,
+            Some((prefix, suffix)) => {
+                path.parent() == l.path.parent()
+                    && path.file_name().is_some_and(|n| {
+                        let n = n.to_string_lossy();
+                        n.len() >= prefix.len() + suffix.len()
+                            && n.starts_with(prefix)
+                            && n.ends_with(suffix)
+                    })
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_contract_list_is_there() {
+        let home = Path::new("/home/u");
+        let v = patterns(home, &[(PathBuf::from("/var/log/a.jsonl"), "audit")]);
+        for p in [
+            ".ssh",
+            ".gnupg",
+            ".aws",
+            ".azure",
+            ".config/gcloud",
+            ".kube",
+            ".docker",
+            ".netrc",
+            ".git-credentials",
+            ".config/git/credentials",
+            ".config/gh",
+            ".config/hub",
+            ".npmrc",
+            ".yarnrc*",
+            ".pypirc",
+            ".cargo/credentials*",
+            ".gem/credentials",
+            ".m2/settings*.xml",
+            ".gradle/gradle.properties",
+            ".terraform.d/credentials*",
+            ".vault-token",
+            ".password-store",
+            ".local/share/keyrings",
+            ".config/op",
+            ".*_history",
+            ".config/capsule",
+            ".local/state/capsule",
+        ] {
+            assert!(v.iter().any(|l| l.path == home.join(p)), "{p}");
+        }
+        assert!(v.iter().any(|l| l.path == Path::new("/var/log/a.jsonl")));
+        assert!(is_credential(&v, &home.join(".bash_history")));
+        assert!(is_credential(&v, &home.join(".cargo/credentials.toml")));
+        assert!(is_credential(&v, &home.join(".m2/settings-security.xml")));
+        assert!(!is_credential(&v, &home.join(".m2/settings.txt")));
+        assert!(!is_credential(&v, &home.join(".cargo/config.toml")));
+    }
+
+    #[test]
+    fn patterns_expand_only_beneath_a_grant() {
+        let t = tempfile::tempdir().unwrap();
+        let home = t.path();
+        for f in [".bash_history", ".python_history", ".bashrc", ".npmrc"] {
+            std::fs::write(home.join(f), "x").unwrap();
+        }
+        std::fs::create_dir_all(home.join(".cargo/bin")).unwrap();
+        std::fs::write(home.join(".cargo/credentials.toml"), "t").unwrap();
+        std::fs::write(home.join(".cargo/credentials"), "t").unwrap();
+        let locs = patterns(home, &[]);
+        let found = existing(&locs, |p| p.starts_with(home) && p != home);
+        let mut names: Vec<_> = found
+            .iter()
+            .map(|l| l.path.strip_prefix(home).unwrap().to_path_buf())
+            .collect();
+        names.sort();
+        let want: Vec<PathBuf> = [
+            ".bash_history",
+            ".cargo/credentials",
+            ".cargo/credentials.toml",
+            ".npmrc",
+            ".python_history",
+        ]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+        assert_eq!(names, want);
+        // Only ~/.cargo granted: only what lies beneath it.
+        let cargo = home.join(".cargo");
+        let found = existing(&locs, |p| p.starts_with(&cargo) && p != cargo);
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(existing(&locs, |_| false).is_empty());
+    }
+}
