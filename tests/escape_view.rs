@@ -364,7 +364,8 @@ fn grants_under_host_tmp_stay_reachable_at_their_paths() {
     let sb = Sandbox::new();
     let ds = d.to_string_lossy().to_string();
     let code = format!(
-        "import os\nprint(open('{ds}/in.txt').read())\nopen('{ds}/out.txt','w').write('back')\n"
+        "import os\nprint(open('{ds}/in.txt').read())\nopen('{ds}/out.txt','w').write('back')\n\
+         open(os.path.join(os.environ['TMPDIR'], 'scratch'), 'w').write('tmp')\nprint('tmpdir writable')\n"
     );
     let run = py(&sb, &["--allow-write", &ds], &code);
     run.assert_code(0);

@@ -252,9 +252,11 @@ impl View {
         // writable on a read-only mount), so that it stays writable.
         let mut places: Vec<(PathBuf, bool)> = Vec::new();
         for g in &plan.fs.grants {
+            // (The TMPDIR itself is bound at /tmp when /tmp is private, and
+            // at its own path otherwise.)
             if !g.access.write
                 || g.path.starts_with("/dev")
-                || under_tmpdir(&g.path)
+                || (private_tmp && under_tmpdir(&g.path))
                 || input.mounts.iter().any(|m| m.src == g.path)
                 || kind(&g.path).is_none()
             {
