@@ -56,8 +56,10 @@ def doctor(capsule_bin: str) -> dict:
 
 
 @pytest.fixture
-def audit_log(tmp_path: Path) -> Path:
-    return tmp_path / "audit.jsonl"
+def audit_log(tmp_path_factory) -> Path:
+    # Outside tmp_path: tests grant tmp_path to the sandbox, and capsule
+    # refuses an audit log inside a write grant (the child could rewrite it).
+    return tmp_path_factory.mktemp("audit") / "audit.jsonl"
 
 
 @pytest.fixture

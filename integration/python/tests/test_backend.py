@@ -95,8 +95,12 @@ def test_fail_closed_specs(backend):
         backend.wrap_command(ProcessSpec(command=["true"], network="egress"))
     with pytest.raises(SandboxRequiredError):
         backend.wrap_command(ProcessSpec(command=["true"], network="bogus"))
+    # A remapping mount becomes --mount; capsule refuses it at run time when
+    # the destination cannot exist in the view.
+    remap = ProcessSpec(command=["true"], mounts=[MountSpec("/tmp", "/elsewhere")])
+    assert "--mount" in backend.wrap_command(remap)
     with pytest.raises(SandboxRequiredError):
-        backend.wrap_command(ProcessSpec(command=["true"], mounts=[MountSpec("/tmp", "/elsewhere")]))
+        backend.run_process(remap, timeout=30)
     with pytest.raises(ValueError):
         backend.wrap_command(ProcessSpec(command=["true"], env={"LD_PRELOAD": "x"}))
     with pytest.raises(ValueError):
