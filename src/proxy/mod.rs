@@ -39,7 +39,7 @@ use std::os::fd::OwnedFd;
 
 pub use allowlist::{Allowlist, AllowlistError};
 pub use destination::DestClass;
-pub use server::serve;
+pub use server::{serve, Limits};
 pub use service::{ProxyPath, ProxyService, ProxyServiceError};
 pub use stats::{ProxyReport, ProxyStats};
 
