@@ -19,6 +19,26 @@ use proxy_support::{
 };
 use serde_json::Value;
 
+/// Both paths, as the invoking user and as `nobody` (which needs root to become).
+const EVERY: [Variant; 4] = [
+    Variant {
+        who: Who::Invoker,
+        path: NetPath::Netns,
+    },
+    Variant {
+        who: Who::Invoker,
+        path: NetPath::Fallback,
+    },
+    Variant {
+        who: Who::Nobody,
+        path: NetPath::Netns,
+    },
+    Variant {
+        who: Who::Nobody,
+        path: NetPath::Fallback,
+    },
+];
+
 const PATHS: [Variant; 2] = [
     Variant {
         who: Who::Invoker,
@@ -73,7 +93,7 @@ print(json.dumps(res))
 /// counted in the result and the audit record; the ones within the cap stay open.
 #[test]
 fn connections_past_the_cap_are_refused_and_counted() {
-    for v in PATHS {
+    for v in EVERY {
         if !runnable(v) {
             continue;
         }
@@ -142,7 +162,7 @@ except OSError as e:
 /// (10 s, documented), and counted.
 #[test]
 fn unfinished_head_is_closed_at_the_deadline() {
-    for v in PATHS {
+    for v in EVERY {
         if !runnable(v) {
             continue;
         }
