@@ -105,7 +105,15 @@ fn refuse_at_capacity(stream: TcpStream, stats: &ProxyStats, max: usize) {
         "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
-    let _ = stream.try_write(resp.as_bytes());
+    // A direct non-blocking send: the socket is fresh, so the response fits in its
+    // send buffer (tokio's try_write would refuse before the reactor has seen it).
+    use nix::sys::socket::{send, MsgFlags};
+    use std::os::fd::AsRawFd;
+    let _ = send(
+        stream.as_raw_fd(),
+        resp.as_bytes(),
+        MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL,
+    );
 }
 
 async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
