@@ -78,6 +78,8 @@ pub struct ProxyCounts {
     pub allowed: u64,
     pub denied: u64,
     pub denied_hosts: Vec<String>,
+    /// Connections refused because `network.max_connections` were open.
+    pub refused_at_capacity: u64,
 }
 
 /// One audit line.
@@ -141,6 +143,10 @@ impl Record {
                     .and_then(|v| v.as_u64())
                     .unwrap_or(0),
                 denied_hosts: r.denied_hosts.clone(),
+                refused_at_capacity: usage
+                    .pointer("/proxy/refused_at_capacity")
+                    .and_then(|v| v.as_u64())
+                    .unwrap_or(0),
             },
         }
     }

@@ -182,6 +182,8 @@ pub struct NetPlan {
     pub mode: NetMode,
     pub allow_hosts: Vec<String>,
     pub allow_unix_sockets: bool,
+    /// Proxy mode: concurrent connections the proxy holds (`network.max_connections`).
+    pub max_connections: u32,
 }
 
 /// Limits, as numbers the kernel takes.

@@ -167,6 +167,25 @@ pub struct Network {
     /// Allow `socket(AF_UNIX)`; `socketpair` is always allowed.
     #[serde(default)]
     pub allow_unix_sockets: bool,
+    /// Proxy mode: connections the proxy holds at once for this run (default 256,
+    /// 1..=4096); past it a new connection gets a 503 and is counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 4096))]
+    pub max_connections: Option<u32>,
+}
+
+impl Network {
+    /// `max_connections` when the policy leaves it out.
+    pub const DEFAULT_MAX_CONNECTIONS: u32 = 256;
+    /// The largest `max_connections` accepted (each connection may hold ~128 KiB of
+    /// the supervisor's memory while its request head is read).
+    pub const MAX_MAX_CONNECTIONS: u32 = 4096;
+
+    /// The cap in force.
+    pub fn max_connections(&self) -> u32 {
+        self.max_connections
+            .unwrap_or(Self::DEFAULT_MAX_CONNECTIONS)
+    }
 }
 
 /// `none`: no IP networking; `proxy`: only capsule's filtering proxy

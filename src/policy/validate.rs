@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use super::error::{PolicyError, Position};
 use super::resolve::{expand, ResolvedFs, ResolvedPath};
-use super::{LoadedPolicy, NetMode, Policy};
+use super::{LoadedPolicy, NetMode, Network, Policy};
 
 pub use super::hosts::check_allow_host;
 
@@ -214,6 +214,18 @@ impl Validator<'_> {
         }
         for (i, h) in n.allow_hosts.iter().enumerate() {
             check_allow_host(h).map_err(|e| self.err(&format!("network.allow_hosts[{i}]"), e))?;
+        }
+        if let Some(m) = n.max_connections {
+            if m == 0 || m > Network::MAX_MAX_CONNECTIONS {
+                return Err(self.err(
+                    "network.max_connections",
+                    format!(
+                        "must be 1..={} (concurrent proxy connections; leave it out for {})",
+                        Network::MAX_MAX_CONNECTIONS,
+                        Network::DEFAULT_MAX_CONNECTIONS
+                    ),
+                ));
+            }
         }
         Ok(())
     }

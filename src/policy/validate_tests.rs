@@ -100,6 +100,24 @@ fn bad_allow_host_names_the_entry() {
 }
 
 #[test]
+fn max_connections_bounds() {
+    let base = "version: 1\nnetwork:\n  mode: proxy\n  allow_hosts: [api.example.com]\n";
+    check(&format!("{base}  max_connections: 1\n")).unwrap();
+    check(&format!("{base}  max_connections: 4096\n")).unwrap();
+    for bad in ["0", "4097"] {
+        let e = fails(&format!("{base}  max_connections: {bad}\n"));
+        assert!(
+            e.contains("agent.yaml:5:") && e.contains("network.max_connections: must be 1..=4096"),
+            "{e}"
+        );
+    }
+    let e = check(&format!("{base}  max_connections: -1\n")).unwrap_err();
+    assert!(e.contains("network.max_connections"), "{e}");
+    let p = crate::policy::parse::parse_str(base, "agent.yaml", Some(false)).unwrap();
+    assert_eq!(p.network.max_connections(), 256);
+}
+
+#[test]
 fn forbidden_write_and_exec_grants() {
     for dir in ["/", "/etc", "/proc", "/sys", "/dev", "/usr", "/boot"] {
         if !Path::new(dir).exists() {

@@ -4,8 +4,10 @@
 //! 1. [`check_target`]: the host as the request named it — metadata names and
 //!    forbidden IP literals are refused whatever the list says, then the allowlist.
 //! 2. [`filter_resolved`]: the addresses the proxy resolved — always-refused classes
-//!    are dropped, loopback is kept only for an explicit `localhost`/loopback literal.
-//!    Nothing survives → refused.
+//!    are dropped; internal ones (loopback, private, CGNAT, unique-local) are kept only
+//!    when the target is the IP literal itself (which step 1 let through only if the
+//!    list names it literally) or, for loopback, `localhost`. A name that resolves to
+//!    an internal address is refused: DNS rebinding. Nothing survives → refused.
 
 use std::net::SocketAddr;
 
@@ -62,6 +64,7 @@ pub fn filter_resolved(
     target: &TargetHost,
     addrs: &[SocketAddr],
 ) -> Result<Vec<SocketAddr>, Refusal> {
+    let literal = matches!(target, TargetHost::Ip(_));
     let loopback_ok = target.is_explicit_loopback();
     let mut first_refusal = None;
     let mut kept = Vec::with_capacity(addrs.len());
@@ -75,6 +78,11 @@ pub fn filter_resolved(
         } else if class == DestClass::Loopback && !loopback_ok {
             Some(Refusal::LoopbackNotExplicit {
                 host: target.to_string(),
+            })
+        } else if class.internal() && class != DestClass::Loopback && !literal {
+            Some(Refusal::InternalAddress {
+                host: target.to_string(),
+                class,
             })
         } else {
             None
@@ -214,6 +222,126 @@ mod tests {
         assert!(check_target(&w, "localhost", 80).is_err());
         let t = check_target(&w, "x.localhost", 80).expect("wildcard match");
         assert!(filter_resolved(&t, &[sa("127.0.0.1:80")]).is_err());
+    }
+
+    /// Every internal class, reached through a listed name (exact or wildcard) in
+    /// every spelling a resolver may return: refused, naming the host and the class.
+    #[test]
+    fn names_resolving_to_internal_addresses_are_refused_dns_rebinding() {
+        let a = list(&["api.example.com", "*.attacker.example"]);
+        let cases: &[(&str, DestClass)] = &[
+            ("127.0.0.1:443", DestClass::Loopback),
+            ("127.9.9.9:443", DestClass::Loopback),
+            ("[::1]:443", DestClass::Loopback),
+            ("[::ffff:127.0.0.1]:443", DestClass::Loopback),
+            ("10.0.0.5:443", DestClass::Private),
+            ("172.16.1.1:443", DestClass::Private),
+            ("172.31.255.254:443", DestClass::Private),
+            ("192.168.1.10:443", DestClass::Private),
+            ("[::ffff:10.0.0.5]:443", DestClass::Private),
+            ("[::ffff:c0a8:010a]:443", DestClass::Private),
+            ("[64:ff9b::192.168.1.10]:443", DestClass::Private),
+            ("100.64.0.1:443", DestClass::Cgnat),
+            ("100.127.255.254:443", DestClass::Cgnat),
+            ("[::ffff:100.64.0.1]:443", DestClass::Cgnat),
+            ("[fc00::1]:443", DestClass::UniqueLocal),
+            ("[fd12:3456:789a::1]:443", DestClass::UniqueLocal),
+            ("[fec0::1]:443", DestClass::UniqueLocal),
+            ("169.254.1.1:443", DestClass::LinkLocal),
+            ("[fe80::1]:443", DestClass::LinkLocal),
+            ("[::ffff:169.254.1.1]:443", DestClass::LinkLocal),
+            ("169.254.169.254:443", DestClass::Metadata),
+            ("224.0.0.1:443", DestClass::Multicast),
+            ("239.255.255.250:443", DestClass::Multicast),
+            ("[ff02::1]:443", DestClass::Multicast),
+            ("[::ffff:224.0.0.1]:443", DestClass::Multicast),
+            ("0.0.0.0:443", DestClass::Unspecified),
+            ("0.1.2.3:443", DestClass::Unspecified),
+            ("[::]:443", DestClass::Unspecified),
+            ("[::ffff:0.0.0.0]:443", DestClass::Unspecified),
+            ("255.255.255.255:443", DestClass::Broadcast),
+        ];
+        for host in ["api.example.com", "x.attacker.example"] {
+            let t = check_target(&a, host, 443).expect("listed");
+            for (addr, class) in cases {
+                let r = filter_resolved(&t, &[sa(addr)]).expect_err(addr);
+                assert_eq!(r.host(), host, "{addr}");
+                let msg = r.to_string();
+                assert!(
+                    msg.contains(host) && msg.contains(class.describe()),
+                    "{addr}: {msg}"
+                );
+                assert!(msg.contains("network.allow_hosts"), "{msg}");
+                match r {
+                    Refusal::Forbidden { class: c, .. }
+                    | Refusal::InternalAddress { class: c, .. } => {
+                        assert_eq!(c, *class, "{addr}")
+                    }
+                    Refusal::LoopbackNotExplicit { .. } => {
+                        assert_eq!(*class, DestClass::Loopback, "{addr}")
+                    }
+                    other => panic!("{addr}: {other:?}"),
+                }
+            }
+            // A public address among internal ones: only the public one is used.
+            let kept = filter_resolved(
+                &t,
+                &[
+                    sa("10.0.0.5:443"),
+                    sa("93.184.216.34:443"),
+                    sa("[fd00::1]:443"),
+                ],
+            )
+            .expect("one public address");
+            assert_eq!(kept, vec![sa("93.184.216.34:443")]);
+        }
+    }
+
+    /// An internal address listed literally is reachable by that literal, and only by it.
+    #[test]
+    fn internal_addresses_only_through_a_listed_literal() {
+        let a = list(&["10.0.0.5", "[fd12::7]:8443", "100.64.0.9:80", "192.168.1.1"]);
+        for (host, port, addr) in [
+            ("10.0.0.5", 443, "10.0.0.5:443"),
+            ("[fd12::7]", 8443, "[fd12::7]:8443"),
+            ("100.64.0.9", 80, "100.64.0.9:80"),
+            ("192.168.1.1", 22, "192.168.1.1:22"),
+        ] {
+            let t = check_target(&a, host, port).expect(host);
+            assert_eq!(
+                filter_resolved(&t, &[sa(addr)]),
+                Ok(vec![sa(addr)]),
+                "{host}"
+            );
+        }
+        // Another internal literal, or the listed one on another port: not listed.
+        assert!(matches!(
+            check_target(&a, "10.0.0.6", 443),
+            Err(Refusal::NotListed { .. })
+        ));
+        assert!(check_target(&a, "[fd12::7]", 443).is_err());
+        // The same address spelled as a mapped IPv6 literal is a different literal.
+        assert!(check_target(&a, "[::ffff:10.0.0.5]", 443).is_err());
+        // A listed literal does not let a name reach that address.
+        let b = list(&["10.0.0.5", "internal.example.com"]);
+        let t = check_target(&b, "internal.example.com", 443).expect("listed");
+        assert!(matches!(
+            filter_resolved(&t, &[sa("10.0.0.5:443")]),
+            Err(Refusal::InternalAddress {
+                class: DestClass::Private,
+                ..
+            })
+        ));
+        // A link-local or multicast literal stays refused even when listed.
+        let c = list(&["169.254.1.1", "224.0.0.1"]);
+        assert!(matches!(
+            check_target(&c, "169.254.1.1", 80),
+            Err(Refusal::Forbidden { .. })
+        ));
+        assert!(matches!(
+            check_target(&c, "224.0.0.1", 80),
+            Err(Refusal::Forbidden { .. })
+        ));
     }
 
     #[test]

@@ -6,8 +6,12 @@
 //! addresses and 0.0.0.0/8 (which Linux routes to the local host), multicast and
 //! broadcast. IPv4 addresses embedded in IPv6 (mapped `::ffff:a.b.c.d`, the deprecated
 //! compatible `::a.b.c.d`, NAT64 `64:ff9b::/96`) are classified as the IPv4 address
-//! they carry. Loopback is its own class: allowed only for an explicit `localhost` or
-//! loopback literal (see `decide`).
+//! they carry. Internal destinations — loopback, private (RFC 1918), carrier-grade NAT
+//! (100.64.0.0/10) and unique-local IPv6 (fc00::/7, and the deprecated site-local
+//! fec0::/10) — are reached only through an IP literal the allowlist names (or
+//! `localhost` for loopback), never through a name: a listed name, or a wildcard over a
+//! domain the child controls, could otherwise be pointed at internal services (DNS
+//! rebinding; see `decide`).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -18,6 +22,13 @@ pub enum DestClass {
     Ok,
     /// 127.0.0.0/8, ::1.
     Loopback,
+    /// 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16 (RFC 1918).
+    Private,
+    /// 100.64.0.0/10 (RFC 6598, carrier-grade NAT); 100.100.100.200 is `Metadata`.
+    Cgnat,
+    /// fc00::/7 (RFC 4193) and the deprecated site-local fec0::/10; fd00:ec2::254 is
+    /// `Metadata`.
+    UniqueLocal,
     /// 169.254.0.0/16, fe80::/10 (metadata addresses inside it are `Metadata`).
     LinkLocal,
     /// A cloud instance-metadata endpoint.
@@ -31,9 +42,18 @@ pub enum DestClass {
 }
 
 impl DestClass {
-    /// Refused whatever the allowlist says (loopback has its own rule).
+    /// Refused whatever the allowlist says.
     pub fn always_refused(self) -> bool {
-        !matches!(self, DestClass::Ok | DestClass::Loopback)
+        !matches!(self, DestClass::Ok) && !self.internal()
+    }
+
+    /// Reached only through an IP literal the allowlist names (or `localhost` for
+    /// loopback), never through a name that resolves to it.
+    pub fn internal(self) -> bool {
+        matches!(
+            self,
+            DestClass::Loopback | DestClass::Private | DestClass::Cgnat | DestClass::UniqueLocal
+        )
     }
 
     /// Short words for logs and the 403 body.
@@ -41,6 +61,9 @@ impl DestClass {
         match self {
             DestClass::Ok => "an ordinary address",
             DestClass::Loopback => "a loopback address",
+            DestClass::Private => "a private (RFC 1918) address",
+            DestClass::Cgnat => "a carrier-grade NAT (100.64.0.0/10) address",
+            DestClass::UniqueLocal => "a unique-local (fc00::/7) or site-local IPv6 address",
             DestClass::LinkLocal => "a link-local address",
             DestClass::Metadata => "a cloud metadata address",
             DestClass::Unspecified => "an unspecified address",
@@ -101,6 +124,10 @@ fn classify_v4(ip: Ipv4Addr) -> DestClass {
         DestClass::Loopback
     } else if ip.is_link_local() {
         DestClass::LinkLocal
+    } else if ip.is_private() {
+        DestClass::Private
+    } else if o[0] == 100 && o[1] & 0xc0 == 64 {
+        DestClass::Cgnat
     } else if ip.is_broadcast() {
         DestClass::Broadcast
     } else if ip.is_multicast() {
@@ -122,6 +149,8 @@ fn classify_v6(ip: Ipv6Addr) -> DestClass {
         DestClass::LinkLocal
     } else if seg[0] & 0xff00 == 0xff00 {
         DestClass::Multicast
+    } else if seg[0] & 0xfe00 == 0xfc00 || seg[0] & 0xffc0 == 0xfec0 {
+        DestClass::UniqueLocal
     } else {
         DestClass::Ok
     }
@@ -157,13 +186,74 @@ mod tests {
     fn ordinary_addresses_are_ok() {
         for a in [
             "93.184.216.34",
-            "10.0.0.1",
-            "192.168.1.1",
+            "8.8.8.8",
+            "9.255.255.255",
+            "11.0.0.0",
+            "172.15.255.255",
+            "172.32.0.0",
+            "192.167.255.255",
+            "192.169.0.0",
+            "100.63.255.255",
+            "100.128.0.0",
             "2606:4700::1111",
-            "fd12::1",
+            "fbff:ffff::1",
+            "fe00::1",
+            "::ffff:93.184.216.34",
         ] {
             assert_eq!(c(a), DestClass::Ok, "{a}");
         }
+    }
+
+    #[test]
+    fn private_rfc1918_in_every_spelling() {
+        for a in [
+            "10.0.0.1",
+            "10.255.255.255",
+            "172.16.0.0",
+            "172.31.255.255",
+            "192.168.0.1",
+            "192.168.255.255",
+            "::ffff:10.1.2.3",
+            "::ffff:c0a8:0101",
+            "::10.1.2.3",
+            "64:ff9b::172.16.0.1",
+        ] {
+            assert_eq!(c(a), DestClass::Private, "{a}");
+            assert!(c(a).internal() && !c(a).always_refused(), "{a}");
+        }
+    }
+
+    #[test]
+    fn cgnat() {
+        for a in [
+            "100.64.0.0",
+            "100.64.0.1",
+            "100.127.255.255",
+            "::ffff:100.64.1.1",
+            "64:ff9b::100.100.1.1",
+        ] {
+            assert_eq!(c(a), DestClass::Cgnat, "{a}");
+            assert!(c(a).internal() && !c(a).always_refused(), "{a}");
+        }
+        // The Alibaba metadata address inside the range stays metadata.
+        assert_eq!(c("100.100.100.200"), DestClass::Metadata);
+    }
+
+    #[test]
+    fn unique_local_and_site_local() {
+        for a in [
+            "fc00::",
+            "fc00::1",
+            "fd12:3456::1",
+            "fdff:ffff::1",
+            "fec0::1",
+            "feff::1",
+        ] {
+            assert_eq!(c(a), DestClass::UniqueLocal, "{a}");
+            assert!(c(a).internal() && !c(a).always_refused(), "{a}");
+        }
+        // AWS IMDS over IPv6 inside fd00::/8 stays metadata.
+        assert_eq!(c("fd00:ec2::254"), DestClass::Metadata);
     }
 
     #[test]
@@ -185,7 +275,6 @@ mod tests {
         ] {
             assert_eq!(c(a), DestClass::LinkLocal, "{a}");
         }
-        assert_eq!(c("fec0::1"), DestClass::Ok);
     }
 
     #[test]
@@ -228,11 +317,26 @@ mod tests {
     }
 
     #[test]
-    fn only_ok_and_loopback_are_not_always_refused() {
+    fn only_ok_and_internal_classes_are_not_always_refused() {
         assert!(!DestClass::Ok.always_refused());
-        assert!(!DestClass::Loopback.always_refused());
-        assert!(DestClass::LinkLocal.always_refused());
-        assert!(DestClass::Unspecified.always_refused());
+        assert!(!DestClass::Ok.internal());
+        for k in [
+            DestClass::Loopback,
+            DestClass::Private,
+            DestClass::Cgnat,
+            DestClass::UniqueLocal,
+        ] {
+            assert!(!k.always_refused() && k.internal(), "{k:?}");
+        }
+        for k in [
+            DestClass::LinkLocal,
+            DestClass::Metadata,
+            DestClass::Unspecified,
+            DestClass::Multicast,
+            DestClass::Broadcast,
+        ] {
+            assert!(k.always_refused() && !k.internal(), "{k:?}");
+        }
     }
 
     #[test]

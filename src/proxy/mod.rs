@@ -4,8 +4,12 @@
 //! the child's only way out: HTTP CONNECT tunnels (relayed end to end, never
 //! intercepted) and absolute-form plain HTTP forwarding, both subject to
 //! `network.allow_hosts`. The proxy resolves names itself and connects to the address
-//! it resolved; link-local, metadata and unspecified destinations are refused whatever
-//! the list says, loopback only for an explicit `localhost`/loopback literal.
+//! it resolved; link-local, metadata, multicast and unspecified destinations are
+//! refused whatever the list says; loopback, private, CGNAT and unique-local ones only
+//! through an IP literal the list names (or `localhost` for loopback), never through a
+//! name that resolves to them (DNS rebinding). At most `network.max_connections`
+//! connections at once, a deadline and a size bound for request heads: the
+//! supervisor's memory stays bounded whatever the child sends (see `server`).
 //!
 //! * [`allowlist`] — parsing and matching `allow_hosts`;
 //! * [`destination`] — classifying resolved addresses;
@@ -39,7 +43,7 @@ use std::os::fd::OwnedFd;
 
 pub use allowlist::{Allowlist, AllowlistError};
 pub use destination::DestClass;
-pub use server::serve;
+pub use server::{serve, Limits};
 pub use service::{ProxyPath, ProxyService, ProxyServiceError};
 pub use stats::{ProxyReport, ProxyStats};
 

@@ -21,6 +21,10 @@ pub enum Refusal {
     Forbidden { host: String, class: DestClass },
     #[error("{host} resolves to a loopback address; only `localhost` or a loopback literal listed in network.allow_hosts may reach loopback")]
     LoopbackNotExplicit { host: String },
+    /// A name resolved to an internal address (DNS rebinding): only an IP literal
+    /// listed in the allowlist reaches one.
+    #[error("{host} resolves to {}; only that address listed literally in network.allow_hosts may reach it (DNS rebinding)", class.describe())]
+    InternalAddress { host: String, class: DestClass },
 }
 
 impl Refusal {
@@ -30,7 +34,8 @@ impl Refusal {
             Refusal::NotListed { host, .. }
             | Refusal::MetadataName { host }
             | Refusal::Forbidden { host, .. }
-            | Refusal::LoopbackNotExplicit { host } => host,
+            | Refusal::LoopbackNotExplicit { host }
+            | Refusal::InternalAddress { host, .. } => host,
         }
     }
 
@@ -41,6 +46,7 @@ impl Refusal {
             Refusal::MetadataName { .. } => "metadata_name",
             Refusal::Forbidden { .. } => "forbidden_address",
             Refusal::LoopbackNotExplicit { .. } => "loopback_not_explicit",
+            Refusal::InternalAddress { .. } => "internal_address",
         }
     }
 

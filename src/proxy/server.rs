@@ -1,5 +1,16 @@
 //! The accept loop and the per-connection HTTP/1.1 server (hyper): CONNECT goes to
 //! `connect`, absolute-form requests to `forward`, anything else is a 400.
+//!
+//! What bounds the supervisor's memory whatever the child does (the run's memory limit
+//! does not apply to the parent):
+//! * at most `network.max_connections` client connections at once ([`Limits`]); a
+//!   connection past it gets a short 503 (written without reading anything) and is
+//!   closed at once, and is counted;
+//! * a request head must be complete within [`HEAD_TIMEOUT`] of the moment the proxy
+//!   starts waiting for it (also the idle limit of a kept-alive connection), and may be
+//!   at most [`MAX_HEAD`] bytes; otherwise the connection is closed (and counted);
+//! * each connection buffers at most [`MAX_BUF`] bytes per direction; bodies are
+//!   streamed with backpressure, tunnels relayed through kernel pipes (`splice`).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -10,6 +21,7 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::allowlist::Allowlist;
@@ -23,7 +35,14 @@ pub const MAX_HEAD: usize = 64 * 1024;
 /// Connection read buffer limit (hyper's minimum is 8 KiB).
 pub const MAX_BUF: usize = 256 * 1024;
 /// A client that sends no complete request head within this time is dropped.
-const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Limits of one run's proxy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Client connections held at once (`network.max_connections`, at least 1).
+    pub max_connections: usize,
+}
 
 /// What every connection task shares.
 pub struct Shared {
@@ -34,15 +53,32 @@ pub struct Shared {
 /// Accept connections until this future is dropped (every connection and tunnel it
 /// started is dropped with it). The listener may live in another network namespace:
 /// nothing here assumes its address is reachable from this process.
-pub async fn serve(listener: TcpListener, allow: Arc<Allowlist>, stats: Arc<ProxyStats>) {
+pub async fn serve(
+    listener: TcpListener,
+    allow: Arc<Allowlist>,
+    stats: Arc<ProxyStats>,
+    limits: Limits,
+) {
+    let max = limits.max_connections.max(1);
+    let slots = Arc::new(Semaphore::new(max));
     let shared = Arc::new(Shared { allow, stats });
     let mut conns = JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => {
-                    conns.spawn(serve_connection(stream, shared.clone()));
-                }
+                Ok((stream, _peer)) => match slots.clone().try_acquire_owned() {
+                    Ok(slot) => {
+                        shared
+                            .stats
+                            .record_open((max - slots.available_permits()) as u64);
+                        let shared = shared.clone();
+                        conns.spawn(async move {
+                            serve_connection(stream, shared).await;
+                            drop(slot);
+                        });
+                    }
+                    Err(_) => refuse_at_capacity(stream, &shared.stats, max),
+                },
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning.
                     tracing::warn!(error = %e, "proxy: accept failed");
@@ -54,10 +90,37 @@ pub async fn serve(listener: TcpListener, allow: Arc<Allowlist>, stats: Arc<Prox
     }
 }
 
+/// Every slot is taken: answer 503 if the socket takes it at once (nothing is read,
+/// nothing waits), close, count. Logged once per run, then only counted.
+fn refuse_at_capacity(stream: TcpStream, stats: &ProxyStats, max: usize) {
+    if stats.record_refused_at_capacity() == 0 {
+        tracing::warn!(
+            max_connections = max,
+            "proxy refused a connection: network.max_connections are open (further refusals are only counted)"
+        );
+    }
+    let body =
+        format!("capsule proxy: refused: {max} connections are open (network.max_connections)\n");
+    let resp = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    // A direct non-blocking send: the socket is fresh, so the response fits in its
+    // send buffer (tokio's try_write would refuse before the reactor has seen it).
+    use nix::sys::socket::{send, MsgFlags};
+    use std::os::fd::AsRawFd;
+    let _ = send(
+        stream.as_raw_fd(),
+        resp.as_bytes(),
+        MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL,
+    );
+}
+
 async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
     let _ = stream.set_nodelay(true);
     let tunnel: Arc<std::sync::Mutex<Option<PendingTunnel>>> = Arc::default();
     let upstream: UpstreamSlot = Arc::default();
+    let stats = shared.stats.clone();
     let service = {
         let tunnel = tunnel.clone();
         service_fn(move |req: Request<Incoming>| {
@@ -76,6 +139,9 @@ async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
         .serve_connection(TokioIo::new(stream), service)
         .with_upgrades();
     if let Err(e) = conn.await {
+        if e.is_timeout() || e.is_parse_too_large() {
+            stats.record_head_closed(e.is_timeout());
+        }
         tracing::debug!(error = %e, "proxy: client connection ended with an error");
     }
     let pending = tunnel.lock().unwrap_or_else(|p| p.into_inner()).take();

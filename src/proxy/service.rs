@@ -23,6 +23,7 @@ use std::sync::Arc;
 use thiserror::Error;
 use tokio::task::JoinHandle;
 
+use super::server::Limits;
 use super::{listener_from_fd, netns, serve, Allowlist, AllowlistError, ProxyReport, ProxyStats};
 use crate::sandbox::child::NetSetup;
 
@@ -69,6 +70,7 @@ pub fn env_vars(port: u16) -> Vec<(String, String)> {
 pub struct ProxyService {
     allow: Arc<Allowlist>,
     stats: Arc<ProxyStats>,
+    limits: Limits,
     port: u16,
     want_netns: bool,
     path: Option<ProxyPath>,
@@ -78,8 +80,10 @@ pub struct ProxyService {
 
 impl ProxyService {
     /// Parse the allowlist (empty: refused) and bind the host listener. Before fork.
+    /// `max_connections`: client connections held at once (`network.max_connections`).
     pub fn prepare(
         allow_hosts: &[String],
+        max_connections: u32,
         want_netns: bool,
     ) -> Result<ProxyService, ProxyServiceError> {
         let allow = Allowlist::parse(allow_hosts)?;
@@ -93,6 +97,9 @@ impl ProxyService {
         Ok(ProxyService {
             allow: Arc::new(allow),
             stats: Arc::default(),
+            limits: Limits {
+                max_connections: (max_connections as usize).max(1),
+            },
             port,
             want_netns,
             path: None,
@@ -177,6 +184,7 @@ impl ProxyService {
             listener,
             self.allow.clone(),
             self.stats.clone(),
+            self.limits,
         )));
     }
 
@@ -231,7 +239,7 @@ mod tests {
     #[test]
     fn empty_allowlist_is_refused() {
         assert!(matches!(
-            ProxyService::prepare(&[], false),
+            ProxyService::prepare(&[], 256, false),
             Err(ProxyServiceError::Allowlist(AllowlistError::Empty))
         ));
     }
@@ -242,7 +250,8 @@ mod tests {
             .enable_all()
             .build()
             .expect("rt");
-        let mut svc = ProxyService::prepare(&["127.0.0.1".to_string()], false).expect("prepare");
+        let mut svc =
+            ProxyService::prepare(&["127.0.0.1".to_string()], 256, false).expect("prepare");
         let port = svc.port();
         let report = rt.block_on(async move {
             svc.start(false);

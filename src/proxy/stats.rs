@@ -1,5 +1,7 @@
 //! Counters for the run's result and audit record: allowed and denied connections,
-//! and the distinct denied host names (the first [`MAX_DENIED_HOSTS`]).
+//! the distinct denied host names (the first [`MAX_DENIED_HOSTS`]), connections
+//! refused because `network.max_connections` were open, the most open at once, and
+//! connections closed for an unfinished or oversized request head.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -15,6 +17,10 @@ pub struct ProxyStats {
     allowed: AtomicU64,
     denied: AtomicU64,
     denied_hosts: Mutex<Vec<String>>,
+    refused_at_capacity: AtomicU64,
+    peak_connections: AtomicU64,
+    head_timeouts: AtomicU64,
+    heads_too_large: AtomicU64,
 }
 
 /// A snapshot, as it goes into the JSON result and the audit record.
@@ -23,6 +29,14 @@ pub struct ProxyReport {
     pub allowed: u64,
     pub denied: u64,
     pub denied_hosts: Vec<String>,
+    /// Connections refused (503) because `network.max_connections` were open.
+    pub refused_at_capacity: u64,
+    /// The most client connections open at once.
+    pub peak_connections: u64,
+    /// Connections closed because no complete request head came within the deadline.
+    pub head_timeouts: u64,
+    /// Connections closed because a request head exceeded the size bound.
+    pub heads_too_large: u64,
 }
 
 impl ProxyStats {
@@ -41,12 +55,37 @@ impl ProxyStats {
         }
     }
 
+    /// A new connection found every slot taken; returns the count before this one.
+    pub fn record_refused_at_capacity(&self) -> u64 {
+        self.refused_at_capacity.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// `open` client connections are open now.
+    pub fn record_open(&self, open: u64) {
+        self.peak_connections.fetch_max(open, Ordering::Relaxed);
+    }
+
+    /// A connection was closed while its request head was unfinished (timed out) or
+    /// too large.
+    pub fn record_head_closed(&self, timeout: bool) {
+        let c = if timeout {
+            &self.head_timeouts
+        } else {
+            &self.heads_too_large
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub fn snapshot(&self) -> ProxyReport {
         let hosts = self.denied_hosts.lock().unwrap_or_else(|p| p.into_inner());
         ProxyReport {
             allowed: self.allowed.load(Ordering::Relaxed),
             denied: self.denied.load(Ordering::Relaxed),
             denied_hosts: hosts.clone(),
+            refused_at_capacity: self.refused_at_capacity.load(Ordering::Relaxed),
+            peak_connections: self.peak_connections.load(Ordering::Relaxed),
+            head_timeouts: self.head_timeouts.load(Ordering::Relaxed),
+            heads_too_large: self.heads_too_large.load(Ordering::Relaxed),
         }
     }
 }
@@ -72,6 +111,30 @@ mod tests {
         assert_eq!(r.denied_hosts[1], "h0.com");
         let json = serde_json::to_value(&r).expect("serialize");
         assert_eq!(json["allowed"], 1);
+        assert_eq!(json["refused_at_capacity"], 0);
+    }
+
+    #[test]
+    fn capacity_and_head_counters() {
+        let s = ProxyStats::default();
+        s.record_refused_at_capacity();
+        s.record_refused_at_capacity();
+        s.record_open(3);
+        s.record_open(7);
+        s.record_open(2);
+        s.record_head_closed(true);
+        s.record_head_closed(false);
+        s.record_head_closed(false);
+        let r = s.snapshot();
+        assert_eq!(
+            (
+                r.refused_at_capacity,
+                r.peak_connections,
+                r.head_timeouts,
+                r.heads_too_large
+            ),
+            (2, 7, 1, 2)
+        );
     }
 
     #[test]

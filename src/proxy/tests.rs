@@ -17,7 +17,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 
-use super::{serve, Allowlist, ProxyStats};
+use super::server::{HEAD_TIMEOUT, MAX_HEAD};
+use super::{serve, Allowlist, Limits, ProxyStats};
 
 const PROXY_VARS: &[&str] = &[
     "http_proxy",
@@ -49,12 +50,17 @@ impl Drop for Proxy {
 }
 
 async fn start_proxy(entries: &[&str]) -> Proxy {
+    start_proxy_with(entries, 256).await
+}
+
+async fn start_proxy_with(entries: &[&str], max_connections: usize) -> Proxy {
     let entries: Vec<String> = entries.iter().map(|s| s.to_string()).collect();
     let allow = Arc::new(Allowlist::parse(&entries).expect("test allowlist"));
     let stats = Arc::new(ProxyStats::default());
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
     let port = listener.local_addr().expect("proxy addr").port();
-    let task = tokio::spawn(serve(listener, allow, stats.clone()));
+    let limits = Limits { max_connections };
+    let task = tokio::spawn(serve(listener, allow, stats.clone(), limits));
     Proxy { port, stats, task }
 }
 
@@ -640,4 +646,132 @@ async fn concurrent_tunnels_all_complete() {
         .await
         .expect("all tunnels in time");
     assert_eq!(proxy.stats.snapshot().allowed, TUNNELS as u64);
+}
+
+/// Read until end-of-file (or a reset), at most `limit`; what arrived first.
+async fn read_until_closed(s: &mut TcpStream, limit: Duration) -> Result<Vec<u8>, &'static str> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let read = async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    };
+    match tokio::time::timeout(limit, read).await {
+        Ok(()) => Ok(got),
+        Err(_) => Err("still open"),
+    }
+}
+
+/// Past `max_connections` a new connection gets a 503 naming the key and is closed,
+/// counted; a freed slot is usable again.
+#[tokio::test]
+async fn connections_past_the_cap_get_503_and_are_counted() {
+    const MAX: usize = 4;
+    let proxy = start_proxy_with(&["localhost"], MAX).await;
+    let mut held = Vec::new();
+    for _ in 0..MAX {
+        let mut s = TcpStream::connect(("127.0.0.1", proxy.port))
+            .await
+            .expect("connect");
+        s.write_all(b"GET http://localhost/ HTTP/1.1\r\nX-Unfinished: ")
+            .await
+            .expect("write");
+        held.push(s);
+    }
+    // Let the proxy accept them all before the next one.
+    for _ in 0..100 {
+        if proxy.stats.snapshot().peak_connections == MAX as u64 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(proxy.stats.snapshot().peak_connections, MAX as u64);
+    for _ in 0..3 {
+        let mut extra = TcpStream::connect(("127.0.0.1", proxy.port))
+            .await
+            .expect("connect");
+        let got = read_until_closed(&mut extra, Duration::from_secs(5))
+            .await
+            .expect("refused and closed at once");
+        let text = String::from_utf8_lossy(&got);
+        assert!(text.starts_with("HTTP/1.1 503"), "{text}");
+        assert!(text.contains("network.max_connections"), "{text}");
+    }
+    let r = proxy.stats.snapshot();
+    assert_eq!(r.refused_at_capacity, 3);
+    assert_eq!(r.peak_connections, MAX as u64);
+    // The held connections were not disturbed, and a freed slot serves again.
+    drop(held.pop());
+    let mut served = false;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let (_s, head) = raw_connect(&proxy, "blocked.example:443").await;
+        if head.starts_with("HTTP/1.1 403") {
+            served = true;
+            break;
+        }
+        assert!(
+            head.starts_with("HTTP/1.1 503") || head.is_empty(),
+            "{head}"
+        );
+    }
+    assert!(served, "a freed slot was never reused");
+    assert_eq!(proxy.stats.snapshot().peak_connections, MAX as u64);
+}
+
+/// A request head that never completes is closed at the head deadline (slowloris:
+/// trickling bytes does not extend it), and counted.
+#[tokio::test]
+async fn unfinished_head_is_closed_at_the_deadline() {
+    let proxy = start_proxy(&["localhost"]).await;
+    let mut s = TcpStream::connect(("127.0.0.1", proxy.port))
+        .await
+        .expect("connect");
+    let start = std::time::Instant::now();
+    s.write_all(b"GET http://localhost/ HTTP/1.1\r\n")
+        .await
+        .expect("write");
+    // Trickle a header byte every 500 ms, as a slowloris client does.
+    let trickle = async {
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if s.write_all(b"X").await.is_err() {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(HEAD_TIMEOUT + Duration::from_secs(5), trickle).await;
+    let waited = start.elapsed();
+    assert!(
+        waited >= HEAD_TIMEOUT - Duration::from_millis(100)
+            && waited < HEAD_TIMEOUT + Duration::from_secs(4),
+        "closed after {waited:?}"
+    );
+    assert_eq!(proxy.stats.snapshot().head_timeouts, 1);
+}
+
+/// A head larger than the bound is refused and the connection closed at once.
+#[tokio::test]
+async fn oversized_head_is_closed() {
+    let proxy = start_proxy(&["localhost"]).await;
+    let mut s = TcpStream::connect(("127.0.0.1", proxy.port))
+        .await
+        .expect("connect");
+    let mut head = b"GET http://localhost/ HTTP/1.1\r\nX-Big: ".to_vec();
+    head.resize(MAX_HEAD + 8192, b'a');
+    // The proxy may close before reading everything: a write error is fine.
+    let _ = s.write_all(&head).await;
+    let got = read_until_closed(&mut s, Duration::from_secs(5))
+        .await
+        .expect("closed at once");
+    let text = String::from_utf8_lossy(&got);
+    assert!(
+        text.is_empty() || text.starts_with("HTTP/1.1 431"),
+        "{text}"
+    );
+    assert_eq!(proxy.stats.snapshot().heads_too_large, 1);
 }

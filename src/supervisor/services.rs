@@ -68,6 +68,7 @@ impl Services {
             // Predict what clone() will grant (CAPSULE_NO_NAMESPACES=1 forces the fallback).
             Some(ProxyService::prepare(
                 &plan.net.allow_hosts,
+                plan.net.max_connections,
                 crate::sandbox::namespaces_available(),
             )?)
         } else {
