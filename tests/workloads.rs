@@ -304,3 +304,108 @@ fn sqlite_in_wal_mode() {
     let out = run.child_stdout();
     assert!(out.contains("wal") && out.contains("4950"), "{}", run.ctx());
 }
+
+/// Serve DIR over HTTP on 127.0.0.1 (python's http.server); the port and the
+/// server process (killed on drop).
+struct Origin {
+    port: u16,
+    child: std::process::Child,
+}
+
+impl Drop for Origin {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(dir: &Path) -> Option<Origin> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .ok()?
+        .local_addr()
+        .ok()?
+        .port();
+    let child = Command::new(python())
+        .args([
+            "-m",
+            "http.server",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--directory",
+        ])
+        .arg(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .ok()?;
+    let origin = Origin { port, child };
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Some(origin);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    None
+}
+
+#[test]
+fn pip_installs_through_capsules_proxy_from_a_loopback_index() {
+    // A PEP 503 index on loopback; pip inside the sandbox reaches it only
+    // through capsule's egress proxy (HTTP_PROXY), in proxy mode.
+    let sb = Sandbox::new();
+    let index = sb.mkdir("index");
+    let wheel = write_wheel(&index);
+    fs::create_dir_all(index.join("simple/capsuletoy")).unwrap();
+    fs::write(
+        index.join("simple/capsuletoy/index.html"),
+        format!("<html><body><a href=\"../../{wheel}\">{wheel}</a></body></html>\n"),
+    )
+    .unwrap();
+    let Some(origin) = serve(&index) else {
+        skip("cannot start python's http.server on loopback");
+        return;
+    };
+    let dir = sb.mkdir("work");
+    let d = dir.to_string_lossy().to_string();
+    let url = format!("http://127.0.0.1:{}/simple", origin.port);
+    let script = format!(
+        "{py} -m venv v && v/bin/python -m pip install -q --no-cache-dir --index-url {url} \
+         --trusted-host 127.0.0.1 capsuletoy && v/bin/python -c 'import capsuletoy; print(capsuletoy.VALUE)'",
+        py = python()
+    );
+    let run = sb.exec_json(
+        &[
+            "--net",
+            "proxy",
+            "--allow-host",
+            "127.0.0.1",
+            "--allow-write",
+            &d,
+            "--cwd",
+            &d,
+            "--timeout",
+            "240",
+        ],
+        &["/bin/sh", "-c", &script],
+    );
+    run.assert_code(0);
+    assert!(run.child_stdout().contains("toy-42"), "{}", run.ctx());
+    let allowed = run.json()["usage"]["proxy"].to_string();
+    assert!(!allowed.is_empty(), "{}", run.ctx());
+    // And without the proxy the same install cannot reach the index.
+    let run = sb.exec_json(
+        &["--allow-write", &d, "--cwd", &d, "--timeout", "120"],
+        &[
+            "/bin/sh",
+            "-c",
+            &format!("v/bin/python -m pip download -q --no-cache-dir -d dl --index-url {url} --trusted-host 127.0.0.1 capsuletoy"),
+        ],
+    );
+    assert_ne!(
+        run.json()["exit_code"],
+        0,
+        "pip reached the index without the proxy{}",
+        run.ctx()
+    );
+}
