@@ -5,11 +5,14 @@
 //! edge. Logs go through `tracing` (`-v`, `-vv`, or `RUST_LOG`).
 
 mod check;
+mod completions;
 mod doctor;
 mod exec;
+mod man;
 mod policy_cmd;
 mod report;
 mod rpc_cmd;
+mod version;
 mod volume;
 
 use clap::{Parser, Subcommand};
@@ -18,7 +21,8 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(
     name = "capsule",
-    version,
+    version = version::short(),
+    long_version = version::long(),
     about,
     propagate_version = true
 )]
@@ -47,6 +51,10 @@ enum Command {
     /// Named directories capsule owns, usable as mount sources (like `docker volume`).
     #[command(subcommand)]
     Volume(volume::VolumeCmd),
+    /// Print the shell completion script for SHELL.
+    Completions(completions::CompletionsArgs),
+    /// Print the man page (roff).
+    Man(man::ManArgs),
 }
 
 /// Entry point of the binary; returns the process exit status.
@@ -77,6 +85,8 @@ pub fn main() -> i32 {
         Command::Policy(c) => policy_cmd::run(c),
         Command::Rpc(a) => rpc_cmd::run(a),
         Command::Volume(c) => volume::run(c),
+        Command::Completions(a) => completions::run(a),
+        Command::Man(a) => man::run(a),
     }
 }
 
