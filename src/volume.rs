@@ -120,7 +120,13 @@ pub fn validate_name(name: &str) -> Result<(), VolumeError> {
 /// Fails when the name is invalid, the volume does not exist, or its path is
 /// not a real directory owned by this user (a symlink is never followed).
 pub fn volume_path(name: &str) -> Result<PathBuf, VolumeError> {
-    let path = path_of(name)?;
+    volume_path_in(&volumes_dir(), name)
+}
+
+/// [`volume_path`] with the volumes directory given.
+pub fn volume_path_in(volumes: &Path, name: &str) -> Result<PathBuf, VolumeError> {
+    validate_name(name)?;
+    let path = volumes.join(name);
     check_is_volume(name, &path)?;
     Ok(path)
 }
@@ -381,6 +387,32 @@ mod tests {
             assert!(validate_name(bad).is_err(), "{bad:?}");
         }
         assert!(validate_name(&"a".repeat(MAX_NAME)).is_ok());
+    }
+
+    #[test]
+    fn volume_path_is_an_existing_real_directory_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let vols = dir.path();
+        fs::create_dir(vols.join("v")).unwrap();
+        assert_eq!(volume_path_in(vols, "v").unwrap(), vols.join("v"));
+        assert!(matches!(
+            volume_path_in(vols, "missing"),
+            Err(VolumeError::NotFound(_))
+        ));
+        assert!(matches!(
+            volume_path_in(vols, "../v"),
+            Err(VolumeError::InvalidName { .. })
+        ));
+        std::os::unix::fs::symlink(vols.join("v"), vols.join("link")).unwrap();
+        assert!(matches!(
+            volume_path_in(vols, "link"),
+            Err(VolumeError::NotAVolume { .. })
+        ));
+        fs::write(vols.join("file"), "").unwrap();
+        assert!(matches!(
+            volume_path_in(vols, "file"),
+            Err(VolumeError::NotAVolume { .. })
+        ));
     }
 
     #[test]
