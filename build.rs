@@ -9,10 +9,17 @@
 //! does not find (the list is stale after a compiler or dependency upgrade)
 //! are skipped. `CAPSULE_NO_SYMBOL_ORDER=1` turns it off, for a linker without
 //! `--symbol-ordering-file` (GNU ld).
+//!
+//! It also records what `capsule --version` states: the git commit of the
+//! source (`CAPSULE_GIT_COMMIT`, set by the caller, e.g. a build from an
+//! sdist, else `git rev-parse`, else "unknown": a build without git or
+//! outside a checkout never fails) and the target triple.
 
 use std::path::Path;
+use std::process::Command;
 
 fn main() {
+    version_info();
     println!("cargo:rerun-if-changed=scripts/symbol-order.txt");
     println!("cargo:rerun-if-env-changed=CAPSULE_NO_SYMBOL_ORDER");
     let var = |k: &str| std::env::var(k).unwrap_or_default();
@@ -28,4 +35,43 @@ fn main() {
         );
         println!("cargo:rustc-link-arg-bins=-Wl,--no-warn-symbol-ordering");
     }
+}
+
+fn version_info() {
+    println!("cargo:rerun-if-env-changed=CAPSULE_GIT_COMMIT");
+    let dir = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default();
+    let git = |args: &[&str]| -> Option<String> {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(&dir)
+            .stderr(std::process::Stdio::null())
+            .output()
+            .ok()?;
+        let s = String::from_utf8(out.stdout).ok()?.trim().to_string();
+        (out.status.success() && !s.is_empty()).then_some(s)
+    };
+    let commit = std::env::var("CAPSULE_GIT_COMMIT")
+        .ok()
+        .filter(|c| !c.is_empty())
+        .or_else(|| git(&["rev-parse", "--short=12", "HEAD"]))
+        .unwrap_or_else(|| "unknown".into());
+    // Rebuild when HEAD moves: HEAD itself, the branch it names, packed refs.
+    if commit != "unknown" {
+        let mut watch = vec!["HEAD".to_string(), "packed-refs".to_string()];
+        if let Some(r) = git(&["symbolic-ref", "-q", "HEAD"]) {
+            watch.push(r);
+        }
+        for w in watch {
+            if let Some(p) = git(&["rev-parse", "--path-format=absolute", "--git-path", &w]) {
+                if Path::new(&p).exists() {
+                    println!("cargo:rerun-if-changed={p}");
+                }
+            }
+        }
+    }
+    println!("cargo:rustc-env=CAPSULE_GIT_COMMIT={commit}");
+    println!(
+        "cargo:rustc-env=CAPSULE_TARGET={}",
+        std::env::var("TARGET").unwrap_or_default()
+    );
 }

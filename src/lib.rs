@@ -12,6 +12,7 @@
 //! * [`proxy`] — the filtering egress proxy of `network.mode: proxy`;
 //! * [`rpc`] — the tool and LLM broker served over the child's RPC fd;
 //! * [`audit`] — the one-line audit record of every run;
+//! * [`volume`] — named directories capsule owns (`capsule volume`, `volume:NAME` mounts);
 //! * [`cli`] — the `capsule` command line, turning typed errors into exit codes.
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -29,3 +30,4 @@ pub mod supervisor;
 // Every unsafe block of capsule lives here, each with its SAFETY line.
 #[allow(unsafe_code)]
 pub mod sys;
+pub mod volume;

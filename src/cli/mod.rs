@@ -5,17 +5,27 @@
 //! edge. Logs go through `tracing` (`-v`, `-vv`, or `RUST_LOG`).
 
 mod check;
+mod completions;
 mod doctor;
 mod exec;
+mod man;
 mod policy_cmd;
 mod report;
 mod rpc_cmd;
+mod version;
+mod volume;
 
 use clap::{Parser, Subcommand};
 
 /// A kernel-native capability sandbox for AI agents and CI jobs.
 #[derive(Debug, Parser)]
-#[command(name = "capsule", version, about, propagate_version = true)]
+#[command(
+    name = "capsule",
+    version = version::short(),
+    long_version = version::long(),
+    about,
+    propagate_version = true
+)]
 pub struct Cli {
     /// More log output on stderr (-v info, -vv debug); RUST_LOG also works.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
@@ -38,6 +48,13 @@ enum Command {
     Policy(policy_cmd::PolicyCmd),
     /// Inside a sandbox: call the parent's RPC broker (METHOD and JSON params).
     Rpc(rpc_cmd::RpcArgs),
+    /// Named directories capsule owns, usable as mount sources (like `docker volume`).
+    #[command(subcommand)]
+    Volume(volume::VolumeCmd),
+    /// Print the shell completion script for SHELL.
+    Completions(completions::CompletionsArgs),
+    /// Print the man page (roff).
+    Man(man::ManArgs),
 }
 
 /// Entry point of the binary; returns the process exit status.
@@ -67,6 +84,9 @@ pub fn main() -> i32 {
         Command::Doctor(a) => doctor::run(a),
         Command::Policy(c) => policy_cmd::run(c),
         Command::Rpc(a) => rpc_cmd::run(a),
+        Command::Volume(c) => volume::run(c),
+        Command::Completions(a) => completions::run(a),
+        Command::Man(a) => man::run(a),
     }
 }
 

@@ -57,6 +57,10 @@ pub const LOCATIONS: &[(&str, &str)] = &[
         "capsule's own config (provider key variables)",
     ),
     (".local/state/capsule", "capsule's own audit log"),
+    (
+        ".local/share/capsule",
+        "capsule's volumes (other runs' data)",
+    ),
 ];
 
 /// One credential path to carve out, and why.
@@ -90,6 +94,11 @@ pub fn patterns(home: &Path, extra: &[(PathBuf, &'static str)]) -> Vec<Location>
     for (var, sub, what) in [
         ("XDG_CONFIG_HOME", "capsule", "capsule's own config"),
         ("XDG_STATE_HOME", "capsule", "capsule's own audit log"),
+        (
+            "XDG_DATA_HOME",
+            "capsule",
+            "capsule's volumes (other runs' data)",
+        ),
     ] {
         if let Some(dir) = std::env::var_os(var).map(PathBuf::from) {
             if dir.is_absolute() {

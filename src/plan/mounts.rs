@@ -22,30 +22,6 @@ pub enum MountError {
     Bad { key: String, why: String },
 }
 
-/// Where the volume NAME lives: `$XDG_DATA_HOME/capsule/volumes/NAME`
-/// (default `~/.local/share/capsule/volumes/NAME`).
-pub fn volume_dir(name: &str, home: &Path) -> Result<PathBuf, String> {
-    let ok = !name.is_empty()
-        && name.len() <= 128
-        && name
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphanumeric())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
-    if !ok {
-        return Err(format!(
-            "volume name `{name}`: use [a-zA-Z0-9][a-zA-Z0-9_.-]* (at most 128 characters)"
-        ));
-    }
-    let data = std::env::var_os("XDG_DATA_HOME")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .unwrap_or_else(|| home.join(".local/share"));
-    Ok(data.join("capsule/volumes").join(name))
-}
-
 /// Parse `SRC:DST[:ro|rw]`.
 pub fn parse_flag(raw: &str) -> Result<(String, String, bool), String> {
     let (rest, read_only) = if let Some(r) = raw.strip_suffix(":ro") {
@@ -85,13 +61,11 @@ fn resolve_one(
         why,
     };
     let src_path = if let Some(name) = src.strip_prefix("volume:") {
-        let dir = volume_dir(name, home).map_err(bad)?;
-        if !dir.is_dir() {
-            return Err(bad(format!(
-                "volume `{name}` does not exist (create it with `capsule volume create {name}`)"
-            )));
-        }
-        dir
+        crate::volume::volume_path(name).map_err(|e| {
+            bad(format!(
+                "{e} (create it with `capsule volume create {name}`)"
+            ))
+        })?
     } else {
         resolve::expand(src, base, home).map_err(bad)?
     };
@@ -193,14 +167,5 @@ mod tests {
         );
         assert!(parse_flag("nodst").is_err());
         assert!(parse_flag(":/x").is_err());
-    }
-
-    #[test]
-    fn volume_names_are_checked() {
-        let home = Path::new("/home/u");
-        assert!(volume_dir("ok-1.x_y", home).is_ok());
-        for bad in ["", "-x", "a/b", "..", "a b"] {
-            assert!(volume_dir(bad, home).is_err(), "{bad}");
-        }
     }
 }

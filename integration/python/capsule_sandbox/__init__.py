@@ -39,7 +39,9 @@ from capsule_sandbox.types import (
     SessionStatus,
 )
 
-__version__ = "0.1.0"
+from capsule_sandbox._binary import package_version as _package_version
+
+__version__ = _package_version()  # Cargo.toml is the one source (maturin copies it)
 
 __all__ = [
     "CapsuleAgentSession",

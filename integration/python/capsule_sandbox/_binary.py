@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
+import sysconfig
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 _DOCTOR_TIMEOUT = 20.0
@@ -27,8 +30,73 @@ class Availability:
     doctor: dict[str, Any] = field(default_factory=dict)
 
 
+DIST_NAME = "capsule-sandbox"
+
+
+def _installed_distribution() -> Any:
+    """This package's installed distribution, or None when it runs from a
+    source checkout (or another copy shadows the installed one)."""
+    try:
+        from importlib import metadata
+    except ImportError:  # pragma: no cover - Python < 3.8
+        return None
+    try:
+        dist = metadata.distribution(DIST_NAME)
+    except metadata.PackageNotFoundError:
+        return None
+    try:
+        mine = Path(__file__).resolve().parent
+        theirs = Path(str(dist.locate_file("capsule_sandbox/__init__.py"))).resolve().parent
+    except (OSError, TypeError, ValueError):
+        return None
+    return dist if mine == theirs else None
+
+
+def bundled_binary() -> str | None:
+    """The ``capsule`` binary installed with this package (the wheel puts it
+    in the environment's scripts directory, e.g. ``.venv/bin/capsule``), or
+    None when this package is not installed from a wheel that carries it."""
+    dist = _installed_distribution()
+    if dist is None:
+        return None
+    candidates: list[Path] = []
+    for entry in dist.files or ():
+        if entry.name == "capsule" and "capsule_sandbox" not in entry.parts:
+            candidates.append(Path(str(dist.locate_file(entry))))
+    # Without a RECORD: the scripts directory of this interpreter's scheme,
+    # then of the user scheme (pip install --user).
+    schemes = [None, f"{os.name}_user"]
+    for scheme in schemes:
+        try:
+            scripts = sysconfig.get_path("scripts", scheme) if scheme else sysconfig.get_path("scripts")
+        except KeyError:
+            continue
+        if scripts:
+            candidates.append(Path(scripts) / "capsule")
+    for c in candidates:
+        if c.is_file() and os.access(c, os.X_OK):
+            return os.path.abspath(c)
+    return None
+
+
+def package_version() -> str:
+    """This package's version: the installed distribution's (maturin takes it
+    from Cargo.toml), else, in a source checkout, the crate's Cargo.toml."""
+    dist = _installed_distribution()
+    if dist is not None:
+        return str(dist.version)
+    cargo = Path(__file__).resolve().parents[3] / "Cargo.toml"
+    try:
+        text = cargo.read_text(encoding="utf-8")
+    except OSError:
+        return "0+unknown"
+    m = re.search(r'^\[package\][^\[]*?^version\s*=\s*"([^"]+)"', text, re.M | re.S)
+    return m.group(1) if m else "0+unknown"
+
+
 def find_binary(explicit: str | os.PathLike[str] | None = None) -> tuple[str | None, str]:
-    """(absolute path, "") or (None, why): explicit path, ``$CAPSULE_BIN``, PATH."""
+    """(absolute path, "") or (None, why), looked up in this order: the explicit
+    path, ``$CAPSULE_BIN``, the binary installed with this package, PATH."""
     if explicit is not None:
         candidate = os.fspath(explicit)
         source = "binary argument"
@@ -36,9 +104,15 @@ def find_binary(explicit: str | os.PathLike[str] | None = None) -> tuple[str | N
         candidate = os.environ["CAPSULE_BIN"]
         source = "$CAPSULE_BIN"
     else:
+        bundled = bundled_binary()
+        if bundled is not None:
+            return bundled, ""
         found = shutil.which("capsule")
         if found is None:
-            return None, "capsule binary not found (no binary argument, $CAPSULE_BIN unset, not on PATH)"
+            return None, (
+                "capsule binary not found (no binary argument, $CAPSULE_BIN unset, "
+                "none installed with the capsule-sandbox package, not on PATH)"
+            )
         return os.path.abspath(found), ""
     if os.sep not in candidate:
         found = shutil.which(candidate)

@@ -1,7 +1,8 @@
 """Fixtures: the real capsule binary, or a clear failure.
 
 The binary is ``$CAPSULE_BIN``, else the debug build under ``<repo>/target``
-(``scripts/capsule-path debug``). A missing
+(``scripts/capsule-path debug``), else (tests run against an installed
+wheel) the binary installed with the package, else PATH. A missing
 binary, or one whose ``capsule doctor --json`` does not report a working
 Landlock + seccomp, FAILS the tests that need it: a sandbox test suite that
 skips when the sandbox is absent proves nothing.
@@ -21,7 +22,7 @@ REPO = HERE.parents[2]
 sys.path.insert(0, str(PACKAGE_ROOT))
 
 from capsule_sandbox import CapsuleSandboxProvider  # noqa: E402
-from capsule_sandbox._binary import probe  # noqa: E402
+from capsule_sandbox._binary import find_binary, probe  # noqa: E402
 
 
 def _binary_path() -> str:
@@ -29,7 +30,10 @@ def _binary_path() -> str:
         return os.environ["CAPSULE_BIN"]
     # .cargo/config.toml builds for the host triple: target/<triple>/debug/capsule.
     found = sorted((REPO / "target").glob("*/debug/capsule"))
-    return str(found[0] if found else REPO / "target" / "debug" / "capsule")
+    if found:
+        return str(found[0])
+    installed, _ = find_binary()  # the wheel's binary, else PATH
+    return installed or str(REPO / "target" / "<host triple>" / "debug" / "capsule")
 
 
 @pytest.fixture(scope="session")
@@ -37,7 +41,8 @@ def capsule_bin() -> str:
     path = _binary_path()
     if not os.path.isfile(path):
         pytest.fail(
-            f"capsule binary not found at {path}: build it (cargo build) or set CAPSULE_BIN",
+            f"capsule binary not found at {path}: build it (cargo build; scripts/capsule-path debug "
+            "prints where it lands), install the wheel (scripts/build-wheel), or set CAPSULE_BIN",
             pytrace=False,
         )
     avail = probe(path)

@@ -1,0 +1,81 @@
+"""The package as a user gets it: one version, and (from the wheel) its own
+capsule binary, man pages and completions, found with no environment variable.
+
+scripts/test runs this suite twice: from the source tree, and against the
+wheel installed into a fresh virtualenv (``CAPSULE_TEST_INSTALLED=1``, no
+PYTHONPATH, ``CAPSULE_BIN`` unset). Each branch asserts what must hold there.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import capsule_sandbox
+from capsule_sandbox import CapsuleSandboxProvider
+from capsule_sandbox._binary import bundled_binary, find_binary, package_version
+
+INSTALLED = os.environ.get("CAPSULE_TEST_INSTALLED") == "1"
+
+
+def _cargo_version() -> str:
+    import re
+
+    text = (Path(__file__).resolve().parents[3] / "Cargo.toml").read_text()
+    m = re.search(r'^version\s*=\s*"([^"]+)"', text, re.M)
+    assert m, "no version in Cargo.toml"
+    return m.group(1)
+
+
+def test_version_is_the_crates(capsule_bin):
+    assert capsule_sandbox.__version__ == package_version()
+    out = subprocess.run([capsule_bin, "--version"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    # "capsule 0.1.0 (commit ...)": the binary and the package agree.
+    assert out.stdout.split()[1] == capsule_sandbox.__version__, out.stdout
+
+
+@pytest.mark.skipif(INSTALLED, reason="the source tree's Cargo.toml is not beside an installed package")
+def test_source_checkout_uses_cargo_toml_and_bundles_nothing():
+    assert capsule_sandbox.__version__ == _cargo_version()
+    assert bundled_binary() is None
+
+
+@pytest.mark.skipif(not INSTALLED, reason="runs against the installed wheel (scripts/test)")
+def test_installed_wheel_finds_its_own_binary(monkeypatch):
+    prefix = Path(sys.prefix).resolve()
+    assert Path(capsule_sandbox.__file__).resolve().is_relative_to(prefix), (
+        f"capsule_sandbox imported from {capsule_sandbox.__file__}, not the venv {prefix}"
+    )
+    monkeypatch.delenv("CAPSULE_BIN", raising=False)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    bundled = bundled_binary()
+    assert bundled is not None, "the wheel's capsule binary is not found"
+    assert Path(bundled).resolve().is_relative_to(prefix), bundled
+    assert find_binary() == (bundled, "")
+    provider = CapsuleSandboxProvider()
+    assert provider.is_available(), provider.unavailable_reason
+    assert provider.availability().binary == bundled
+    # The explicit argument and $CAPSULE_BIN still come first.
+    monkeypatch.setenv("CAPSULE_BIN", "/nonexistent/capsule")
+    assert find_binary()[0] is None
+    assert find_binary(bundled) == (bundled, "")
+
+
+@pytest.mark.skipif(not INSTALLED, reason="runs against the installed wheel (scripts/test)")
+def test_installed_wheel_ships_man_pages_and_completions():
+    share = Path(sys.prefix) / "share"
+    for rel, needle in [
+        ("man/man1/capsule.1", ".TH capsule 1"),
+        ("man/man1/capsule-volume.1", ".TH"),
+        ("bash-completion/completions/capsule", "complete"),
+        ("zsh/site-functions/_capsule", "#compdef capsule"),
+        ("fish/vendor_completions.d/capsule.fish", "complete -c capsule"),
+    ]:
+        path = share / rel
+        assert path.is_file(), f"{path} not installed"
+        assert needle in path.read_text(), f"{path} lacks {needle!r}"

@@ -1,0 +1,131 @@
+"""Every shell command in the two READMEs is run by a test.
+
+The commands are read from the READMEs themselves: the lines of ```sh blocks,
+and indented lines that start like a command. Those that use the installed
+``capsule`` (or the package) run here, as written, in a scratch directory,
+with the README's install paths swapped for the binary and interpreter under
+test. The others are listed in ``RUN_ELSEWHERE`` with the test or script
+that runs them. A README command in neither place fails the test, so a new
+or changed command cannot go unrun.
+
+scripts/test runs this file from the source tree and again against the
+installed wheel (then ``CAPSULE_TEST_ROOT`` holds a copy of the READMEs and
+``policy/``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(os.environ.get("CAPSULE_TEST_ROOT") or Path(__file__).resolve().parents[3])
+READMES = [ROOT / "README.md", ROOT / "integration" / "python" / "README.md"]
+
+# The install locations the READMEs use, swapped for what is under test.
+VENV_CAPSULE = "~/.venvs/capsule/bin/capsule"
+VENV_PYTHON = "/tmp/capsule-venv/bin/python"
+
+# Commands that this file does not run, and what runs them.
+RUN_ELSEWHERE = {
+    "scripts/build-wheel /tmp/wheels && python3 -m venv ~/.venvs/capsule && "
+    "~/.venvs/capsule/bin/pip install /tmp/wheels/capsule_sandbox-*.whl": "scripts/test, section 2b (the same "
+    "three steps into its scratch dir)",
+    "scripts/build-wheel /tmp/wheels && python3 -m venv /tmp/capsule-venv && "
+    "/tmp/capsule-venv/bin/pip install /tmp/wheels/capsule_sandbox-*.whl": "scripts/test, section 2b",
+    "cargo install --locked --path . && capsule exec --policy policy/python-agent.yaml -- /usr/bin/python3 "
+    "-c 'print(\"hello from the sandbox\")'": "scripts/test, section 2b (cargo install --debug into a scratch "
+    "root, then this run)",
+    "scripts/test": "CI (.ci/run)",
+    "python3 integration/python/examples/agent_demo.py": "test_example.py",
+    "python3 -m pytest integration/python/tests -q": "scripts/test, section 2",
+    # Benchmarks: minutes of measurement on an idle machine, not a test.
+    "scripts/bench": "not run by the suite (a benchmark)",
+    "sudo scripts/bench-phases": "not run by the suite (a benchmark; needs perf uprobes)",
+}
+
+_STARTS = ("capsule ", "scripts/", "sudo ", "cargo ", "python3 ", "pip ", "~/", "/tmp/")
+
+
+def _strip_comment(line: str) -> str:
+    # A comment is `  # ...` after the command (two spaces before the #).
+    return re.split(r"\s{2,}#\s", line, maxsplit=1)[0].rstrip()
+
+
+def readme_commands() -> list[tuple[str, str]]:
+    """(README name, command) for every shell command in the READMEs."""
+    found: list[tuple[str, str]] = []
+    for readme in READMES:
+        in_sh = False
+        for raw in readme.read_text(encoding="utf-8").splitlines():
+            if raw.startswith("```"):
+                in_sh = raw.strip() in ("```sh", "```bash", "```console")
+                continue
+            if in_sh:
+                line = _strip_comment(raw.strip())
+            elif raw.startswith("    ") and not raw.startswith("     "):
+                line = _strip_comment(raw[4:])
+                if not line.startswith(_STARTS):
+                    continue
+            else:
+                continue
+            if line and not line.startswith("#"):
+                found.append((readme.relative_to(ROOT).as_posix(), line))
+    return found
+
+
+def test_the_readmes_have_commands():
+    names = {name for name, _ in readme_commands()}
+    assert names == {"README.md", "integration/python/README.md"}, names
+
+
+def test_every_readme_command_is_run(capsule_bin, tmp_path):
+    home = tmp_path / "home"
+    work = tmp_path / "work"
+    for d in (home, work, work / "out"):
+        d.mkdir()
+    # What the quick tour's commands expect in their directory.
+    (work / "agent.py").write_text('print("agent ran")\n')
+    (work / "Makefile").write_text("test:\n\t@echo make test ran\n")
+    env = {
+        "PATH": f"{os.path.dirname(capsule_bin)}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "TMPDIR": str(tmp_path),
+        "CAPSULE_BIN": capsule_bin,
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    if os.environ.get("CAPSULE_TEST_INSTALLED") != "1":
+        # From the source tree: the package comes from there.
+        env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    ran = 0
+    for readme, cmd in readme_commands():
+        if cmd in RUN_ELSEWHERE:
+            continue
+        uses_install = cmd.startswith((VENV_CAPSULE, VENV_PYTHON))
+        assert cmd.startswith("capsule ") or uses_install, (
+            f"{readme}: no test runs this command (run it here, or name its test in RUN_ELSEWHERE): {cmd}"
+        )
+        line = cmd.replace(VENV_CAPSULE, capsule_bin).replace(VENV_PYTHON, sys.executable)
+        # The repository's own files (policy/...) are relative to its root.
+        cwd = ROOT if "policy/" in line else work
+        done = subprocess.run(
+            ["/bin/bash", "-c", line], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, f"{readme}: `{cmd}` exited {done.returncode}\n{done.stdout}\n{done.stderr}"
+        if "hello from the sandbox" in cmd:
+            assert done.stdout == "hello from the sandbox\n", done.stdout
+        if "print(6 * 7)" in cmd:
+            assert done.stdout.strip() == "42", done.stdout + done.stderr
+        ran += 1
+    assert ran >= 10, f"only {ran} README commands ran"
+    assert (work / "agent.yaml").is_file() and (work / "capsule.1").is_file()
+
+
+@pytest.mark.parametrize("cmd", sorted(RUN_ELSEWHERE))
+def test_commands_run_elsewhere_are_still_in_a_readme(cmd):
+    assert cmd in {c for _, c in readme_commands()}, f"RUN_ELSEWHERE lists a command no README has: {cmd}"
