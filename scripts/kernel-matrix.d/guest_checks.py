@@ -70,9 +70,14 @@ def run(argv, timeout=90, env=None, cwd=None, quiet=False):
     return rc, out, err, secs
 
 
-def first_error(err):
-    """The line of capsule's stderr that says why (skipping warnings and log noise)."""
+def first_error(err, out=""):
+    """Why capsule refused: the JSON result's `error`, else the first line of its stderr
+    that says why (warnings, such as --best-effort's "not enforced", come last)."""
+    res = parse_result(out) if out else None
+    if res and res.get("error"):
+        return "capsule: " + res["error"]
     lines = [ln.strip() for ln in err.splitlines() if ln.strip()]
+    lines = [ln for ln in lines if "warning" not in ln] + [ln for ln in lines if "warning" in ln]
     for ln in lines:
         if re.search(r"error|refus|cannot|need|not supported|denied|failed", ln, re.I):
             return ln
@@ -156,13 +161,13 @@ def check_policies():
 def classify_exec(cid, rc, out, err, secs, ok_pred=None, extra_note=""):
     res = parse_result(out)
     if rc == 125:
-        return emit(cid, "refused", rc, first_error(err) or (res or {}).get("stderr", ""), secs)
+        return emit(cid, "refused", rc, first_error(err, out), secs)
     if rc == 0 and res is not None and res.get("exit_code") == 0 and (ok_pred is None or ok_pred(res)):
         return emit(cid, "pass", rc, (extra_note + " " + enforcement_note(res)).strip(), secs)
     child = ""
     if res:
         child = "child exit=%s stderr=%s" % (res.get("exit_code"), (res.get("stderr") or "")[-200:])
-    return emit(cid, "fail", rc, (child or first_error(err) or "no result") + " " + enforcement_note(res), secs)
+    return emit(cid, "fail", rc, (child or first_error(err, out) or "no result") + " " + enforcement_note(res), secs)
 
 
 def with_be(cid, fn):
@@ -192,11 +197,11 @@ def quiet_classify(rc, out, err, secs):
     """classify_exec without printing: the caller re-emits it under another id."""
     res = parse_result(out)
     if rc == 125:
-        return {"id": "", "status": "refused", "rc": rc, "note": first_error(err)[:300], "seconds": round(secs, 2)}
+        return {"id": "", "status": "refused", "rc": rc, "note": first_error(err, out)[:300], "seconds": round(secs, 2)}
     if rc == 0 and res is not None and res.get("exit_code") == 0:
         return {"id": "", "status": "pass", "rc": rc, "note": enforcement_note(res), "seconds": round(secs, 2)}
     child = "child exit=%s stderr=%s" % (res.get("exit_code"), (res.get("stderr") or "")[-200:]) if res else ""
-    return {"id": "", "status": "fail", "rc": rc, "note": " ".join((child or first_error(err) or "no result").split())[:300],
+    return {"id": "", "status": "fail", "rc": rc, "note": " ".join((child or first_error(err, out) or "no result").split())[:300],
             "seconds": round(secs, 2)}
 
 
@@ -239,7 +244,7 @@ def escape(cid, flags, child_src, truth, setup=None, extra_env=None):
                                           best_effort=be, env=extra_env)
         res = parse_result(out)
         if rc == 125:
-            rec = {"status": "refused", "rc": rc, "note": first_error(err)}
+            rec = {"status": "refused", "rc": rc, "note": first_error(err, out)}
         elif res is None:
             rec = {"status": "fail", "rc": rc, "note": "no JSON result: " + first_error(err)}
         else:
@@ -390,7 +395,7 @@ except OSError as e:
                 holder["p"].kill()
                 holder["p"].wait()
                 st = "refused" if rc == 125 else "fail"
-                rec = {"status": st, "rc": rc, "note": first_error(err)}
+                rec = {"status": st, "rc": rc, "note": first_error(err, out)}
             else:
                 escaped, note = sig_truth(res, res.get("stdout") or "")
                 rec = {"status": "ESCAPE" if escaped else "pass", "rc": rc,
@@ -452,7 +457,7 @@ except OSError as e:
             best_effort=be)
         res = parse_result(out)
         if rc == 125 or res is None:
-            rec = {"status": "refused" if rc == 125 else "fail", "rc": rc, "note": first_error(err)}
+            rec = {"status": "refused" if rc == 125 else "fail", "rc": rc, "note": first_error(err, out)}
         else:
             o = res.get("stdout") or ""
             ok = "RENAMED" in o and "LINKED" in o
