@@ -34,7 +34,7 @@ def log(*a):
 
 
 def emit(cid, status, rc=None, note="", secs=None, **extra):
-    rec = {"id": cid, "status": status, "rc": rc, "note": " ".join(str(note).split())[:300]}
+    rec = {"id": cid, "status": status, "rc": rc, "note": " ".join(str(note).split())[:600]}
     if secs is not None:
         rec["seconds"] = round(secs, 2)
     rec.update(extra)
@@ -127,7 +127,8 @@ def check_doctor():
     note = "landlock: %s; namespaces: %s; verdict: %s" % (
         ll.group(1) if ll else "?", ns.group(1) if ns else "?", verdict.group(1) if verdict else first_error(err))
     ok = rc == 0 and verdict and "can confine" in verdict.group(1) and "cannot" not in verdict.group(1)
-    emit("doctor", "pass" if ok else ("refused" if rc in (0, 125) else "fail"), rc, note, secs,
+    says_cannot = bool(verdict) and "cannot" in verdict.group(1)   # doctor exits 1 then: a verdict, not a crash
+    emit("doctor", "pass" if ok else ("refused" if rc in (0, 125) or says_cannot else "fail"), rc, note, secs,
          landlock=(ll.group(1) if ll else None), cgroups=(cg.group(1) if cg else None))
 
 
@@ -154,7 +155,11 @@ def check_policies():
         d = project_dir(name, os.path.join(SRC, "policy", p))
         rc, out, err, secs = run([CAPSULE, "check", "-p", "capsule.yaml"], cwd=d)
         bad = [ln.strip() for ln in (out + err).splitlines() if re.search(r"NOT ENFORCED|missing|limitation", ln, re.I)]
-        note = first_error(err) if rc != 0 else ("; ".join(bad)[:250] if bad else "valid, fully enforced")
+        tail = [ln.strip() for ln in out.splitlines() if ln.strip()][-1:]
+        if rc != 0:
+            note = first_error(err) or "; ".join(bad + tail)[:250]
+        else:
+            note = "; ".join(bad)[:250] if bad else "valid, fully enforced"
         emit("check:" + name, {0: "pass", 125: "refused"}.get(rc, "fail"), rc, note, secs)
 
 
@@ -197,11 +202,11 @@ def quiet_classify(rc, out, err, secs):
     """classify_exec without printing: the caller re-emits it under another id."""
     res = parse_result(out)
     if rc == 125:
-        return {"id": "", "status": "refused", "rc": rc, "note": first_error(err, out)[:300], "seconds": round(secs, 2)}
+        return {"id": "", "status": "refused", "rc": rc, "note": first_error(err, out)[:600], "seconds": round(secs, 2)}
     if rc == 0 and res is not None and res.get("exit_code") == 0:
         return {"id": "", "status": "pass", "rc": rc, "note": enforcement_note(res), "seconds": round(secs, 2)}
     child = "child exit=%s stderr=%s" % (res.get("exit_code"), (res.get("stderr") or "")[-200:]) if res else ""
-    return {"id": "", "status": "fail", "rc": rc, "note": " ".join((child or first_error(err, out) or "no result").split())[:300],
+    return {"id": "", "status": "fail", "rc": rc, "note": " ".join((child or first_error(err, out) or "no result").split())[:600],
             "seconds": round(secs, 2)}
 
 
@@ -260,7 +265,7 @@ def escape(cid, flags, child_src, truth, setup=None, extra_env=None):
                 rec = {"status": "fail", "rc": rc, "note": "child exit=%s %s" % (
                     res.get("exit_code"), child_err[-1] if child_err else "")}
             rec["note"] = (rec["note"] + " | " + enforcement_note(res)).strip(" |")
-        rec["note"] = " ".join(rec["note"].split())[:300]
+        rec["note"] = " ".join(rec["note"].split())[:600]
         rec["seconds"] = round(secs, 2)
         rec["id"] = cid
         if not be:
@@ -402,7 +407,7 @@ except OSError as e:
                        "note": note + " " + " ".join(ln for ln in (res.get("stdout") or "").splitlines() if ln.startswith("BLOCKED"))
                        + " | " + enforcement_note(res)}
             rec.update(id=cid, seconds=round(secs, 2))
-            rec["note"] = " ".join(rec["note"].split())[:300]
+            rec["note"] = " ".join(rec["note"].split())[:600]
             if not be:
                 log("@@CHECK " + json.dumps(rec, sort_keys=True))
             return rec
@@ -464,7 +469,7 @@ except OSError as e:
             rec = {"status": "pass" if ok else "fail", "rc": rc,
                    "note": " ".join(ln for ln in o.splitlines()) + " | " + enforcement_note(res)}
         rec.update(id="rename-in-grant", seconds=round(secs, 2))
-        rec["note"] = " ".join(rec["note"].split())[:300]
+        rec["note"] = " ".join(rec["note"].split())[:600]
         if not be:
             log("@@CHECK " + json.dumps(rec, sort_keys=True))
         return rec
