@@ -249,8 +249,12 @@ def messages(rows):
     seen = {}
     for r in rows:
         if r["status"] in ("refused", "fail", "ESCAPE") and r["check"] != META:
-            msg = re.sub(r"\b\d{3,}\b", "N", r["note"])[:240]
-            seen.setdefault((r["status"], msg), set()).add("%s/%s" % (r["kernel"], r["user"]))
+            msg = re.sub(r"\b[0-9A-Z]{26}\b", "RUNID", re.sub(r"\bpid \d+", "pid N", r["note"]))
+            st = r["status"]
+            if st == "ESCAPE":   # what happened, per check; the `missing` list says whether it was reported
+                st = "SILENT ESCAPE" if silent(r) else "ESCAPE, reported missing"
+                msg = "%s: %s" % (r["check"].replace("[be]", " (--best-effort)"), msg.split(" | ")[0])
+            seen.setdefault((st, msg[:260]), set()).add("%s/%s" % (r["kernel"], r["user"]))
     return seen
 
 
