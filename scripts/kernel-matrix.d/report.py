@@ -52,11 +52,14 @@ def clean(s):
 def parse_run(run):
     """-> list of row dicts (COLS), including one _meta row per kernel and user."""
     rows = []
-    runinfo = kv(os.path.join(run, "run.txt"))
     for kid in sorted(os.listdir(run)):
         kd = os.path.join(run, kid)
         if not os.path.isdir(kd) or not os.path.exists(os.path.join(kd, "result.log")):
             continue
+        if os.path.exists(os.path.join(kd, "run.txt")):
+            runinfo = kv(os.path.join(kd, "run.txt"))
+        else:
+            runinfo = kv(os.path.join(run, "run.txt"))
         hdr = kv(os.path.join(kd, "header.txt"))
         summ = kv(os.path.join(kd, "summary.txt"))
         phases = {}
@@ -69,6 +72,7 @@ def parse_run(run):
         meta = {"release": hdr.get("uname", "?").split(" ")[0], "abi": abi, "lsm": hdr.get("lsm", "?"),
                 "root": hdr.get("root", "?"), "wall": summ.get("host_wall_seconds", "?"),
                 "capsule": runinfo.get("capsule_version", "?"), "git": runinfo.get("git", "?"),
+                "capsule_sha256": runinfo.get("capsule_sha256", "?"),
                 "date": runinfo.get("date", "?"), "max_user_namespaces": hdr.get("max_user_namespaces", "?")}
         for user in USERS:
             checks = []
@@ -269,10 +273,11 @@ def details(rows, kconf, order):
                                                            abi_label(mr.get("abi"))))
         out.append("")
         out.append("Scenario `%s`; root `%s`; LSMs `%s`; `user.max_user_namespaces` %s; host wall time %ss "
-                   "(guest: root %ss, nobody %ss); capsule %s (%s), run %s." % (
+                   "(guest: root %ss, nobody %ss); %s (sha256 %s…), run %s." % (
                        kconf.get(k, {}).get("scenario", "?"), mr.get("root", "?"), mr.get("lsm", "?"),
                        mr.get("max_user_namespaces", "?"), mr.get("wall", "?"), mr.get("guest_seconds", "?"),
-                       mn.get("guest_seconds", "?"), mr.get("capsule", "?"), mr.get("git", "?"), mr.get("date", "?")))
+                       mn.get("guest_seconds", "?"), mr.get("capsule", "?"), mr.get("capsule_sha256", "?")[:12],
+                       mr.get("date", "?")))
         out.append("")
         out.append("| check | root | nobody |")
         out.append("|---|---|---|")
@@ -306,7 +311,7 @@ def runs_of(rows):
     for r in rows:
         if r["check"] == META:
             m = json.loads(r["note"])
-            d = "capsule at %s, %s" % (m.get("git", "?"), str(m.get("date", "?"))[:10])
+            d = "%s, sha256 %s…, %s" % (m.get("capsule", "?"), m.get("capsule_sha256", "?")[:12], str(m.get("date", "?"))[:10])
             if d not in seen:
                 seen.append(d)
     return "; ".join(seen)
