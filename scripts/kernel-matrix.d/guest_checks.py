@@ -505,6 +505,12 @@ def check_tests():
             note = "%d passed, %d failed, %d ignored" % (p, fl, ig)
             if failed:
                 note += ": " + " ".join(failed)
+                # the first failure's message (the tests print what capsule said)
+                m = re.search(r"^---- (\S+) stdout ----\n(?:.*\n){0,3}?.*panicked at [^\n]*\n((?:.*\n){1,12})", out, re.M)
+                if m:
+                    lines = [ln.strip() for ln in m.group(2).splitlines() if ln.strip()]
+                    keep = lines[:1] + [ln for ln in lines[1:] if re.match(r"(exit|stderr|left|right):", ln)][:3]
+                    note += " | first: %s: %s" % (m.group(1), " / ".join(keep)[:400])
         else:
             note = "no summary (rc=%s) %s" % (rc, first_error(err))
         emit("test:" + short, "pass" if rc == 0 else "fail", rc, note, secs)
