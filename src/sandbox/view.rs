@@ -136,6 +136,14 @@ enum Op {
     },
     /// A Landlock rule for a path of the view (`access`: rights bits).
     Rule { path: CString, access: u64 },
+    /// Make the one mount at `path` read-only (not its submounts).
+    ReadOnly { path: CString },
+    /// A symbolic link (a top-level link of the host in a new root).
+    Symlink { target: CString, path: CString },
+    /// Make the mount at `dir` the root: chdir, MS_MOVE onto /, chroot(".")
+    /// (switch_root's way: it works on an initramfs root too, unlike
+    /// pivot_root), then the new root read-only.
+    SwitchRoot { dir: CString },
 }
 
 /// Landlock rights (bits) for the rules of the new mounts, from the ruleset's ABI.
@@ -168,6 +176,8 @@ pub struct ViewSummary {
     pub memfd_noexec: bool,
     /// Secrets of /etc found on this host and covered.
     pub secrets: Vec<PathBuf>,
+    /// The run has a new root (a mount destination the host lacks).
+    pub new_root: bool,
 }
 
 fn cstr(p: &Path) -> Result<CString, ViewError> {
@@ -235,26 +245,44 @@ impl View {
         let mut summary = ViewSummary::default();
 
         let under_tmpdir = |p: &Path| plan.tmpdir.as_ref().is_some_and(|t| p.starts_with(t));
-        // /tmp is the run's own only when nothing granted lies under the
-        // host's /tmp: Landlock rights are inherited along the mount
-        // hierarchy, so a grant bound again inside a writable private /tmp
-        // would inherit its write right (and lose its carve-outs). Then the
-        // host's /tmp stays, under Landlock as everything else.
-        let nested = plan
+        // /tmp is the run's private TMPDIR, and a grant that lies under the
+        // host's /tmp is bound again at its own path inside it. Landlock
+        // rights are inherited along the mount hierarchy, so such a grant
+        // also gets the private /tmp's rights (read+write, not exec): its
+        // bind is read-only unless it is a write grant, which makes that
+        // harmless — but a carve-out beneath it (deny, credentials) would be
+        // lost. Then, and when the cwd lies under the host's /tmp without a
+        // grant to carry it, the host's /tmp stays instead, under Landlock as
+        // everything else. (A mount's source does not count: it is seen at
+        // its destination only.)
+        let tmp_grants: Vec<&crate::plan::FsGrant> = plan
             .fs
             .grants
             .iter()
-            .any(|g| g.path.starts_with(tmp) && !under_tmpdir(&g.path))
-            || (plan.cwd.starts_with(tmp) && !under_tmpdir(&plan.cwd));
+            .filter(|g| !input.mounts.iter().any(|m| m.src == g.path))
+            .filter(|g| g.path.starts_with(tmp) && g.path != tmp && !under_tmpdir(&g.path))
+            .collect();
+        let carved = plan
+            .fs
+            .deny
+            .iter()
+            .any(|d| tmp_grants.iter().any(|g| d.path.starts_with(&g.path)));
+        let cwd_lost = plan.cwd.starts_with(tmp)
+            && !under_tmpdir(&plan.cwd)
+            && !tmp_grants.iter().any(|g| plan.cwd.starts_with(&g.path));
+        let host_tmp_granted = plan.fs.grants.iter().any(|g| g.path == tmp);
+        let nested = carved || cwd_lost || host_tmp_granted;
         let private_tmp = plan.tmpdir.is_some() && !nested;
         // The places bound at their own paths: every write grant that is a
         // directory or a regular file (device nodes such as /dev/null stay
-        // writable on a read-only mount), so that it stays writable.
+        // writable on a read-only mount), so that it stays writable; and the
+        // grants under the host's /tmp, inside the private one.
         let mut places: Vec<(PathBuf, bool)> = Vec::new();
         for g in &plan.fs.grants {
             // (The TMPDIR itself is bound at /tmp when /tmp is private, and
             // at its own path otherwise.)
-            if !g.access.write
+            let rebound = private_tmp && tmp_grants.iter().any(|t| t.path == g.path);
+            if !(g.access.write || rebound)
                 || g.path.starts_with("/dev")
                 || (private_tmp && under_tmpdir(&g.path))
                 || input.mounts.iter().any(|m| m.src == g.path)
@@ -262,8 +290,9 @@ impl View {
             {
                 continue;
             }
-            if !places.iter().any(|(p, _)| *p == g.path) {
-                places.push((g.path.clone(), true));
+            match places.iter_mut().find(|(p, _)| *p == g.path) {
+                Some((_, rw)) => *rw |= g.access.write,
+                None => places.push((g.path.clone(), g.access.write)),
             }
         }
         // A place beneath another rides along with it, unless it is
@@ -310,6 +339,79 @@ impl View {
         }
         ops.push(Op::ReadOnlyHost);
 
+        // A destination whose first component the host lacks (/pack, /src):
+        // the view keeps the host's tree, which is read-only and must not be
+        // changed, so the run gets a new root instead: a small tmpfs holding
+        // read-only clones of each top-level entry of the host, its links,
+        // and the missing directories.
+        let mut missing_tops: Vec<PathBuf> = binds
+            .iter()
+            .filter_map(|b| b.dst.components().nth(1).map(|c| Path::new("/").join(c)))
+            .filter(|top| top.symlink_metadata().is_err())
+            .collect();
+        missing_tops.sort();
+        missing_tops.dedup();
+        if !missing_tops.is_empty() {
+            let stage = Path::new("/tmp");
+            let mut entries: Vec<std::fs::DirEntry> = std::fs::read_dir("/")
+                .map_err(|e| ViewError::Destination {
+                    dst: missing_tops[0].clone(),
+                    why: format!("listing / for a new root: {e}"),
+                })?
+                .flatten()
+                .collect();
+            entries.sort_by_key(|e| e.file_name());
+            let mut later = Vec::new();
+            let mut index = binds.len();
+            for e in &entries {
+                let host = Path::new("/").join(e.file_name());
+                let at = stage.join(e.file_name());
+                let Ok(ft) = e.file_type() else { continue };
+                if ft.is_symlink() {
+                    let target =
+                        std::fs::read_link(&host).map_err(|_| ViewError::Nul(host.clone()))?;
+                    later.push(Op::Symlink {
+                        target: cstr(&target)?,
+                        path: cstr(&at)?,
+                    });
+                    continue;
+                }
+                if !(ft.is_dir() || ft.is_file()) {
+                    continue;
+                }
+                ops.push(Op::Clone { src: cstr(&host)? });
+                later.push(if ft.is_dir() {
+                    Op::Mkdir { path: cstr(&at)? }
+                } else {
+                    Op::Touch { path: cstr(&at)? }
+                });
+                later.push(Op::Attach {
+                    index,
+                    dst: cstr(&at)?,
+                    read_only: true,
+                });
+                index += 1;
+            }
+            if index > MAX_BINDS {
+                return Err(ViewError::TooManyBinds);
+            }
+            ops.push(Op::Mount {
+                fstype: c"tmpfs",
+                dst: cstr(stage)?,
+                flags: libc::MS_NOSUID | libc::MS_NODEV,
+                data: Some(CString::new("size=1m,mode=0755").expect("no NUL")),
+                stage: Stage::View,
+            });
+            ops.extend(later);
+            for top in &missing_tops {
+                ops.push(Op::Mkdir {
+                    path: cstr(&stage.join(top.strip_prefix("/").unwrap_or(top)))?,
+                });
+            }
+            ops.push(Op::SwitchRoot { dir: cstr(stage)? });
+            summary.new_root = true;
+        }
+
         let mut tmp_rule = false;
         if private_tmp {
             if let Some(mb) = input.tmp_size_mb {
@@ -324,6 +426,7 @@ impl View {
             }
             summary.private_tmp = true;
         }
+        let mut skeletons: Vec<PathBuf> = Vec::new();
         for (index, b) in binds.iter().enumerate() {
             // A destination inside the private /tmp does not exist there yet.
             let under_tmp = private_tmp && b.dst.starts_with(tmp) && b.dst != tmp;
@@ -331,6 +434,23 @@ impl View {
                 let rel = b.dst.strip_prefix(tmp).expect("checked");
                 let mut at = tmp.to_path_buf();
                 let comps: Vec<_> = rel.components().collect();
+                // The directories leading to it live in a small tmpfs, made
+                // read-only once its binds are attached: they are not the
+                // private /tmp's (writable) directories, nor the host's.
+                if comps.len() > 1 {
+                    let top = tmp.join(comps[0]);
+                    if !skeletons.contains(&top) {
+                        ops.push(Op::Mkdir { path: cstr(&top)? });
+                        ops.push(Op::Mount {
+                            fstype: c"tmpfs",
+                            dst: cstr(&top)?,
+                            flags: libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                            data: Some(CString::new("size=64k,mode=0755").expect("no NUL")),
+                            stage: Stage::View,
+                        });
+                        skeletons.push(top);
+                    }
+                }
                 for (i, c) in comps.iter().enumerate() {
                     at.push(c);
                     let last = i + 1 == comps.len();
@@ -341,7 +461,15 @@ impl View {
                     }
                 }
             } else if b.dst != tmp {
+                let top_missing = b
+                    .dst
+                    .components()
+                    .nth(1)
+                    .is_some_and(|c| Path::new("/").join(c).symlink_metadata().is_err());
+                let depth = b.dst.components().count();
                 match (kind(&b.dst), kind(&b.src)) {
+                    // /pack: made in the new root (a file source needs a file there).
+                    (None, Some(true)) if top_missing && depth == 2 => {}
                     (None, _) => {
                         return Err(ViewError::Destination {
                             dst: b.dst.clone(),
@@ -364,6 +492,9 @@ impl View {
                 dst: cstr(&b.dst)?,
                 read_only: b.read_only,
             });
+        }
+        for top in &skeletons {
+            ops.push(Op::ReadOnly { path: cstr(top)? });
         }
         summary.binds = binds;
 
@@ -575,6 +706,31 @@ impl View {
                     }
                     Ok(())
                 }
+                Op::ReadOnly { path } => raw::mount_setattr(
+                    libc::AT_FDCWD,
+                    path,
+                    0,
+                    MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID,
+                    0,
+                )
+                .map(drop)
+                .map_err(view),
+                Op::Symlink { target, path } => raw::symlink(target, path).map(drop).map_err(view),
+                Op::SwitchRoot { dir } => raw::chdir(dir)
+                    .and_then(|_| raw::mount(Some(c"."), c"/", None, libc::MS_MOVE, None))
+                    .and_then(|_| raw::chroot(c"."))
+                    .and_then(|_| raw::chdir(c"/"))
+                    .and_then(|_| {
+                        raw::mount_setattr(
+                            libc::AT_FDCWD,
+                            c"/",
+                            0,
+                            MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID,
+                            0,
+                        )
+                    })
+                    .map(drop)
+                    .map_err(view),
                 Op::Rule { path, access } => {
                     if ruleset < 0 || *access == 0 {
                         Ok(())

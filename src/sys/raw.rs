@@ -598,3 +598,22 @@ pub fn interface_up(name: &CStr) -> Result<(), i32> {
     close(sock);
     r.map(drop)
 }
+
+/// `symlinkat(target, AT_FDCWD, path)`.
+pub fn symlink(target: &CStr, path: &CStr) -> Ret {
+    // SAFETY: both strings are NUL-terminated and outlive the call.
+    map(unsafe {
+        syscall!(
+            Sysno::symlinkat,
+            target.as_ptr(),
+            libc::AT_FDCWD,
+            path.as_ptr()
+        )
+    })
+}
+
+/// `chroot(path)`.
+pub fn chroot(path: &CStr) -> Ret {
+    // SAFETY: `path` is NUL-terminated and outlives the call.
+    map(unsafe { syscall!(Sysno::chroot, path.as_ptr()) })
+}

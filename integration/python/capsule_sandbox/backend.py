@@ -736,9 +736,17 @@ class CapsuleBackend(_Base):  # type: ignore[misc]
         the host's ``python3``, first on the child's PATH, so ``sh -c "python
         -m pip ..."`` works as it does in agentnode's image."""
         env = policy["env"]["set"]
-        if "PATH" in env or shutil.which("python") is not None:
+
+        def system(path: str | None) -> bool:
+            # Only a system interpreter runs inside: a per-user shim (pyenv,
+            # asdf) under $HOME is not granted to the child.
+            real = os.path.realpath(path) if path else ""
+            return real.startswith(("/usr/", "/bin/", "/opt/"))
+
+        if "PATH" in env or system(shutil.which("python")):
             return
-        target = shutil.which("python3")
+        candidates = [shutil.which("python3"), "/usr/bin/python3", "/usr/local/bin/python3"]
+        target = next((c for c in candidates if c and os.path.exists(c) and system(c)), None)
         if target is None:
             return
         shim = os.path.join(self._dir, "bin")
