@@ -25,7 +25,22 @@ pub fn run(a: DoctorArgs) -> i32 {
     let root = nix::unistd::geteuid().is_root();
     let v2 = cgroup::v2_mount();
     let cg = cgroup::describe();
-    let ok = k.landlock_abi > 0 && k.seccomp;
+    // The same planning `exec` runs, for the default policy and /bin/true:
+    // doctor's verdict is exec's.
+    let prediction = {
+        let input = crate::plan::BuildInput {
+            loaded: super::exec::default_policy(),
+            overrides: crate::plan::build::Overrides::default(),
+            argv: vec!["/bin/true".into()],
+            best_effort: false,
+            run_id: "doctor".into(),
+        };
+        crate::plan::build(input)
+            .map_err(|e| e.to_string())
+            .and_then(|plan| crate::sandbox::predict(&plan).map_err(|e| e.to_string()))
+    };
+    let ok = prediction.is_ok();
+    let advice = advice(&k, root);
     let tree = if k.namespaces {
         "pid-namespace"
     } else {
@@ -62,6 +77,12 @@ pub fn run(a: DoctorArgs) -> i32 {
                 "netns": k.namespaces,
                 "mode": proxy_mode,
             },
+            "default_policy": match &prediction {
+                Ok(p) => json!({"runs": true, "missing": p.missing, "limitations": p.limitations,
+                                "view": p.view.is_some()}),
+                Err(e) => json!({"runs": false, "refusal": e}),
+            },
+            "advice": advice,
             "refused_env": {
                 "prefixes": validate::REFUSED_ENV_PREFIXES,
                 "names": validate::REFUSED_ENV_NAMES,
@@ -104,18 +125,76 @@ pub fn run(a: DoctorArgs) -> i32 {
             .chain(validate::REFUSED_ENV_NAMES.iter().map(|n| n.to_string()))
             .collect();
         println!("refused env vars  {}", refused.join(" "));
-        println!(
-            "verdict           {}",
-            if ok {
-                "capsule can confine programs here"
-            } else {
-                "capsule cannot fully confine programs here (see NO above)"
+        match &prediction {
+            Ok(p) => {
+                println!(
+                    "verdict           the default policy runs confined here{}",
+                    if p.view.is_some() {
+                        " (with the run's view of the host)"
+                    } else {
+                        " (no namespaces: no view)"
+                    }
+                );
+                for m in &p.missing {
+                    println!("  not enforced    {m}");
+                }
+                for l in &p.limitations {
+                    println!("  limitation      {l}");
+                }
             }
-        );
+            Err(e) => {
+                println!("verdict           capsule exec refuses the default policy here: {e}")
+            }
+        }
+        for a in &advice {
+            println!("advice            {a}");
+        }
     }
     if ok {
         0
     } else {
         1
     }
+}
+
+/// Concrete steps that would give capsule more on this host.
+fn advice(k: &KernelView, root: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    if k.landlock_abi == 0 {
+        match crate::sys::landlock_abi_version() {
+            Err(nix::errno::Errno::EOPNOTSUPP) => {
+                let lsm = std::fs::read_to_string("/sys/kernel/security/lsm").unwrap_or_default();
+                let lsm = lsm.trim();
+                out.push(format!(
+                    "Landlock is built into this kernel but not enabled: add it to the lsm= boot parameter, \
+                     e.g. lsm=landlock,{} (the active list is \"{lsm}\"), then reboot",
+                    if lsm.is_empty() { "lockdown,yama,integrity,apparmor,bpf" } else { lsm }
+                ));
+            }
+            _ => out.push(
+                "this kernel has no Landlock: it needs Linux 5.13+ built with CONFIG_SECURITY_LANDLOCK=y".into(),
+            ),
+        }
+    }
+    if !k.namespaces && !root && std::env::var_os("CAPSULE_NO_NAMESPACES").is_none() {
+        let read = |p: &str| {
+            std::fs::read_to_string(p)
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default()
+        };
+        if read("/proc/sys/user/max_user_namespaces") == "0" {
+            out.push("user namespaces are disabled: sysctl -w user.max_user_namespaces=15000 gives capsule its pid, \
+                      mount, IPC and network namespaces (the view)".into());
+        }
+        if read("/proc/sys/kernel/unprivileged_userns_clone") == "0" {
+            out.push("unprivileged user namespaces are disabled: sysctl -w kernel.unprivileged_userns_clone=1".into());
+        }
+        if read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1" {
+            out.push("AppArmor restricts unprivileged user namespaces (Ubuntu 24.04): allow them for capsule with a \
+                      profile (/etc/apparmor.d/capsule: `abi <abi/4.0>, include <tunables/global> profile capsule \
+                      /path/to/capsule flags=(unconfined) { userns, }`), or sysctl -w \
+                      kernel.apparmor_restrict_unprivileged_userns=0".into());
+        }
+    }
+    out
 }

@@ -242,6 +242,9 @@ pub fn prepare(
             });
         }
         missing.extend(NO_VIEW_GAPS.iter().map(|s| s.to_string()));
+        missing.push(
+            "pid namespace: a setsid'd descendant can outlive capsule if capsule itself is SIGKILLed".into(),
+        );
         None
     };
 
