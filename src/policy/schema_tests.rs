@@ -2,11 +2,16 @@
 
 #[test]
 fn shipped_schema_is_current() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/policy/schema.json");
+    // The staged copy when the suite runs as another user (scripts/test sets
+    // CAPSULE_TEST_ROOT), else the checkout.
+    let root = std::env::var_os("CAPSULE_TEST_ROOT")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
+    let path = root.join("policy/schema.json");
     if std::env::var_os("CAPSULE_UPDATE_SCHEMA").is_some() {
-        std::fs::write(path, super::schema_json()).unwrap();
+        std::fs::write(&path, super::schema_json()).unwrap();
     }
-    let shipped = std::fs::read_to_string(path).unwrap();
+    let shipped = std::fs::read_to_string(&path).unwrap();
     assert!(
         shipped == super::schema_json(),
         "policy/schema.json is stale: regenerate it with `cargo run -- policy schema > policy/schema.json` \
