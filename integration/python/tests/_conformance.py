@@ -20,7 +20,16 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
-PACKAGE_ROOT = HERE.parent
+def _package_root() -> Path:
+    """Where ``capsule_sandbox`` is imported from: the source tree, or the
+    installed wheel's site-packages when scripts/test runs the suite against
+    it (the conformance venvs get it on PYTHONPATH either way)."""
+    import capsule_sandbox
+
+    return Path(capsule_sandbox.__file__).resolve().parent.parent
+
+
+PACKAGE_ROOT = _package_root()
 CONFORMANCE = HERE / "conformance"
 _PIP_TIMEOUT = 900
 

@@ -97,7 +97,9 @@ def test_fail_closed_specs(backend):
         backend.wrap_command(ProcessSpec(command=["true"], network="bogus"))
     # A remapping mount becomes --mount; capsule refuses it at run time when
     # the destination cannot exist in the view.
-    remap = ProcessSpec(command=["true"], mounts=[MountSpec("/tmp", "/elsewhere")])
+    # (A missing top-level destination is made in a new root; a deeper one
+    # under an existing host directory cannot be.)
+    remap = ProcessSpec(command=["true"], mounts=[MountSpec("/tmp", "/usr/capsule-no-such-dir/x")])
     assert "--mount" in backend.wrap_command(remap)
     with pytest.raises(SandboxRequiredError):
         backend.run_process(remap, timeout=30)

@@ -43,6 +43,11 @@ RUN_ELSEWHERE = {
     "scripts/test": "CI (.ci/run)",
     "python3 integration/python/examples/agent_demo.py": "test_example.py",
     "python3 -m pytest integration/python/tests -q": "scripts/test, section 2",
+    # The kernel matrix boots distribution kernels under qemu: minutes per kernel.
+    "cargo build --release": "scripts/kernel-matrix (it takes the static release binary)",
+    'scripts/kernel-matrix setup && scripts/kernel-matrix': "scripts/kernel-matrix (boots kernels under qemu)",
+    'scripts/kernel-matrix --capsule PATH --kernels deb12-6.1,u2204-5.15': "scripts/kernel-matrix (boots kernels under qemu)",
+    'scripts/kernel-matrix --ci': "scripts/kernel-matrix (boots kernels under qemu)",
     # Benchmarks: minutes of measurement on an idle machine, not a test.
     "scripts/bench": "not run by the suite (a benchmark)",
     "sudo scripts/bench-phases": "not run by the suite (a benchmark; needs perf uprobes)",
