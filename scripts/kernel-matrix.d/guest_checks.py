@@ -126,8 +126,12 @@ def check_doctor():
     cg = re.search(r"^cgroups\s+(.*)$", out, re.M)
     note = "landlock: %s; namespaces: %s; verdict: %s" % (
         ll.group(1) if ll else "?", ns.group(1) if ns else "?", verdict.group(1) if verdict else first_error(err))
-    ok = rc == 0 and verdict and "can confine" in verdict.group(1) and "cannot" not in verdict.group(1)
-    says_cannot = bool(verdict) and "cannot" in verdict.group(1)   # doctor exits 1 then: a verdict, not a crash
+    # doctor's verdict is exec's on the default policy: "the default policy
+    # runs confined here" or "capsule exec refuses the default policy here: ..."
+    # (older binaries: "capsule can confine programs here" / "cannot").
+    v = verdict.group(1) if verdict else ""
+    ok = rc == 0 and bool(verdict) and ("runs confined" in v or "can confine" in v) and "cannot" not in v
+    says_cannot = bool(verdict) and ("cannot" in v or "refuses" in v)   # doctor exits 1 then: a verdict, not a crash
     emit("doctor", "pass" if ok else ("refused" if rc in (0, 125) or says_cannot else "fail"), rc, note, secs,
          landlock=(ll.group(1) if ll else None), cgroups=(cg.group(1) if cg else None))
 
