@@ -409,3 +409,74 @@ fn pip_installs_through_capsules_proxy_from_a_loopback_index() {
         run.ctx()
     );
 }
+
+#[test]
+fn npm_installs_through_capsules_proxy_from_a_loopback_registry() {
+    // A minimal npm registry on loopback (the package document and its
+    // tarball as static files); npm inside the sandbox reaches it only
+    // through capsule's egress proxy.
+    if !have("npm") || !have("tar") {
+        skip("npm or tar is not installed");
+        return;
+    }
+    let sb = Sandbox::new();
+    let reg = sb.mkdir("registry");
+    let pkg = sb.mkdir("pkgsrc/package");
+    fs::write(
+        pkg.join("package.json"),
+        r#"{"name":"capsuletoy","version":"1.0.0","main":"index.js"}"#,
+    )
+    .unwrap();
+    fs::write(pkg.join("index.js"), "module.exports = 'toy-npm-42';\n").unwrap();
+    let tgz = reg.join("capsuletoy-1.0.0.tgz");
+    let st = Command::new("tar")
+        .arg("czf")
+        .arg(&tgz)
+        .arg("-C")
+        .arg(sb.path("pkgsrc"))
+        .arg("package")
+        .status()
+        .expect("tar");
+    assert!(st.success());
+    let sha1 = Command::new("sha1sum").arg(&tgz).output().expect("sha1sum");
+    let sha1 = String::from_utf8_lossy(&sha1.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let Some(origin) = serve(&reg) else {
+        skip("cannot start python's http.server on loopback");
+        return;
+    };
+    let base = format!("http://127.0.0.1:{}", origin.port);
+    fs::write(
+        reg.join("capsuletoy"),
+        format!(
+            r#"{{"name":"capsuletoy","dist-tags":{{"latest":"1.0.0"}},"versions":{{"1.0.0":{{"name":"capsuletoy","version":"1.0.0","main":"index.js","dist":{{"tarball":"{base}/capsuletoy-1.0.0.tgz","shasum":"{sha1}"}}}}}}}}"#
+        ),
+    )
+    .unwrap();
+    let dir = sb.mkdir("work");
+    let d = dir.to_string_lossy().to_string();
+    let script = format!(
+        "npm install --no-audit --no-fund --loglevel=error --registry {base}/ capsuletoy >/dev/null && \
+         node -e \"console.log(require('capsuletoy'))\""
+    );
+    let run = sb.exec_json(
+        &[
+            "--net",
+            "proxy",
+            "--allow-host",
+            "127.0.0.1",
+            "--allow-write",
+            &d,
+            "--cwd",
+            &d,
+            "--timeout",
+            "240",
+        ],
+        &["/bin/sh", "-c", &script],
+    );
+    run.assert_code(0);
+    assert!(run.child_stdout().contains("toy-npm-42"), "{}", run.ctx());
+}
