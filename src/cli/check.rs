@@ -31,7 +31,8 @@ pub fn run(a: CheckArgs) -> i32 {
         overrides: Overrides::default(),
         argv: vec![],
         best_effort: false,
-        run_id: "check".into(),
+        // A fresh id: the private TMPDIR check makes for a moment is per run.
+        run_id: super::exec::new_run_id(),
     };
     let plan = match plan::build(input) {
         Ok(p) => p,

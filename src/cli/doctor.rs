@@ -33,7 +33,7 @@ pub fn run(a: DoctorArgs) -> i32 {
             overrides: crate::plan::build::Overrides::default(),
             argv: vec!["/bin/true".into()],
             best_effort: false,
-            run_id: "doctor".into(),
+            run_id: super::exec::new_run_id(),
         };
         crate::plan::build(input)
             .map_err(|e| e.to_string())
