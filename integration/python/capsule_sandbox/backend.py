@@ -608,7 +608,9 @@ class CapsuleBackend(_Base):  # type: ignore[misc]
         network_hosts: Iterable[str] = (),
         index_hosts: Iterable[str] | None = None,
         pip_find_links: str | os.PathLike[str] | None = None,
+        llm_access: dict[str, Any] | None = None,
     ) -> None:
+        self._llm_access = None if llm_access is None else dict(llm_access)
         self._find_links = os.path.realpath(os.fspath(pip_find_links)) if pip_find_links is not None else None
         if self._find_links is not None and not os.path.isdir(self._find_links):
             raise ValueError(f"pip_find_links {self._find_links!r} is not a directory")
@@ -621,6 +623,60 @@ class CapsuleBackend(_Base):  # type: ignore[misc]
         self._index_hosts = None if index_hosts is None else [str(h) for h in index_hosts]
         self._dir = tempfile.mkdtemp(prefix="capsule-backend-")
         self._finalizer = weakref.finalize(self, shutil.rmtree, self._dir, True)
+
+    @staticmethod
+    def llm_access_for(agent_config: dict[str, Any] | None, host_config: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Capsule's ``llm_access`` policy section for an agentnode agent.
+
+        The agent's manifest ``llm_access`` block, clamped by agentnode's own
+        host ceiling (``agent_sandbox.llm`` in ``~/.agentnode/config.json``),
+        resolved by agentnode's own ``resolve_llm_policy`` when agentnode is
+        installed (default-deny: no block, or ``enabled`` not true, gives
+        ``{"enabled": False}``). Pass the result as ``CapsuleBackend(...,
+        llm_access=...)`` to have capsule's broker, not agentnode's, hold the
+        key; capsule's own ``llm.ceiling`` still wins over it.
+        """
+        try:
+            from agentnode_sdk.runtimes.agent_llm_policy import resolve_llm_policy
+        except ImportError:  # agentnode not installed: the same rule, stated here
+            resolve_llm_policy = None
+        if resolve_llm_policy is not None:
+            p = resolve_llm_policy(agent_config, host_config)
+            enabled, calls, inp, out = p.enabled, p.max_calls, p.max_input_chars, p.max_output_chars
+            models = None if p.allowed_models is None else sorted(p.allowed_models)
+        else:
+            manifest = ((agent_config or {}).get("llm_access")) or {}
+            host = (((host_config or {}).get("agent_sandbox")) or {}).get("llm") or {}
+            enabled = manifest.get("enabled") is True and host.get("enabled", True) is not False
+
+            def cap(key: str, default: int) -> int:
+                def num(d: dict[str, Any]) -> int | None:
+                    try:
+                        v = int(d[key])
+                    except (KeyError, TypeError, ValueError):
+                        return None
+                    return v if v > 0 else None
+
+                ceiling = num(host) or default
+                return min(num(manifest) or ceiling, ceiling)
+
+            calls, inp, out = cap("max_calls", 20), cap("max_input_chars", 24000), cap("max_output_chars", 24000)
+            lists = [d.get("allowed_models") for d in (manifest, host) if isinstance(d.get("allowed_models"), list)]
+            models = None
+            if lists:
+                sets = [{str(m).strip() for m in lst if str(m).strip()} for lst in lists]
+                models = sorted(set.intersection(*sets))
+        if not enabled:
+            return {"enabled": False}
+        section: dict[str, Any] = {
+            "enabled": True,
+            "max_calls": int(calls),
+            "max_input_chars": int(inp),
+            "max_output_chars": int(out),
+        }
+        if models is not None:
+            section["allowed_models"] = list(models)
+        return section
 
     # -- detection ----------------------------------------------------------------
 
@@ -714,6 +770,10 @@ class CapsuleBackend(_Base):  # type: ignore[misc]
             policy["filesystem"]["read"].append(self._find_links)
         if timeout is not None:
             policy["limits"]["timeout_seconds"] = float(timeout)
+        if self._llm_access is not None:
+            # capsule's own key-holding broker: the child asks over its RPC fd;
+            # capsule's host config (provider, key, llm.ceiling) decides.
+            policy["llm_access"] = dict(self._llm_access)
         blob = json.dumps(policy, sort_keys=True).encode("utf-8")
         path = os.path.join(self._dir, f"policy-{hashlib.sha256(blob).hexdigest()[:24]}.json")
         if not os.path.exists(path):
