@@ -331,28 +331,18 @@ pub fn sigprocmask(how: c_int, set: SigSet) -> Ret {
 
 /// Restore the default disposition of `sig`.
 pub fn default_action(sig: c_int) -> Ret {
-    let act = KernelSigaction {
-        handler: 0,
-        flags: 0,
-        restorer: 0,
-        mask: SigSet::EMPTY,
-    };
-    // SAFETY: the kernel reads one struct sigaction from our stack; no old action is asked for.
-    map(unsafe {
-        syscall!(
-            Sysno::rt_sigaction,
-            sig,
-            std::ptr::addr_of!(act),
-            0,
-            SIGSET_SIZE
-        )
-    })
+    set_action(sig, 0) // SIG_DFL
 }
 
 /// Ignore `sig` (an ignored disposition survives execve).
 pub fn ignore_action(sig: c_int) -> Ret {
+    set_action(sig, 1) // SIG_IGN
+}
+
+/// `rt_sigaction(sig, {handler, no flags, empty mask}, NULL)` for SIG_DFL or SIG_IGN.
+fn set_action(sig: c_int, handler: usize) -> Ret {
     let act = KernelSigaction {
-        handler: 1, // SIG_IGN
+        handler,
         flags: 0,
         restorer: 0,
         mask: SigSet::EMPTY,

@@ -124,7 +124,7 @@ fn interesting(name: &str, arg: usize) -> Vec<u32> {
         ("memfd_create", 1) => v.extend([8, 9, 0x10, 0x18, 4, 5, 0xffff_fff7]),
         ("setpriority", 0) => v.extend(PRIO_OWN.iter().chain(&[3, 4])),
         ("ioprio_set", 0) => v.extend(IOPRIO_OWN.iter().chain(&[3, 4])),
-        (_, _) if OTHER_PROCESS.contains(&name) => v.extend([1234, 0x3fff_ffff]),
+        (_, _) if super::deny::OWN_PROCESS_ONLY.contains(&name) => v.extend([1234, 0x3fff_ffff]),
         _ => {}
     }
     v.sort_unstable();
@@ -151,17 +151,6 @@ const CHECKED: &[(&str, &[usize])] = &[
     ("sched_setparam", &[0]),
     ("sched_setattr", &[0]),
     ("memfd_create", &[1]),
-];
-
-/// The calls aimed at a process (interesting pids for their pid arguments).
-const OTHER_PROCESS: &[&str] = &[
-    "prlimit64",
-    "setpriority",
-    "ioprio_set",
-    "sched_setaffinity",
-    "sched_setscheduler",
-    "sched_setparam",
-    "sched_setattr",
 ];
 
 #[test]
