@@ -39,12 +39,16 @@ fn probe_namespaces() -> bool {
     true
 }
 
-/// Where the per-pid-namespace `vm.memfd_noexec` sysctl lives (Linux 6.3+).
-pub const MEMFD_NOEXEC: &str = "/proc/sys/vm/memfd_noexec";
+/// Where the per-pid-namespace `vm.memfd_noexec` sysctl lives (Linux 6.3+);
+/// the run's init writes it (`sandbox::view`).
+pub const MEMFD_NOEXEC: &std::ffi::CStr = c"/proc/sys/vm/memfd_noexec";
 
 /// Whether the run's init can set `vm.memfd_noexec = 2` in its pid namespace:
 /// the sysctl exists (Linux 6.3+) and capsule runs as root (the file is
 /// writable by the initial user namespace's root only).
 pub fn memfd_noexec_settable() -> bool {
-    nix::unistd::geteuid().is_root() && std::path::Path::new(MEMFD_NOEXEC).exists()
+    nix::unistd::geteuid().is_root()
+        && MEMFD_NOEXEC
+            .to_str()
+            .is_ok_and(|p| std::path::Path::new(p).exists())
 }

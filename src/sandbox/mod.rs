@@ -98,10 +98,6 @@ fn fs_for_view(fs: &crate::plan::FsPlan) -> crate::plan::FsPlan {
     out
 }
 
-fn layers_view_memfd(view: &Option<view::View>) -> bool {
-    view.as_ref().is_some_and(|v| v.summary.memfd_noexec)
-}
-
 /// What `exec` will do with `plan` on this kernel, as this user: the same
 /// preparation, without running anything (the cgroup it may make is removed
 /// at once). `Err` is the refusal `exec` would print; `check` and `doctor`
@@ -316,8 +312,7 @@ pub fn prepare(
     // A memfd executed through /proc/self/fd/N: Landlock does not check
     // files of the kernel's internal shmem mount, and seccomp cannot see the
     // path. Only vm.memfd_noexec = 2 in the run's pid namespace closes it.
-    let memfd_closed = layers_view_memfd(&view);
-    if !memfd_closed {
+    if !view.as_ref().is_some_and(|v| v.summary.memfd_noexec) {
         missing.push(
             "execution of a memfd through /proc/self/fd/N (needs vm.memfd_noexec=2 in the run's pid namespace: \
              Linux 6.3+ and capsule running as root; fexecve of a memfd is refused by seccomp)"

@@ -38,7 +38,7 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use crate::plan::{Access, Plan};
+use crate::plan::Plan;
 use crate::sys::channel::Stage;
 use crate::sys::raw;
 
@@ -579,7 +579,7 @@ impl View {
         summary.private_proc = true;
         if input.memfd_noexec {
             ops.push(Op::Sysctl {
-                path: c"/proc/sys/vm/memfd_noexec",
+                path: crate::kernel::MEMFD_NOEXEC,
                 value: b"2",
             });
             summary.memfd_noexec = true;
@@ -771,13 +771,4 @@ pub fn describe(summary: &ViewSummary) -> Vec<String> {
         }
     }
     out
-}
-
-/// `Access` of a mount, for its Landlock grant at the source.
-pub fn mount_access(read_only: bool) -> Access {
-    if read_only {
-        Access::READ
-    } else {
-        Access::WRITE
-    }
 }
