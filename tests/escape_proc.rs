@@ -5,22 +5,10 @@ mod common;
 
 use common::*;
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 /// Start `sleep 60` on the host (outside any sandbox), killed on drop.
-fn host_sleeper() -> (std::process::Child, KillOnDrop) {
-    let child = Command::new("/bin/sleep")
-        .arg("60")
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("spawn sleep");
-    let guard = KillOnDrop {
-        pid: child.id() as i32,
-        token: Some("sleep".into()),
-    };
-    (child, guard)
-}
 
 #[test]
 fn proc_self_readable_pid1_and_other_pids_not() {

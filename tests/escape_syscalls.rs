@@ -420,20 +420,6 @@ fn setuid_and_setgid_bits_are_refused_in_every_mode() {
     assert_eq!(host[1]["value"], "0o4755", "{host:?}");
 }
 
-/// One `sleep` on the host, same uid as the test: a process the run must not reach.
-fn host_sleeper() -> (std::process::Child, KillOnDrop) {
-    let child = std::process::Command::new("/bin/sleep")
-        .arg("120")
-        .stdin(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn sleep");
-    let guard = KillOnDrop {
-        pid: child.id() as i32,
-        token: Some("sleep".into()),
-    };
-    (child, guard)
-}
-
 /// Calls aimed at process `who` that change it.
 fn changes_of(who: &str) -> Vec<Vec<String>> {
     [

@@ -16,21 +16,6 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
-fn view_expected() -> bool {
-    std::env::var_os("CAPSULE_NO_NAMESPACES").is_none() && namespaces_possible()
-}
-
-/// Root, or unprivileged user namespaces allowed by the sysctls.
-fn namespaces_possible() -> bool {
-    if is_root() {
-        return true;
-    }
-    let read = |p: &str| fs::read_to_string(p).map(|s| s.trim().to_string()).ok();
-    read("/proc/sys/user/max_user_namespaces").as_deref() != Some("0")
-        && read("/proc/sys/kernel/unprivileged_userns_clone").as_deref() != Some("0")
-        && read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() != Some("1")
-}
-
 /// Run a Python snippet in capsule with OPTS; the result object.
 fn py(sb: &Sandbox, opts: &[&str], code: &str) -> Run {
     let py = python();

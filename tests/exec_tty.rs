@@ -301,11 +301,7 @@ fn child_gets_its_own_terminal() {
     // instance, while the relayed pty comes from the host's, so ttyname()
     // finds no node for it ("not a tty"); isatty() and every terminal ioctl
     // work. Without namespaces the name is the host's /dev/pts/N.
-    let in_view = std::env::var_os("CAPSULE_NO_NAMESPACES").is_none()
-        && (is_root()
-            || std::fs::read_to_string("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
-                .map(|s| s.trim() != "1")
-                .unwrap_or(true));
+    let in_view = view_expected();
     assert!(
         name.starts_with("/dev/pts/") || (in_view && name == "not a tty"),
         "tty says {name:?}:\n{out}"

@@ -81,6 +81,37 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// Whether a run is expected to get the view of the host (its own mount,
+/// IPC, pid and network namespaces): root, or unprivileged user namespaces
+/// allowed by the sysctls, and `CAPSULE_NO_NAMESPACES` not set.
+pub fn view_expected() -> bool {
+    if std::env::var_os("CAPSULE_NO_NAMESPACES").is_some() {
+        return false;
+    }
+    if is_root() {
+        return true;
+    }
+    let read = |p: &str| fs::read_to_string(p).map(|s| s.trim().to_string()).ok();
+    read("/proc/sys/user/max_user_namespaces").as_deref() != Some("0")
+        && read("/proc/sys/kernel/unprivileged_userns_clone").as_deref() != Some("0")
+        && read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() != Some("1")
+}
+
+/// One `sleep` on the host, same uid as the test: a process the run must not
+/// reach. Killed when the guard drops.
+pub fn host_sleeper() -> (std::process::Child, KillOnDrop) {
+    let child = StdCommand::new("/bin/sleep")
+        .arg("120")
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("spawn sleep");
+    let guard = KillOnDrop {
+        pid: child.id() as i32,
+        token: Some("sleep".into()),
+    };
+    (child, guard)
+}
+
 /// One fresh sandbox: a temp dir holding a fake HOME and private XDG dirs.
 /// capsule runs with a clean environment pointing there, so tests never
 /// touch the real home, config or audit log.
