@@ -224,7 +224,6 @@ pub fn prepare(
     // The view (mount namespace).
     let view = if want_pidns {
         let input = view::ViewInput {
-            mounts: &plan.fs.mounts,
             tmp_size_mb: plan.limits.tmp_size_mb,
             rights: ll.view_rights(),
             memfd_noexec: crate::kernel::memfd_noexec_settable(),

@@ -226,9 +226,7 @@ pub fn etc_secrets() -> Vec<PathBuf> {
 
 /// Inputs of [`View::plan`] besides the plan.
 #[derive(Debug, Default)]
-pub struct ViewInput<'a> {
-    /// Extra binds from the policy's `mounts:` and `--mount` (source already resolved).
-    pub mounts: &'a [Bind],
+pub struct ViewInput {
     /// A size limit for the private /tmp (then a tmpfs).
     pub tmp_size_mb: Option<u64>,
     /// Landlock rights for the new mounts; None without Landlock.
@@ -239,8 +237,10 @@ pub struct ViewInput<'a> {
 
 impl View {
     /// Decide the view for `plan`. Nothing is mounted here.
-    pub fn plan(plan: &Plan, input: &ViewInput<'_>) -> Result<View, ViewError> {
+    pub fn plan(plan: &Plan, input: &ViewInput) -> Result<View, ViewError> {
         let tmp = Path::new("/tmp");
+        // The policy's `mounts:` and `--mount` (sources already resolved).
+        let mounts = &plan.fs.mounts;
         let mut ops = vec![Op::Private];
         let mut summary = ViewSummary::default();
 
@@ -259,7 +259,7 @@ impl View {
             .fs
             .grants
             .iter()
-            .filter(|g| !input.mounts.iter().any(|m| m.src == g.path))
+            .filter(|g| !mounts.iter().any(|m| m.src == g.path))
             .filter(|g| g.path.starts_with(tmp) && g.path != tmp && !under_tmpdir(&g.path))
             .collect();
         let carved = plan
@@ -285,7 +285,7 @@ impl View {
             if !(g.access.write || rebound)
                 || g.path.starts_with("/dev")
                 || (private_tmp && under_tmpdir(&g.path))
-                || input.mounts.iter().any(|m| m.src == g.path)
+                || mounts.iter().any(|m| m.src == g.path)
                 || kind(&g.path).is_none()
             {
                 continue;
@@ -324,7 +324,7 @@ impl View {
                 read_only: !rw,
             });
         }
-        for m in input.mounts {
+        for m in mounts {
             binds.push(m.clone());
         }
         if binds.len() > MAX_BINDS {
