@@ -33,6 +33,7 @@ import configparser
 import functools
 import hashlib
 import json
+import logging
 import os
 import queue
 import re
@@ -48,6 +49,8 @@ from urllib.parse import urlsplit
 
 from capsule_sandbox import _policy, _validate
 from capsule_sandbox._binary import AvailabilityCache
+
+_LOG = logging.getLogger("capsule_sandbox")
 
 try:  # pragma: no cover - only when agentnode is installed
     from agentnode_sdk.sandbox.backend import SandboxBackend as _Base  # type: ignore
@@ -483,6 +486,7 @@ class CapsuleAgentSession(_SessionBase):  # type: ignore[misc,valid-type]
         self._wlock = threading.Lock()
         self._closed = False
         self._err_done = threading.Event()
+        self._reported = False
         threading.Thread(target=self._pump_out, daemon=True, name="capsule-session-out").start()
         threading.Thread(target=self._pump_err, daemon=True, name="capsule-session-err").start()
 
@@ -547,6 +551,7 @@ class CapsuleAgentSession(_SessionBase):  # type: ignore[misc,valid-type]
                 raise TimeoutError(f"no message within {timeout}s") from None
             if line is None:
                 self._lines.put(None)  # stay at EOF for later calls
+                self._report_end()
                 return None
             try:
                 value = json.loads(line)
@@ -554,6 +559,21 @@ class CapsuleAgentSession(_SessionBase):  # type: ignore[misc,valid-type]
                 continue
             if isinstance(value, dict):
                 return value
+
+    def _report_end(self) -> None:
+        """Once the session's stdout ends: when capsule or the process failed,
+        log why (exit code and the tail of stderr) on the ``capsule_sandbox``
+        logger, since a framework that only sees EOF reports no reason."""
+        if self._reported:
+            return
+        self._reported = True
+        try:
+            code = self._proc.wait(2.0)
+        except subprocess.TimeoutExpired:
+            return
+        if code != 0:
+            self._err_done.wait(2.0)
+            _LOG.warning("capsule agent session ended with exit %s; stderr: %s", code, self.stderr[-4000:])
 
     def close(self, timeout: float = 5.0) -> None:
         """Close stdin, then stop capsule (and with it the sandboxed tree)."""

@@ -50,6 +50,20 @@ def test_open_agent_session_refused_spec_is_a_clear_error(backend):
         backend.open_agent_session(spec)
 
 
+def test_a_session_that_dies_logs_its_exit_code_and_stderr(backend, caplog):
+    """A framework sees only EOF when the sandboxed agent dies; the reason must
+    reach the host's log (exit code and stderr), not vanish with the pipe."""
+    spec = ProcessSpec(command=["sh", "-c", "echo agent-broke-here >&2; exit 3"], interactive=True)
+    session = backend.open_agent_session(spec)
+    try:
+        with caplog.at_level("WARNING", logger="capsule_sandbox"):
+            assert session.recv(30) is None
+    finally:
+        session.close()
+    text = caplog.text
+    assert "exit 3" in text and "agent-broke-here" in text, text
+
+
 @pytest.mark.parametrize("network", ["restricted", "default"])
 def test_restricted_and_default_network_is_the_proxy_to_package_indexes(capsule_bin, network):
     b = CapsuleBackend(capsule_bin, index_hosts=["pypi.org", "files.pythonhosted.org"], network_hosts=["wheels.example.com"])
