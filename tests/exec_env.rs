@@ -187,3 +187,37 @@ fn workspace_scripts_read_only_output_read_write_and_cwd() {
     run.assert_code(0);
     assert_eq!(run.child_stdout(), "hello from script\n");
 }
+
+/// The program is found on the PATH the child gets, as `env`, bubblewrap
+/// and Docker find it: a policy's `env.set.PATH` wins over capsule's own.
+/// (Resolving on capsule's PATH while the child's PATH named another
+/// program ran one interpreter under another's name: a pyenv python found
+/// the system's standard library through the child's PATH and failed to
+/// import `_socket`, seen in CI.)
+#[test]
+fn the_command_is_found_on_the_childs_path_not_capsules() {
+    let mut sb = Sandbox::new();
+    sb.write_exec("host-bin/which-one", "#!/bin/sh\necho host\n");
+    sb.write_exec("child-bin/which-one", "#!/bin/sh\necho child\n");
+    sb.write_exec("child-bin/only-child", "#!/bin/sh\necho only-child\n");
+    let host = sb.p("host-bin");
+    let child = sb.p("child-bin");
+    sb.set_env("PATH", &format!("{host}:{TEST_PATH}"));
+    let pol = sb.policy(&format!(
+        "version: 1\nfilesystem:\n  read: [{host}, {child}]\nenv:\n  set: {{PATH: \"{child}:/usr/bin:/bin\"}}\n"
+    ));
+    let run = sb.run(&["exec", "--policy", &pol, "--", "which-one"]);
+    run.assert_code(0);
+    assert_eq!(run.stdout.trim(), "child", "{}", run.ctx());
+    let run = sb.run(&["exec", "--policy", &pol, "--", "only-child"]);
+    run.assert_code(0);
+    assert_eq!(run.stdout.trim(), "only-child", "{}", run.ctx());
+    // Without env.set.PATH the child gets capsule's PATH, and the program is found there.
+    let pol = sb.policy_named(
+        "plain.yaml",
+        &format!("version: 1\nfilesystem:\n  read: [{host}, {child}]\n"),
+    );
+    let run = sb.run(&["exec", "--policy", &pol, "--", "which-one"]);
+    run.assert_code(0);
+    assert_eq!(run.stdout.trim(), "host", "{}", run.ctx());
+}

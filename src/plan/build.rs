@@ -237,15 +237,27 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
     }
 
     // The command, resolved on the host. Places the child can write are
-    // known now: content there adds no prefix (see `command`).
+    // known now: content there adds no prefix (see `command`). It is looked
+    // up on the PATH the child gets (the policy's `env.set.PATH`, else
+    // capsule's own), as env(1), bubblewrap and Docker do: a program found
+    // on another PATH than the child's runs under a name that its own
+    // lookups (an interpreter finding its prefix through argv[0] and PATH)
+    // resolve to something else.
     let host_path = std::env::var("PATH").ok();
+    let child_path = policy
+        .env
+        .set
+        .get("PATH")
+        .map(String::as_str)
+        .or(host_path.as_deref())
+        .filter(|p| !p.is_empty());
     let writable: Vec<PathBuf> = grants
         .iter()
         .filter(|g| g.access.write)
         .map(|g| g.path.clone())
         .collect();
     let ctx = command::Context {
-        path_env: host_path.as_deref().unwrap_or(env::DEFAULT_PATH),
+        path_env: child_path.unwrap_or(env::DEFAULT_PATH),
         cwd: &cwd,
         home: &home,
         writable: &writable,

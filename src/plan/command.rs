@@ -1,6 +1,7 @@
 //! Resolving the command on the host, before anything runs.
 //!
-//! The parent finds the program on the host's PATH (or relative to the
+//! The parent finds the program on the PATH the child gets (the policy's
+//! `env.set.PATH`, else capsule's own), in the host's filesystem (or relative to the
 //! child's working directory when it contains a `/`), so the child's
 //! execve never searches. The program file, and a script's `#!`
 //! interpreter (and the program `/usr/bin/env` would start), are granted
