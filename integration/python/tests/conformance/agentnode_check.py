@@ -36,6 +36,8 @@ from capsule_sandbox import CapsuleBackend, SandboxRequiredError
 BIN = os.environ["CAPSULE_BIN"]
 
 AGENT = '''
+import sys
+print('agent interpreter:', sys.executable, sys.version.split()[0], sys.path, file=sys.stderr)
 import os, socket
 
 def run(ctx, **kwargs):
