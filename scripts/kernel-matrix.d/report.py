@@ -441,6 +441,8 @@ def main():
     if a.compare:
         base = read_tsv(a.compare)
         bad = compare(rows, base)
+        checks = sum(1 for r in rows if r["check"] != META)
+        print("kernel-matrix: compared %d checks, %d regression(s)" % (checks, len(bad)), file=sys.stderr)
         if bad:
             print("kernel-matrix: %d regression(s) against %s:" % (len(bad), a.compare), file=sys.stderr)
             for x in bad:
