@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::supervisor::result::{Enforcement, RunResult, Termination};
+use crate::result::{Enforcement, RunResult, Termination};
 
 #[derive(Debug, Error)]
 pub enum AuditError {

@@ -11,9 +11,8 @@ use super::error_line;
 use crate::audit;
 use crate::plan::{self, build::Overrides, BuildInput, PlanError};
 use crate::policy::{self, LoadedPolicy, NetMode};
-use crate::supervisor::{
-    self, result::exit, result::RunResult, result::Termination, ExecOptions, Finished,
-};
+use crate::result::{exit, RunResult, Termination};
+use crate::supervisor::{self, ExecOptions, Finished};
 
 #[derive(Debug, Args)]
 pub struct ExecArgs {

@@ -5,12 +5,11 @@
 //! then — starts a single-threaded tokio runtime that drains stdout and
 //! stderr (`capture`), serves the RPC broker and the proxy, forwards
 //! signals and enforces the wall-clock limit (`timeout`), until the child
-//! is gone. It returns the JSON result (`result`); the caller prints it and
-//! writes the audit record.
+//! is gone. It returns the JSON result ([`crate::result`]); the caller prints
+//! it and writes the audit record.
 
 pub mod capture;
 pub mod pty;
-pub mod result;
 pub mod services;
 pub mod spawn;
 pub mod timeout;
@@ -22,10 +21,10 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 
 use crate::plan::Plan;
+use crate::result::{self, exit, Enforcement, RunResult, Termination};
 use crate::sandbox::{self, child::ChildSpec};
 use crate::sys::{self, channel::Msg};
 use capture::{Captured, Sink};
-use result::{exit, Enforcement, RunResult, Termination};
 use spawn::{NsRequest, Spawned, TreeMode};
 
 /// How to run, beyond the plan.
