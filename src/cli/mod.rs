@@ -129,7 +129,7 @@ fn exec_usage_refusal(e: &clap::Error) {
         audit_path.as_deref(),
         &r,
         value_of("--agent-id").as_deref(),
-        "usage_error",
+        crate::result::Reason::UsageError,
     );
     if args.iter().any(|a| a == "--json") {
         let _ = r.write_json_line(std::io::stdout().lock());

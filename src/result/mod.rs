@@ -1,14 +1,20 @@
 //! The result of one run: the JSON object of `--json` (contract section 4),
 //! the reason code of its audit record, and capsule's exit status.
 //!
-//! The supervisor fills a [`RunResult`]; `audit` and `cli` read it. Nothing
-//! here depends on how the run was supervised.
+//! The supervisor fills a [`RunResult`]; `audit` and `cli` read it. Every
+//! code a run can end with ([`Reason`]) is here, and nothing here depends on
+//! how the run was supervised.
+
+mod reason;
 
 use serde::Serialize;
 
+pub use reason::{Reason, UnknownReason};
+
 pub const SCHEMA: &str = "capsule.result/1";
 
-/// Exit statuses capsule itself uses (GNU timeout/env conventions).
+/// Exit statuses capsule itself uses (GNU timeout/env conventions); which
+/// reason ends with which is [`Reason::exit_code`].
 pub mod exit {
     pub const TIMEOUT: i32 = 124;
     pub const REFUSED: i32 = 125;
@@ -16,7 +22,8 @@ pub mod exit {
     pub const NOT_FOUND: i32 = 127;
 }
 
-/// Why the run ended: the result's `termination_reason`.
+/// Why the run ended, coarsely: the result's `termination_reason`
+/// ([`Reason::termination`] maps the fine codes onto it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Termination {
@@ -192,7 +199,7 @@ mod tests {
     use super::*;
 
     /// Contract section 4: `termination_reason` is `exited` | `signaled` |
-    /// `timeout` | `refused` | `error`.
+    /// `timeout` | `refused` | `error`, and every reason maps onto one of them.
     #[test]
     fn termination_reasons_are_the_contracts() {
         let all = [
@@ -210,6 +217,9 @@ mod tests {
             names,
             ["exited", "signaled", "timeout", "refused", "error"].map(serde_json::Value::from)
         );
+        for &r in Reason::ALL {
+            assert!(all.contains(&r.termination()), "{r}");
+        }
     }
 
     #[test]

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 
 use crate::plan::Plan;
-use crate::result::{self, exit, Enforcement, RunResult, Termination};
+use crate::result::{self, exit, Enforcement, Reason, RunResult, Termination};
 use crate::sandbox::{self, child::ChildSpec};
 use crate::sys::{self, channel::Msg};
 use capture::{Captured, Sink};
@@ -43,20 +43,29 @@ pub struct ExecOptions {
 /// What a run produced besides the result: a fixed reason code for the audit record.
 pub struct Finished {
     pub result: RunResult,
-    pub reason: &'static str,
+    pub reason: Reason,
+}
+
+impl Finished {
+    /// A run that never started: the reason's termination and exit status,
+    /// and `error` saying why.
+    pub fn not_run(run_id: &str, reason: Reason, error: String) -> Finished {
+        Finished {
+            result: RunResult::not_run(
+                run_id.to_string(),
+                reason.termination(),
+                reason.exit_code().unwrap_or(exit::REFUSED),
+                error,
+            ),
+            reason,
+        }
+    }
 }
 
 /// A run that was refused before anything ran.
-pub fn refused(plan_run_id: &str, reason: &'static str, error: String) -> Finished {
-    Finished {
-        result: RunResult::not_run(
-            plan_run_id.to_string(),
-            Termination::Refused,
-            exit::REFUSED,
-            error,
-        ),
-        reason,
-    }
+pub fn refused(plan_run_id: &str, reason: Reason, error: String) -> Finished {
+    debug_assert_eq!(reason.termination(), Termination::Refused, "{reason}");
+    Finished::not_run(plan_run_id, reason, error)
 }
 
 /// Run the plan to completion.
@@ -67,14 +76,14 @@ pub fn run(plan: &Plan, opts: ExecOptions) -> Finished {
     tracing::debug!("supervisor: preparing services");
     let mut services = match services::Services::prepare(plan, opts.tool_fd) {
         Ok(s) => s,
-        Err(e) => return refused(&plan.run_id, "service_unavailable", e.to_string()),
+        Err(e) => return refused(&plan.run_id, Reason::ServiceUnavailable, e.to_string()),
     };
     if let Some(t) = &plan.tmpdir {
         use std::os::unix::fs::DirBuilderExt;
         if let Err(e) = std::fs::DirBuilder::new().mode(0o700).create(t) {
             return refused(
                 &plan.run_id,
-                "setup_failed",
+                Reason::SetupFailed,
                 format!("creating the private TMPDIR {}: {e}", t.display()),
             );
         }
@@ -86,7 +95,7 @@ pub fn run(plan: &Plan, opts: ExecOptions) -> Finished {
             Ok(l) => l,
             Err(e) => {
                 remove_tmpdir(plan);
-                return refused(&plan.run_id, "protection_unavailable", e.to_string());
+                return refused(&plan.run_id, Reason::ProtectionUnavailable, e.to_string());
             }
         };
         for m in &layers.missing {
@@ -168,7 +177,7 @@ fn run_prepared(
     let fail = |what: &str, e: &dyn std::fmt::Display| {
         Attempt::Finished(Box::new(refused(
             &plan.run_id,
-            "setup_failed",
+            Reason::SetupFailed,
             format!("{what}: {e}"),
         )))
     };
@@ -285,7 +294,7 @@ fn run_prepared(
         Err(e) => {
             return Attempt::Finished(Box::new(refused(
                 &plan.run_id,
-                "setup_failed",
+                Reason::SetupFailed,
                 e.to_string(),
             )))
         }
@@ -392,7 +401,7 @@ fn run_prepared(
             stage.describe(),
             errno.desc()
         ));
-        reason = "setup_failed";
+        reason = Reason::SetupFailed;
     } else if let Some(sig) = sup.ended.signal {
         // capsule was asked to stop: the run was ended (forwarded, then the
         // tree SIGKILLed after the grace), whatever the child made of it.
@@ -407,7 +416,7 @@ fn run_prepared(
                 .unwrap_or("a signal"),
             grace.as_secs_f64()
         ));
-        reason = "signaled";
+        reason = Reason::Signaled;
     } else if sup.ended.timed_out {
         r.termination_reason = Termination::Timeout;
         r.exit_code = exit::TIMEOUT;
@@ -416,7 +425,7 @@ fn run_prepared(
             "timeout: wall-clock limit of {}s reached (limits.timeout_seconds / --timeout)",
             plan.limits.timeout.as_secs_f64()
         ));
-        reason = "timeout";
+        reason = Reason::Timeout;
     } else if let Some(errno) = sup.exec_failed {
         r.termination_reason = Termination::Error;
         r.exit_code = if errno == Errno::ENOENT {
@@ -432,18 +441,18 @@ fn run_prepared(
         };
         r.error = Some(format!("execve({}): {why}", plan.program.display()));
         reason = if errno == Errno::ENOENT {
-            "command_not_found"
+            Reason::CommandNotFound
         } else {
-            "cannot_execute"
+            Reason::CannotExecute
         };
     } else {
         match sup.status {
             Some(st) if libc::WIFEXITED(st) => {
                 r.exit_code = libc::WEXITSTATUS(st);
                 reason = if r.exit_code == 0 {
-                    "exit_zero"
+                    Reason::ExitZero
                 } else {
-                    "exit_nonzero"
+                    Reason::ExitNonzero
                 };
             }
             Some(st) if libc::WIFSIGNALED(st) => {
@@ -454,9 +463,9 @@ fn run_prepared(
                 reason = if sig == libc::SIGKILL && layers.cgroup.oom_killed() {
                     r.killed = true;
                     r.kill_reason = Some("memory limit reached (limits.memory_mb)".into());
-                    "memory_limit"
+                    Reason::MemoryLimit
                 } else {
-                    "signaled"
+                    Reason::Signaled
                 };
             }
             _ => {
@@ -464,7 +473,7 @@ fn run_prepared(
                 r.exit_code = exit::REFUSED;
                 r.error =
                     Some("the sandboxed process tree ended without reporting a status".into());
-                reason = "lost_child";
+                reason = Reason::LostChild;
             }
         }
     }
