@@ -1,14 +1,17 @@
 //! The result of one run: the JSON object of `--json` (contract section 4),
 //! the reason code of its audit record, and capsule's exit status.
 //!
-//! The supervisor fills a [`RunResult`]; `audit` and `cli` read it. Every
-//! code a run can end with ([`Reason`]) is here, and nothing here depends on
-//! how the run was supervised.
+//! The supervisor fills a [`RunResult`] and judges how the run ended with
+//! [`classify`]; `audit` and `cli` read it. Everything a run reports and every
+//! code it can end with is here, and nothing here depends on how the run was
+//! supervised.
 
+mod classify;
 mod reason;
 
 use serde::Serialize;
 
+pub use classify::{classify, Context, Ending, Verdict};
 pub use reason::{Reason, UnknownReason};
 
 pub const SCHEMA: &str = "capsule.result/1";
