@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::supervisor::result::{Enforcement, RunResult, Termination};
+use crate::result::{Enforcement, Reason, RunResult, Termination};
 
 #[derive(Debug, Error)]
 pub enum AuditError {
@@ -91,7 +91,7 @@ pub struct Record {
     /// completed | failed | timeout | refused
     pub outcome: &'static str,
     /// A fixed code, never free text.
-    pub reason: &'static str,
+    pub reason: Reason,
     pub exit_code: i32,
     pub duration_seconds: f64,
     pub policy_sha256: String,
@@ -104,8 +104,8 @@ pub struct Record {
 }
 
 impl Record {
-    /// Build the record of a finished (or refused) run. `reason` is a fixed code.
-    pub fn from_result(r: &RunResult, agent_id: Option<&str>, reason: &'static str) -> Record {
+    /// Build the record of a finished (or refused) run.
+    pub fn from_result(r: &RunResult, agent_id: Option<&str>, reason: Reason) -> Record {
         let outcome = match r.termination_reason {
             Termination::Exited if r.exit_code == 0 => "completed",
             Termination::Timeout => "timeout",
@@ -276,13 +276,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("sub/audit.jsonl");
         let r = RunResult::not_run("r1".into(), Termination::Refused, 125, "x".into());
-        let rec = Record::from_result(&r, Some("agent"), "policy_invalid");
+        let rec = Record::from_result(&r, Some("agent"), Reason::PolicyInvalid);
         append(&p, &rec).unwrap();
         append(&p, &rec).unwrap();
         let text = std::fs::read_to_string(&p).unwrap();
         assert_eq!(text.lines().count(), 2);
         let v: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
         assert_eq!(v["outcome"], "refused");
+        assert_eq!(v["reason"], "policy_invalid");
         assert_eq!(
             std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
             0o600

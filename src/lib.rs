@@ -8,7 +8,9 @@
 //!   namespaces, rlimits, capabilities) and `sandbox::child`, the code that
 //!   runs between fork and exec;
 //! * [`supervisor`] — the unsandboxed parent: spawn, stdio capture, timeout,
-//!   tree kill, the JSON result;
+//!   tree kill;
+//! * [`result`] — what a run reports: the JSON result, the reason code and
+//!   exit status of every way a run ends, and the judgement of how it ended;
 //! * [`proxy`] — the filtering egress proxy of `network.mode: proxy`;
 //! * [`rpc`] — the tool and LLM broker served over the child's RPC fd;
 //! * [`audit`] — the one-line audit record of every run;
@@ -24,6 +26,7 @@ pub mod kernel;
 pub mod plan;
 pub mod policy;
 pub mod proxy;
+pub mod result;
 pub mod rpc;
 pub mod sandbox;
 pub mod supervisor;

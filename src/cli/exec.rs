@@ -11,9 +11,8 @@ use super::error_line;
 use crate::audit;
 use crate::plan::{self, build::Overrides, BuildInput, PlanError};
 use crate::policy::{self, LoadedPolicy, NetMode};
-use crate::supervisor::{
-    self, result::exit, result::RunResult, result::Termination, ExecOptions, Finished,
-};
+use crate::result::{exit, Reason, RunResult, Termination};
+use crate::supervisor::{self, ExecOptions, Finished};
 
 #[derive(Debug, Args)]
 pub struct ExecArgs {
@@ -140,7 +139,7 @@ pub fn write_audit(
     path: Option<&std::path::Path>,
     r: &RunResult,
     agent_id: Option<&str>,
-    reason: &'static str,
+    reason: Reason,
 ) {
     if let Some(p) = path {
         let rec = audit::Record::from_result(r, agent_id.filter(|id| valid_agent_id(id)), reason);
@@ -268,14 +267,14 @@ pub fn run(a: ExecArgs) -> i32 {
         }
         r.exit_code
     };
-    let refuse = |reason: &'static str, msg: String| -> i32 {
+    let refuse = |reason: Reason, msg: String| -> i32 {
         finish(supervisor::refused(&run_id, reason, msg), true)
     };
 
     if let Some(id) = &a.agent_id {
         if !valid_agent_id(id) {
             return refuse(
-                "invalid_agent_id",
+                Reason::InvalidAgentId,
                 format!("--agent-id {id:?}: must match ^[a-zA-Z0-9][a-zA-Z0-9_.-]{{0,127}}$"),
             );
         }
@@ -283,7 +282,7 @@ pub fn run(a: ExecArgs) -> i32 {
     let loaded = match &a.policy {
         Some(p) => match policy::load_file(p) {
             Ok(lp) => lp,
-            Err(e) => return refuse("policy_invalid", e.to_string()),
+            Err(e) => return refuse(Reason::PolicyInvalid, e.to_string()),
         },
         None => default_policy(),
     };
@@ -292,7 +291,7 @@ pub fn run(a: ExecArgs) -> i32 {
         Some(fd) => {
             if fd < 3 || !crate::sys::fd_is_open(fd) {
                 return refuse(
-                    "bad_tool_fd",
+                    Reason::BadToolFd,
                     format!("--tool-fd {fd}: not an open inherited descriptor (> 2)"),
                 );
             }
@@ -323,21 +322,14 @@ pub fn run(a: ExecArgs) -> i32 {
     let plan = match plan::build(input) {
         Ok(p) => p,
         Err(PlanError::Command(e)) => {
-            let code = e.exit_code();
-            let term = if code == exit::REFUSED {
-                Termination::Refused
-            } else {
-                Termination::Error
+            let reason = match e.exit_code() {
+                exit::NOT_FOUND => Reason::CommandNotFound,
+                exit::CANNOT_EXECUTE => Reason::CannotExecute,
+                _ => Reason::PolicyInvalid,
             };
-            let reason = match code {
-                127 => "command_not_found",
-                126 => "cannot_execute",
-                _ => "policy_invalid",
-            };
-            let r = RunResult::not_run(run_id.clone(), term, code, e.to_string());
-            return finish(Finished { result: r, reason }, true);
+            return finish(Finished::not_run(&run_id, reason, e.to_string()), true);
         }
-        Err(e) => return refuse("policy_invalid", e.to_string()),
+        Err(e) => return refuse(Reason::PolicyInvalid, e.to_string()),
     };
     tracing::debug!("exec: plan built");
     if let Some(p) = &audit_path {
@@ -348,7 +340,7 @@ pub fn run(a: ExecArgs) -> i32 {
                 let _ = std::fs::remove_file(p);
             }
             return refuse(
-                "audit_log_unsafe",
+                Reason::AuditLogUnsafe,
                 format!("refusing the audit log {}: {why}; put it outside every write grant (or use --no-audit)", p.display()),
             );
         }

@@ -65,7 +65,7 @@ pub fn main() -> i32 {
         Err(e) => {
             let code = match e.kind() {
                 clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => 0,
-                _ => crate::supervisor::result::exit::REFUSED,
+                _ => crate::result::exit::REFUSED,
             };
             let _ = e.print();
             if code != 0 {
@@ -114,10 +114,10 @@ fn exec_usage_refusal(e: &clap::Error) {
         .unwrap_or("invalid arguments")
         .trim_start_matches("error: ")
         .to_string();
-    let r = crate::supervisor::result::RunResult::not_run(
+    let r = crate::result::RunResult::not_run(
         exec::new_run_id(),
-        crate::supervisor::result::Termination::Refused,
-        crate::supervisor::result::exit::REFUSED,
+        crate::result::Termination::Refused,
+        crate::result::exit::REFUSED,
         first,
     );
     let audit_path = (!args.iter().any(|a| a == "--no-audit")).then(|| {
@@ -129,7 +129,7 @@ fn exec_usage_refusal(e: &clap::Error) {
         audit_path.as_deref(),
         &r,
         value_of("--agent-id").as_deref(),
-        "usage_error",
+        crate::result::Reason::UsageError,
     );
     if args.iter().any(|a| a == "--json") {
         let _ = r.write_json_line(std::io::stdout().lock());

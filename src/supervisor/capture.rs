@@ -27,15 +27,8 @@ pub enum Sink {
     Stderr,
 }
 
-/// What one stream produced.
-#[derive(Debug, Default, Clone)]
-pub struct Captured {
-    /// Kept bytes (Capture only), marker included when truncated.
-    pub data: Vec<u8>,
-    /// Every byte the child wrote.
-    pub total: u64,
-    pub truncated: bool,
-}
+/// What one stream produced (a part of the result).
+pub use crate::result::Captured;
 
 /// Read `fd` to end-of-file, keeping at most `limit` bytes.
 pub async fn pump(fd: OwnedFd, sink: Sink, limit: u64) -> Captured {

@@ -5,12 +5,11 @@
 //! then — starts a single-threaded tokio runtime that drains stdout and
 //! stderr (`capture`), serves the RPC broker and the proxy, forwards
 //! signals and enforces the wall-clock limit (`timeout`), until the child
-//! is gone. It returns the JSON result (`result`); the caller prints it and
-//! writes the audit record.
+//! is gone. It returns the JSON result, judged by [`crate::result::classify`];
+//! the caller prints it and writes the audit record.
 
 pub mod capture;
 pub mod pty;
-pub mod result;
 pub mod services;
 pub mod spawn;
 pub mod timeout;
@@ -22,10 +21,10 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 
 use crate::plan::Plan;
-use crate::sandbox::{self, child::ChildSpec};
+use crate::result::{self, exit, Enforcement, Reason, RunResult, Termination};
+use crate::sandbox::{self, child::ChildSpec, view::ViewSummary};
 use crate::sys::{self, channel::Msg};
 use capture::{Captured, Sink};
-use result::{exit, Enforcement, RunResult, Termination};
 use spawn::{NsRequest, Spawned, TreeMode};
 
 /// How to run, beyond the plan.
@@ -44,20 +43,29 @@ pub struct ExecOptions {
 /// What a run produced besides the result: a fixed reason code for the audit record.
 pub struct Finished {
     pub result: RunResult,
-    pub reason: &'static str,
+    pub reason: Reason,
+}
+
+impl Finished {
+    /// A run that never started: the reason's termination and exit status,
+    /// and `error` saying why.
+    pub fn not_run(run_id: &str, reason: Reason, error: String) -> Finished {
+        Finished {
+            result: RunResult::not_run(
+                run_id.to_string(),
+                reason.termination(),
+                reason.exit_code().unwrap_or(exit::REFUSED),
+                error,
+            ),
+            reason,
+        }
+    }
 }
 
 /// A run that was refused before anything ran.
-pub fn refused(plan_run_id: &str, reason: &'static str, error: String) -> Finished {
-    Finished {
-        result: RunResult::not_run(
-            plan_run_id.to_string(),
-            Termination::Refused,
-            exit::REFUSED,
-            error,
-        ),
-        reason,
-    }
+pub fn refused(plan_run_id: &str, reason: Reason, error: String) -> Finished {
+    debug_assert_eq!(reason.termination(), Termination::Refused, "{reason}");
+    Finished::not_run(plan_run_id, reason, error)
 }
 
 /// Run the plan to completion.
@@ -68,14 +76,14 @@ pub fn run(plan: &Plan, opts: ExecOptions) -> Finished {
     tracing::debug!("supervisor: preparing services");
     let mut services = match services::Services::prepare(plan, opts.tool_fd) {
         Ok(s) => s,
-        Err(e) => return refused(&plan.run_id, "service_unavailable", e.to_string()),
+        Err(e) => return refused(&plan.run_id, Reason::ServiceUnavailable, e.to_string()),
     };
     if let Some(t) = &plan.tmpdir {
         use std::os::unix::fs::DirBuilderExt;
         if let Err(e) = std::fs::DirBuilder::new().mode(0o700).create(t) {
             return refused(
                 &plan.run_id,
-                "setup_failed",
+                Reason::SetupFailed,
                 format!("creating the private TMPDIR {}: {e}", t.display()),
             );
         }
@@ -87,7 +95,7 @@ pub fn run(plan: &Plan, opts: ExecOptions) -> Finished {
             Ok(l) => l,
             Err(e) => {
                 remove_tmpdir(plan);
-                return refused(&plan.run_id, "protection_unavailable", e.to_string());
+                return refused(&plan.run_id, Reason::ProtectionUnavailable, e.to_string());
             }
         };
         for m in &layers.missing {
@@ -158,6 +166,8 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), Errno> {
     nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
 }
 
+/// One attempt at the run: build the child's spec, spawn it, run the event
+/// loop until the child is gone, and judge how it ended.
 fn run_prepared(
     plan: &Plan,
     json: bool,
@@ -169,7 +179,7 @@ fn run_prepared(
     let fail = |what: &str, e: &dyn std::fmt::Display| {
         Attempt::Finished(Box::new(refused(
             &plan.run_id,
-            "setup_failed",
+            Reason::SetupFailed,
             format!("{what}: {e}"),
         )))
     };
@@ -188,130 +198,32 @@ fn run_prepared(
         Ok(t) => t,
         Err(e) => return fail("the terminal", &e),
     };
-
-    let mut env = plan.env.clone();
-    let service_env = services.child_env();
-    // The services' variables win (e.g. no `env.set` HTTP_PROXY may bypass the proxy).
-    env.retain(|(k, _)| !service_env.iter().any(|(s, _)| s == k));
-    env.extend(service_env);
-    terminal.add_env(&mut env);
-    // Inside the view the private TMPDIR is /tmp: HOME, TMPDIR and the cwd say so.
-    let private_tmp = layers.view.as_ref().is_some_and(|v| v.summary.private_tmp);
-    let mut cwd = plan.cwd.clone();
-    if private_tmp {
-        let t = plan.tmpdir.as_deref();
-        for (k, v) in env.iter_mut() {
-            if k == "HOME" || k == "TMPDIR" {
-                *v = in_view(std::path::Path::new(v.as_str()), t)
-                    .to_string_lossy()
-                    .into_owned();
-            }
-        }
-        cwd = in_view(&cwd, t);
-    }
-    let (program, argv, envp, cwd) = match ChildSpec::strings(&plan.program, &plan.argv, &env, &cwd)
-    {
+    let stdio = (out_w.as_raw_fd(), err_w.as_raw_fd());
+    let spec = match child_spec(plan, layers, services, &terminal, stdio) {
         Ok(s) => s,
         Err(e) => return fail("a NUL byte in the command, environment or cwd", &e),
     };
-    let mut spec = ChildSpec::new(program, argv, envp, cwd);
-    spec.stdout_w = Some(out_w.as_raw_fd());
-    spec.stderr_w = Some(err_w.as_raw_fd());
-    terminal.apply(&mut spec);
-    spec.rpc_fd = services.child_rpc_fd();
-    spec.rlimits = std::mem::take(&mut layers.rlimits)
-        .into_iter()
-        .map(|(r, v)| (r as libc::c_int, v))
-        .collect();
-    spec.landlock = layers
-        .landlock
-        .take()
-        .map(sandbox::landlock::Prepared::into_child);
-    spec.seccomp = layers.seccomp.take();
-    spec.wait_go = !layers.cgroup.is_empty();
-    spec.net_setup = if layers.want_pidns {
-        services.net_setup()
-    } else {
-        None
-    };
-    let view_summary = layers.view.as_ref().map(|v| v.summary.clone());
-    spec.view = layers.view.take();
-    spec.seal();
+    let view_summary = spec.view.as_ref().map(|v| v.summary.clone());
 
-    // The end-of-run sweeps (subreaper mode; tool processes) kill children of
-    // capsule, but never the ones it had before this run: a script may have
-    // started something in the background and then exec'd capsule.
-    let sweeps = services.starts_processes() || !layers.want_pidns;
-    let inherited = if sweeps {
-        treekill::own_children_except(&[])
-    } else {
-        Vec::new()
-    };
-    let ns = NsRequest {
-        pid: layers.want_pidns,
-        // `none` gets its own (empty) network namespace too, so that the
-        // private /proc shows nothing of the host's network.
-        net: layers.want_pidns
-            && (services.wants_netns()
-                || (view_summary.is_some() && plan.net.mode == crate::policy::NetMode::None)),
-        view: view_summary.is_some(),
-    };
-    let cgroup = &layers.cgroup;
-    // A cgroup that refuses the child (a layout capsule did not foresee)
-    // refuses the run, unless --best-effort: then the run goes on with those
-    // limits reported missing. --best-effort never fails because of a cgroup.
-    let mut cgroup_missing: Vec<String> = Vec::new();
-    let best_effort = plan.best_effort;
-    let mut join = |pid: libc::pid_t| match cgroup.join(pid) {
-        Err(e) if best_effort => {
-            tracing::warn!("not enforced (--best-effort): {e}");
-            cgroup_missing.push(format!("cgroup limits (memory_mb, max_processes): {e}"));
-            Ok(())
-        }
-        r => r,
-    };
-    let start = Instant::now();
-    let spawned = spawn::spawn(spec, ns, &mut join);
+    let mut cgroup_missing = Vec::new();
+    let spawned = spawn_child(plan, layers, services, spec, &mut cgroup_missing);
     // The parent's copies of the child's ends.
     drop(out_w);
     drop(err_w);
     terminal.close_child_ends();
-    if let Err(spawn::SpawnError::NamespacesRefused(e)) = spawned {
-        return Attempt::NamespacesRefused(e);
-    }
-    services.close_child_ends();
-    tracing::debug!("supervisor: spawned");
-    let mut spawned = match spawned {
+    let (spawned, start) = match spawned {
         Ok(s) => s,
+        Err(spawn::SpawnError::NamespacesRefused(e)) => return Attempt::NamespacesRefused(e),
         Err(e) => {
             return Attempt::Finished(Box::new(refused(
                 &plan.run_id,
-                "setup_failed",
+                Reason::SetupFailed,
                 e.to_string(),
             )))
         }
     };
-    spawned.inherited = if sweeps {
-        inherited
-    } else if spawned.tree == TreeMode::Subreaper {
-        // A pid namespace was wanted but refused. The command stage has not
-        // exec'd yet, so nothing of the run can have been reparented to us.
-        treekill::own_children_except(&[spawned.pid])
-    } else {
-        Vec::new()
-    };
+    tracing::debug!("supervisor: spawned");
 
-    // Tool processes run on the host, each in its own process group, which
-    // the broker kills when the call ends. A descendant that moved to a
-    // session of its own escapes that; as a child subreaper capsule inherits
-    // it instead and kills it with the run (below). In subreaper mode capsule
-    // already is one.
-    let reap_tool_orphans = services.starts_processes();
-    if reap_tool_orphans && spawned.tree != TreeMode::Subreaper {
-        if let Err(e) = sys::set_child_subreaper() {
-            tracing::warn!("cannot become a child subreaper for tool processes: {e}");
-        }
-    }
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -340,13 +252,172 @@ fn run_prepared(
         // killed at the timeout): reap it, so no zombie outlives capsule.
         sys::wait_blocking(spawned.pid);
     }
-    if reap_tool_orphans {
+    if services.starts_processes() {
         // Tool calls may still have run after the command ended (requests
         // already sent): whatever they left behind is a child of capsule now.
         treekill::kill_children(&spawned.inherited, 64);
     }
 
-    let mut enforcement = Enforcement {
+    let mut r = RunResult::new(plan.run_id.clone(), Termination::Exited, 0);
+    r.set_streams(&mut sup.stdout, &mut sup.stderr);
+    r.duration_seconds = duration.as_secs_f64();
+    r.enforcement = enforcement(
+        plan,
+        layers,
+        services,
+        &spawned,
+        cgroup_missing,
+        view_summary,
+    );
+    r.policy_sha256 = plan.policy_sha256.clone();
+    usage.apply(&mut r);
+    let context = result::Context {
+        program: &plan.program,
+        timeout: plan.limits.timeout,
+        grace,
+    };
+    let verdict = result::classify(&sup.ending(), &context, || layers.cgroup.oom_killed());
+    let reason = verdict.apply(&mut r);
+    Attempt::Finished(Box::new(Finished { result: r, reason }))
+}
+
+/// Spawn the child (`spec`) into its namespaces and cgroup, and pick how its
+/// tree is killed at the end; returns it with the time it started. A cgroup
+/// limit that --best-effort let go is added to `cgroup_missing`.
+fn spawn_child(
+    plan: &Plan,
+    layers: &sandbox::Layers,
+    services: &mut services::Services,
+    spec: ChildSpec,
+    cgroup_missing: &mut Vec<String>,
+) -> Result<(Spawned, Instant), spawn::SpawnError> {
+    // The end-of-run sweeps (subreaper mode; tool processes) kill children of
+    // capsule, but never the ones it had before this run: a script may have
+    // started something in the background and then exec'd capsule.
+    let sweeps = services.starts_processes() || !layers.want_pidns;
+    let inherited = if sweeps {
+        treekill::own_children_except(&[])
+    } else {
+        Vec::new()
+    };
+    let view = spec.view.is_some();
+    let ns = NsRequest {
+        pid: layers.want_pidns,
+        // `none` gets its own (empty) network namespace too, so that the
+        // private /proc shows nothing of the host's network.
+        net: layers.want_pidns
+            && (services.wants_netns() || (view && plan.net.mode == crate::policy::NetMode::None)),
+        view,
+    };
+    let cgroup = &layers.cgroup;
+    // A cgroup that refuses the child (a layout capsule did not foresee)
+    // refuses the run, unless --best-effort: then the run goes on with those
+    // limits reported missing. --best-effort never fails because of a cgroup.
+    let best_effort = plan.best_effort;
+    let mut join = |pid: libc::pid_t| match cgroup.join(pid) {
+        Err(e) if best_effort => {
+            tracing::warn!("not enforced (--best-effort): {e}");
+            cgroup_missing.push(format!("cgroup limits (memory_mb, max_processes): {e}"));
+            Ok(())
+        }
+        r => r,
+    };
+    let start = Instant::now();
+    let spawned = spawn::spawn(spec, ns, &mut join);
+    // Namespaces refused: nothing ran, and the services' child ends serve the
+    // next attempt.
+    if !matches!(spawned, Err(spawn::SpawnError::NamespacesRefused(_))) {
+        services.close_child_ends();
+    }
+    let mut spawned = spawned?;
+    spawned.inherited = if sweeps {
+        inherited
+    } else if spawned.tree == TreeMode::Subreaper {
+        // A pid namespace was wanted but refused. The command stage has not
+        // exec'd yet, so nothing of the run can have been reparented to us.
+        treekill::own_children_except(&[spawned.pid])
+    } else {
+        Vec::new()
+    };
+
+    // Tool processes run on the host, each in its own process group, which
+    // the broker kills when the call ends. A descendant that moved to a
+    // session of its own escapes that; as a child subreaper capsule inherits
+    // it instead and kills it with the run (after the event loop). In
+    // subreaper mode capsule already is one.
+    if services.starts_processes() && spawned.tree != TreeMode::Subreaper {
+        if let Err(e) = sys::set_child_subreaper() {
+            tracing::warn!("cannot become a child subreaper for tool processes: {e}");
+        }
+    }
+    Ok((spawned, start))
+}
+
+/// The child's spec: the command with the run's environment and cwd (as seen
+/// inside the view), its stdio, and the prepared layers taken from `layers`.
+fn child_spec(
+    plan: &Plan,
+    layers: &mut sandbox::Layers,
+    services: &services::Services,
+    terminal: &pty::Terminal,
+    (stdout_w, stderr_w): (std::os::fd::RawFd, std::os::fd::RawFd),
+) -> Result<ChildSpec, std::ffi::NulError> {
+    let mut env = plan.env.clone();
+    let service_env = services.child_env();
+    // The services' variables win (e.g. no `env.set` HTTP_PROXY may bypass the proxy).
+    env.retain(|(k, _)| !service_env.iter().any(|(s, _)| s == k));
+    env.extend(service_env);
+    terminal.add_env(&mut env);
+    // Inside the view the private TMPDIR is /tmp: HOME, TMPDIR and the cwd say so.
+    let private_tmp = layers.view.as_ref().is_some_and(|v| v.summary.private_tmp);
+    let mut cwd = plan.cwd.clone();
+    if private_tmp {
+        let t = plan.tmpdir.as_deref();
+        for (k, v) in env.iter_mut() {
+            if k == "HOME" || k == "TMPDIR" {
+                *v = in_view(std::path::Path::new(v.as_str()), t)
+                    .to_string_lossy()
+                    .into_owned();
+            }
+        }
+        cwd = in_view(&cwd, t);
+    }
+    let (program, argv, envp, cwd) = ChildSpec::strings(&plan.program, &plan.argv, &env, &cwd)?;
+    let mut spec = ChildSpec::new(program, argv, envp, cwd);
+    spec.stdout_w = Some(stdout_w);
+    spec.stderr_w = Some(stderr_w);
+    terminal.apply(&mut spec);
+    spec.rpc_fd = services.child_rpc_fd();
+    spec.rlimits = std::mem::take(&mut layers.rlimits)
+        .into_iter()
+        .map(|(r, v)| (r as libc::c_int, v))
+        .collect();
+    spec.landlock = layers
+        .landlock
+        .take()
+        .map(sandbox::landlock::Prepared::into_child);
+    spec.seccomp = layers.seccomp.take();
+    spec.wait_go = !layers.cgroup.is_empty();
+    spec.net_setup = if layers.want_pidns {
+        services.net_setup()
+    } else {
+        None
+    };
+    spec.view = layers.view.take();
+    spec.seal();
+    Ok(spec)
+}
+
+/// Which layer enforced what for this run, as the result reports it.
+fn enforcement(
+    plan: &Plan,
+    layers: &sandbox::Layers,
+    services: &services::Services,
+    spawned: &Spawned,
+    cgroup_missing: Vec<String>,
+    view: Option<ViewSummary>,
+) -> Enforcement {
+    Enforcement {
         landlock_abi: layers.landlock_abi,
         seccomp: layers.seccomp_enforced,
         network: plan.net.mode.as_str().to_string(),
@@ -357,120 +428,23 @@ fn run_prepared(
         missing: layers
             .missing
             .iter()
-            .chain(&cgroup_missing)
             .cloned()
+            .chain(cgroup_missing)
             .collect(),
         limitations: layers.limitations.clone(),
-        view: None,
-    };
-
-    enforcement.view = view_summary.map(|v| result::ViewReport {
-        mount_namespace: true,
-        ipc_namespace: true,
-        read_only_host: true,
-        private_proc: v.private_proc,
-        private_tmp: v.private_tmp,
-        private_shm: v.private_shm,
-        devpts: v.devpts,
-        memfd_noexec: v.memfd_noexec,
-        mounts: sandbox::view::describe(&v),
-        secrets_covered: v.secrets.len(),
-    });
-
-    let mut r = RunResult::new(plan.run_id.clone(), Termination::Exited, 0);
-    r.set_streams(&mut sup.stdout, &mut sup.stderr);
-    r.duration_seconds = duration.as_secs_f64();
-    r.enforcement = enforcement;
-    r.policy_sha256 = plan.policy_sha256.clone();
-    usage.apply(&mut r);
-
-    let reason;
-    if let Some((stage, errno)) = sup.setup_failed {
-        r.termination_reason = Termination::Refused;
-        r.exit_code = exit::REFUSED;
-        r.error = Some(format!(
-            "confining the child failed while {}: {}",
-            stage.describe(),
-            errno.desc()
-        ));
-        reason = "setup_failed";
-    } else if let Some(sig) = sup.ended.signal {
-        // capsule was asked to stop: the run was ended (forwarded, then the
-        // tree SIGKILLed after the grace), whatever the child made of it.
-        r.termination_reason = Termination::Signaled;
-        r.signal = Some(sig);
-        r.exit_code = 128 + sig;
-        r.killed = true;
-        r.kill_reason = Some(format!(
-            "{}: capsule received it; forwarded to the run, the process tree killed after {}s",
-            nix::sys::signal::Signal::try_from(sig)
-                .map(|s| s.as_str())
-                .unwrap_or("a signal"),
-            grace.as_secs_f64()
-        ));
-        reason = "signaled";
-    } else if sup.ended.timed_out {
-        r.termination_reason = Termination::Timeout;
-        r.exit_code = exit::TIMEOUT;
-        r.killed = true;
-        r.kill_reason = Some(format!(
-            "timeout: wall-clock limit of {}s reached (limits.timeout_seconds / --timeout)",
-            plan.limits.timeout.as_secs_f64()
-        ));
-        reason = "timeout";
-    } else if let Some(errno) = sup.exec_failed {
-        r.termination_reason = Termination::Error;
-        r.exit_code = if errno == Errno::ENOENT {
-            exit::NOT_FOUND
-        } else {
-            exit::CANNOT_EXECUTE
-        };
-        let why = match errno {
-            Errno::EACCES | Errno::EPERM => {
-                "permission denied (the sandbox or the file mode forbids executing it)".to_string()
-            }
-            e => e.desc().to_string(),
-        };
-        r.error = Some(format!("execve({}): {why}", plan.program.display()));
-        reason = if errno == Errno::ENOENT {
-            "command_not_found"
-        } else {
-            "cannot_execute"
-        };
-    } else {
-        match sup.status {
-            Some(st) if libc::WIFEXITED(st) => {
-                r.exit_code = libc::WEXITSTATUS(st);
-                reason = if r.exit_code == 0 {
-                    "exit_zero"
-                } else {
-                    "exit_nonzero"
-                };
-            }
-            Some(st) if libc::WIFSIGNALED(st) => {
-                let sig = libc::WTERMSIG(st);
-                r.termination_reason = Termination::Signaled;
-                r.signal = Some(sig);
-                r.exit_code = 128 + sig;
-                reason = if sig == libc::SIGKILL && layers.cgroup.oom_killed() {
-                    r.killed = true;
-                    r.kill_reason = Some("memory limit reached (limits.memory_mb)".into());
-                    "memory_limit"
-                } else {
-                    "signaled"
-                };
-            }
-            _ => {
-                r.termination_reason = Termination::Error;
-                r.exit_code = exit::REFUSED;
-                r.error =
-                    Some("the sandboxed process tree ended without reporting a status".into());
-                reason = "lost_child";
-            }
-        }
+        view: view.map(|v| result::ViewReport {
+            mount_namespace: true,
+            ipc_namespace: true,
+            read_only_host: true,
+            private_proc: v.private_proc,
+            private_tmp: v.private_tmp,
+            private_shm: v.private_shm,
+            devpts: v.devpts,
+            memfd_noexec: v.memfd_noexec,
+            mounts: sandbox::view::describe(&v),
+            secrets_covered: v.secrets.len(),
+        }),
     }
-    r.success = r.termination_reason == Termination::Exited && r.exit_code == 0 && !r.killed;
-    Attempt::Finished(Box::new(Finished { result: r, reason }))
 }
 
 /// What the event loop observed.
@@ -481,6 +455,19 @@ struct Supervised {
     exec_failed: Option<Errno>,
     setup_failed: Option<(sys::channel::Stage, Errno)>,
     ended: timeout::Ended,
+}
+
+impl Supervised {
+    /// The facts of the run's end, for [`result::classify`].
+    fn ending(&self) -> result::Ending {
+        result::Ending {
+            setup_failed: self.setup_failed,
+            stop_signal: self.ended.signal,
+            timed_out: self.ended.timed_out,
+            exec_failed: self.exec_failed,
+            status: self.status,
+        }
+    }
 }
 
 async fn supervise(

@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use super::result::RunResult;
 use crate::plan::Plan;
 use crate::policy::NetMode;
 use crate::proxy::ProxyService;
+use crate::result::RunResult;
 use crate::rpc::{Broker, BrokerConfig};
 use crate::sys::channel::Channel;
 

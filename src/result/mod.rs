@@ -1,12 +1,23 @@
-//! The JSON result of one run (contract section 4) and the exit status.
+//! The result of one run: the JSON object of `--json` (contract section 4),
+//! the reason code of its audit record, and capsule's exit status.
+//!
+//! The supervisor fills a [`RunResult`] and judges how the run ended with
+//! [`classify`]; `audit` and `cli` read it. Everything a run reports and every
+//! code it can end with is here, and nothing here depends on how the run was
+//! supervised.
+
+mod classify;
+mod reason;
 
 use serde::Serialize;
 
-use super::capture::Captured;
+pub use classify::{classify, Context, Ending, Verdict};
+pub use reason::{Reason, UnknownReason};
 
 pub const SCHEMA: &str = "capsule.result/1";
 
-/// Exit statuses capsule itself uses (GNU timeout/env conventions).
+/// Exit statuses capsule itself uses (GNU timeout/env conventions); which
+/// reason ends with which is [`Reason::exit_code`].
 pub mod exit {
     pub const TIMEOUT: i32 = 124;
     pub const REFUSED: i32 = 125;
@@ -14,7 +25,8 @@ pub mod exit {
     pub const NOT_FOUND: i32 = 127;
 }
 
-/// Why the run ended.
+/// Why the run ended, coarsely: the result's `termination_reason`
+/// ([`Reason::termination`] maps the fine codes onto it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Termination {
@@ -72,6 +84,16 @@ pub struct ViewReport {
     pub mounts: Vec<String>,
     /// How many secrets of /etc were covered.
     pub secrets_covered: usize,
+}
+
+/// What one output stream produced.
+#[derive(Debug, Default, Clone)]
+pub struct Captured {
+    /// Kept bytes (when captured for `--json`), marker included when truncated.
+    pub data: Vec<u8>,
+    /// Every byte the child wrote.
+    pub total: u64,
+    pub truncated: bool,
 }
 
 /// The result object printed by `--json`.
@@ -172,5 +194,54 @@ impl RunResult {
         serde_json::to_writer(&mut w, self).map_err(std::io::Error::other)?;
         w.write_all(b"\n")?;
         w.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Contract section 4: `termination_reason` is `exited` | `signaled` |
+    /// `timeout` | `refused` | `error`, and every reason maps onto one of them.
+    #[test]
+    fn termination_reasons_are_the_contracts() {
+        let all = [
+            Termination::Exited,
+            Termination::Signaled,
+            Termination::Timeout,
+            Termination::Refused,
+            Termination::Error,
+        ];
+        let names: Vec<serde_json::Value> = all
+            .iter()
+            .map(|t| serde_json::to_value(t).unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            ["exited", "signaled", "timeout", "refused", "error"].map(serde_json::Value::from)
+        );
+        for &r in Reason::ALL {
+            assert!(all.contains(&r.termination()), "{r}");
+        }
+    }
+
+    #[test]
+    fn streams_are_decoded_with_replacement() {
+        let mut r = RunResult::new("r".into(), Termination::Exited, 0);
+        let mut out = Captured {
+            data: b"ok\n".to_vec(),
+            total: 3,
+            truncated: false,
+        };
+        let mut err = Captured {
+            data: b"a\xffb".to_vec(),
+            total: 10,
+            truncated: true,
+        };
+        r.set_streams(&mut out, &mut err);
+        assert_eq!((r.stdout.as_str(), r.stdout_bytes), ("ok\n", 3));
+        assert_eq!((r.stderr.as_str(), r.stderr_bytes), ("a\u{fffd}b", 10));
+        assert!(!r.stdout_truncated && r.stderr_truncated);
+        assert!(out.data.is_empty() && err.data.is_empty());
     }
 }
