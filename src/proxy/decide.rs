@@ -11,7 +11,7 @@
 
 use std::net::SocketAddr;
 
-use super::allowlist::{Allowlist, TargetHost};
+use super::allow_hosts::{Allowlist, TargetHost};
 use super::destination::{classify_ip, is_metadata_name, DestClass};
 use super::refusal::Refusal;
 

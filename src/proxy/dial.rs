@@ -9,7 +9,7 @@ use std::time::Duration;
 use hyper::Response;
 use tokio::net::TcpStream;
 
-use super::allowlist::{Allowlist, TargetHost};
+use super::allow_hosts::{Allowlist, TargetHost};
 use super::decide::{check_target, filter_resolved};
 use super::refusal::{bad_gateway, ProxyBody, Refusal, UpstreamFailure};
 use super::stats::ProxyStats;

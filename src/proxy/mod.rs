@@ -11,28 +11,28 @@
 //! connections at once, a deadline and a size bound for request heads: the
 //! supervisor's memory stays bounded whatever the child sends (see `server`).
 //!
-//! * [`allowlist`] — parsing and matching `allow_hosts`;
+//! * [`allow_hosts`] — parsing and matching `network.allow_hosts`;
 //! * [`destination`] — classifying resolved addresses;
 //! * [`decide`] — the policy decision around resolution (pure, unit-tested);
 //! * `dial` — decide, resolve, connect, count;
 //! * `server` — accept loop and hyper server; `connect` — tunnels (relayed with
-//!   `splice`, zero-copy); `forward` — plain HTTP;
+//!   `splice`, zero-copy); `plain_http` — plain HTTP forwarding;
 //! * [`stats`] — counters for the result and the audit record;
-//! * [`service`] — one run's proxy: the netns path and the Landlock TCP fallback;
+//! * [`lifecycle`] — one run's proxy, prepared, served and counted: the netns path and the Landlock TCP fallback;
 //! * [`netns`] — the endpoint inside the child's network namespace (init stage);
 //! * [`refusal`] — 403/502/400 responses.
 
-pub mod allowlist;
+pub mod allow_hosts;
 mod connect;
 pub mod decide;
 pub mod destination;
 mod dial;
-mod forward;
 mod headers;
+pub mod lifecycle;
 pub mod netns;
+mod plain_http;
 pub mod refusal;
 mod server;
-pub mod service;
 mod splice;
 pub mod stats;
 
@@ -41,10 +41,10 @@ mod tests;
 
 use std::os::fd::OwnedFd;
 
-pub use allowlist::{Allowlist, AllowlistError};
+pub use allow_hosts::{Allowlist, AllowlistError};
 pub use destination::DestClass;
+pub use lifecycle::{ProxyPath, ProxyService, ProxyServiceError};
 pub use server::{serve, Limits};
-pub use service::{ProxyPath, ProxyService, ProxyServiceError};
 pub use stats::{ProxyReport, ProxyStats};
 
 /// Turn a listening TCP socket received as a raw fd (e.g. over SCM_RIGHTS from a child

@@ -1,5 +1,5 @@
 //! The accept loop and the per-connection HTTP/1.1 server (hyper): CONNECT goes to
-//! `connect`, absolute-form requests to `forward`, anything else is a 400.
+//! `connect`, absolute-form requests to `plain_http`, anything else is a 400.
 //!
 //! What bounds the supervisor's memory whatever the child does (the run's memory limit
 //! does not apply to the parent):
@@ -24,9 +24,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use super::allowlist::Allowlist;
+use super::allow_hosts::Allowlist;
 use super::connect::{self, PendingTunnel};
-use super::forward::{self, UpstreamSlot};
+use super::plain_http::{self, UpstreamSlot};
 use super::refusal::{bad_request, ProxyBody};
 use super::stats::ProxyStats;
 
@@ -159,7 +159,7 @@ async fn route(
     if req.method() == Method::CONNECT {
         connect::handle(req, shared, tunnel).await
     } else if req.uri().scheme().is_some() {
-        forward::handle(req, shared, upstream).await
+        plain_http::handle(req, shared, upstream).await
     } else {
         bad_request("this is a proxy: send absolute-form requests or CONNECT")
     }

@@ -9,10 +9,10 @@
 //! the caller prints it and writes the audit record.
 
 pub mod capture;
+pub mod event_loop;
 pub mod pty;
 pub mod services;
 pub mod spawn;
-pub mod timeout;
 pub mod treekill;
 
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -71,8 +71,8 @@ pub fn refused(plan_run_id: &str, reason: Reason, error: String) -> Finished {
 /// Run the plan to completion.
 pub fn run(plan: &Plan, opts: ExecOptions) -> Finished {
     // From here on there is something to clean up: a termination signal
-    // waits for the event loop (see `timeout::hold_stop_signals`).
-    timeout::hold_stop_signals();
+    // waits for the event loop (see `event_loop::hold_stop_signals`).
+    event_loop::hold_stop_signals();
     tracing::debug!("supervisor: preparing services");
     let mut services = match services::Services::prepare(plan, opts.tool_fd) {
         Ok(s) => s,
@@ -454,7 +454,7 @@ struct Supervised {
     status: Option<i32>,
     exec_failed: Option<Errno>,
     setup_failed: Option<(sys::channel::Stage, Errno)>,
-    ended: timeout::Ended,
+    ended: event_loop::Ended,
 }
 
 impl Supervised {
@@ -495,9 +495,9 @@ async fn supervise(
         status: None,
         exec_failed: None,
         setup_failed: None,
-        ended: timeout::Ended::default(),
+        ended: event_loop::Ended::default(),
     };
-    let init_status = timeout::watch(
+    let init_status = event_loop::watch(
         sp,
         plan.limits.timeout,
         grace,

@@ -14,7 +14,7 @@ use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use tokio::task::JoinHandle;
 
-use super::allowlist::TargetHost;
+use super::allow_hosts::TargetHost;
 use super::dial;
 use super::headers::{add_via, strip_hop_by_hop};
 use super::refusal::{bad_gateway, bad_request, ProxyBody, UpstreamFailure};
