@@ -10,9 +10,8 @@ use hyper_util::rt::TokioIo;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use super::dial;
+use super::dial::{self, Shared};
 use super::refusal::{bad_request, empty, ProxyBody};
-use super::server::Shared;
 
 /// Relay buffer per direction: large enough for bulk throughput on loopback.
 const RELAY_BUF: usize = 64 * 1024;

@@ -1,9 +1,11 @@
 //! Open an upstream TCP connection for a request: decide, resolve, decide again on the
 //! resolved addresses, connect to one of them. Counting and the refusal log line
-//! happen here, once per connection attempt.
+//! happen here, once per connection attempt. [`Shared`] is what every client
+//! connection brings to it.
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::Response;
@@ -18,6 +20,13 @@ use super::stats::ProxyStats;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long name resolution may take.
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What every connection task shares: the list it is checked against and the
+/// counters it adds to.
+pub struct Shared {
+    pub allow: Arc<Allowlist>,
+    pub stats: Arc<ProxyStats>,
+}
 
 /// Why no upstream stream: answered with 403 or 502.
 #[derive(Debug)]

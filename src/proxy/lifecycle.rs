@@ -23,7 +23,7 @@ use std::sync::Arc;
 use thiserror::Error;
 use tokio::task::JoinHandle;
 
-use super::server::Limits;
+use super::bounds::Limits;
 use super::{listener_from_fd, netns, serve, Allowlist, AllowlistError, ProxyReport, ProxyStats};
 use crate::sandbox::child::NetSetup;
 

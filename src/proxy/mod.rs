@@ -9,20 +9,23 @@
 //! through an IP literal the list names (or `localhost` for loopback), never through a
 //! name that resolves to them (DNS rebinding). At most `network.max_connections`
 //! connections at once, a deadline and a size bound for request heads: the
-//! supervisor's memory stays bounded whatever the child sends (see `server`).
+//! supervisor's memory stays bounded whatever the child sends (see `bounds`).
 //!
 //! * [`allow_hosts`] — parsing and matching `network.allow_hosts`;
 //! * [`destination`] — classifying resolved addresses;
 //! * [`decide`] — the policy decision around resolution (pure, unit-tested);
 //! * `dial` — decide, resolve, connect, count;
+//! * `bounds` — what bounds the supervisor's memory (connections, heads, buffers);
 //! * `server` — accept loop and hyper server; `connect` — tunnels (relayed with
 //!   `splice`, zero-copy); `plain_http` — plain HTTP forwarding;
 //! * [`stats`] — counters for the result and the audit record;
-//! * [`lifecycle`] — one run's proxy, prepared, served and counted: the netns path and the Landlock TCP fallback;
+//! * [`lifecycle`] — one run's proxy, prepared, served and counted: the netns path
+//!   and the Landlock TCP fallback;
 //! * [`netns`] — the endpoint inside the child's network namespace (init stage);
 //! * [`refusal`] — 403/502/400 responses.
 
 pub mod allow_hosts;
+mod bounds;
 mod connect;
 pub mod decide;
 pub mod destination;
@@ -42,9 +45,10 @@ mod tests;
 use std::os::fd::OwnedFd;
 
 pub use allow_hosts::{Allowlist, AllowlistError};
+pub use bounds::Limits;
 pub use destination::DestClass;
 pub use lifecycle::{ProxyPath, ProxyService, ProxyServiceError};
-pub use server::{serve, Limits};
+pub use server::serve;
 pub use stats::{ProxyReport, ProxyStats};
 
 /// Turn a listening TCP socket received as a raw fd (e.g. over SCM_RIGHTS from a child

@@ -15,10 +15,10 @@ use hyper_util::rt::TokioIo;
 use tokio::task::JoinHandle;
 
 use super::allow_hosts::TargetHost;
-use super::dial;
+use super::bounds::MAX_BUF;
+use super::dial::{self, Shared};
 use super::headers::{add_via, strip_hop_by_hop};
 use super::refusal::{bad_gateway, bad_request, ProxyBody, UpstreamFailure};
-use super::server::Shared;
 
 /// An open upstream HTTP/1.1 connection. Dropping it stops its driver task.
 pub struct Upstream {
@@ -113,7 +113,7 @@ async fn open(
         .await
         .map_err(|e| e.response(&shown, port))?;
     let (sender, conn) = hyper::client::conn::http1::Builder::new()
-        .max_buf_size(super::server::MAX_BUF)
+        .max_buf_size(MAX_BUF)
         .handshake(TokioIo::new(stream))
         .await
         .map_err(|e| {

@@ -17,7 +17,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 
-use super::server::{HEAD_TIMEOUT, MAX_HEAD};
+use super::bounds::{HEAD_TIMEOUT, MAX_HEAD};
 use super::{serve, Allowlist, Limits, ProxyStats};
 
 const PROXY_VARS: &[&str] = &[

@@ -22,7 +22,7 @@
 //!    of the syscall number: consecutive numbers with the same outcome
 //!    (ALLOW, EPERM, ENOSYS, or "check this syscall's arguments") are one
 //!    interval; numbers no table mentions fail with ENOSYS;
-//! 3. one small block per argument-checked syscall ([`ArgCheck`]);
+//! 3. one small block per argument-checked syscall (`ArgCheck`, see `arg_check.rs`);
 //! 4. the shared `return` instructions.
 //!
 //! Jumps only go forward (as classic BPF requires), conditional jumps reach
@@ -32,54 +32,13 @@
 
 use std::collections::BTreeMap;
 
+use super::arg_check::ArgCheck;
 use super::bpf::{
     arg_high, arg_low, jump, ret_errno, stmt, SockFilter, JA, JEQ_K, JGE_K, JSET_K, LD_W_ABS,
     RET_ALLOW, RET_K,
 };
 use super::table::Arch;
 use super::{allowlist, arch, deny, SeccompOptions};
-
-/// A decision on one syscall's arguments, as a small tree. Comparisons read
-/// the low 32 bits of the argument (see [`arg_low`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum ArgCheck {
-    /// The syscall goes on: the allowlist's answer for it (ALLOW for every
-    /// syscall checked today).
-    Pass,
-    /// Refused with EPERM.
-    Deny,
-    /// The first arm that lists the argument's value decides; `otherwise` if none does.
-    Match {
-        arg: u8,
-        arms: Vec<(Vec<u32>, ArgCheck)>,
-        otherwise: Box<ArgCheck>,
-    },
-    /// `then` if the argument has any bit of `mask` set, else `otherwise`.
-    AnyBit {
-        arg: u8,
-        mask: u32,
-        then: Box<ArgCheck>,
-        otherwise: Box<ArgCheck>,
-    },
-    /// `then` if the whole 64-bit argument is 0 (both words: a NULL pointer),
-    /// else `otherwise`.
-    Null {
-        arg: u8,
-        then: Box<ArgCheck>,
-        otherwise: Box<ArgCheck>,
-    },
-}
-
-impl ArgCheck {
-    /// `then` if argument `arg` is one of `values`, else `otherwise`.
-    pub(super) fn one_of(arg: u8, values: &[u32], then: ArgCheck, otherwise: ArgCheck) -> Self {
-        ArgCheck::Match {
-            arg,
-            arms: vec![(values.to_vec(), then)],
-            otherwise: Box::new(otherwise),
-        }
-    }
-}
 
 /// What happens to one syscall number (before argument checks).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

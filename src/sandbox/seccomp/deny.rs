@@ -47,7 +47,7 @@
 //!   `MFD_NOEXEC_SEAL`, which makes every memfd unexecutable, also by path.
 //! * `socket` by domain, type and protocol, see `sockets.rs`.
 
-use super::compile::ArgCheck;
+use super::arg_check::ArgCheck;
 use super::{sockets, SeccompOptions};
 
 /// Syscalls denied whole, by group: (what the group is, the syscalls).

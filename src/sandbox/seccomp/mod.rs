@@ -34,6 +34,7 @@
 
 mod allowlist;
 mod arch;
+mod arg_check;
 mod bpf;
 mod compile;
 mod deny;

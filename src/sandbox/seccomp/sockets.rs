@@ -18,7 +18,7 @@
 //! ssh-agent) is a host escape that has nothing to do with IP networking, and
 //! AF_VSOCK/AF_PACKET reach the hypervisor or the link layer.
 
-use super::compile::ArgCheck;
+use super::arg_check::ArgCheck;
 use super::SeccompOptions;
 use crate::policy::NetMode;
 
