@@ -3,7 +3,9 @@
 //!
 //! Two paths, decided before fork and confirmed by what the kernel granted:
 //! * **netns** — the child gets its own network namespace; its init listens on
-//!   `127.0.0.1:<port>` in there and sends the socket back (`netns`). The command can
+//!   `127.0.0.1:<port>` in there and sends the socket back (`sandbox::netns`, from the
+//!   port, [`LISTENER_BACKLOG`] and [`LISTENER_TAG`] the supervisor puts in the child's
+//!   spec). The command can
 //!   reach that endpoint and nothing else: no other interface exists in its namespace.
 //! * **landlock-tcp-fallback** — no namespaces (user namespaces disabled, or
 //!   `CAPSULE_NO_NAMESPACES=1`, which forces this path for testing): the supervisor
@@ -17,15 +19,23 @@
 //! child's environment and Landlock rule name, and it is the endpoint if the kernel
 //! refuses the namespaces at clone time after all.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 
 use thiserror::Error;
 use tokio::task::JoinHandle;
 
 use super::bounds::Limits;
-use super::{listener_from_fd, netns, serve, Allowlist, AllowlistError, ProxyReport, ProxyStats};
-use crate::sandbox::child::NetSetup;
+use super::{listener_from_fd, serve, Allowlist, AllowlistError, ProxyReport, ProxyStats};
+use crate::sys::{self, raw};
+
+/// The `Msg::Fd` tag of the listening socket the run's init sends from its network
+/// namespace.
+pub const LISTENER_TAG: i32 = 0x7078; // "px"
+
+/// Pending connections a proxy listener queues before the supervisor accepts (std's
+/// is 128): deep, for bursts of connections.
+pub const LISTENER_BACKLOG: i32 = 4096;
 
 #[derive(Debug, Error)]
 pub enum ProxyServiceError {
@@ -87,13 +97,8 @@ impl ProxyService {
         want_netns: bool,
     ) -> Result<ProxyService, ProxyServiceError> {
         let allow = Allowlist::parse(allow_hosts)?;
-        // Close-on-exec (the command never inherits it), with a deep backlog for bursts
-        // of connections (std's is 128).
-        let host = netns::listen_loopback(0)
-            .map(std::net::TcpListener::from)
-            .map_err(|e| ProxyServiceError::Bind(e.into()))?;
+        let host = listen_host_loopback(0).map_err(ProxyServiceError::Bind)?;
         let port = host.local_addr().map_err(ProxyServiceError::Bind)?.port();
-        netns::set_port(port, Some(host.as_raw_fd()));
         Ok(ProxyService {
             allow: Arc::new(allow),
             stats: Arc::default(),
@@ -121,13 +126,10 @@ impl ProxyService {
         env_vars(self.port)
     }
 
-    /// The init-stage hook that creates the endpoint inside the namespace.
-    pub fn net_setup(&self) -> Option<NetSetup> {
-        if self.want_netns {
-            Some(netns::setup as NetSetup)
-        } else {
-            None
-        }
+    /// The listener on the host's loopback, until [`ProxyService::start`]: on the
+    /// netns path the run's init closes its copy.
+    pub fn host_listener_fd(&self) -> Option<RawFd> {
+        self.host_listener.as_ref().map(AsRawFd::as_raw_fd)
     }
 
     /// The path in force, once started.
@@ -168,8 +170,7 @@ impl ProxyService {
             tracing::warn!("proxy: the child sent message Fd({tag}) without a descriptor");
             return;
         };
-        if tag != netns::LISTENER_TAG || self.path != Some(ProxyPath::Netns) || self.task.is_some()
-        {
+        if tag != LISTENER_TAG || self.path != Some(ProxyPath::Netns) || self.task.is_some() {
             tracing::warn!("proxy: closing an unexpected descriptor from the child (tag {tag})");
             return;
         }
@@ -197,6 +198,16 @@ impl ProxyService {
         self.host_listener = None;
         self.stats.snapshot()
     }
+}
+
+/// A close-on-exec listener on the host's 127.0.0.1:port with the proxy's backlog:
+/// the same socket the run's init makes inside its namespace (the command never
+/// inherits it).
+fn listen_host_loopback(port: u16) -> std::io::Result<std::net::TcpListener> {
+    let fd = raw::listen_tcp_loopback(port, LISTENER_BACKLOG)
+        .map_err(std::io::Error::from_raw_os_error)?;
+    // The raw call just created this descriptor and nothing else owns it.
+    Ok(std::net::TcpListener::from(sys::own_new_fd(fd)))
 }
 
 /// Each tunnel takes two descriptors: let the supervisor use its hard limit (the child
@@ -234,6 +245,15 @@ mod tests {
         assert_eq!(get("NO_PROXY"), Some(""));
         assert_eq!(get("no_proxy"), Some(""));
         assert_eq!(get("NODE_USE_ENV_PROXY"), Some("1"));
+    }
+
+    #[test]
+    fn host_listener_listens_on_loopback_and_accepts() {
+        let l = listen_host_loopback(0).expect("listen");
+        let port = l.local_addr().expect("addr").port();
+        let c = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        let (s, _) = l.accept().expect("accept");
+        assert_eq!(s.peer_addr().expect("peer"), c.local_addr().expect("local"));
     }
 
     #[test]

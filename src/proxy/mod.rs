@@ -21,7 +21,6 @@
 //! * [`stats`] — counters for the result and the audit record;
 //! * [`lifecycle`] — one run's proxy, prepared, served and counted: the netns path
 //!   and the Landlock TCP fallback;
-//! * [`netns`] — the endpoint inside the child's network namespace (init stage);
 //! * [`refusal`] — 403/502/400 responses.
 
 pub mod allow_hosts;
@@ -32,7 +31,6 @@ pub mod destination;
 mod dial;
 mod headers;
 pub mod lifecycle;
-pub mod netns;
 mod plain_http;
 pub mod refusal;
 mod server;
@@ -47,7 +45,7 @@ use std::os::fd::OwnedFd;
 pub use allow_hosts::{Allowlist, AllowlistError};
 pub use bounds::Limits;
 pub use destination::DestClass;
-pub use lifecycle::{ProxyPath, ProxyService, ProxyServiceError};
+pub use lifecycle::{ProxyPath, ProxyService, ProxyServiceError, LISTENER_BACKLOG, LISTENER_TAG};
 pub use server::serve;
 pub use stats::{ProxyReport, ProxyStats};
 

@@ -27,14 +27,10 @@
 use std::ffi::{c_char, c_int, CString};
 use std::os::fd::{AsRawFd, RawFd};
 
+use crate::sandbox::netns::{self, NetSetup};
 use crate::sandbox::{landlock, seccomp};
 use crate::sys::channel::{Msg, Stage};
 use crate::sys::raw::{self, SigSet};
-
-/// A set-up step the init stage runs inside the new namespaces before it
-/// creates the command (proxy mode: the network namespace's endpoint). It
-/// gets the channel's descriptor and must follow this file's rules.
-pub type NetSetup = fn(chan: RawFd) -> Result<(), i32>;
 
 /// Everything the child stages need, prepared by the supervisor before the
 /// clone and never changed after it.
@@ -63,7 +59,8 @@ pub struct ChildSpec {
     /// The supervisor's pid, to detect its death before PR_SET_PDEATHSIG took effect
     /// (0 when the child is in a new pid namespace and cannot see it).
     pub parent_pid: libc::pid_t,
-    /// Hook for the network namespace set-up of proxy mode (runs in init).
+    /// The proxy's endpoint in the run's network namespace, made by init
+    /// (proxy mode, netns path).
     pub net_setup: Option<NetSetup>,
     /// The run's view of the host, mounted by init in its new mount namespace.
     pub view: Option<crate::sandbox::view::View>,
@@ -206,8 +203,8 @@ pub(crate) fn init_main(spec: &'static ChildSpec) -> c_int {
             fail(spec, stage, e);
         }
     }
-    if let Some(setup) = spec.net_setup {
-        if let Err(e) = setup(spec.chan) {
+    if let Some(net) = &spec.net_setup {
+        if let Err(e) = netns::setup(net, spec.chan) {
             fail(spec, Stage::Network, e);
         }
     }

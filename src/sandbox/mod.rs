@@ -10,6 +10,7 @@
 pub mod cgroup;
 pub mod child;
 pub mod landlock;
+pub mod netns;
 pub mod rlimits;
 pub mod seccomp;
 pub mod view;

@@ -15,6 +15,7 @@ use crate::policy::NetMode;
 use crate::proxy::ProxyService;
 use crate::result::RunResult;
 use crate::rpc::{Broker, BrokerConfig};
+use crate::sandbox::netns::NetSetup;
 use crate::sys::channel::Channel;
 
 #[derive(Debug, Error)]
@@ -121,8 +122,16 @@ impl Services {
     pub fn wants_netns(&self) -> bool {
         self.proxy.as_ref().is_some_and(ProxyService::wants_netns)
     }
-    pub fn net_setup(&self) -> Option<crate::sandbox::child::NetSetup> {
-        self.proxy.as_ref().and_then(ProxyService::net_setup)
+    /// What the run's init needs to create the proxy's endpoint in its network
+    /// namespace (netns path only).
+    pub fn net_setup(&self) -> Option<NetSetup> {
+        let proxy = self.proxy.as_ref().filter(|p| p.wants_netns())?;
+        Some(NetSetup {
+            port: proxy.port(),
+            backlog: crate::proxy::LISTENER_BACKLOG,
+            tag: crate::proxy::LISTENER_TAG,
+            host_listener: proxy.host_listener_fd(),
+        })
     }
     /// How the child reaches the proxy ("netns" | "landlock-tcp-fallback"), once started.
     pub fn network_path(&self) -> Option<String> {

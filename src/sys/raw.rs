@@ -467,6 +467,32 @@ pub fn listen(fd: c_int, backlog: c_int) -> Ret {
     map(unsafe { syscall!(Sysno::listen, fd, backlog) })
 }
 
+/// A close-on-exec TCP socket listening on 127.0.0.1:`port` (SO_REUSEADDR):
+/// the proxy's endpoint, made the same way by the run's init inside its
+/// network namespace and by the supervisor on the host's loopback. On failure
+/// nothing stays open.
+pub fn listen_tcp_loopback(port: u16, backlog: c_int) -> Result<c_int, i32> {
+    let fd = socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0)? as c_int;
+    let addr = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from_be_bytes([127, 0, 0, 1]).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let r = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)
+        .and_then(|_| bind_v4(fd, &addr))
+        .and_then(|_| listen(fd, backlog));
+    match r {
+        Ok(_) => Ok(fd),
+        Err(e) => {
+            close(fd);
+            Err(e)
+        }
+    }
+}
+
 /// `write(fd, buf)`, retried on EINTR; the number of bytes written.
 pub fn write(fd: c_int, buf: &[u8]) -> Ret {
     loop {
