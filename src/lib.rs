@@ -4,6 +4,7 @@
 //!
 //! * [`policy`] — the policy file's types, parsing, validation, path resolution;
 //! * [`plan`] — everything resolved before fork (grants with their origin, env, limits);
+//! * [`kernel`] — what this kernel and host allow, probed once per run;
 //! * [`sandbox`] — the layers the child applies to itself (Landlock, seccomp,
 //!   namespaces, rlimits, capabilities) and `sandbox::child`, the code that
 //!   runs between fork and exec;

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::report::{plan_json, print_plan, KernelView};
+use super::report::{plan_json, print_plan};
 use crate::plan::{self, build::Overrides, BuildInput};
 use crate::policy;
 
@@ -41,7 +41,7 @@ pub fn run(a: CheckArgs) -> i32 {
             return 125;
         }
     };
-    let k = KernelView::probe();
+    let k = crate::kernel::probe();
     // The same preparation `exec` runs: what it refuses, check refuses.
     let mut problems: Vec<String> = Vec::new();
     let mut notes: Vec<String> = Vec::new();
@@ -53,14 +53,14 @@ pub fn run(a: CheckArgs) -> i32 {
         Err(e) => problems.push(e.to_string()),
     }
     if a.json {
-        let mut v = plan_json(&plan, &k);
+        let mut v = plan_json(&plan, k);
         v["ok"] = serde_json::json!(problems.is_empty());
         v["problems"] = serde_json::json!(problems);
         v["notes"] = serde_json::json!(notes);
         println!("{v}");
     } else {
         println!("policy {} is valid", a.policy.display());
-        print_plan(&plan, &k);
+        print_plan(&plan, k);
         for n in &notes {
             println!("{n}");
         }

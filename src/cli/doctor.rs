@@ -3,7 +3,9 @@
 use clap::Args;
 use serde_json::json;
 
-use super::report::KernelView;
+use crate::kernel::{
+    landlock_linux, Probe, UsernsBlock, LANDLOCK_FS, LANDLOCK_SCOPES, LANDLOCK_TCP,
+};
 use crate::policy::validate;
 use crate::sandbox::cgroup;
 
@@ -15,7 +17,7 @@ pub struct DoctorArgs {
 }
 
 pub fn run(a: DoctorArgs) -> i32 {
-    let k = KernelView::probe();
+    let k = crate::kernel::probe();
     let uname = nix::sys::utsname::uname().ok();
     let release = uname
         .as_ref()
@@ -40,18 +42,18 @@ pub fn run(a: DoctorArgs) -> i32 {
             .and_then(|plan| crate::sandbox::predict(&plan).map_err(|e| e.to_string()))
     };
     let ok = prediction.is_ok();
-    let advice = advice(&k, root);
+    let advice = advice(k);
     let tree = if k.namespaces {
         "pid-namespace"
     } else {
         "subreaper"
     };
     let proxy_mode = if k.namespaces {
-        "network namespace holding only the proxy endpoint"
-    } else if k.landlock_abi >= 4 {
-        "fallback: Landlock TCP port rule + seccomp (cannot pin the address)"
+        "network namespace holding only the proxy endpoint".to_string()
+    } else if k.landlock_tcp() {
+        "fallback: Landlock TCP port rule + seccomp (cannot pin the address)".to_string()
     } else {
-        "unavailable (needs user namespaces or Landlock ABI 4)"
+        format!("unavailable (needs user namespaces or Landlock ABI {LANDLOCK_TCP})")
     };
     if a.json {
         let v = json!({
@@ -60,8 +62,8 @@ pub fn run(a: DoctorArgs) -> i32 {
             "arch": arch,
             "root": root,
             "landlock_abi": k.landlock_abi,
-            "landlock_tcp": k.landlock_abi >= 4,
-            "landlock_scopes": k.landlock_abi >= 6,
+            "landlock_tcp": k.landlock_tcp(),
+            "landlock_scopes": k.landlock_scopes(),
             "seccomp": k.seccomp,
             "x32_check": arch == "x86_64",
             "user_namespaces": k.namespaces,
@@ -73,7 +75,7 @@ pub fn run(a: DoctorArgs) -> i32 {
                 "max_processes": if root { "cgroup pids (required as root)" } else { "cgroup pids where possible, else RLIMIT_NPROC" },
             },
             "proxy": {
-                "available": k.namespaces || k.landlock_abi >= 4,
+                "available": k.namespaces || k.landlock_tcp(),
                 "netns": k.namespaces,
                 "mode": proxy_mode,
             },
@@ -100,16 +102,21 @@ pub fn run(a: DoctorArgs) -> i32 {
             if k.landlock_abi > 0 {
                 format!("ABI {}", k.landlock_abi)
             } else {
-                "NOT AVAILABLE (filesystem rules need Linux 5.13+ with Landlock enabled)".into()
+                format!(
+                    "NOT AVAILABLE (filesystem rules need Linux {}+ with Landlock enabled)",
+                    landlock_linux(LANDLOCK_FS)
+                )
             }
         );
         println!(
-            "  tcp rules       {} (ABI 4+, Linux 6.7)",
-            yes(k.landlock_abi >= 4)
+            "  tcp rules       {} (ABI {LANDLOCK_TCP}+, Linux {})",
+            yes(k.landlock_tcp()),
+            landlock_linux(LANDLOCK_TCP)
         );
         println!(
-            "  scopes          {} (ABI 6+, Linux 6.12: signals, abstract unix sockets)",
-            yes(k.landlock_abi >= 6)
+            "  scopes          {} (ABI {LANDLOCK_SCOPES}+, Linux {}: signals, abstract unix sockets)",
+            yes(k.landlock_scopes()),
+            landlock_linux(LANDLOCK_SCOPES)
         );
         println!("seccomp           {}", yes(k.seccomp));
         println!("x32 check         {}", yes(arch == "x86_64"));
@@ -158,11 +165,11 @@ pub fn run(a: DoctorArgs) -> i32 {
 }
 
 /// Concrete steps that would give capsule more on this host.
-fn advice(k: &KernelView, root: bool) -> Vec<String> {
+fn advice(k: &Probe) -> Vec<String> {
     let mut out = Vec::new();
     if k.landlock_abi == 0 {
-        match crate::sys::landlock_abi_version() {
-            Err(nix::errno::Errno::EOPNOTSUPP) => {
+        match k.landlock_errno {
+            Some(nix::errno::Errno::EOPNOTSUPP) => {
                 let lsm = std::fs::read_to_string("/sys/kernel/security/lsm").unwrap_or_default();
                 let lsm = lsm.trim();
                 out.push(format!(
@@ -171,30 +178,81 @@ fn advice(k: &KernelView, root: bool) -> Vec<String> {
                     if lsm.is_empty() { "lockdown,yama,integrity,apparmor,bpf" } else { lsm }
                 ));
             }
-            _ => out.push(
-                "this kernel has no Landlock: it needs Linux 5.13+ built with CONFIG_SECURITY_LANDLOCK=y".into(),
-            ),
+            _ => out.push(format!(
+                "this kernel has no Landlock: it needs Linux {}+ built with CONFIG_SECURITY_LANDLOCK=y",
+                landlock_linux(LANDLOCK_FS)
+            )),
         }
     }
-    if !k.namespaces && !root && std::env::var_os("CAPSULE_NO_NAMESPACES").is_none() {
-        let read = |p: &str| {
-            std::fs::read_to_string(p)
-                .map(|s| s.trim().to_string())
-                .unwrap_or_default()
+    // What the probe found forbidding user namespaces (nothing as root or
+    // with CAPSULE_NO_NAMESPACES).
+    for block in &k.userns_blocked_by {
+        let line = match block {
+            UsernsBlock::MaxUserNamespaces => {
+                "user namespaces are disabled: sysctl -w user.max_user_namespaces=15000 gives capsule its \
+                 pid, mount, IPC and network namespaces (the view)"
+            }
+            UsernsBlock::UnprivilegedClone => {
+                "unprivileged user namespaces are disabled: sysctl -w kernel.unprivileged_userns_clone=1"
+            }
+            UsernsBlock::AppArmor => {
+                "AppArmor restricts unprivileged user namespaces (Ubuntu 24.04): allow them for capsule with \
+                 a profile (/etc/apparmor.d/capsule: `abi <abi/4.0>, include <tunables/global> profile \
+                 capsule /path/to/capsule flags=(unconfined) { userns, }`), or sysctl -w \
+                 kernel.apparmor_restrict_unprivileged_userns=0"
+            }
         };
-        if read("/proc/sys/user/max_user_namespaces") == "0" {
-            out.push("user namespaces are disabled: sysctl -w user.max_user_namespaces=15000 gives capsule its pid, \
-                      mount, IPC and network namespaces (the view)".into());
-        }
-        if read("/proc/sys/kernel/unprivileged_userns_clone") == "0" {
-            out.push("unprivileged user namespaces are disabled: sysctl -w kernel.unprivileged_userns_clone=1".into());
-        }
-        if read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1" {
-            out.push("AppArmor restricts unprivileged user namespaces (Ubuntu 24.04): allow them for capsule with a \
-                      profile (/etc/apparmor.d/capsule: `abi <abi/4.0>, include <tunables/global> profile capsule \
-                      /path/to/capsule flags=(unconfined) { userns, }`), or sysctl -w \
-                      kernel.apparmor_restrict_unprivileged_userns=0".into());
-        }
+        out.push(line.to_string());
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(landlock_errno: Option<nix::errno::Errno>, blocked: Vec<UsernsBlock>) -> Probe {
+        Probe {
+            landlock_abi: if landlock_errno.is_some() { 0 } else { 7 },
+            landlock_errno,
+            seccomp: true,
+            namespaces: blocked.is_empty(),
+            userns_blocked_by: blocked,
+            memfd_noexec: false,
+        }
+    }
+
+    #[test]
+    fn advice_names_each_setting_that_forbids_user_namespaces() {
+        assert!(advice(&host(None, vec![])).is_empty());
+        let a = advice(&host(
+            None,
+            vec![
+                UsernsBlock::MaxUserNamespaces,
+                UsernsBlock::UnprivilegedClone,
+                UsernsBlock::AppArmor,
+            ],
+        ));
+        assert_eq!(a.len(), 3, "{a:?}");
+        assert!(
+            a[0].contains("sysctl -w user.max_user_namespaces=15000 gives capsule its pid, mount")
+        );
+        assert!(a[1].contains("sysctl -w kernel.unprivileged_userns_clone=1"));
+        assert!(a[2].contains("allow them for capsule with a profile"));
+        assert!(a[2].ends_with("or sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"));
+    }
+
+    #[test]
+    fn advice_for_a_kernel_without_landlock_names_the_release() {
+        let a = advice(&host(Some(nix::errno::Errno::ENOSYS), vec![]));
+        assert_eq!(
+            a,
+            vec!["this kernel has no Landlock: it needs Linux 5.13+ built with CONFIG_SECURITY_LANDLOCK=y"]
+        );
+        let a = advice(&host(Some(nix::errno::Errno::EOPNOTSUPP), vec![]));
+        assert!(
+            a[0].starts_with("Landlock is built into this kernel but not enabled"),
+            "{a:?}"
+        );
+    }
 }

@@ -2,29 +2,12 @@
 
 use serde_json::json;
 
+use crate::kernel::{self, landlock_linux, Probe, LANDLOCK_FS};
 use crate::plan::Plan;
 use crate::policy::NetMode;
-use crate::sandbox::{self, landlock, seccomp};
-
-/// What the kernel gives, summarised for reports.
-pub struct KernelView {
-    pub landlock_abi: u32,
-    pub seccomp: bool,
-    pub namespaces: bool,
-}
-
-impl KernelView {
-    pub fn probe() -> KernelView {
-        KernelView {
-            landlock_abi: landlock::kernel_abi(),
-            seccomp: seccomp::kernel_supports_seccomp(),
-            namespaces: sandbox::namespaces_available(),
-        }
-    }
-}
 
 /// The plan as a JSON value (grants with their origin and enforcing layer).
-pub fn plan_json(plan: &Plan, k: &KernelView) -> serde_json::Value {
+pub fn plan_json(plan: &Plan, k: &Probe) -> serde_json::Value {
     let fs_layer = if k.landlock_abi > 0 {
         format!("landlock ABI {}", k.landlock_abi)
     } else {
@@ -71,11 +54,11 @@ pub fn plan_json(plan: &Plan, k: &KernelView) -> serde_json::Value {
     })
 }
 
-fn network_layer(mode: NetMode, k: &KernelView) -> String {
+fn network_layer(mode: NetMode, k: &Probe) -> String {
     match mode {
         NetMode::None => format!(
             "seccomp (no IP sockets){}",
-            if k.landlock_abi >= 4 {
+            if k.landlock_tcp() {
                 " + Landlock TCP bind/connect denied"
             } else {
                 ""
@@ -94,14 +77,18 @@ fn network_layer(mode: NetMode, k: &KernelView) -> String {
 }
 
 /// Print the plan for humans.
-pub fn print_plan(plan: &Plan, k: &KernelView) {
+pub fn print_plan(plan: &Plan, k: &Probe) {
     let fs_line = if k.landlock_abi > 0 {
         format!(
             "enforced by Landlock ABI {}; anything not listed is denied",
             k.landlock_abi
         )
     } else {
-        "not enforced: this kernel has no Landlock (it needs Linux 5.13+ with landlock in lsm=); these are the grants exec would enforce".into()
+        format!(
+            "not enforced: this kernel has no Landlock (it needs Linux {}+ with landlock in lsm=); these are the \
+             grants exec would enforce",
+            landlock_linux(LANDLOCK_FS)
+        )
     };
     if !plan.argv.is_empty() {
         println!(
@@ -189,11 +176,11 @@ pub fn print_plan(plan: &Plan, k: &KernelView) {
 
 /// `--dry-run`.
 pub fn dry_run(plan: &Plan, json: bool) -> i32 {
-    let k = KernelView::probe();
+    let k = kernel::probe();
     if json {
-        println!("{}", plan_json(plan, &k));
+        println!("{}", plan_json(plan, k));
     } else {
-        print_plan(plan, &k);
+        print_plan(plan, k);
     }
     0
 }

@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 use nix::sys::resource::Resource;
 use thiserror::Error;
 
+use crate::kernel::{self, landlock_linux, LANDLOCK_FS, LANDLOCK_SCOPES, LANDLOCK_TRUNCATE};
 use crate::plan::Plan;
 use crate::policy::NetMode;
 use rlimits::Mechanism;
@@ -58,11 +59,6 @@ pub struct Layers {
     /// The run's private view of the host (mount, IPC and network
     /// namespaces), when namespaces are available.
     pub view: Option<view::View>,
-}
-
-/// Whether this process may create namespaces (see [`crate::kernel::namespaces_available`]).
-pub fn namespaces_available() -> bool {
-    crate::kernel::namespaces_available()
 }
 
 /// What the no-namespace path cannot give, listed in `enforcement.missing`
@@ -113,7 +109,7 @@ pub struct Prediction {
 }
 
 pub fn predict(plan: &Plan) -> Result<Prediction, SandboxError> {
-    let namespaces = namespaces_available();
+    let namespaces = kernel::probe().namespaces;
     // A stand-in port: the proxy's is only known when it listens.
     let port = (plan.net.mode == NetMode::Proxy).then_some(1);
     // The private TMPDIR must exist for its Landlock rule, as in `exec`.
@@ -169,26 +165,34 @@ pub fn prepare(
         );
     }
 
+    let k = kernel::probe();
     // Landlock.
-    let abi = landlock::kernel_abi();
+    let abi = k.landlock_abi;
     let scopes = landlock::Scopes {
-        signal: abi >= 6,
-        abstract_unix: abi >= 6,
+        signal: k.landlock_scopes(),
+        abstract_unix: k.landlock_scopes(),
     };
-    if abi < 6 && !want_pidns {
+    if !k.landlock_scopes() && !want_pidns {
         unavailable(
             "signal isolation",
-            "needs Landlock ABI 6 (Linux 6.12) or a pid namespace (user namespaces are disabled)",
+            &format!(
+                "needs Landlock ABI {LANDLOCK_SCOPES} (Linux {}) or a pid namespace (user namespaces are disabled)",
+                landlock_linux(LANDLOCK_SCOPES)
+            ),
             &mut missing,
         )?;
     }
     // Abstract Unix sockets belong to a network namespace: the run's own
     // isolates them as well as Landlock's scope does.
     let netns = want_pidns && plan.net.mode != NetMode::Unrestricted;
-    if abi < 6 && plan.net.allow_unix_sockets && !netns {
+    if !k.landlock_scopes() && plan.net.allow_unix_sockets && !netns {
         unavailable(
             "abstract Unix socket isolation",
-            "allow_unix_sockets needs Landlock ABI 6 (Linux 6.12) to keep abstract sockets of the host out of reach",
+            &format!(
+                "allow_unix_sockets needs Landlock ABI {LANDLOCK_SCOPES} (Linux {}) to keep abstract sockets of the \
+                 host out of reach",
+                landlock_linux(LANDLOCK_SCOPES)
+            ),
             &mut missing,
         )?;
     }
@@ -214,11 +218,14 @@ pub fn prepare(
 
     // Truncation: Landlock's truncate right arrives with ABI 3; the view's
     // read-only host covers it everywhere outside write grants.
-    if abi < 3 && !want_pidns {
+    if abi < LANDLOCK_TRUNCATE && !want_pidns {
         unavailable(
             "truncate protection",
-            "Landlock's truncate right needs ABI 3 (Linux 6.2), and without a mount namespace nothing else stops \
-             truncate() of files outside write grants",
+            &format!(
+                "Landlock's truncate right needs ABI {LANDLOCK_TRUNCATE} (Linux {}), and without a mount namespace \
+                 nothing else stops truncate() of files outside write grants",
+                landlock_linux(LANDLOCK_TRUNCATE)
+            ),
             &mut missing,
         )?;
     }
@@ -227,7 +234,7 @@ pub fn prepare(
         let input = view::ViewInput {
             tmp_size_mb: plan.limits.tmp_size_mb,
             rights: ll.view_rights(),
-            memfd_noexec: crate::kernel::memfd_noexec_settable(),
+            memfd_noexec: k.memfd_noexec,
         };
         Some(view::View::plan(plan, &input)?)
     } else {
@@ -245,7 +252,7 @@ pub fn prepare(
     };
 
     // seccomp.
-    let filters = if seccomp::kernel_supports_seccomp() {
+    let filters = if k.seccomp {
         Some(seccomp::build(&seccomp::SeccompOptions {
             net: plan.net.mode,
             allow_unix_sockets: plan.net.allow_unix_sockets,
@@ -320,12 +327,12 @@ pub fn prepare(
         );
     }
     let mut limitations = Vec::new();
-    if abi == 1 {
-        limitations.push(
-            "Landlock ABI 1 (Linux 5.13-5.18) has no refer right: renaming or linking a file between two \
-             directories fails with EXDEV, even inside one write grant (git, pip and mv may fail)"
-                .to_string(),
-        );
+    if abi == LANDLOCK_FS {
+        limitations.push(format!(
+            "Landlock ABI {LANDLOCK_FS} (Linux {}) has no refer right: renaming or linking a file between two \
+             directories fails with EXDEV, even inside one write grant (git, pip and mv may fail)",
+            kernel::landlock_linux_span(LANDLOCK_FS)
+        ));
     }
     Ok(Layers {
         limitations,

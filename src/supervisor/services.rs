@@ -70,7 +70,7 @@ impl Services {
             Some(ProxyService::prepare(
                 &plan.net.allow_hosts,
                 plan.net.max_connections,
-                crate::sandbox::namespaces_available(),
+                crate::kernel::probe().namespaces,
             )?)
         } else {
             None

@@ -237,8 +237,13 @@ pub fn landlock_abi_version() -> Result<u32, Errno> {
     }
 }
 
-/// Whether seccomp filter mode with SECCOMP_RET_KILL_PROCESS exists: two
-/// probes that install nothing (see `sandbox::seccomp::kernel_supports_seccomp`).
+/// Whether seccomp filter mode with SECCOMP_RET_KILL_PROCESS exists (asked
+/// once, by `kernel::probe`). Two syscalls that install nothing:
+/// `SECCOMP_GET_ACTION_AVAIL` (4.14+, EOPNOTSUPP for an unknown action,
+/// EINVAL/ENOSYS before 4.14 or without CONFIG_SECCOMP) and
+/// `SECCOMP_SET_MODE_FILTER` with a NULL program, which fails with EFAULT
+/// where filter mode exists (CONFIG_SECCOMP_FILTER) and EINVAL where it does
+/// not.
 pub fn seccomp_filter_mode_available() -> bool {
     let action: u32 = libc::SECCOMP_RET_KILL_PROCESS;
     // SAFETY: SECCOMP_GET_ACTION_AVAIL reads one u32 through the pointer,

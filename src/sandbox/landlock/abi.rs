@@ -1,23 +1,14 @@
-//! Which Landlock ABI this kernel offers, and what each feature needs.
-
-use std::sync::OnceLock;
+//! Which Landlock ABI capsule uses on this kernel, and what the plan needs
+//! that it lacks. The kernel's ABI and the Linux release of each ABI are
+//! `crate::kernel`'s.
 
 use landlock::ABI;
+
+use crate::kernel::{landlock_linux, LANDLOCK_FS, LANDLOCK_SCOPES, LANDLOCK_TCP};
 
 /// The highest ABI the `landlock` crate (0.4.8) knows. A newer kernel is used
 /// at this ABI: rights the crate cannot name cannot be handled.
 pub(super) const CRATE_MAX_ABI: u32 = 10;
-
-/// Landlock ABI of the running kernel (0 = unavailable: ENOSYS or EOPNOTSUPP).
-/// Asked once per process, then cached.
-pub fn kernel_abi() -> u32 {
-    static ABI_CACHE: OnceLock<u32> = OnceLock::new();
-    *ABI_CACHE.get_or_init(query_kernel_abi)
-}
-
-fn query_kernel_abi() -> u32 {
-    crate::sys::landlock_abi_version().unwrap_or(0)
-}
 
 /// The ABI capsule uses: the kernel's, capped at what the crate knows.
 pub(super) fn effective(kernel: u32) -> u32 {
@@ -30,22 +21,6 @@ pub(super) fn to_crate(abi: u32) -> ABI {
     ABI::from(i32::try_from(abi).unwrap_or(i32::MAX))
 }
 
-/// First Linux release with each Landlock ABI (index = ABI).
-pub(super) fn min_kernel(abi: u32) -> &'static str {
-    match abi {
-        0 | 1 => "5.13",
-        2 => "5.19",
-        3 => "6.2",
-        4 => "6.7",
-        5 => "6.10",
-        6 => "6.12",
-        7 => "6.15",
-        8 => "7.0",
-        9 => "7.1",
-        _ => "7.2",
-    }
-}
-
 /// What the plan needs that this kernel lacks, one sentence each.
 pub(super) fn missing_features(kernel: u32, handle_tcp: bool, scopes: bool) -> Vec<String> {
     let mut missing = Vec::new();
@@ -53,7 +28,7 @@ pub(super) fn missing_features(kernel: u32, handle_tcp: bool, scopes: bool) -> V
         if kernel < abi {
             missing.push(format!(
                 "{what} need Landlock ABI {abi} (Linux {}+); this kernel has {}",
-                min_kernel(abi),
+                landlock_linux(abi),
                 if kernel == 0 {
                     "no Landlock".to_string()
                 } else {
@@ -62,12 +37,12 @@ pub(super) fn missing_features(kernel: u32, handle_tcp: bool, scopes: bool) -> V
             ));
         }
     };
-    need("filesystem rules", 1);
+    need("filesystem rules", LANDLOCK_FS);
     if handle_tcp {
-        need("TCP bind/connect rules", 4);
+        need("TCP bind/connect rules", LANDLOCK_TCP);
     }
     if scopes {
-        need("signal and abstract-unix-socket scopes", 6);
+        need("signal and abstract-unix-socket scopes", LANDLOCK_SCOPES);
     }
     missing
 }
@@ -98,12 +73,5 @@ mod tests {
         );
         let m = missing_features(5, false, true);
         assert!(m.len() == 1 && m[0].contains("Linux 6.12+"), "{m:?}");
-    }
-
-    #[test]
-    fn kernel_abi_is_cached_and_sane() {
-        let a = kernel_abi();
-        assert_eq!(a, kernel_abi());
-        assert!(a < 100);
     }
 }

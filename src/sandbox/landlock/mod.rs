@@ -37,7 +37,6 @@ use landlock::{
     RulesetCreated, RulesetCreatedAttr, Scope, ABI,
 };
 
-pub use abi::kernel_abi;
 pub use child::ChildRules;
 pub use error::LandlockError;
 pub use report::{DenyLine, DroppedGrant, Report, RuleKind, RuleLine};
@@ -86,7 +85,7 @@ pub fn prepare(
     scopes: &Scopes,
     best_effort: bool,
 ) -> Result<Prepared, LandlockError> {
-    let kernel = kernel_abi();
+    let kernel = crate::kernel::probe().landlock_abi;
     let abi_n = abi::effective(kernel);
     let abi = abi::to_crate(abi_n);
     let want_scopes = scopes.signal || scopes.abstract_unix;

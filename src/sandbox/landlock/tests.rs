@@ -16,7 +16,7 @@ use crate::plan::{Access, FsDeny, FsGrant, FsPlan, Opened, Origin};
 
 /// Skip (with a reason) when the kernel has no Landlock or lacks `min` ABI.
 fn landlock_at_least(min: u32) -> bool {
-    let abi = kernel_abi();
+    let abi = crate::kernel::probe().landlock_abi;
     if abi < min {
         eprintln!("skipped: needs Landlock ABI {min}, kernel has {abi}");
         return false;
@@ -594,7 +594,7 @@ fn report_lines_name_rights_origin_and_abi() {
 
 #[test]
 fn missing_features_fail_closed_unless_best_effort() {
-    let abi = kernel_abi();
+    let abi = crate::kernel::probe().landlock_abi;
     // Ask for everything; on a kernel below ABI 6 the request must be refused.
     let net = NetRules {
         tcp_required: true,

@@ -266,16 +266,3 @@ impl Filters {
         })
     }
 }
-
-/// Whether this kernel can enforce the program: seccomp filter mode is built
-/// in and knows SECCOMP_RET_KILL_PROCESS (Linux 4.14+). ERRNO and ALLOW, the
-/// other actions used, are as old as filter mode itself (3.5).
-///
-/// Two syscalls, nothing cached across runs: `SECCOMP_GET_ACTION_AVAIL` (4.14+,
-/// EOPNOTSUPP for an unknown action, EINVAL/ENOSYS before 4.14 or without
-/// CONFIG_SECCOMP) and `SECCOMP_SET_MODE_FILTER` with a NULL program, which
-/// fails with EFAULT where filter mode exists (CONFIG_SECCOMP_FILTER) and
-/// EINVAL where it does not; it installs nothing either way.
-pub fn kernel_supports_seccomp() -> bool {
-    crate::sys::seccomp_filter_mode_available()
-}
