@@ -4,7 +4,7 @@
 //! creates the private tmp dir, forks the child (`spawn`), and then — only
 //! then — starts a single-threaded tokio runtime that drains stdout and
 //! stderr (`capture`), serves the RPC broker and the proxy, forwards
-//! signals and enforces the wall-clock limit (`timeout`), until the child
+//! signals and enforces the wall-clock limit (`event_loop`), until the child
 //! is gone. It returns the JSON result, judged by [`crate::result::classify`];
 //! the caller prints it and writes the audit record.
 
