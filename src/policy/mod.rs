@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-pub use parse::{load_file, load_str, parse_str, PolicyError};
+pub use parse::{load_file, load_str, PolicyError};
 
 /// The policy's JSON Schema (draft 2020-12), pretty-printed with a trailing
 /// newline: what `capsule policy schema` prints and `policy/schema.json` holds.

@@ -43,7 +43,6 @@ mod tests;
 use std::os::fd::OwnedFd;
 
 pub use allow_hosts::{Allowlist, AllowlistError};
-pub use bounds::Limits;
 pub use destination::DestClass;
 pub use lifecycle::{ProxyPath, ProxyService, ProxyServiceError, LISTENER_BACKLOG, LISTENER_TAG};
 pub use server::serve;

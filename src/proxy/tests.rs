@@ -17,8 +17,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 
-use super::bounds::{HEAD_TIMEOUT, MAX_HEAD};
-use super::{serve, Allowlist, Limits, ProxyStats};
+use super::bounds::{Limits, HEAD_TIMEOUT, MAX_HEAD};
+use super::{serve, Allowlist, ProxyStats};
 
 const PROXY_VARS: &[&str] = &[
     "http_proxy",

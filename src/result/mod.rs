@@ -11,8 +11,8 @@ mod reason;
 
 use serde::Serialize;
 
-pub use classify::{classify, Context, Ending, Verdict};
-pub use reason::{Reason, UnknownReason};
+pub use classify::{classify, Context, Ending};
+pub use reason::Reason;
 
 pub const SCHEMA: &str = "capsule.result/1";
 

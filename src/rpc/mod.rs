@@ -6,7 +6,7 @@
 //! `ping`, `tools/list`, `tools/call`, `llm/complete` (and MCP's
 //! `initialize`). Provider keys stay in the parent; tools run on the host
 //! with a scrubbed environment; every refusal is counted in
-//! [`RpcCounters`] for the result and the audit record.
+//! [`RpcCounters`](counters::RpcCounters) for the result and the audit record.
 //!
 //! * [`protocol`] — codes, reasons, request/answer lines;
 //! * [`framing`] — the bounded line reader (1 MiB a line);
@@ -31,7 +31,6 @@ pub mod server;
 pub mod tools;
 
 pub use broker::{Broker, BrokerConfig};
-pub use counters::{LlmCaps, LlmCounters, RpcCounters};
 pub use host_config::{HostConfig, HostConfigError};
 pub use server::serve;
 

@@ -39,7 +39,7 @@ use landlock::{
 
 pub use child::ChildRules;
 pub use error::LandlockError;
-pub use report::{DenyLine, DroppedGrant, Report, RuleKind, RuleLine};
+pub use report::{Report, RuleKind, RuleLine};
 
 use crate::plan::{Access, FsPlan, Origin};
 
