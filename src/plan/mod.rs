@@ -47,19 +47,6 @@ impl Access {
         write: false,
         exec: true,
     };
-    pub const NONE: Access = Access {
-        read: false,
-        write: false,
-        exec: false,
-    };
-
-    pub fn union(self, o: Access) -> Access {
-        Access {
-            read: self.read || o.read,
-            write: self.write || o.write,
-            exec: self.exec || o.exec,
-        }
-    }
     pub fn is_empty(self) -> bool {
         !(self.read || self.write || self.exec)
     }

@@ -69,33 +69,6 @@ pub enum PolicyError {
     },
 }
 
-impl PolicyError {
-    /// The key path the error is about (e.g. `filesystem.write[1]`), if any.
-    pub fn key(&self) -> Option<&str> {
-        match self {
-            PolicyError::Read { .. } => None,
-            PolicyError::Syntax { key, .. }
-            | PolicyError::Path { key, .. }
-            | PolicyError::Invalid { key, .. } => Some(key),
-        }
-    }
-
-    /// Where the error is, if known.
-    pub fn position(&self) -> Option<&Position> {
-        match self {
-            PolicyError::Read { .. } => None,
-            PolicyError::Syntax { at, .. }
-            | PolicyError::Path { at, .. }
-            | PolicyError::Invalid { at, .. } => Some(at),
-        }
-    }
-
-    /// 1-based line of the error, if known.
-    pub fn line(&self) -> Option<usize> {
-        self.position().and_then(|p| p.line)
-    }
-}
-
 /// Make `s` safe to show on one line (no control characters from a hostile file).
 pub(crate) fn one_line(s: &str) -> String {
     s.chars()

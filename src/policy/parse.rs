@@ -1,7 +1,6 @@
 //! Reading a policy file (YAML or JSON) into [`Policy`], with errors that name
 //! `file:line:column`, the key path and what to do.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_saphyr::MessageFormatter;
@@ -359,14 +358,6 @@ impl LoadedPolicy {
         }
         pos
     }
-}
-
-/// Line map as stored in [`LoadedPolicy::lines`].
-pub fn line_map(text: &str, json: bool) -> BTreeMap<String, usize> {
-    lines::scan(text, json)
-        .into_iter()
-        .map(|(k, (l, _))| (k, l))
-        .collect()
 }
 
 #[cfg(test)]

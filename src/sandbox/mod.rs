@@ -104,8 +104,6 @@ pub struct Prediction {
     pub missing: Vec<String>,
     pub limitations: Vec<String>,
     pub view: Option<view::ViewSummary>,
-    pub landlock_abi: u32,
-    pub namespaces: bool,
 }
 
 pub fn predict(plan: &Plan) -> Result<Prediction, SandboxError> {
@@ -127,8 +125,6 @@ pub fn predict(plan: &Plan) -> Result<Prediction, SandboxError> {
         missing: layers.missing.clone(),
         limitations: layers.limitations.clone(),
         view: layers.view.as_ref().map(|v| v.summary.clone()),
-        landlock_abi: layers.landlock_abi,
-        namespaces,
     })
 }
 

@@ -157,10 +157,6 @@ impl Channel {
         self.fd.as_raw_fd()
     }
 
-    pub fn into_fd(self) -> OwnedFd {
-        self.fd
-    }
-
     /// A second descriptor for the same end (for readiness polling).
     pub fn try_clone_fd(&self) -> Result<OwnedFd, Errno> {
         nix::unistd::dup(&self.fd)

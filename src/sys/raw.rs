@@ -31,7 +31,6 @@ fn map(r: Result<usize, syscalls::Errno>) -> Ret {
 pub struct SigSet(pub u64);
 
 impl SigSet {
-    pub const ALL: SigSet = SigSet(u64::MAX);
     pub const EMPTY: SigSet = SigSet(0);
 
     pub fn of(sigs: &[c_int]) -> SigSet {

@@ -50,17 +50,6 @@ pub enum LandlockError {
         #[source]
         source: BoxError,
     },
-
-    /// restrict_self() enforced less than prepare() promised.
-    #[error("Landlock restriction was {got}, but {expected} was required")]
-    NotEnforced {
-        got: &'static str,
-        expected: &'static str,
-    },
-
-    /// PR_SET_NO_NEW_PRIVS did not take.
-    #[error("prctl(PR_SET_NO_NEW_PRIVS) => {0}")]
-    NoNewPrivs(String),
 }
 
 impl LandlockError {

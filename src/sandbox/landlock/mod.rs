@@ -173,7 +173,6 @@ pub fn prepare(
     }
     let report = Report {
         abi: abi_n,
-        kernel_abi: kernel,
         fs: fs_on,
         tcp: tcp_on,
         scopes: scopes_on,

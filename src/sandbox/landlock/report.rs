@@ -51,8 +51,6 @@ pub struct DroppedGrant {
 pub struct Report {
     /// The ABI the ruleset uses: the kernel's, capped at what the crate knows (0 = none).
     pub abi: u32,
-    /// The ABI the kernel reports (may be above `abi`).
-    pub kernel_abi: u32,
     /// Filesystem rights are enforced.
     pub fs: bool,
     /// TCP bind/connect rules are enforced.

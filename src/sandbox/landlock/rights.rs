@@ -72,7 +72,7 @@ mod tests {
             AccessFs::Execute | AccessFs::ReadFile | AccessFs::ReadDir
         );
         assert_eq!(for_access(Access::READ, abi, true), READ);
-        assert!(for_access(Access::NONE, abi, true).is_empty());
+        assert!(for_access(Access::default(), abi, true).is_empty());
     }
 
     #[test]

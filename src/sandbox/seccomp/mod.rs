@@ -231,16 +231,6 @@ impl Filters {
         summarize(self)
     }
 
-    /// Number of filters [`Filters::install`] loads: one.
-    pub fn len(&self) -> usize {
-        1
-    }
-
-    /// Always false: [`build`] makes the program.
-    pub fn is_empty(&self) -> bool {
-        false
-    }
-
     /// Number of BPF instructions in the program.
     pub fn instructions(&self) -> usize {
         self.program.len()

@@ -229,7 +229,6 @@ fn programs_are_compact_in_every_mode() {
     for net in [NetMode::None, NetMode::Proxy, NetMode::Unrestricted] {
         for unix in [false, true] {
             let f = filters(net, unix);
-            assert_eq!(f.len(), 1);
             eprintln!("{net:?} unix={unix}: {} instructions", f.instructions());
             assert!(
                 (1..250).contains(&f.instructions()),
