@@ -22,7 +22,7 @@ pub fn run(cmd: PolicyCmd) -> i32 {
             0
         }
         PolicyCmd::Init { name } => {
-            let name = name.unwrap_or_else(|| "python-agent".to_string());
+            let name = name.unwrap_or_else(|| starter::DEFAULT.to_string());
             match starter::get(&name) {
                 Some(text) => {
                     print!("{text}");
