@@ -6,7 +6,7 @@
 //! treatment.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::error::{PolicyError, Position};
 use super::resolve::{expand, ResolvedFs, ResolvedPath};
@@ -150,16 +150,6 @@ pub fn check_grant(path: &Path, kind: GrantKind) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// Files that stay unreadable even beneath a broad grant, unless a grant
-/// names them exactly. The one list lives in [`crate::plan::credentials`];
-/// patterns (`.cargo/credentials*`) are returned as written.
-pub fn credential_paths(home: &Path) -> Vec<PathBuf> {
-    crate::plan::credentials::patterns(home, &[])
-        .into_iter()
-        .map(|l| l.path)
-        .collect()
 }
 
 /// Apply every fail-closed rule to a loaded policy and its resolved grants

@@ -316,6 +316,16 @@ fn llm_caps_must_be_positive() {
     check("version: 1\nllm_access: {enabled: false}\n").unwrap();
 }
 
+/// Files that stay unreadable even beneath a broad grant, unless a grant
+/// names them exactly. The one list lives in [`crate::plan::credentials`];
+/// patterns (`.cargo/credentials*`) are returned as written.
+fn credential_paths(home: &Path) -> Vec<PathBuf> {
+    crate::plan::credentials::patterns(home, &[])
+        .into_iter()
+        .map(|l| l.path)
+        .collect()
+}
+
 #[test]
 fn credential_paths_cover_the_contract_list() {
     let home = Path::new("/home/u");

@@ -219,7 +219,9 @@ impl Allowlist {
     }
 
     /// Does the list allow `host` (as written in a request: a name, `1.2.3.4` or `[::1]`)
-    /// on `port`? Unparseable hosts are never permitted.
+    /// on `port`? Unparseable hosts are never permitted. The proxy parses the
+    /// target once and calls [`Allowlist::permits_target`]; the tests use this.
+    #[cfg(test)]
     pub fn permits(&self, host: &str, port: u16) -> bool {
         match TargetHost::parse(host) {
             Some(target) => self.permits_target(&target, port),
@@ -227,7 +229,7 @@ impl Allowlist {
         }
     }
 
-    /// As [`Allowlist::permits`], for an already-normalised target.
+    /// Does the list allow `target`, an already-normalised host, on `port`?
     pub fn permits_target(&self, target: &TargetHost, port: u16) -> bool {
         self.entries.iter().any(|e| {
             e.port.is_none_or(|p| p == port)

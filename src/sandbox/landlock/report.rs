@@ -94,6 +94,7 @@ impl fmt::Display for RuleLine {
 
 impl Report {
     /// One human line per rule, deny and dropped grant, each naming the enforcing layer.
+    #[cfg(test)]
     pub fn lines(&self) -> Vec<String> {
         let layer = if self.fs {
             format!("Landlock ABI {}", self.abi)

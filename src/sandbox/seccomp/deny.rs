@@ -202,6 +202,10 @@ pub(super) const EXECVEAT_FLAGS_ARG: u8 = 4;
 
 /// Calls that change a process named by their arguments; without a pid
 /// namespace of its own, the child may aim them only at itself.
+#[cfg_attr(
+    not(test),
+    expect(dead_code, reason = "the tests check arg_checks against it")
+)]
 pub(super) const OWN_PROCESS_ONLY: &[&str] = &[
     "prlimit64",
     "setpriority",

@@ -106,7 +106,9 @@ pub enum SeccompError {
 pub struct Filters {
     program: std::borrow::Cow<'static, [SockFilter]>,
     arch: Arch,
+    #[cfg_attr(not(test), expect(dead_code, reason = "read by the tests' summary"))]
     opts: SeccompOptions,
+    #[cfg_attr(not(test), expect(dead_code, reason = "read by the tests' summary"))]
     allowed_count: usize,
     intervals: usize,
 }
@@ -151,6 +153,7 @@ pub fn build(opts: &SeccompOptions) -> Result<Filters, SeccompError> {
     Ok(filters)
 }
 
+#[cfg(test)]
 fn summarize(f: &Filters) -> Vec<String> {
     let (arch, opts) = (f.arch, &f.opts);
     let mut lines = Vec::new();
@@ -225,8 +228,13 @@ impl Filters {
         install::set_no_new_privs()?;
         install::install_one(&self.program)
     }
+}
 
-    /// Human-readable lines for `--dry-run`, `check` and `doctor`.
+/// What the unit tests read of a program; nothing shipped prints or rebuilds
+/// it (`check` and `doctor` describe the seccomp layer from the kernel probe).
+#[cfg(test)]
+impl Filters {
+    /// Human-readable lines: what the program refuses, and how.
     pub fn summary(&self) -> Vec<String> {
         summarize(self)
     }
@@ -242,8 +250,8 @@ impl Filters {
     }
 
     /// The program for the same policy and a child that has (or has not) IPC
-    /// and pid namespaces of its own. For the spawn, once it knows which
-    /// clone succeeded: a stored program is only pointed at, nothing is copied.
+    /// and pid namespaces of its own: a stored program is only pointed at,
+    /// nothing is copied.
     pub fn for_namespaces(
         &self,
         private_ipc: bool,

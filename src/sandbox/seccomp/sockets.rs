@@ -77,7 +77,8 @@ pub(super) fn check(opts: &SeccompOptions) -> ArgCheck {
     }
 }
 
-/// One line for `--dry-run`.
+/// One line of the tests' summary of the program.
+#[cfg(test)]
 pub(super) fn describe(opts: &SeccompOptions) -> String {
     let ip = match opts.net {
         NetMode::None => "AF_INET/AF_INET6 refused",
