@@ -17,21 +17,29 @@
 //! * [`audit`] — the one-line audit record of every run;
 //! * [`volume`] — named directories capsule owns (`capsule volume`, `volume:NAME` mounts);
 //! * [`cli`] — the `capsule` command line, turning typed errors into exit codes.
+//!
+//! The one public item is [`cli::main`], which the binary calls; no other
+//! crate links this one (the tests run the binary). Every other module is
+//! `pub(crate)`, so `cargo doc` shows this map and the entry point, and
+//! `cargo doc --document-private-items` the modules themselves.
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
+// The map above links the crate-private modules: plain names in `cargo doc`,
+// links with `--document-private-items`.
+#![allow(rustdoc::private_intra_doc_links)]
 
-pub mod audit;
+pub(crate) mod audit;
 pub mod cli;
-pub mod kernel;
-pub mod plan;
-pub mod policy;
-pub mod proxy;
-pub mod result;
-pub mod rpc;
-pub mod sandbox;
-pub mod supervisor;
+pub(crate) mod kernel;
+pub(crate) mod plan;
+pub(crate) mod policy;
+pub(crate) mod proxy;
+pub(crate) mod result;
+pub(crate) mod rpc;
+pub(crate) mod sandbox;
+pub(crate) mod supervisor;
 // Every unsafe block of capsule lives here, each with its SAFETY line.
 #[allow(unsafe_code)]
-pub mod sys;
-pub mod volume;
+pub(crate) mod sys;
+pub(crate) mod volume;

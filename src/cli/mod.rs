@@ -26,7 +26,7 @@ use clap::{Parser, Subcommand};
     about,
     propagate_version = true
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     /// More log output on stderr (-v info, -vv debug); RUST_LOG also works.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,

@@ -48,6 +48,13 @@ pub struct DroppedGrant {
 
 /// What `prepare` built, and what it could not.
 #[derive(Debug, Clone, Default)]
+#[cfg_attr(
+    not(test),
+    expect(
+        dead_code,
+        reason = "exec reads abi, missing and rules; the tests read the rest"
+    )
+)]
 pub struct Report {
     /// The ABI the ruleset uses: the kernel's, capped at what the crate knows (0 = none).
     pub abi: u32,
