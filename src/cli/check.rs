@@ -45,8 +45,10 @@ pub fn run(a: CheckArgs) -> i32 {
     // The same preparation `exec` runs: what it refuses, check refuses.
     let mut problems: Vec<String> = Vec::new();
     let mut notes: Vec<String> = Vec::new();
+    let mut limits = std::collections::BTreeMap::new();
     match crate::sandbox::predict(&plan) {
         Ok(p) => {
+            limits = p.limits;
             notes.extend(p.missing.iter().map(|m| format!("not enforced here: {m}")));
             notes.extend(p.limitations.iter().map(|m| format!("limitation: {m}")));
         }
@@ -57,10 +59,14 @@ pub fn run(a: CheckArgs) -> i32 {
         v["ok"] = serde_json::json!(problems.is_empty());
         v["problems"] = serde_json::json!(problems);
         v["notes"] = serde_json::json!(notes);
+        v["enforcement_limits"] = serde_json::json!(limits);
         println!("{v}");
     } else {
         println!("policy {} is valid", a.policy.display());
         print_plan(&plan, k);
+        for (name, how) in &limits {
+            println!("enforced  {name}: {how}");
+        }
         for n in &notes {
             println!("{n}");
         }

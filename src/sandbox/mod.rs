@@ -101,6 +101,9 @@ fn fs_for_view(fs: &crate::plan::FsPlan) -> crate::plan::FsPlan {
 /// use this, so they predict `exec` exactly (short of clone() refusing
 /// namespaces the sysctls allow: then `exec` re-plans without them).
 pub struct Prediction {
+    /// limit name -> how `exec` enforces it here, e.g. "cgroup-v2 (in a
+    /// delegated systemd scope capsule asks for)".
+    pub limits: BTreeMap<String, String>,
     pub missing: Vec<String>,
     pub limitations: Vec<String>,
     pub view: Option<view::ViewSummary>,
@@ -122,8 +125,21 @@ pub fn predict(plan: &Plan) -> Result<Prediction, SandboxError> {
         let _ = std::fs::remove_dir(t);
     }
     let mut layers = layers?;
+    let source = layers.cgroup.source;
     layers.cgroup.remove();
+    let limits = layers
+        .limits
+        .iter()
+        .map(|(k, v)| {
+            let v = match source {
+                Some(s) if v.starts_with("cgroup-v2") => format!("{v} ({})", s.describe()),
+                _ => v.clone(),
+            };
+            (k.clone(), v)
+        })
+        .collect();
     Ok(Prediction {
+        limits,
         missing: layers.missing.clone(),
         limitations: layers.limitations.clone(),
         view: layers.view.as_ref().map(|v| v.summary.clone()),
@@ -276,7 +292,9 @@ pub fn prepare(
     // Limits: a cgroup where capsule may make one, else rlimits.
     let l = &plan.limits;
     let root = nix::unistd::getuid().is_root();
-    let cg = cgroup::RunCgroup::create(&plan.run_id, l.memory_bytes, l.max_processes);
+    // As root nothing but a cgroup holds max_processes: capsule may ask
+    // systemd for a delegated scope (see `cgroup`).
+    let cg = cgroup::RunCgroup::create(&plan.run_id, l.memory_bytes, l.max_processes, root);
     let memory = match (l.memory_bytes, cg.memory) {
         (None, _) => Mechanism::None,
         (Some(_), Some(m)) => m,
@@ -287,11 +305,13 @@ pub fn prepare(
         (Some(_), Some(m)) => m,
         (Some(_), None) if !root => Mechanism::Rlimit,
         (Some(_), None) => {
-            unavailable(
-                "limits.max_processes",
-                "capsule runs as root (RLIMIT_NPROC does not bind uid 0) and cannot create a cgroup with the pids controller beneath its own",
-                &mut missing,
-            )?;
+            let mut why = "capsule runs as root (RLIMIT_NPROC does not bind uid 0) and cannot create a cgroup \
+                           with the pids controller beneath its own"
+                .to_string();
+            if let Some(n) = &cg.systemd_note {
+                why.push_str(&format!("; no delegated systemd scope: {n}"));
+            }
+            unavailable("limits.max_processes", &why, &mut missing)?;
             Mechanism::None
         }
     };
