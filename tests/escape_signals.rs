@@ -367,3 +367,17 @@ fn nested_capsule_without_a_listener_fails_closed() {
         "{v}"
     );
 }
+
+#[test]
+fn a_small_max_open_files_does_not_break_the_layer() {
+    // The listener is a descriptor the command stage opens: the limits come
+    // after it, so they bind the command and not its confinement.
+    let sb = fallback("4");
+    let pol = sb.policy("version: 1\nlimits:\n  max_open_files: 8\n");
+    let (sleeper, _guard) = host_sleeper();
+    let ops = ["kill:ppid:0", "kill:host:0"];
+    let (run, lines) = signal_probes(&sb, &["-p", &pol], sleeper.id(), &ops);
+    run.assert_ran();
+    assert_denied(&lines, &ops, &run);
+    assert_eq!(enforcement(&run)["signals"], "seccomp-notify");
+}

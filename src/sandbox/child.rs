@@ -352,21 +352,12 @@ pub(crate) fn command_main(spec: &'static ChildSpec) -> c_int {
             fail(spec, Stage::Fds, e);
         }
     }
-    // The limits come after every descriptor this stage opens or inherits
-    // (the plan's O_PATH descriptors, /proc/self): a small max_open_files
-    // must bind the command, not make its own confinement fail. They close
-    // at exec.
-    for &(res, val) in &spec.rlimits {
-        if let Err(e) = raw::set_rlimit(res, val) {
-            fail(spec, Stage::Rlimits, e);
-        }
-    }
     if let Some(filters) = &spec.seccomp {
         if let Err(e) = filters.install() {
             fail(spec, Stage::Seccomp, e as i32);
         }
     }
-    // The signal filter comes last, and its listener leaves this process
+    // The signal filter is the last filter, and its listener leaves this process
     // before exec: a process of the run that held it could answer its own
     // calls. The kernel made it close-on-exec; it is closed here anyway.
     if let Some(sig) = &spec.signal_filter {
@@ -379,6 +370,16 @@ pub(crate) fn command_main(spec: &'static ChildSpec) -> c_int {
         raw::close(fd);
         if let Err(e) = sent {
             fail(spec, Stage::SignalFilter, e);
+        }
+    }
+    // The limits come after every descriptor this stage opens or inherits
+    // (the plan's O_PATH descriptors, /proc/self, the signal filter's
+    // listener): a small max_open_files must bind the command, not make its
+    // own confinement fail. They close at exec. The seccomp program lets
+    // prlimit64 on the caller itself through.
+    for &(res, val) in &spec.rlimits {
+        if let Err(e) = raw::set_rlimit(res, val) {
+            fail(spec, Stage::Rlimits, e);
         }
     }
     let err = crate::sys::stage::exec(spec);
