@@ -77,6 +77,7 @@ const AT_SUPERVISOR: &[&str] = &[
     "siocspgrp:ppid:0",
     "kill:-ppid-group:0",
     "kill:-1:0",
+    "procfd:ppid:0",
 ];
 
 /// Every way to signal a host process: SIGKILL and SIGSTOP to a `sleep` of ours.
@@ -99,12 +100,12 @@ fn assert_denied(lines: &[Value], ops: &[&str], run: &Run) {
         let res = l["result"].as_str().unwrap_or_default();
         // pidfd_send_signal is answered ENOSYS (as on a kernel before 5.1:
         // programs fall back to kill, which is checked).
-        let ok = if l["op"]
-            .as_str()
-            .unwrap_or_default()
-            .starts_with("pidfd_send_signal")
-        {
+        let op = l["op"].as_str().unwrap_or_default();
+        let ok = if op.starts_with("pidfd_send_signal") {
             res == "ENOSYS" || res == "EPERM"
+        } else if op.starts_with("procfd") {
+            // Landlock denies the host's /proc.
+            res == "EACCES" || res == "EPERM"
         } else {
             res == "EPERM"
         };
@@ -380,4 +381,18 @@ fn a_small_max_open_files_does_not_break_the_layer() {
     run.assert_ran();
     assert_denied(&lines, &ops, &run);
     assert_eq!(enforcement(&run)["signals"], "seccomp-notify");
+}
+
+#[test]
+fn without_landlock_the_layer_is_not_claimed() {
+    // Nothing but Landlock keeps capsule's /proc/PID/fd (the listener) out of
+    // the run's reach: with no Landlock, signal isolation is missing.
+    let sb = fallback("0");
+    let run = sb.exec_json(&[], &["/bin/true"]);
+    run.assert_code(125);
+    let run = sb.exec_json(&["--best-effort"], &["/bin/true"]);
+    run.assert_ran();
+    let e = enforcement(&run);
+    assert_eq!(e["signals"], "none", "{e}");
+    assert!(e["missing"].to_string().contains("signal isolation"), "{e}");
 }
