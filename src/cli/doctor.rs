@@ -85,7 +85,7 @@ pub fn run(a: DoctorArgs) -> i32 {
             },
             "default_policy": match &prediction {
                 Ok(p) => json!({"runs": true, "missing": p.missing, "limitations": p.limitations,
-                                "view": p.view.is_some()}),
+                                "view": p.view.is_some(), "signals": p.signals.as_str()}),
                 Err(e) => json!({"runs": false, "refusal": e}),
             },
             "advice": advice,
@@ -146,6 +146,7 @@ pub fn run(a: DoctorArgs) -> i32 {
                         " (no namespaces: no view)"
                     }
                 );
+                println!("  signals         {}", p.signals.describe());
                 for m in &p.missing {
                     println!("  not enforced    {m}");
                 }

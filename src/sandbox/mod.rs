@@ -39,6 +39,57 @@ pub enum SandboxError {
     Unavailable { what: String, why: String },
 }
 
+/// Which layer keeps the run's signals inside the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignalLayer {
+    /// The run's own pid namespace: no process outside it can be named.
+    PidNamespace,
+    /// Landlock's signal scope (ABI 6+).
+    LandlockScope,
+    /// The seccomp signal filter, its listener served by the supervisor
+    /// (`supervisor::signals`): no pid namespace and Landlock below ABI 6.
+    SeccompNotify,
+    /// None (only with --best-effort; listed in `missing`).
+    None,
+}
+
+impl SignalLayer {
+    /// The name in `enforcement.signals`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SignalLayer::PidNamespace => "pid-namespace",
+            SignalLayer::LandlockScope => "landlock-scope",
+            SignalLayer::SeccompNotify => "seccomp-notify",
+            SignalLayer::None => "none",
+        }
+    }
+
+    /// One line for `check` and `doctor`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            SignalLayer::PidNamespace => {
+                "enforced by the run's own pid namespace (no process outside the run can be named)"
+            }
+            SignalLayer::LandlockScope => {
+                "enforced by Landlock's signal scope (ABI 6+): only processes of the run can be signalled"
+            }
+            SignalLayer::SeccompNotify => {
+                "enforced by seccomp user notification: capsule checks that the target of every kill, tkill, \
+                 tgkill, rt_sigqueueinfo, rt_tgsigqueueinfo and F_SETOWN is a process of the run"
+            }
+            SignalLayer::None => "NOT ENFORCED (--best-effort): the run can signal any process of this user",
+        }
+    }
+}
+
+/// The limitation the seccomp signal layer brings (see `supervisor::signals`).
+pub const SECCOMP_NOTIFY_LIMITATION: &str =
+    "signal isolation by seccomp user notification (no pid namespace, Landlock below ABI 6): capsule checks \
+     that the target of kill/tkill/tgkill/rt_sigqueueinfo/rt_tgsigqueueinfo and of F_SETOWN is a process of \
+     the run, then lets the kernel go on; a target that exits and whose pid is reused by a new host process \
+     between that check and the signal is hit instead (pid reuse: a residual race). pidfd_send_signal fails \
+     with ENOSYS (programs fall back to kill); F_SETOWN_EX, FIOSETOWN and SIOCSPGRP fail with EPERM";
+
 /// Layers ready for the child.
 pub struct Layers {
     pub landlock: Option<landlock::Prepared>,
@@ -54,6 +105,10 @@ pub struct Layers {
     pub landlock_abi: u32,
     /// Whether the seccomp filter will be installed.
     pub seccomp_enforced: bool,
+    /// Which layer keeps the run's signals inside it.
+    pub signals: SignalLayer,
+    /// The seccomp signal filter (with `SignalLayer::SeccompNotify`).
+    pub signal_filter: Option<seccomp::SignalFilter>,
     /// Whether a pid namespace is expected to be available.
     pub want_pidns: bool,
     /// The run's private view of the host (mount, IPC and network
@@ -109,6 +164,7 @@ pub struct Prediction {
     pub view: Option<view::ViewSummary>,
     pub landlock_abi: u32,
     pub namespaces: bool,
+    pub signals: SignalLayer,
 }
 
 pub fn predict(plan: &Plan) -> Result<Prediction, SandboxError> {
@@ -145,6 +201,7 @@ pub fn predict(plan: &Plan) -> Result<Prediction, SandboxError> {
         view: layers.view.as_ref().map(|v| v.summary.clone()),
         landlock_abi: layers.landlock_abi,
         namespaces,
+        signals: layers.signals,
     })
 }
 
@@ -188,16 +245,62 @@ pub fn prepare(
         signal: k.landlock_scopes(),
         abstract_unix: k.landlock_scopes(),
     };
-    if !k.landlock_scopes() && !want_pidns {
+    // Signals: the pid namespace hides every process outside the run;
+    // without one, Landlock's signal scope, and below it the seccomp signal
+    // filter, whose listener the supervisor serves.
+    let scope_kernel = format!(
+        "Landlock ABI {LANDLOCK_SCOPES} (Linux {})",
+        landlock_linux(LANDLOCK_SCOPES)
+    );
+    let signals = if want_pidns {
+        SignalLayer::PidNamespace
+    } else if k.landlock_scopes() {
+        SignalLayer::LandlockScope
+    } else if abi == 0 {
+        // Only Landlock's filesystem rules keep the run out of the host's
+        // /proc, where capsule's listener sits in /proc/PID/fd: the kernel's
+        // own checks stop a reopen there (ptrace access, the anon inode's
+        // root:0600 mode) except for a run as root under a capsule that holds
+        // no capabilities. Not claimed without Landlock.
         unavailable(
             "signal isolation",
             &format!(
-                "needs Landlock ABI {LANDLOCK_SCOPES} (Linux {}) or a pid namespace (user namespaces are disabled)",
-                landlock_linux(LANDLOCK_SCOPES)
+                "needs a pid namespace (user namespaces are disabled) or Landlock: {scope_kernel} for its \
+                 signal scope, or any ABI for the seccomp user-notification layer, whose listener Landlock \
+                 keeps out of the run's reach (capsule's /proc/PID/fd)"
             ),
             &mut missing,
         )?;
-    }
+        SignalLayer::None
+    } else if !k.seccomp {
+        unavailable(
+            "signal isolation",
+            &format!(
+                "needs a pid namespace (user namespaces are disabled), {scope_kernel} or seccomp user \
+                 notification, and this kernel has no seccomp filter support"
+            ),
+            &mut missing,
+        )?;
+        SignalLayer::None
+    } else {
+        match seccomp::listener_available() {
+            Ok(()) => SignalLayer::SeccompNotify,
+            Err(e) => {
+                let why = format!(
+                    "needs a pid namespace (user namespaces are disabled), {scope_kernel} or a seccomp \
+                     user-notification listener, which cannot be made here ({e}){}",
+                    if e == nix::errno::Errno::EBUSY {
+                        ": capsule runs under a seccomp filter that already has a listener, e.g. inside \
+                         another capsule without namespaces"
+                    } else {
+                        ""
+                    }
+                );
+                unavailable("signal isolation", &why, &mut missing)?;
+                SignalLayer::None
+            }
+        }
+    };
     // Abstract Unix sockets belong to a network namespace: the run's own
     // isolates them as well as Landlock's scope does.
     let netns = want_pidns && plan.net.mode != NetMode::Unrestricted;
@@ -288,6 +391,11 @@ pub fn prepare(
         None
     };
 
+    let signal_filter = if signals == SignalLayer::SeccompNotify && filters.is_some() {
+        Some(seccomp::signal_filter()?)
+    } else {
+        None
+    };
     tracing::debug!("seccomp filters ready");
     // Limits: a cgroup where capsule may make one, else rlimits.
     let l = &plan.limits;
@@ -347,6 +455,9 @@ pub fn prepare(
         );
     }
     let mut limitations = Vec::new();
+    if signal_filter.is_some() {
+        limitations.push(SECCOMP_NOTIFY_LIMITATION.to_string());
+    }
     if abi == LANDLOCK_FS {
         limitations.push(format!(
             "Landlock ABI {LANDLOCK_FS} (Linux {}) has no refer right: renaming or linking a file between two \
@@ -360,6 +471,8 @@ pub fn prepare(
         landlock: Some(ll),
         seccomp_enforced: filters.is_some(),
         seccomp: filters,
+        signals,
+        signal_filter,
         rlimits: rlimits::plan(l, memory, procs, nproc_base),
         cgroup: cg,
         limits,

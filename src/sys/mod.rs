@@ -3,6 +3,7 @@
 //! lives here, each with the reason it holds.
 
 pub mod channel;
+pub mod notify;
 pub mod raw;
 pub mod stage;
 pub mod term;

@@ -44,6 +44,7 @@ mod install;
 #[cfg(test)]
 mod oracle;
 mod precompiled;
+pub mod signals;
 mod sockets;
 mod table;
 #[cfg(test)]
@@ -53,6 +54,7 @@ use self::bpf::SockFilter;
 use self::table::Arch;
 
 pub use self::compile::CompileError;
+pub use self::signals::{listener_available, signal_filter, SignalFilter};
 pub use nix::errno::Errno;
 
 /// The kernel's limit on one classic-BPF program (BPF_MAXINSNS).
