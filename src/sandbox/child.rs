@@ -57,6 +57,8 @@ pub struct ChildSpec {
     /// The signal filter (no pid namespace, Landlock below ABI 6): installed
     /// last, its listener sent to the supervisor.
     pub signal_filter: Option<seccomp::SignalFilter>,
+    /// The truncate guard, installed right after the main program.
+    pub truncate_guard: Option<seccomp::TruncateGuard>,
     /// Wait for the supervisor's "go" (uid maps written, cgroup joined).
     pub wait_go: bool,
     /// The supervisor's pid, to detect its death before PR_SET_PDEATHSIG took effect
@@ -97,6 +99,7 @@ impl ChildSpec {
             landlock: None,
             seccomp: None,
             signal_filter: None,
+            truncate_guard: None,
             wait_go: false,
             parent_pid: 0,
             net_setup: None,
@@ -355,6 +358,11 @@ pub(crate) fn command_main(spec: &'static ChildSpec) -> c_int {
     if let Some(filters) = &spec.seccomp {
         if let Err(e) = filters.install() {
             fail(spec, Stage::Seccomp, e as i32);
+        }
+    }
+    if let Some(guard) = &spec.truncate_guard {
+        if let Err(e) = guard.install() {
+            fail(spec, Stage::Seccomp, e);
         }
     }
     // The signal filter is the last filter, and its listener leaves this process

@@ -109,6 +109,8 @@ pub struct Layers {
     pub signals: SignalLayer,
     /// The seccomp signal filter (with `SignalLayer::SeccompNotify`).
     pub signal_filter: Option<seccomp::SignalFilter>,
+    /// The seccomp truncate guard (Landlock ABI 1-2 without the view).
+    pub truncate_guard: Option<seccomp::TruncateGuard>,
     /// Whether a pid namespace is expected to be available.
     pub want_pidns: bool,
     /// The run's private view of the host (mount, IPC and network
@@ -336,18 +338,9 @@ pub fn prepare(
     missing.extend(ll.report().missing.iter().cloned());
 
     // Truncation: Landlock's truncate right arrives with ABI 3; the view's
-    // read-only host covers it everywhere outside write grants.
-    if abi < LANDLOCK_TRUNCATE && !want_pidns {
-        unavailable(
-            "truncate protection",
-            &format!(
-                "Landlock's truncate right needs ABI {LANDLOCK_TRUNCATE} (Linux {}), and without a mount namespace \
-                 nothing else stops truncate() of files outside write grants",
-                landlock_linux(LANDLOCK_TRUNCATE)
-            ),
-            &mut missing,
-        )?;
-    }
+    // read-only host covers it everywhere outside write grants. Where
+    // neither exists, the seccomp truncate guard does (below).
+    let truncate_needs_guard = abi < LANDLOCK_TRUNCATE && !want_pidns;
     // The view (mount namespace).
     let view = if want_pidns {
         let input = view::ViewInput {
@@ -394,6 +387,22 @@ pub fn prepare(
     let signal_filter = if signals == SignalLayer::SeccompNotify && filters.is_some() {
         Some(seccomp::signal_filter()?)
     } else {
+        None
+    };
+    let truncate_guard = if !truncate_needs_guard {
+        None
+    } else if filters.is_some() {
+        Some(seccomp::truncate_guard()?)
+    } else {
+        unavailable(
+            "truncate protection",
+            &format!(
+                "Landlock's truncate right needs ABI {LANDLOCK_TRUNCATE} (Linux {}), and without a mount namespace \
+                 or seccomp nothing else stops truncate() of files outside write grants",
+                landlock_linux(LANDLOCK_TRUNCATE)
+            ),
+            &mut missing,
+        )?;
         None
     };
     tracing::debug!("seccomp filters ready");
@@ -458,6 +467,9 @@ pub fn prepare(
     if signal_filter.is_some() {
         limitations.push(SECCOMP_NOTIFY_LIMITATION.to_string());
     }
+    if truncate_guard.is_some() {
+        limitations.push(seccomp::truncate::LIMITATION.to_string());
+    }
     if abi == LANDLOCK_FS {
         limitations.push(format!(
             "Landlock ABI {LANDLOCK_FS} (Linux {}) has no refer right: renaming or linking a file between two \
@@ -473,6 +485,7 @@ pub fn prepare(
         seccomp: filters,
         signals,
         signal_filter,
+        truncate_guard,
         rlimits: rlimits::plan(l, memory, procs, nproc_base),
         cgroup: cg,
         limits,

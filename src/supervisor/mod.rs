@@ -419,6 +419,7 @@ fn child_spec(
         .map(sandbox::landlock::Prepared::into_child);
     spec.seccomp = layers.seccomp.take();
     spec.signal_filter = layers.signal_filter.take();
+    spec.truncate_guard = layers.truncate_guard.take();
     spec.wait_go = !layers.cgroup.is_empty();
     spec.net_setup = if layers.want_pidns {
         services.net_setup()
