@@ -66,7 +66,10 @@ impl Probe {
         let landlock = crate::sys::landlock_abi_version();
         let (namespaces, userns_blocked_by) = probe_namespaces();
         Probe {
-            landlock_abi: *landlock.as_ref().unwrap_or(&0),
+            landlock_abi: lowered(
+                *landlock.as_ref().unwrap_or(&0),
+                std::env::var(LANDLOCK_ABI_MAX_ENV).ok().as_deref(),
+            ),
             landlock_errno: landlock.err(),
             // Two syscalls that install nothing (see `sys`).
             seccomp: crate::sys::seccomp_filter_mode_available(),
@@ -84,6 +87,23 @@ impl Probe {
     /// Landlock's signal and abstract-unix-socket scopes.
     pub fn landlock_scopes(&self) -> bool {
         self.landlock_abi >= LANDLOCK_SCOPES
+    }
+}
+
+/// Environment variable that LOWERS the Landlock ABI capsule uses, to run
+/// and test the planning and enforcement of an older kernel on a newer one
+/// (`CAPSULE_LANDLOCK_ABI_MAX=4` behaves as Linux 6.7-6.9 would). It can
+/// only lower: a value above the kernel's ABI, or one that is not a number,
+/// is ignored. Every layer reads the ABI from [`probe`], so the planning
+/// refuses or reports what the lowered ABI cannot give, exactly as on such a
+/// kernel: it never makes capsule weaker in silence.
+pub const LANDLOCK_ABI_MAX_ENV: &str = "CAPSULE_LANDLOCK_ABI_MAX";
+
+/// The kernel's ABI, lowered to `max` when that is a smaller number.
+fn lowered(kernel: u32, max: Option<&str>) -> u32 {
+    match max.and_then(|m| m.trim().parse::<u32>().ok()) {
+        Some(m) if m < kernel => m,
+        _ => kernel,
     }
 }
 
@@ -187,6 +207,17 @@ mod tests {
         assert_eq!(p.landlock_errno.is_some(), p.landlock_abi == 0);
         assert_eq!(p.namespaces, namespaces_available());
         assert!(p.userns_blocked_by.is_empty() || !p.namespaces);
+    }
+
+    #[test]
+    fn the_abi_override_only_lowers() {
+        assert_eq!(lowered(7, None), 7);
+        assert_eq!(lowered(7, Some("4")), 4);
+        assert_eq!(lowered(7, Some(" 0 ")), 0);
+        assert_eq!(lowered(4, Some("7")), 4);
+        assert_eq!(lowered(4, Some("-1")), 4);
+        assert_eq!(lowered(4, Some("six")), 4);
+        assert_eq!(lowered(0, Some("3")), 0);
     }
 
     #[test]

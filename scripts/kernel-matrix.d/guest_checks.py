@@ -480,7 +480,7 @@ except OSError as e:
     with_be("rename-in-grant", f)
 
 
-def cgroup_state(scope):
+def cgroup_state(scope, procs=False):
     def rd(n):
         try:
             with open(os.path.join(scope, n)) as fh:
@@ -488,7 +488,172 @@ def cgroup_state(scope):
         except OSError as e:
             return "<%s>" % e.strerror
     kids = sorted(e for e in os.listdir(scope) if os.path.isdir(os.path.join(scope, e))) if os.path.isdir(scope) else []
-    return {"subtree_control": rd("cgroup.subtree_control"), "type": rd("cgroup.type"), "children": kids}
+    st = {"subtree_control": rd("cgroup.subtree_control"), "type": rd("cgroup.type"), "children": kids}
+    if procs:
+        st["procs"] = rd("cgroup.procs").split()
+    return st
+
+
+# ---- cgroup limits where capsule owns a cgroup (scenarios `session` and `scope`)
+
+PYTHON_AGENT = os.path.join(SRC, "policy", "python-agent.yaml")   # max_processes: 64
+FORK_BOMB = r"""
+import errno, os, time
+pids, err = [], None
+for i in range(1000):
+    try:
+        pid = os.fork()
+    except OSError as e:
+        err = errno.errorcode.get(e.errno, e.errno)
+        break
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    pids.append(pid)
+print("FORKED %d STOPPED %s" % (len(pids), err))
+for p in pids:
+    os.kill(p, 9)
+for p in pids:
+    os.waitpid(p, 0)
+"""
+
+
+def fake_systemd_run_calls():
+    """The calls of the guest's stand-in for systemd-run (guest-init.sh, scenario `session`)."""
+    try:
+        with open("/run/km/systemd-run.log") as fh:
+            return [json.loads(ln) for ln in fh if ln.strip()]
+    except OSError:
+        return []
+
+
+def check_fork_bomb():
+    """A fork bomb under python-agent.yaml (max_processes 64) stops at the limit."""
+    def f(be):
+        d = project_dir("forkbomb", PYTHON_AGENT)
+        rc, out, err, secs = capsule_exec(["-p", "capsule.yaml"], ["/usr/bin/python3", "-c", FORK_BOMB],
+                                          best_effort=be, cwd=d)
+        res = parse_result(out)
+        if rc == 125 or res is None:
+            rec = {"status": "refused" if rc == 125 else "fail", "rc": rc, "note": first_error(err, out)}
+        else:
+            o = res.get("stdout") or ""
+            m = re.search(r"FORKED (\d+) STOPPED (\S+)", o)
+            held = bool(m) and m.group(2) == "EAGAIN" and int(m.group(1)) < 64
+            rec = {"status": "pass" if held else "fail", "rc": rc,
+                   "note": "%s | %s" % (m.group(0) if m else "child exit=%s %s" % (
+                       res.get("exit_code"), (res.get("stderr") or "")[-200:]), enforcement_note(res))}
+        rec.update(id="fork-bomb", seconds=round(secs, 2))
+        rec["note"] = " ".join(rec["note"].split())[:600]
+        if not be:
+            log("@@CHECK " + json.dumps(rec, sort_keys=True))
+        return rec
+    with_be("fork-bomb", f)
+
+
+def check_systemd_scope():
+    """Scenario `session`, root: capsule asks (the stand-in for) systemd for a delegated scope."""
+    d = project_dir("scope", PYTHON_AGENT)
+    n0 = len(fake_systemd_run_calls())
+    src = "import sys; print('to-stdout', sys.argv[1]); print('to-stderr', file=sys.stderr); sys.exit(7)"
+    arg = "$HOME ${PATH} $$"
+    rc, out, err, secs = run([CAPSULE, "exec", "--no-audit", "-p", "capsule.yaml", "--",
+                              "/usr/bin/python3", "-c", src, arg], cwd=d)
+    calls = fake_systemd_run_calls()[n0:]
+    argv = calls[0].get("argv", []) if calls else []
+    scope = calls[0].get("scope") if calls else None
+    after = cgroup_state(scope, procs=True) if scope else None
+    problems = []
+    if rc != 7:
+        problems.append("exit %s, not the command's 7" % rc)
+    if out != "to-stdout %s\n" % arg:
+        problems.append("stdout %r" % out[:80])
+    if "to-stderr" not in err:
+        problems.append("stderr %r" % err[:80])
+    if len(calls) != 1 or not scope:
+        problems.append("%d systemd-run calls (%s)" % (len(calls), calls[-1].get("error", "") if calls else ""))
+    for want in ("--scope", "--property=Delegate=yes", "--slice=user-0.slice"):
+        if want not in argv:
+            problems.append("no %s in %s" % (want, " ".join(argv)))
+    if after and (after["children"] or after["procs"] or after["subtree_control"]):
+        problems.append("scope left as %s" % json.dumps(after, sort_keys=True))
+    emit("systemd-scope", "fail" if problems else "pass", rc,
+         "; ".join(problems) if problems else "rc 7, stdout/stderr passed through, args verbatim; systemd-run %s; "
+         "the scope left empty: %s" % (" ".join(argv[1:9]), json.dumps(after, sort_keys=True)), secs)
+
+    # systemd-run fails (D-Bus unreachable): capsule decides as without it.
+    env = {"KM_FAKE_SYSTEMD_RUN": "fail"}
+    rc, out, err, secs = capsule_exec(["-p", "capsule.yaml"], ["/usr/bin/python3", "-c", "print('ran')"],
+                                      cwd=d, env=env)
+    e1 = first_error(err, out)
+    rc2, out2, err2, secs2 = capsule_exec(["-p", "capsule.yaml"], ["/usr/bin/python3", "-c", "print('ran')"],
+                                          best_effort=True, cwd=d, env=env)
+    res2 = parse_result(out2) or {}
+    missing = json.dumps((res2.get("enforcement") or {}).get("missing") or [])
+    ok = (rc == 125 and "max_processes" in e1 and "Failed to connect to bus" in e1 and rc2 == 0
+          and res2.get("exit_code") == 0 and "limits.max_processes" in missing)
+    emit("systemd-scope-unavailable", "pass" if ok else "fail", rc,
+         "refused: %s | --best-effort: rc %s, %s" % (e1, rc2, enforcement_note(res2)), secs + secs2)
+
+
+def check_delegated_shared():
+    """Scenario `scope`, root: capsule started in a delegated scope it shares with the checker may not take it."""
+    d = project_dir("shared", PYTHON_AGENT)
+    rc, out, err, secs = run(["/opt/capsule/bin/capsule", "exec", "--no-audit", "--json", "-p", "capsule.yaml",
+                              "--", "/usr/bin/python3", "-c", "print('ran')"], cwd=d)
+    e = first_error(err, out)
+    emit("delegated-shared", "pass" if rc == 125 and "max_processes" in e else "fail", rc,
+         "refused as it must be (no other layer holds max_processes for root): " + e if rc == 125 else
+         "expected exit 125: " + (e or enforcement_note(parse_result(out))), secs)
+
+
+def check_cgroup_limits():
+    if ARGS.scenario not in ("session", "scope"):
+        return
+    check_fork_bomb()
+    if os.geteuid() == 0 and ARGS.scenario == "session":
+        check_systemd_scope()
+    if os.geteuid() == 0 and ARGS.scenario == "scope":
+        check_delegated_shared()
+
+
+def made_scopes(parent, before):
+    """Scopes the stand-ins for systemd made beside the user's cgroup during the checks."""
+    now = cgroup_state(parent)["children"]
+    return [c for c in now if c not in before["children"] and c.startswith("capsule-")]
+
+
+def check_cgroups_left(before, pbefore):
+    """capsule changed no cgroup it did not create; each scope systemd gave it is left empty, as found."""
+    parent = os.path.dirname(ARGS.scope)
+    made = made_scopes(parent, pbefore)
+    dirty = {}
+    for c in made:
+        p = os.path.join(parent, c)
+        st = cgroup_state(p, procs=True)
+        if st["children"] or st["procs"] or st["subtree_control"]:
+            dirty[c] = st
+        # as systemd removes an empty scope (--collect); leftovers first
+        for k in st["children"]:
+            try:
+                os.rmdir(os.path.join(p, k))
+            except OSError:
+                pass
+        try:
+            os.rmdir(p)
+        except OSError:
+            pass
+    after, pafter = cgroup_state(ARGS.scope), cgroup_state(parent)
+    changed = before != after or pbefore != pafter
+    note = "own cgroup before=%s after=%s; parent before=%s after=%s" % tuple(
+        json.dumps(x, sort_keys=True) for x in (before, after, pbefore, pafter))
+    if not changed:
+        note = "own cgroup and its parent unchanged: %s, %s" % (json.dumps(after, sort_keys=True),
+                                                                json.dumps(pafter, sort_keys=True))
+    if made:
+        note += "; %d delegated scope(s) systemd made for capsule, %s" % (
+            len(made), "all left empty and as found" if not dirty else "NOT left empty: %s" % json.dumps(dirty))
+    emit("cgroup-untouched", "fail" if changed or dirty else "pass", None, note)
 
 
 def check_tests():
@@ -534,11 +699,13 @@ def main():
     os.makedirs(ARGS.work, exist_ok=True)
     os.chdir(ARGS.work)
     before = cgroup_state(ARGS.scope) if ARGS.scope else None
+    pbefore = cgroup_state(os.path.dirname(ARGS.scope)) if ARGS.scope else None
     if ARGS.scope:
         with open("/proc/self/cgroup") as fh:
             emit("session-cgroup", "info", None, fh.read().strip() + " " + json.dumps(before, sort_keys=True))
     steps = [("doctor", check_doctor), ("check", check_policies), ("exec", check_exec_default),
-             ("policy", check_starters), ("escape", check_escapes), ("rename", check_rename), ("tests", check_tests)]
+             ("policy", check_starters), ("escape", check_escapes), ("rename", check_rename),
+             ("cgroup", check_cgroup_limits), ("tests", check_tests)]
     for name, fn in steps:
         if ARGS.only and name not in ARGS.only.split(","):
             continue
@@ -546,13 +713,8 @@ def main():
             fn()
         except Exception as e:  # a broken check is a failed check, never a silent one
             emit("error:" + name, "fail", None, "%s: %s" % (type(e).__name__, e))
-    if ARGS.scope and os.geteuid() == 0:
-        after = cgroup_state(ARGS.scope)
-        changed = before != after
-        emit("cgroup-untouched", "fail" if changed else "pass", None,
-             ("session scope changed: before=%s after=%s" if changed else "session scope unchanged: %s%s") %
-             ((json.dumps(before, sort_keys=True), json.dumps(after, sort_keys=True)) if changed
-              else (json.dumps(after, sort_keys=True), "")))
+    if ARGS.scope:
+        check_cgroups_left(before, pbefore)
 
 
 if __name__ == "__main__":

@@ -45,8 +45,12 @@ pub fn run(a: CheckArgs) -> i32 {
     // The same preparation `exec` runs: what it refuses, check refuses.
     let mut problems: Vec<String> = Vec::new();
     let mut notes: Vec<String> = Vec::new();
+    let mut limits = std::collections::BTreeMap::new();
+    let mut signals = None;
     match crate::sandbox::predict(&plan) {
         Ok(p) => {
+            limits = p.limits;
+            signals = Some(p.signals);
             notes.extend(p.missing.iter().map(|m| format!("not enforced here: {m}")));
             notes.extend(p.limitations.iter().map(|m| format!("limitation: {m}")));
         }
@@ -57,10 +61,18 @@ pub fn run(a: CheckArgs) -> i32 {
         v["ok"] = serde_json::json!(problems.is_empty());
         v["problems"] = serde_json::json!(problems);
         v["notes"] = serde_json::json!(notes);
+        v["enforcement_limits"] = serde_json::json!(limits);
+        v["signals"] = serde_json::json!(signals.map(|s| s.as_str()));
         println!("{v}");
     } else {
         println!("policy {} is valid", a.policy.display());
         print_plan(&plan, k);
+        if let Some(s) = signals {
+            println!("signals   {}", s.describe());
+        }
+        for (name, how) in &limits {
+            println!("enforced  {name}: {how}");
+        }
         for n in &notes {
             println!("{n}");
         }

@@ -71,8 +71,12 @@ pub fn run(a: DoctorArgs) -> i32 {
             "cgroup_v2": v2.is_some(),
             "cgroup": cg,
             "limits": {
-                "memory_mb": "cgroup where capsule may create one beneath its own, else RLIMIT_DATA",
-                "max_processes": if root { "cgroup pids (required as root)" } else { "cgroup pids where possible, else RLIMIT_NPROC" },
+                "memory_mb": "cgroup where capsule owns one (beneath its own, delegated to it), else RLIMIT_DATA",
+                "max_processes": if root {
+                    "cgroup pids (required as root): beneath capsule's cgroup, in its delegated cgroup, or in a delegated systemd scope capsule asks for"
+                } else {
+                    "cgroup pids where possible, else RLIMIT_NPROC"
+                },
             },
             "proxy": {
                 "available": k.namespaces || k.landlock_tcp(),
@@ -81,7 +85,7 @@ pub fn run(a: DoctorArgs) -> i32 {
             },
             "default_policy": match &prediction {
                 Ok(p) => json!({"runs": true, "missing": p.missing, "limitations": p.limitations,
-                                "view": p.view.is_some()}),
+                                "view": p.view.is_some(), "signals": p.signals.as_str()}),
                 Err(e) => json!({"runs": false, "refusal": e}),
             },
             "advice": advice,
@@ -142,6 +146,7 @@ pub fn run(a: DoctorArgs) -> i32 {
                         " (no namespaces: no view)"
                     }
                 );
+                println!("  signals         {}", p.signals.describe());
                 for m in &p.missing {
                     println!("  not enforced    {m}");
                 }

@@ -53,6 +53,9 @@ pub struct Enforcement {
     pub network_path: Option<String>,
     /// pid-namespace | subreaper
     pub tree_kill: String,
+    /// The layer that keeps the run's signals inside it: pid-namespace |
+    /// landlock-scope | seccomp-notify | none (--best-effort, then listed in `missing`).
+    pub signals: String,
     /// How each limit is enforced, e.g. {"memory_mb": "cgroup-v1"}.
     pub limits: std::collections::BTreeMap<String, String>,
     /// Protections not enforced: what --best-effort let go, and the gaps of

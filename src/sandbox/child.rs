@@ -54,6 +54,11 @@ pub struct ChildSpec {
     pub rlimits: Vec<(c_int, u64)>,
     pub landlock: Option<landlock::ChildRules>,
     pub seccomp: Option<seccomp::Filters>,
+    /// The signal filter (no pid namespace, Landlock below ABI 6): installed
+    /// last, its listener sent to the supervisor.
+    pub signal_filter: Option<seccomp::SignalFilter>,
+    /// The truncate guard, installed right after the main program.
+    pub truncate_guard: Option<seccomp::TruncateGuard>,
     /// Wait for the supervisor's "go" (uid maps written, cgroup joined).
     pub wait_go: bool,
     /// The supervisor's pid, to detect its death before PR_SET_PDEATHSIG took effect
@@ -93,6 +98,8 @@ impl ChildSpec {
             rlimits: Vec::new(),
             landlock: None,
             seccomp: None,
+            signal_filter: None,
+            truncate_guard: None,
             wait_go: false,
             parent_pid: 0,
             net_setup: None,
@@ -348,18 +355,39 @@ pub(crate) fn command_main(spec: &'static ChildSpec) -> c_int {
             fail(spec, Stage::Fds, e);
         }
     }
-    // The limits come after every descriptor this stage opens or inherits
-    // (the plan's O_PATH descriptors, /proc/self): a small max_open_files
-    // must bind the command, not make its own confinement fail. They close
-    // at exec.
-    for &(res, val) in &spec.rlimits {
-        if let Err(e) = raw::set_rlimit(res, val) {
-            fail(spec, Stage::Rlimits, e);
-        }
-    }
     if let Some(filters) = &spec.seccomp {
         if let Err(e) = filters.install() {
             fail(spec, Stage::Seccomp, e as i32);
+        }
+    }
+    if let Some(guard) = &spec.truncate_guard {
+        if let Err(e) = guard.install() {
+            fail(spec, Stage::Seccomp, e);
+        }
+    }
+    // The signal filter is the last filter, and its listener leaves this process
+    // before exec: a process of the run that held it could answer its own
+    // calls. The kernel made it close-on-exec; it is closed here anyway.
+    if let Some(sig) = &spec.signal_filter {
+        let fd = match sig.install() {
+            Ok(fd) => fd,
+            Err(e) => fail(spec, Stage::SignalFilter, e),
+        };
+        let tag = seccomp::signals::LISTENER_TAG;
+        let sent = raw::send_with_fd(spec.chan, &Msg::Fd { tag }.encode(), fd);
+        raw::close(fd);
+        if let Err(e) = sent {
+            fail(spec, Stage::SignalFilter, e);
+        }
+    }
+    // The limits come after every descriptor this stage opens or inherits
+    // (the plan's O_PATH descriptors, /proc/self, the signal filter's
+    // listener): a small max_open_files must bind the command, not make its
+    // own confinement fail. They close at exec. The seccomp program lets
+    // prlimit64 on the caller itself through.
+    for &(res, val) in &spec.rlimits {
+        if let Err(e) = raw::set_rlimit(res, val) {
+            fail(spec, Stage::Rlimits, e);
         }
     }
     let err = crate::sys::stage::exec(spec);

@@ -39,6 +39,57 @@ pub enum SandboxError {
     Unavailable { what: String, why: String },
 }
 
+/// Which layer keeps the run's signals inside the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignalLayer {
+    /// The run's own pid namespace: no process outside it can be named.
+    PidNamespace,
+    /// Landlock's signal scope (ABI 6+).
+    LandlockScope,
+    /// The seccomp signal filter, its listener served by the supervisor
+    /// (`supervisor::signals`): no pid namespace and Landlock below ABI 6.
+    SeccompNotify,
+    /// None (only with --best-effort; listed in `missing`).
+    None,
+}
+
+impl SignalLayer {
+    /// The name in `enforcement.signals`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SignalLayer::PidNamespace => "pid-namespace",
+            SignalLayer::LandlockScope => "landlock-scope",
+            SignalLayer::SeccompNotify => "seccomp-notify",
+            SignalLayer::None => "none",
+        }
+    }
+
+    /// One line for `check` and `doctor`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            SignalLayer::PidNamespace => {
+                "enforced by the run's own pid namespace (no process outside the run can be named)"
+            }
+            SignalLayer::LandlockScope => {
+                "enforced by Landlock's signal scope (ABI 6+): only processes of the run can be signalled"
+            }
+            SignalLayer::SeccompNotify => {
+                "enforced by seccomp user notification: capsule checks that the target of every kill, tkill, \
+                 tgkill, rt_sigqueueinfo, rt_tgsigqueueinfo and F_SETOWN is a process of the run"
+            }
+            SignalLayer::None => "NOT ENFORCED (--best-effort): the run can signal any process of this user",
+        }
+    }
+}
+
+/// The limitation the seccomp signal layer brings (see `supervisor::signals`).
+pub const SECCOMP_NOTIFY_LIMITATION: &str =
+    "signal isolation by seccomp user notification (no pid namespace, Landlock below ABI 6): capsule checks \
+     that the target of kill/tkill/tgkill/rt_sigqueueinfo/rt_tgsigqueueinfo and of F_SETOWN is a process of \
+     the run, then lets the kernel go on; a target that exits and whose pid is reused by a new host process \
+     between that check and the signal is hit instead (pid reuse: a residual race). pidfd_send_signal fails \
+     with ENOSYS (programs fall back to kill); F_SETOWN_EX, FIOSETOWN and SIOCSPGRP fail with EPERM";
+
 /// Layers ready for the child.
 pub struct Layers {
     pub landlock: Option<landlock::Prepared>,
@@ -54,6 +105,12 @@ pub struct Layers {
     pub landlock_abi: u32,
     /// Whether the seccomp filter will be installed.
     pub seccomp_enforced: bool,
+    /// Which layer keeps the run's signals inside it.
+    pub signals: SignalLayer,
+    /// The seccomp signal filter (with `SignalLayer::SeccompNotify`).
+    pub signal_filter: Option<seccomp::SignalFilter>,
+    /// The seccomp truncate guard (Landlock ABI 1-2 without the view).
+    pub truncate_guard: Option<seccomp::TruncateGuard>,
     /// Whether a pid namespace is expected to be available.
     pub want_pidns: bool,
     /// The run's private view of the host (mount, IPC and network
@@ -101,9 +158,13 @@ fn fs_for_view(fs: &crate::plan::FsPlan) -> crate::plan::FsPlan {
 /// use this, so they predict `exec` exactly (short of clone() refusing
 /// namespaces the sysctls allow: then `exec` re-plans without them).
 pub struct Prediction {
+    /// limit name -> how `exec` enforces it here, e.g. "cgroup-v2 (in a
+    /// delegated systemd scope capsule asks for)".
+    pub limits: BTreeMap<String, String>,
     pub missing: Vec<String>,
     pub limitations: Vec<String>,
     pub view: Option<view::ViewSummary>,
+    pub signals: SignalLayer,
 }
 
 pub fn predict(plan: &Plan) -> Result<Prediction, SandboxError> {
@@ -120,11 +181,25 @@ pub fn predict(plan: &Plan) -> Result<Prediction, SandboxError> {
         let _ = std::fs::remove_dir(t);
     }
     let mut layers = layers?;
+    let source = layers.cgroup.source;
     layers.cgroup.remove();
+    let limits = layers
+        .limits
+        .iter()
+        .map(|(k, v)| {
+            let v = match source {
+                Some(s) if v.starts_with("cgroup-v2") => format!("{v} ({})", s.describe()),
+                _ => v.clone(),
+            };
+            (k.clone(), v)
+        })
+        .collect();
     Ok(Prediction {
+        limits,
         missing: layers.missing.clone(),
         limitations: layers.limitations.clone(),
         view: layers.view.as_ref().map(|v| v.summary.clone()),
+        signals: layers.signals,
     })
 }
 
@@ -168,16 +243,62 @@ pub fn prepare(
         signal: k.landlock_scopes(),
         abstract_unix: k.landlock_scopes(),
     };
-    if !k.landlock_scopes() && !want_pidns {
+    // Signals: the pid namespace hides every process outside the run;
+    // without one, Landlock's signal scope, and below it the seccomp signal
+    // filter, whose listener the supervisor serves.
+    let scope_kernel = format!(
+        "Landlock ABI {LANDLOCK_SCOPES} (Linux {})",
+        landlock_linux(LANDLOCK_SCOPES)
+    );
+    let signals = if want_pidns {
+        SignalLayer::PidNamespace
+    } else if k.landlock_scopes() {
+        SignalLayer::LandlockScope
+    } else if abi == 0 {
+        // Only Landlock's filesystem rules keep the run out of the host's
+        // /proc, where capsule's listener sits in /proc/PID/fd: the kernel's
+        // own checks stop a reopen there (ptrace access, the anon inode's
+        // root:0600 mode) except for a run as root under a capsule that holds
+        // no capabilities. Not claimed without Landlock.
         unavailable(
             "signal isolation",
             &format!(
-                "needs Landlock ABI {LANDLOCK_SCOPES} (Linux {}) or a pid namespace (user namespaces are disabled)",
-                landlock_linux(LANDLOCK_SCOPES)
+                "needs a pid namespace (user namespaces are disabled) or Landlock: {scope_kernel} for its \
+                 signal scope, or any ABI for the seccomp user-notification layer, whose listener Landlock \
+                 keeps out of the run's reach (capsule's /proc/PID/fd)"
             ),
             &mut missing,
         )?;
-    }
+        SignalLayer::None
+    } else if !k.seccomp {
+        unavailable(
+            "signal isolation",
+            &format!(
+                "needs a pid namespace (user namespaces are disabled), {scope_kernel} or seccomp user \
+                 notification, and this kernel has no seccomp filter support"
+            ),
+            &mut missing,
+        )?;
+        SignalLayer::None
+    } else {
+        match seccomp::listener_available() {
+            Ok(()) => SignalLayer::SeccompNotify,
+            Err(e) => {
+                let why = format!(
+                    "needs a pid namespace (user namespaces are disabled), {scope_kernel} or a seccomp \
+                     user-notification listener, which cannot be made here ({e}){}",
+                    if e == nix::errno::Errno::EBUSY {
+                        ": capsule runs under a seccomp filter that already has a listener, e.g. inside \
+                         another capsule without namespaces"
+                    } else {
+                        ""
+                    }
+                );
+                unavailable("signal isolation", &why, &mut missing)?;
+                SignalLayer::None
+            }
+        }
+    };
     // Abstract Unix sockets belong to a network namespace: the run's own
     // isolates them as well as Landlock's scope does.
     let netns = want_pidns && plan.net.mode != NetMode::Unrestricted;
@@ -213,18 +334,9 @@ pub fn prepare(
     missing.extend(ll.report().missing.iter().cloned());
 
     // Truncation: Landlock's truncate right arrives with ABI 3; the view's
-    // read-only host covers it everywhere outside write grants.
-    if abi < LANDLOCK_TRUNCATE && !want_pidns {
-        unavailable(
-            "truncate protection",
-            &format!(
-                "Landlock's truncate right needs ABI {LANDLOCK_TRUNCATE} (Linux {}), and without a mount namespace \
-                 nothing else stops truncate() of files outside write grants",
-                landlock_linux(LANDLOCK_TRUNCATE)
-            ),
-            &mut missing,
-        )?;
-    }
+    // read-only host covers it everywhere outside write grants. Where
+    // neither exists, the seccomp truncate guard does (below).
+    let truncate_needs_guard = abi < LANDLOCK_TRUNCATE && !want_pidns;
     // The view (mount namespace).
     let view = if want_pidns {
         let input = view::ViewInput {
@@ -268,11 +380,34 @@ pub fn prepare(
         None
     };
 
+    let signal_filter = if signals == SignalLayer::SeccompNotify && filters.is_some() {
+        Some(seccomp::signal_filter()?)
+    } else {
+        None
+    };
+    let truncate_guard = if !truncate_needs_guard {
+        None
+    } else if filters.is_some() {
+        Some(seccomp::truncate_guard()?)
+    } else {
+        unavailable(
+            "truncate protection",
+            &format!(
+                "Landlock's truncate right needs ABI {LANDLOCK_TRUNCATE} (Linux {}), and without a mount namespace \
+                 or seccomp nothing else stops truncate() of files outside write grants",
+                landlock_linux(LANDLOCK_TRUNCATE)
+            ),
+            &mut missing,
+        )?;
+        None
+    };
     tracing::debug!("seccomp filters ready");
     // Limits: a cgroup where capsule may make one, else rlimits.
     let l = &plan.limits;
     let root = nix::unistd::getuid().is_root();
-    let cg = cgroup::RunCgroup::create(&plan.run_id, l.memory_bytes, l.max_processes);
+    // As root nothing but a cgroup holds max_processes: capsule may ask
+    // systemd for a delegated scope (see `cgroup`).
+    let cg = cgroup::RunCgroup::create(&plan.run_id, l.memory_bytes, l.max_processes, root);
     let memory = match (l.memory_bytes, cg.memory) {
         (None, _) => Mechanism::None,
         (Some(_), Some(m)) => m,
@@ -283,11 +418,13 @@ pub fn prepare(
         (Some(_), Some(m)) => m,
         (Some(_), None) if !root => Mechanism::Rlimit,
         (Some(_), None) => {
-            unavailable(
-                "limits.max_processes",
-                "capsule runs as root (RLIMIT_NPROC does not bind uid 0) and cannot create a cgroup with the pids controller beneath its own",
-                &mut missing,
-            )?;
+            let mut why = "capsule runs as root (RLIMIT_NPROC does not bind uid 0) and cannot create a cgroup \
+                           with the pids controller beneath its own"
+                .to_string();
+            if let Some(n) = &cg.systemd_note {
+                why.push_str(&format!("; no delegated systemd scope: {n}"));
+            }
+            unavailable("limits.max_processes", &why, &mut missing)?;
             Mechanism::None
         }
     };
@@ -323,6 +460,12 @@ pub fn prepare(
         );
     }
     let mut limitations = Vec::new();
+    if signal_filter.is_some() {
+        limitations.push(SECCOMP_NOTIFY_LIMITATION.to_string());
+    }
+    if truncate_guard.is_some() {
+        limitations.push(seccomp::truncate::LIMITATION.to_string());
+    }
     if abi == LANDLOCK_FS {
         limitations.push(format!(
             "Landlock ABI {LANDLOCK_FS} (Linux {}) has no refer right: renaming or linking a file between two \
@@ -336,6 +479,9 @@ pub fn prepare(
         landlock: Some(ll),
         seccomp_enforced: filters.is_some(),
         seccomp: filters,
+        signals,
+        signal_filter,
+        truncate_guard,
         rlimits: rlimits::plan(l, memory, procs, nproc_base),
         cgroup: cg,
         limits,

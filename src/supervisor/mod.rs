@@ -12,6 +12,7 @@ pub mod capture;
 pub mod event_loop;
 pub mod pty;
 pub mod services;
+pub mod signals;
 pub mod spawn;
 pub mod treekill;
 
@@ -238,8 +239,28 @@ fn run_prepared(
         let _in_runtime = rt.enter();
         terminal.start(plan.limits.max_output_bytes)
     };
+    // The run's signal filter sends its listener before exec; the guard
+    // serving it needs to know the run (the command has not exec'd yet).
+    let signal_tree = if layers.signals == sandbox::SignalLayer::SeccompNotify {
+        let tree = signals::Tree::for_run(spawned.pid, &spawned.inherited);
+        if tree.is_none() {
+            tracing::warn!(
+                "signal guard: /proc does not show capsule as itself; every checked signal call of the run fails"
+            );
+        }
+        tree
+    } else {
+        None
+    };
     let mut sup = rt.block_on(supervise(
-        &spawned, out_r, err_r, json, plan, grace, services,
+        &spawned,
+        out_r,
+        err_r,
+        json,
+        plan,
+        grace,
+        services,
+        signal_tree,
     ));
     let duration = start.elapsed();
     rt.block_on(relay.finish(Duration::from_secs(2), &mut sup.stdout, &mut sup.stderr));
@@ -397,6 +418,8 @@ fn child_spec(
         .take()
         .map(sandbox::landlock::Prepared::into_child);
     spec.seccomp = layers.seccomp.take();
+    spec.signal_filter = layers.signal_filter.take();
+    spec.truncate_guard = layers.truncate_guard.take();
     spec.wait_go = !layers.cgroup.is_empty();
     spec.net_setup = if layers.want_pidns {
         services.net_setup()
@@ -424,6 +447,7 @@ fn enforcement(
         netns: spawned.netns,
         network_path: services.network_path(),
         tree_kill: spawned.tree.as_str().to_string(),
+        signals: layers.signals.as_str().to_string(),
         limits: layers.limits.clone(),
         missing: layers
             .missing
@@ -470,6 +494,7 @@ impl Supervised {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn supervise(
     sp: &Spawned,
     out_r: OwnedFd,
@@ -478,6 +503,7 @@ async fn supervise(
     plan: &Plan,
     grace: Duration,
     services: &mut services::Services,
+    mut signal_tree: Option<signals::Tree>,
 ) -> Supervised {
     let limit = plan.limits.max_output_bytes;
     let (so, se) = if json {
@@ -497,6 +523,7 @@ async fn supervise(
         setup_failed: None,
         ended: event_loop::Ended::default(),
     };
+    let mut guard: Option<signals::Guard> = None;
     let init_status = event_loop::watch(
         sp,
         plan.limits.timeout,
@@ -508,6 +535,17 @@ async fn supervise(
                 state.setup_failed = Some((stage, Errno::from_raw(errno)))
             }
             Msg::Exited { status } => state.status = Some(status),
+            Msg::Fd { tag } if tag == signals::LISTENER_TAG => {
+                // Without a guard the listener closes here, and every
+                // checked signal call of the run fails (ENOSYS).
+                match (fd, signal_tree.take(), guard.is_none()) {
+                    (Some(fd), Some(tree), true) => match signals::start(fd, tree) {
+                        Ok(g) => guard = Some(g),
+                        Err(e) => tracing::warn!("signal guard: cannot start: {e}"),
+                    },
+                    _ => tracing::warn!("signal guard: unexpected listener message"),
+                }
+            }
             Msg::Fd { tag } => services.on_fd(tag, fd),
         },
     )
@@ -517,6 +555,9 @@ async fn supervise(
         state.status = state.status.or(init_status);
         // Whatever the command left behind goes with it.
         treekill::kill_descendants(Some(sp.pid), &sp.inherited, 64);
+    }
+    if let Some(g) = guard {
+        g.stop();
     }
     // Every writer is gone now; the pipes reach end-of-file promptly.
     let drain = Duration::from_secs(2);

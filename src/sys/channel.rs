@@ -33,6 +33,7 @@ pub enum Stage {
     View = 13,
     ViewProc = 14,
     ViewDev = 15,
+    SignalFilter = 16,
 }
 
 impl Stage {
@@ -54,6 +55,7 @@ impl Stage {
             13 => View,
             14 => ViewProc,
             15 => ViewDev,
+            16 => SignalFilter,
             _ => return None,
         })
     }
@@ -74,6 +76,9 @@ impl Stage {
             Stage::View => "mounting the read-only view of the host (mount namespace)",
             Stage::ViewProc => "mounting the run's private /proc",
             Stage::ViewDev => "mounting the run's /dev/shm and /dev/pts",
+            Stage::SignalFilter => {
+                "installing the signal filter (seccomp user notification) and handing its listener to capsule"
+            }
         }
     }
 }

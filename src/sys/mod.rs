@@ -3,6 +3,7 @@
 //! lives here, each with the reason it holds.
 
 pub mod channel;
+pub mod notify;
 pub mod raw;
 pub mod stage;
 pub mod term;
@@ -291,6 +292,26 @@ pub fn getrandom(buf: &mut [u8]) -> bool {
     // SAFETY: getrandom writes at most `buf.len()` bytes into `buf`, a live borrow.
     let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
     usize::try_from(n).ok() == Some(buf.len())
+}
+
+/// The value of the extended attribute `name` of `path` (up to 64 bytes;
+/// `None` when it is absent, unreadable or longer), following symlinks.
+pub fn getxattr(path: &std::path::Path, name: &std::ffi::CStr) -> Option<Vec<u8>> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    let mut buf = [0u8; 64];
+    // SAFETY: both names are NUL-terminated C strings that outlive the call;
+    // the kernel writes at most `buf.len()` bytes into `buf`, a live borrow.
+    let n = unsafe {
+        libc::getxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    let n = usize::try_from(n).ok()?;
+    Some(buf[..n.min(buf.len())].to_vec())
 }
 
 /// Take ownership of a descriptor a raw system call just created.

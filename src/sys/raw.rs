@@ -186,6 +186,13 @@ struct SockFprog {
 /// calling thread. EINVAL for an empty program or one over 65535 instructions
 /// (the kernel's own limit, 4096, gives EINVAL too).
 pub fn seccomp_install(prog: &[SockFilter]) -> Ret {
+    seccomp_install_flags(prog, 0)
+}
+
+/// `seccomp(SECCOMP_SET_MODE_FILTER, flags, {len, prog})`. With
+/// `SECCOMP_FILTER_FLAG_NEW_LISTENER` the result is the new filter's
+/// listener descriptor (close-on-exec), else 0.
+pub fn seccomp_install_flags(prog: &[SockFilter], flags: libc::c_ulong) -> Ret {
     let len = match libc::c_ushort::try_from(prog.len()) {
         Ok(len) if len > 0 => len,
         _ => return Err(libc::EINVAL),
@@ -196,12 +203,12 @@ pub fn seccomp_install(prog: &[SockFilter]) -> Ret {
     };
     // SAFETY: `fprog` points at `prog`, which is alive and unchanged for the
     // whole call; the kernel copies the program (copy_from_user) and keeps no
-    // pointer to our memory. Flags 0: this thread only.
+    // pointer to our memory. No TSYNC flag: this thread only.
     map(unsafe {
         syscall!(
             Sysno::seccomp,
             libc::SECCOMP_SET_MODE_FILTER,
-            0,
+            flags,
             std::ptr::addr_of!(fprog)
         )
     })

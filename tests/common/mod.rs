@@ -213,7 +213,12 @@ impl Sandbox {
         c.env("XDG_CONFIG_HOME", &self.config);
         c.env("LANG", "C.UTF-8");
         // Knobs of the suite itself pass through.
-        for k in ["CAPSULE_NO_NAMESPACES", "RUST_LOG", "RUST_BACKTRACE"] {
+        for k in [
+            "CAPSULE_NO_NAMESPACES",
+            "CAPSULE_LANDLOCK_ABI_MAX",
+            "RUST_LOG",
+            "RUST_BACKTRACE",
+        ] {
             if let Ok(v) = std::env::var(k) {
                 c.env(k, v);
             }

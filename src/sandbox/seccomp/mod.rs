@@ -44,15 +44,19 @@ mod install;
 #[cfg(test)]
 mod oracle;
 mod precompiled;
+pub mod signals;
 mod sockets;
 mod table;
 #[cfg(test)]
 mod tests;
+pub mod truncate;
 
 use self::bpf::SockFilter;
 use self::table::Arch;
 
 pub use self::compile::CompileError;
+pub use self::signals::{listener_available, signal_filter, SignalFilter};
+pub use self::truncate::{truncate_guard, TruncateGuard};
 pub use nix::errno::Errno;
 
 /// The kernel's limit on one classic-BPF program (BPF_MAXINSNS).

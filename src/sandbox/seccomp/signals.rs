@@ -1,0 +1,453 @@
+//! The signal filter: signal isolation where neither a pid namespace nor
+//! Landlock's signal scope (ABI 6) exists.
+//!
+//! A second, small program, installed by the command stage right after the
+//! main one (so last before exec) with `SECCOMP_FILTER_FLAG_NEW_LISTENER`.
+//! The listener goes to the supervisor (`supervisor::signals`), which
+//! decides each notified call: the target must be a process of the run.
+//!
+//! ```text
+//! foreign ABI, x32 number                     KILL_PROCESS (as the main program)
+//! kill(0, _)                                  ALLOW   the caller's own process group
+//! kill(-1, _)                                 EPERM   every process the user may signal
+//! kill(pid, _), tkill, tgkill,
+//!   rt_sigqueueinfo, rt_tgsigqueueinfo        USER_NOTIF (the supervisor decides)
+//! fcntl(_, F_SETOWN, _)                       USER_NOTIF (SIGIO/SIGURG, or any F_SETSIG
+//!                                                         signal, go to the owner)
+//! fcntl(_, F_SETOWN_EX, _)                    EPERM   the owner is behind a pointer
+//! ioctl(_, FIOSETOWN | SIOCSPGRP, _)          EPERM   likewise
+//! pidfd_send_signal                           ENOSYS  the target is behind a descriptor
+//! anything else                               ALLOW   (the main program decides)
+//! ```
+//!
+//! seccomp applies the most restrictive action of all filters, so ALLOW here
+//! never overrides the main program's ERRNO or KILL. A pointer or descriptor
+//! argument can be changed by another thread between the supervisor's check
+//! and the kernel's own read, so calls that name their target that way are
+//! refused outright, never checked: pidfd_send_signal fails with ENOSYS, as on
+//! a kernel before 5.1, and programs (Go, systemd) fall back to kill(), which
+//! is checked. The integer arguments read here (pid, cmd, request) are
+//! 32-bit in the kernel: only their low words are compared.
+
+use super::arch::prologue;
+use super::bpf::{arg_low, ret_errno, stmt, SockFilter, JEQ_K, LD_W_ABS, RET_ALLOW, RET_K};
+use super::table::Arch;
+use super::SeccompError;
+
+/// The tag of the channel message that carries the listener to the supervisor.
+pub const LISTENER_TAG: i32 = 0x7367; // "sg"
+
+/// SECCOMP_RET_USER_NOTIF (linux/seccomp.h).
+pub(super) const RET_USER_NOTIF: u32 = 0x7fc0_0000;
+
+/// fcntl commands (asm-generic/fcntl.h; the same on x86_64 and aarch64).
+pub const F_SETOWN: u32 = 8;
+pub const F_SETOWN_EX: u32 = 15;
+/// Socket ioctls that set the owner (asm-generic/sockios.h).
+pub const FIOSETOWN: u32 = 0x8901;
+pub const SIOCSPGRP: u32 = 0x8902;
+
+/// The syscalls whose target pid the supervisor checks.
+pub const NOTIFIED: &[&str] = &[
+    "kill",
+    "tkill",
+    "tgkill",
+    "rt_sigqueueinfo",
+    "rt_tgsigqueueinfo",
+];
+
+/// One instruction, jumps by label (resolved by [`assemble`]).
+#[derive(Clone, Copy)]
+enum Insn {
+    Load(u32),
+    /// if A == k goto label (else the next instruction)
+    JeqTo(u32, Label),
+    Ret(u32),
+    Here(Label),
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Label {
+    Kill,
+    Fcntl,
+    Ioctl,
+    Allow,
+    Notify,
+    Eperm,
+    Enosys,
+}
+
+fn assemble(code: &[Insn]) -> Result<Vec<SockFilter>, SeccompError> {
+    let mut at = Vec::new();
+    let mut n = 0usize;
+    for i in code {
+        match i {
+            Insn::Here(l) => at.push((*l, n)),
+            _ => n += 1,
+        }
+    }
+    let pos = |l: Label| at.iter().find(|(x, _)| *x == l).map(|(_, p)| *p);
+    let mut out = Vec::with_capacity(n);
+    for i in code {
+        match *i {
+            Insn::Load(k) => out.push(stmt(LD_W_ABS, k)),
+            Insn::Ret(k) => out.push(stmt(RET_K, k)),
+            Insn::JeqTo(k, l) => {
+                let here = out.len() + 1;
+                let jt = pos(l)
+                    .and_then(|p| p.checked_sub(here))
+                    .and_then(|d| u8::try_from(d).ok())
+                    .ok_or(SeccompError::BadLength {
+                        len: n,
+                        max: super::MAX_INSTRUCTIONS,
+                    })?;
+                out.push(super::bpf::jump(JEQ_K, k, jt, 0));
+            }
+            Insn::Here(_) => {}
+        }
+    }
+    Ok(out)
+}
+
+/// The program for `arch` (see the module docs).
+pub(super) fn program(arch: Arch) -> Result<Vec<SockFilter>, SeccompError> {
+    use Insn::*;
+    let nr = |name: &str| arch.nr(name).map(|n| n as u32);
+    let mut code: Vec<Insn> = Vec::new();
+    // With A = the syscall number:
+    for (name, to) in [
+        ("kill", Label::Kill),
+        ("fcntl", Label::Fcntl),
+        ("ioctl", Label::Ioctl),
+        ("pidfd_send_signal", Label::Enosys),
+    ] {
+        if let Some(n) = nr(name) {
+            code.push(JeqTo(n, to));
+        }
+    }
+    for name in NOTIFIED.iter().filter(|n| **n != "kill") {
+        if let Some(n) = nr(name) {
+            code.push(JeqTo(n, Label::Notify));
+        }
+    }
+    code.push(Ret(RET_ALLOW));
+    code.extend([
+        Here(Label::Kill),
+        Load(arg_low(0)),
+        JeqTo(0, Label::Allow),
+        JeqTo(u32::MAX, Label::Eperm),
+        Ret(RET_USER_NOTIF),
+        Here(Label::Fcntl),
+        Load(arg_low(1)),
+        JeqTo(F_SETOWN, Label::Notify),
+        JeqTo(F_SETOWN_EX, Label::Eperm),
+        Ret(RET_ALLOW),
+        Here(Label::Ioctl),
+        Load(arg_low(1)),
+        JeqTo(FIOSETOWN, Label::Eperm),
+        JeqTo(SIOCSPGRP, Label::Eperm),
+        Here(Label::Allow),
+        Ret(RET_ALLOW),
+        Here(Label::Notify),
+        Ret(RET_USER_NOTIF),
+        Here(Label::Eperm),
+        Ret(ret_errno(libc::EPERM)),
+        Here(Label::Enosys),
+        Ret(ret_errno(libc::ENOSYS)),
+    ]);
+    let mut prog = prologue(arch);
+    prog.extend(assemble(&code)?);
+    Ok(prog)
+}
+
+/// The signal filter, built in the parent before the clone; the command
+/// stage installs it with [`SignalFilter::install`].
+pub struct SignalFilter {
+    program: Vec<SockFilter>,
+}
+
+impl std::fmt::Debug for SignalFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SignalFilter")
+            .field("instructions", &self.program.len())
+            .finish()
+    }
+}
+
+/// Build the signal filter for this architecture. Call in the parent.
+pub fn signal_filter() -> Result<SignalFilter, SeccompError> {
+    let arch = Arch::native().ok_or(SeccompError::UnsupportedArch {
+        arch: std::env::consts::ARCH,
+    })?;
+    Ok(SignalFilter {
+        program: program(arch)?,
+    })
+}
+
+impl SignalFilter {
+    /// Install the filter on the calling thread with a new listener; the
+    /// listener's descriptor (close-on-exec) is returned, for the
+    /// supervisor. For the command stage, after the main program (which
+    /// set no_new_privs): raw system calls only, no allocation.
+    pub fn install(&self) -> Result<std::ffi::c_int, i32> {
+        crate::sys::raw::seccomp_install_flags(
+            &self.program,
+            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
+        )
+        .map(|fd| fd as std::ffi::c_int)
+    }
+
+    /// Number of BPF instructions.
+    pub fn instructions(&self) -> usize {
+        self.program.len()
+    }
+}
+
+/// Whether this process's children can get a signal filter with a listener:
+/// the kernel knows SECCOMP_RET_USER_NOTIF and the listener flag, and no
+/// filter capsule runs under already has a listener (EBUSY: capsule nested in
+/// another capsule on this path). Asked once per process, by installing a
+/// filter with a listener in a short-lived child (`sys::notify`).
+pub fn listener_available() -> Result<(), nix::errno::Errno> {
+    static PROBED: std::sync::OnceLock<Result<(), nix::errno::Errno>> = std::sync::OnceLock::new();
+    *PROBED.get_or_init(|| {
+        let arch = Arch::native().ok_or(nix::errno::Errno::ENOSYS)?;
+        let prog = program(arch).map_err(|_| nix::errno::Errno::EINVAL)?;
+        crate::sys::notify::probe_listener(&prog)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::arch::{AUDIT_ARCH_AARCH64, AUDIT_ARCH_X86_64, X32_SYSCALL_BIT};
+    use super::super::bpf::{run, run_stacked, Data, RET_KILL_PROCESS};
+    use super::*;
+
+    fn audit(arch: Arch) -> u32 {
+        match arch {
+            Arch::X86_64 => AUDIT_ARCH_X86_64,
+            Arch::Aarch64 => AUDIT_ARCH_AARCH64,
+        }
+    }
+
+    fn decide(arch: Arch, name: &str, args: [u64; 6]) -> u32 {
+        let p = program(arch).unwrap();
+        let nr = arch.nr(name).unwrap_or_else(|| panic!("{name}")) as u32;
+        run(
+            &p,
+            &Data {
+                nr,
+                arch: audit(arch),
+                args,
+            },
+        )
+    }
+
+    fn a(x: &[u64]) -> [u64; 6] {
+        let mut out = [0u64; 6];
+        out[..x.len()].copy_from_slice(x);
+        out
+    }
+
+    const EPERM: u32 = ret_errno(libc::EPERM);
+    const ENOSYS: u32 = ret_errno(libc::ENOSYS);
+    const NEG1: u64 = 0xffff_ffff;
+
+    #[test]
+    fn decisions_per_syscall_on_both_architectures() {
+        for arch in [Arch::X86_64, Arch::Aarch64] {
+            // kill: own group allowed, everyone refused, a pid or group checked.
+            assert_eq!(decide(arch, "kill", a(&[0, 9])), RET_ALLOW);
+            assert_eq!(decide(arch, "kill", a(&[NEG1, 9])), EPERM);
+            assert_eq!(decide(arch, "kill", a(&[u64::MAX, 0])), EPERM);
+            assert_eq!(decide(arch, "kill", a(&[1234, 9])), RET_USER_NOTIF);
+            assert_eq!(decide(arch, "kill", a(&[0xffff_fb2e, 9])), RET_USER_NOTIF);
+            // High bits are ignored by the kernel (pid_t), and so here.
+            assert_eq!(decide(arch, "kill", a(&[1 << 32, 9])), RET_ALLOW);
+            assert_eq!(decide(arch, "kill", a(&[0xdead_0000_ffff_ffff, 9])), EPERM);
+            for name in ["tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"] {
+                for pid in [0, 1, 1234, NEG1] {
+                    assert_eq!(
+                        decide(arch, name, a(&[pid, pid, 9])),
+                        RET_USER_NOTIF,
+                        "{name}"
+                    );
+                }
+            }
+            assert_eq!(decide(arch, "pidfd_send_signal", a(&[3, 9])), ENOSYS);
+            // fcntl: only the owner commands.
+            let fcntl = |cmd: u64, arg: u64| decide(arch, "fcntl", a(&[3, cmd, arg]));
+            assert_eq!(fcntl(u64::from(F_SETOWN), 1234), RET_USER_NOTIF);
+            assert_eq!(fcntl(u64::from(F_SETOWN) | 1 << 32, 1234), RET_USER_NOTIF);
+            assert_eq!(fcntl(u64::from(F_SETOWN_EX), 0x1000), EPERM);
+            for cmd in [0, 1, 2, 3, 4, 9, 10, 16, 1024, 1030] {
+                assert_eq!(fcntl(cmd, 1234), RET_ALLOW, "fcntl cmd {cmd}");
+            }
+            let ioctl = |req: u64| decide(arch, "ioctl", a(&[3, req, 0x1000]));
+            assert_eq!(ioctl(u64::from(FIOSETOWN)), EPERM);
+            assert_eq!(ioctl(u64::from(SIOCSPGRP)), EPERM);
+            assert_eq!(ioctl(u64::from(SIOCSPGRP) | 0xffff_ffff_0000_0000), EPERM);
+            for req in [0x5401u64, 0x8903, 0x8904, 0x5421, 0x541b] {
+                assert_eq!(ioctl(req), RET_ALLOW, "ioctl {req:#x}");
+            }
+            for name in ["getpid", "read", "write", "openat", "clone", "execve"] {
+                assert_eq!(decide(arch, name, a(&[1234, 8, 1234])), RET_ALLOW, "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn foreign_abis_are_killed() {
+        let p = program(Arch::X86_64).unwrap();
+        let kill = Arch::X86_64.nr("kill").unwrap() as u32;
+        let go = |arch: u32, nr: u32| {
+            run(
+                &p,
+                &Data {
+                    nr,
+                    arch,
+                    args: [1234, 9, 0, 0, 0, 0],
+                },
+            )
+        };
+        // i386 kill (37) through int 0x80.
+        assert_eq!(go(3 | 0x4000_0000, 37), RET_KILL_PROCESS);
+        assert_eq!(
+            go(AUDIT_ARCH_X86_64, kill | X32_SYSCALL_BIT),
+            RET_KILL_PROCESS
+        );
+        assert_eq!(go(AUDIT_ARCH_X86_64, u32::MAX), RET_ALLOW);
+        let p = program(Arch::Aarch64).unwrap();
+        let kill = Arch::Aarch64.nr("kill").unwrap() as u32;
+        assert_eq!(
+            run(
+                &p,
+                &Data {
+                    nr: kill,
+                    arch: AUDIT_ARCH_X86_64,
+                    args: [1234, 9, 0, 0, 0, 0],
+                }
+            ),
+            RET_KILL_PROCESS
+        );
+    }
+
+    #[test]
+    fn the_main_program_still_wins_where_it_is_stricter() {
+        // Stacked with the main program, an ERRNO or KILL of the main program
+        // beats USER_NOTIF and ALLOW here.
+        for arch in [Arch::X86_64, Arch::Aarch64] {
+            let opts = super::super::SeccompOptions {
+                net: crate::policy::NetMode::None,
+                allow_unix_sockets: false,
+                private_ipc: false,
+                private_pid: false,
+                memfd_noexec_seal: false,
+            };
+            let main = super::super::compile::compile(arch, &opts).unwrap().program;
+            let sig = program(arch).unwrap();
+            let stack = [main.clone(), sig.clone()];
+            let data = |name: &str, args: [u64; 6]| Data {
+                nr: arch.nr(name).unwrap() as u32,
+                arch: audit(arch),
+                args,
+            };
+            // ptrace: EPERM from the main program.
+            assert_eq!(run_stacked(&stack, &data("ptrace", a(&[16, 1]))), EPERM);
+            // kill(pid): the main program allows, this one notifies.
+            assert_eq!(
+                run_stacked(&stack, &data("kill", a(&[1234, 9]))),
+                RET_USER_NOTIF
+            );
+            // An unknown syscall number: ENOSYS from the main program.
+            let unknown = Data {
+                nr: 1000,
+                arch: audit(arch),
+                args: [0; 6],
+            };
+            assert_eq!(run_stacked(&stack, &unknown), ENOSYS);
+            // Every syscall the main program refuses stays refused.
+            for nr in 0..600u32 {
+                let d = Data {
+                    nr,
+                    arch: audit(arch),
+                    args: [1234, 8, 1234, 0, 0, 0],
+                };
+                let alone = run(&main, &d);
+                if alone != RET_ALLOW {
+                    assert_eq!(run_stacked(&stack, &d), alone, "nr {nr}");
+                }
+            }
+        }
+    }
+
+    /// In the kernel, with no listener left (the filter's descriptor closes
+    /// at exec here, as it does if capsule's guard goes away): every checked
+    /// call fails with ENOSYS, the ones decided in BPF keep their answers.
+    #[test]
+    fn without_a_listener_the_checked_calls_fail_closed() {
+        if listener_available().is_err() {
+            eprintln!("SKIP: no seccomp listener here (nested under one?)");
+            return;
+        }
+        let opts = super::super::SeccompOptions {
+            net: crate::policy::NetMode::None,
+            allow_unix_sockets: false,
+            private_ipc: false,
+            private_pid: false,
+            memfd_noexec_seal: false,
+        };
+        let main = super::super::build(&opts).unwrap();
+        let sig = signal_filter().unwrap();
+        let script = r#"
+import ctypes, errno, os, socket, struct
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def sc(nr, *a):
+    ctypes.set_errno(0)
+    r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(x) for x in a])
+    return "ok" if r >= 0 else errno.errorcode[ctypes.get_errno()]
+N = NUMBERS
+pp = os.getppid()
+s, t = socket.socketpair()
+arg = ctypes.c_int(pp)
+out = [
+    sc(N["kill"], pp, 0), sc(N["kill"], 0, 0), sc(N["kill"], -1, 0),
+    sc(N["tkill"], os.getpid(), 0), sc(N["tgkill"], os.getpid(), os.getpid(), 0),
+    sc(N["pidfd_send_signal"], 0, 0, 0, 0),
+    sc(N["fcntl"], s.fileno(), 8, pp), sc(N["fcntl"], s.fileno(), 3, 0),
+    sc(N["ioctl"], s.fileno(), 0x8901, ctypes.addressof(arg)),
+]
+print(" ".join(out))
+"#;
+        let arch = Arch::native().unwrap();
+        let numbers: Vec<String> = [
+            "kill",
+            "tkill",
+            "tgkill",
+            "pidfd_send_signal",
+            "fcntl",
+            "ioctl",
+        ]
+        .iter()
+        .map(|n| format!("\"{n}\": {}", arch.nr(n).unwrap()))
+        .collect();
+        let script = script.replace("NUMBERS", &format!("{{{}}}", numbers.join(", ")));
+        let mut cmd = std::process::Command::new("python3");
+        cmd.args(["-c", &script]).stdin(std::process::Stdio::null());
+        crate::sys::pre_exec_for_tests(&mut cmd, move || {
+            main.install().map_err(std::io::Error::from)?;
+            sig.install()
+                .map(drop)
+                .map_err(std::io::Error::from_raw_os_error)
+        });
+        let out = cmd.output().expect("python3");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            stdout.trim(),
+            "ENOSYS ok EPERM ENOSYS ENOSYS ENOSYS ENOSYS ok EPERM",
+            "stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

@@ -1,0 +1,227 @@
+//! The truncate guard: truncate protection where neither Landlock's truncate
+//! right (ABI 3, Linux 6.2) nor the run's read-only view exists (Landlock ABI
+//! 1 or 2 without a mount namespace: Debian 12's 6.1 or Ubuntu 22.04's 5.15
+//! where user namespaces are off).
+//!
+//! Landlock before ABI 3 checks a file's opening, not its truncation: the
+//! path-based `truncate(2)` needs no right at all, and `open(O_RDONLY |
+//! O_TRUNC)` needs only the read right, yet empties the file. Every other way
+//! to shorten a file goes through a descriptor opened for writing
+//! (`ftruncate`, `fallocate`, `O_WRONLY | O_TRUNC`, `O_RDWR | O_TRUNC`,
+//! `creat`), which Landlock's write right already governs. So this small
+//! second program, installed right after the main one, refuses:
+//!
+//! ```text
+//! foreign ABI, x32 number                     KILL_PROCESS (as the main program)
+//! truncate(path, _)                           EPERM   seccomp cannot read the path
+//! open(_, flags), openat(_, _, flags)
+//!   with O_TRUNC and O_RDONLY                 EPERM   truncation without write access
+//! openat2                                     ENOSYS  the flags are behind a pointer
+//!                                                     (glibc and Python never call it;
+//!                                                     callers fall back to openat)
+//! anything else                               ALLOW   (the main program decides)
+//! ```
+//!
+//! The price: `truncate()` by path fails even inside a write grant (use
+//! `ftruncate()` on a descriptor opened for writing, which coreutils'
+//! `truncate` and every database do); the result lists it as a limitation.
+
+use super::arch::prologue;
+use super::bpf::{
+    arg_low, jump, ret_errno, stmt, SockFilter, JEQ_K, JSET_K, LD_W_ABS, RET_ALLOW, RET_K,
+};
+use super::table::Arch;
+use super::SeccompError;
+
+/// `O_TRUNC` and `O_ACCMODE` (asm-generic/fcntl.h; the same on x86_64 and aarch64).
+pub const O_TRUNC: u32 = 0o1000;
+pub const O_ACCMODE: u32 = 0o3;
+
+/// What the result says when the guard is in force.
+pub const LIMITATION: &str =
+    "truncate protection by seccomp (Landlock ABI 1-2 and no mount namespace): \
+     truncate() by path fails with EPERM even inside write grants, and open(O_RDONLY|O_TRUNC) too; \
+     ftruncate() on a descriptor opened for writing works";
+
+/// The program for `arch` (see the module docs).
+pub(super) fn program(arch: Arch) -> Result<Vec<SockFilter>, SeccompError> {
+    let nr = |name: &str| arch.nr(name).map(|n| n as u32);
+    // The open calls this architecture has, with the index of their flags.
+    let opens: Vec<(u32, u8)> = [("open", 1u8), ("openat", 2)]
+        .into_iter()
+        .filter_map(|(n, a)| nr(n).map(|x| (x, a)))
+        .collect();
+    enum To {
+        Eperm,
+        Enosys,
+        Check(usize),
+    }
+    let mut dispatch: Vec<(u32, To)> = Vec::new();
+    if let Some(n) = nr("truncate") {
+        dispatch.push((n, To::Eperm));
+    }
+    if let Some(n) = nr("openat2") {
+        dispatch.push((n, To::Enosys));
+    }
+    for (i, (n, _)) in opens.iter().enumerate() {
+        dispatch.push((*n, To::Check(i)));
+    }
+    // Layout after the prologue: the dispatch jumps, `return ALLOW`, one
+    // block of four per open call, then ALLOW, EPERM and ENOSYS.
+    let d = dispatch.len();
+    let check_at = |i: usize| d + 1 + 4 * i;
+    let allow_at = d + 1 + 4 * opens.len();
+    let eperm_at = allow_at + 1;
+    let enosys_at = allow_at + 2;
+    let off = |from: usize, to: usize| -> Result<u8, SeccompError> {
+        to.checked_sub(from + 1)
+            .and_then(|x| u8::try_from(x).ok())
+            .ok_or(SeccompError::BadLength {
+                len: enosys_at + 1,
+                max: super::MAX_INSTRUCTIONS,
+            })
+    };
+    let mut code = Vec::with_capacity(enosys_at + 1);
+    for (pc, (n, to)) in dispatch.iter().enumerate() {
+        let target = match to {
+            To::Eperm => eperm_at,
+            To::Enosys => enosys_at,
+            To::Check(i) => check_at(*i),
+        };
+        code.push(jump(JEQ_K, *n, off(pc, target)?, 0));
+    }
+    code.push(stmt(RET_K, RET_ALLOW));
+    for (_, arg) in &opens {
+        let pc = code.len();
+        code.push(stmt(LD_W_ABS, arg_low(*arg)));
+        // No O_TRUNC: allowed. O_TRUNC with write access: Landlock's write right decides.
+        code.push(jump(JSET_K, O_TRUNC, 0, off(pc + 1, allow_at)?));
+        code.push(jump(JSET_K, O_ACCMODE, off(pc + 2, allow_at)?, 0));
+        code.push(stmt(RET_K, ret_errno(libc::EPERM)));
+    }
+    code.push(stmt(RET_K, RET_ALLOW));
+    code.push(stmt(RET_K, ret_errno(libc::EPERM)));
+    code.push(stmt(RET_K, ret_errno(libc::ENOSYS)));
+    let mut prog = prologue(arch);
+    prog.extend(code);
+    Ok(prog)
+}
+
+/// The truncate guard, built in the parent before the clone; the command
+/// stage installs it with [`TruncateGuard::install`].
+pub struct TruncateGuard {
+    program: Vec<SockFilter>,
+}
+
+impl std::fmt::Debug for TruncateGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TruncateGuard")
+            .field("instructions", &self.program.len())
+            .finish()
+    }
+}
+
+/// Build the truncate guard for this architecture. Call in the parent.
+pub fn truncate_guard() -> Result<TruncateGuard, SeccompError> {
+    let arch = Arch::native().ok_or(SeccompError::UnsupportedArch {
+        arch: std::env::consts::ARCH,
+    })?;
+    Ok(TruncateGuard {
+        program: program(arch)?,
+    })
+}
+
+impl TruncateGuard {
+    /// Install the filter on the calling thread. For the command stage,
+    /// after the main program (which set no_new_privs): raw system calls
+    /// only, no allocation.
+    pub fn install(&self) -> Result<(), i32> {
+        crate::sys::raw::seccomp_install_flags(&self.program, 0).map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::arch::{AUDIT_ARCH_AARCH64, AUDIT_ARCH_X86_64, X32_SYSCALL_BIT};
+    use super::super::bpf::{run, Data, RET_KILL_PROCESS};
+    use super::*;
+
+    fn audit(arch: Arch) -> u32 {
+        match arch {
+            Arch::X86_64 => AUDIT_ARCH_X86_64,
+            Arch::Aarch64 => AUDIT_ARCH_AARCH64,
+        }
+    }
+
+    fn decide(arch: Arch, name: &str, args: [u64; 6]) -> u32 {
+        let p = program(arch).unwrap();
+        let nr = arch.nr(name).unwrap_or_else(|| panic!("{name}")) as u32;
+        run(
+            &p,
+            &Data {
+                nr,
+                arch: audit(arch),
+                args,
+            },
+        )
+    }
+
+    const EPERM: u32 = ret_errno(libc::EPERM);
+    const ENOSYS: u32 = ret_errno(libc::ENOSYS);
+    const RDONLY: u64 = 0;
+    const WRONLY: u64 = 1;
+    const RDWR: u64 = 2;
+    const TRUNC: u64 = O_TRUNC as u64;
+    const CREAT: u64 = 0o100;
+    const CLOEXEC: u64 = 0o2000000;
+
+    #[test]
+    fn decisions_per_syscall_on_both_architectures() {
+        for arch in [Arch::X86_64, Arch::Aarch64] {
+            let at = |flags: u64| decide(arch, "openat", [u64::MAX - 99, 0, flags, 0o644, 0, 0]);
+            assert_eq!(decide(arch, "truncate", [0, 0, 0, 0, 0, 0]), EPERM);
+            assert_eq!(decide(arch, "openat2", [0; 6]), ENOSYS);
+            assert_eq!(at(RDONLY | TRUNC), EPERM, "{arch:?}");
+            assert_eq!(at(RDONLY | TRUNC | CLOEXEC), EPERM);
+            assert_eq!(at(RDONLY), RET_ALLOW);
+            assert_eq!(at(RDONLY | CLOEXEC | CREAT), RET_ALLOW);
+            assert_eq!(at(WRONLY | TRUNC | CREAT), RET_ALLOW);
+            assert_eq!(at(RDWR | TRUNC), RET_ALLOW);
+            // The kernel reads the flags as 32 bits: a high word changes nothing.
+            assert_eq!(at((1 << 40) | RDONLY | TRUNC), EPERM);
+            assert_eq!(at((1 << 40) | WRONLY | TRUNC), RET_ALLOW);
+            for other in ["ftruncate", "read", "write", "close", "fallocate"] {
+                assert_eq!(
+                    decide(arch, other, [3, 0, 0, 0, 0, 0]),
+                    RET_ALLOW,
+                    "{other}"
+                );
+            }
+        }
+        let open = |flags: u64| decide(Arch::X86_64, "open", [0, flags, 0o644, 0, 0, 0]);
+        assert_eq!(open(RDONLY | TRUNC), EPERM);
+        assert_eq!(open(WRONLY | TRUNC), RET_ALLOW);
+        assert_eq!(open(RDONLY), RET_ALLOW);
+        assert_eq!(
+            decide(Arch::X86_64, "creat", [0, 0o644, 0, 0, 0, 0]),
+            RET_ALLOW
+        );
+    }
+
+    #[test]
+    fn foreign_abis_are_killed_as_by_the_main_program() {
+        let p = program(Arch::X86_64).unwrap();
+        let x32 = Data {
+            nr: X32_SYSCALL_BIT | 2,
+            arch: AUDIT_ARCH_X86_64,
+            args: [0, TRUNC, 0, 0, 0, 0],
+        };
+        assert_eq!(run(&p, &x32), RET_KILL_PROCESS);
+        let i386 = Data {
+            nr: 92, // truncate on i386
+            arch: 0x4000_0003,
+            args: [0; 6],
+        };
+        assert_eq!(run(&p, &i386), RET_KILL_PROCESS);
+    }
+}
