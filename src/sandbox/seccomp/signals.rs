@@ -196,11 +196,6 @@ impl SignalFilter {
         )
         .map(|fd| fd as std::ffi::c_int)
     }
-
-    /// Number of BPF instructions.
-    pub fn instructions(&self) -> usize {
-        self.program.len()
-    }
 }
 
 /// Whether this process's children can get a signal filter with a listener:
