@@ -2,15 +2,19 @@
 # The guest side of scripts/kernel-matrix (started by /sbin/km-init as PID 1):
 # set the machine up like a plain host, apply the scenario, then run the checks
 # (or the `boot` command) once as root and once as uid/gid 65534. Everything
-# the host reads comes out on ttyS1 between @@@ markers.
+# the host reads comes out on a second serial port between @@@ markers.
 export PATH=/opt/capsule/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 mount -t sysfs sysfs /sys
 mkdir -p /dev/pts /dev/shm; mount -t devpts -o gid=5,mode=620 devpts /dev/pts; mount -t tmpfs -o mode=1777 shm /dev/shm
 mount -t tmpfs -o mode=1777 tmpfs /tmp; mount -t tmpfs -o mode=0755 tmpfs /run
 mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null; mount -t securityfs securityfs /sys/kernel/security 2>/dev/null
 busybox ip link set lo up; busybox hostname capsule-guest
-busybox stty -F /dev/ttyS1 raw -echo 115200 2>/dev/null
-exec 3>/dev/ttyS1
+# the results go to a second serial port: ttyS1 on x86 (the console is ttyS0); arm64's `virt`
+# board has one PL011 for the console, so the host adds a PCI 16550 and says `km.out=ttyS0`
+out=ttyS1
+for a in $(cat /proc/cmdline); do case $a in km.out=*) out=${a#km.out=};; esac; done
+busybox stty -F /dev/$out raw -echo 115200 2>/dev/null
+exec 3>/dev/$out
 say() { echo "$*" >&3; }
 # `systemd-run --scope` as systemd does it, for a guest whose PID 1 is a shell (scenario `session`): the scope's
 # cgroup under the slice (with -p Delegate=yes: memory+pids enabled on the slices above it and trusted.delegate=1, as
@@ -143,7 +147,8 @@ os.setxattr("system.slice/km-65534.scope", "user.delegate", b"1")'
     cd /;;
 esac
 say "@@@ HEADER"
-{ echo "uname: $(uname -r) $(uname -v)"; echo "cmdline: $(cat /proc/cmdline)"
+{ echo "uname: $(uname -r) $(uname -v)"; echo "machine: $(uname -m)"; echo "cmdline: $(cat /proc/cmdline)"
+  echo "capsule_version: $(/opt/capsule/bin/capsule --version 2>&1 | head -1)"
   echo "root: $(awk '$2=="/"{print $1" "$3}' /proc/mounts | tail -1)"
   echo "scenario: $scenario"
   echo "lsm: $(cat /sys/kernel/security/lsm 2>/dev/null || echo '(securityfs unavailable)')"

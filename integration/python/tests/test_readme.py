@@ -48,6 +48,14 @@ RUN_ELSEWHERE = {
     'scripts/kernel-matrix setup && scripts/kernel-matrix': "scripts/kernel-matrix (boots kernels under qemu)",
     'scripts/kernel-matrix --capsule PATH --kernels deb12-6.1,u2204-5.15': "scripts/kernel-matrix (boots kernels under qemu)",
     'scripts/kernel-matrix --ci': "scripts/kernel-matrix (boots kernels under qemu)",
+    # aarch64: the toolchain .ci/run installs; the build and the arm64 guests are by hand (tens of
+    # minutes under TCG); CI cross-checks with clippy (scripts/test, section 0b).
+    "rustup target add aarch64-unknown-linux-gnu && apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross":
+    ".ci/run (installs both for scripts/test's aarch64 cross-check)",
+    "cargo build --release --target aarch64-unknown-linux-gnu": "scripts/kernel-matrix's arm64 kernels take it "
+    "(by hand; CI: the clippy cross-check of scripts/test, section 0b)",
+    "scripts/kernel-matrix setup --arch arm64 && scripts/kernel-matrix --kernels deb12-6.1-arm64,deb13-6.12-arm64":
+    "scripts/kernel-matrix (boots arm64 kernels under qemu-system-aarch64)",
     # Benchmarks: minutes of measurement on an idle machine, not a test.
     "scripts/bench": "not run by the suite (a benchmark)",
     "sudo scripts/bench-phases": "not run by the suite (a benchmark; needs perf uprobes)",

@@ -10,6 +10,7 @@
 //! print what they saw; Python raises (exit 1) on a mismatch.
 
 use std::collections::BTreeMap;
+#[cfg(target_arch = "x86_64")] // status.signal(): only the x32 and int 0x80 tests
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Output, Stdio};
 
