@@ -65,6 +65,10 @@ impl Probe {
     fn detect() -> Probe {
         let landlock = crate::sys::landlock_abi_version();
         let (namespaces, userns_blocked_by) = probe_namespaces();
+        // The run's view needs mount_setattr (Linux 5.12): an older kernel
+        // (Debian 11's 5.10, which has no Landlock either) takes the
+        // no-namespace path rather than failing at the mount.
+        let namespaces = namespaces && crate::sys::mount_setattr_available();
         Probe {
             landlock_abi: lowered(
                 *landlock.as_ref().unwrap_or(&0),

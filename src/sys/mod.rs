@@ -238,6 +238,26 @@ pub fn landlock_abi_version() -> Result<u32, Errno> {
     }
 }
 
+/// Whether the kernel has `mount_setattr(2)` (Linux 5.12+), which the run's
+/// view needs to make the host read-only recursively: asked with a bad
+/// descriptor and no attributes, which fails with ENOSYS only where the call
+/// does not exist (EBADF or EINVAL elsewhere) and changes nothing.
+pub fn mount_setattr_available() -> bool {
+    // SAFETY: dirfd -1, an empty path, no flags, a NULL attribute pointer and
+    // size 0: the kernel rejects the call before it reads any memory of ours.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            -1 as libc::c_int,
+            c"".as_ptr(),
+            0 as libc::c_uint,
+            std::ptr::null::<libc::c_void>(),
+            0 as libc::size_t,
+        )
+    };
+    !(rc == -1 && Errno::last() == Errno::ENOSYS)
+}
+
 /// Whether seccomp filter mode with SECCOMP_RET_KILL_PROCESS exists (asked
 /// once, by `kernel::probe`). Two syscalls that install nothing:
 /// `SECCOMP_GET_ACTION_AVAIL` (4.14+, EOPNOTSUPP for an unknown action,
