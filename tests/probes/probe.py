@@ -8,14 +8,16 @@ Every operation prints exactly one JSON line on stdout, flushed at once:
   {"op": NAME, "ok": false, "errno": "EACCES", "error": "..."}
   {"op": NAME, "ok": false, "errno": null, "exc": "MemoryError", "error": "..."}
 so the tests can assert that an attempt failed AND why. The syscall numbers are
-x86_64's. Nothing here talks to anything but loopback, and it only signals the
-pids it is given.
+the machine's own (x86_64 or aarch64; any other machine fails at import, rather
+than calling whatever another architecture's number means there). Nothing here
+talks to anything but loopback, and it only signals the pids it is given.
 """
 
 import ctypes
 import errno
 import json
 import os
+import platform
 import signal
 import socket
 import subprocess
@@ -26,37 +28,72 @@ libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
 
 NR = {
-    "getpid": 39,
-    "ioctl": 16,
-    "clone": 56,
-    "ptrace": 101,
-    "personality": 135,
-    "pivot_root": 155,
-    "chroot": 161,
-    "mount": 165,
-    "umount2": 166,
-    "delete_module": 176,
-    "init_module": 175,
-    "kexec_load": 246,
-    "add_key": 248,
-    "request_key": 249,
-    "keyctl": 250,
-    "unshare": 272,
-    "perf_event_open": 298,
-    "setns": 308,
-    "process_vm_readv": 310,
-    "finit_module": 313,
-    "bpf": 321,
-    "userfaultfd": 323,
-    "io_uring_setup": 425,
-    "io_uring_enter": 426,
-    "io_uring_register": 427,
-    "open_tree": 428,
-    "move_mount": 429,
-    "fsopen": 430,
-    "fsmount": 432,
-    "clone3": 435,
-}
+    "x86_64": {
+        "getpid": 39,
+        "ioctl": 16,
+        "clone": 56,
+        "ptrace": 101,
+        "personality": 135,
+        "pivot_root": 155,
+        "chroot": 161,
+        "mount": 165,
+        "umount2": 166,
+        "delete_module": 176,
+        "init_module": 175,
+        "kexec_load": 246,
+        "add_key": 248,
+        "request_key": 249,
+        "keyctl": 250,
+        "unshare": 272,
+        "perf_event_open": 298,
+        "setns": 308,
+        "process_vm_readv": 310,
+        "finit_module": 313,
+        "bpf": 321,
+        "userfaultfd": 323,
+        "io_uring_setup": 425,
+        "io_uring_enter": 426,
+        "io_uring_register": 427,
+        "open_tree": 428,
+        "move_mount": 429,
+        "fsopen": 430,
+        "fsmount": 432,
+        "clone3": 435,
+    },
+    # the generic table (asm-generic/unistd.h), as src/sandbox/seccomp/syscalls_aarch64.rs
+    "aarch64": {
+        "getpid": 172,
+        "ioctl": 29,
+        "clone": 220,
+        "ptrace": 117,
+        "personality": 92,
+        "pivot_root": 41,
+        "chroot": 51,
+        "mount": 40,
+        "umount2": 39,
+        "delete_module": 106,
+        "init_module": 105,
+        "kexec_load": 104,
+        "add_key": 217,
+        "request_key": 218,
+        "keyctl": 219,
+        "unshare": 97,
+        "perf_event_open": 241,
+        "setns": 268,
+        "process_vm_readv": 270,
+        "finit_module": 273,
+        "bpf": 280,
+        "userfaultfd": 282,
+        "io_uring_setup": 425,
+        "io_uring_enter": 426,
+        "io_uring_register": 427,
+        "open_tree": 428,
+        "move_mount": 429,
+        "fsopen": 430,
+        "fsmount": 432,
+        "clone3": 435,
+    },
+}[platform.machine()]
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
