@@ -369,7 +369,7 @@ pub(crate) fn command_main(spec: &'static ChildSpec) -> c_int {
     // before exec: a process of the run that held it could answer its own
     // calls. The kernel made it close-on-exec; it is closed here anyway.
     if let Some(sig) = &spec.signal_filter {
-        let fd = match sig.install() {
+        let fd = match sig.install_with_listener() {
             Ok(fd) => fd,
             Err(e) => fail(spec, Stage::SignalFilter, e),
         };

@@ -31,6 +31,7 @@
 
 use super::arch::prologue;
 use super::bpf::{arg_low, ret_errno, stmt, SockFilter, JEQ_K, LD_W_ABS, RET_ALLOW, RET_K};
+use super::install::StackedFilter;
 use super::table::Arch;
 use super::SeccompError;
 
@@ -161,41 +162,12 @@ pub(super) fn program(arch: Arch) -> Result<Vec<SockFilter>, SeccompError> {
 }
 
 /// The signal filter, built in the parent before the clone; the command
-/// stage installs it with [`SignalFilter::install`].
-pub struct SignalFilter {
-    program: Vec<SockFilter>,
-}
-
-impl std::fmt::Debug for SignalFilter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SignalFilter")
-            .field("instructions", &self.program.len())
-            .finish()
-    }
-}
+/// stage installs it with [`StackedFilter::install_with_listener`].
+pub type SignalFilter = StackedFilter;
 
 /// Build the signal filter for this architecture. Call in the parent.
 pub fn signal_filter() -> Result<SignalFilter, SeccompError> {
-    let arch = Arch::native().ok_or(SeccompError::UnsupportedArch {
-        arch: std::env::consts::ARCH,
-    })?;
-    Ok(SignalFilter {
-        program: program(arch)?,
-    })
-}
-
-impl SignalFilter {
-    /// Install the filter on the calling thread with a new listener; the
-    /// listener's descriptor (close-on-exec) is returned, for the
-    /// supervisor. For the command stage, after the main program (which
-    /// set no_new_privs): raw system calls only, no allocation.
-    pub fn install(&self) -> Result<std::ffi::c_int, i32> {
-        crate::sys::raw::seccomp_install_flags(
-            &self.program,
-            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
-        )
-        .map(|fd| fd as std::ffi::c_int)
-    }
+    StackedFilter::native("SignalFilter", program)
 }
 
 /// Whether this process's children can get a signal filter with a listener:

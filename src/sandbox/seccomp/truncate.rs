@@ -30,6 +30,7 @@ use super::arch::prologue;
 use super::bpf::{
     arg_low, jump, ret_errno, stmt, SockFilter, JEQ_K, JSET_K, LD_W_ABS, RET_ALLOW, RET_K,
 };
+use super::install::StackedFilter;
 use super::table::Arch;
 use super::SeccompError;
 
@@ -108,36 +109,12 @@ pub(super) fn program(arch: Arch) -> Result<Vec<SockFilter>, SeccompError> {
 }
 
 /// The truncate guard, built in the parent before the clone; the command
-/// stage installs it with [`TruncateGuard::install`].
-pub struct TruncateGuard {
-    program: Vec<SockFilter>,
-}
-
-impl std::fmt::Debug for TruncateGuard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TruncateGuard")
-            .field("instructions", &self.program.len())
-            .finish()
-    }
-}
+/// stage installs it with [`StackedFilter::install`].
+pub type TruncateGuard = StackedFilter;
 
 /// Build the truncate guard for this architecture. Call in the parent.
 pub fn truncate_guard() -> Result<TruncateGuard, SeccompError> {
-    let arch = Arch::native().ok_or(SeccompError::UnsupportedArch {
-        arch: std::env::consts::ARCH,
-    })?;
-    Ok(TruncateGuard {
-        program: program(arch)?,
-    })
-}
-
-impl TruncateGuard {
-    /// Install the filter on the calling thread. For the command stage,
-    /// after the main program (which set no_new_privs): raw system calls
-    /// only, no allocation.
-    pub fn install(&self) -> Result<(), i32> {
-        crate::sys::raw::seccomp_install_flags(&self.program, 0).map(|_| ())
-    }
+    StackedFilter::native("TruncateGuard", program)
 }
 
 #[cfg(test)]
