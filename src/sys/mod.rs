@@ -238,6 +238,23 @@ pub fn landlock_abi_version() -> Result<u32, Errno> {
     }
 }
 
+/// Whether the kernel knows the seccomp return `action`
+/// (`SECCOMP_GET_ACTION_AVAIL`, 4.14+): Ok, or the kernel's errno
+/// (EOPNOTSUPP for an unknown action, EINVAL/ENOSYS before 4.14).
+pub fn seccomp_action_available(action: u32) -> Result<(), Errno> {
+    // SAFETY: SECCOMP_GET_ACTION_AVAIL reads one u32 through the pointer,
+    // which points at a live local; it changes no state.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_GET_ACTION_AVAIL,
+            0 as libc::c_uint,
+            &action as *const u32,
+        )
+    };
+    Errno::result(rc).map(drop)
+}
+
 /// Whether the kernel has `mount_setattr(2)` (Linux 5.12+), which the run's
 /// view needs to make the host read-only recursively: asked with a bad
 /// descriptor and no attributes, which fails with ENOSYS only where the call
@@ -266,18 +283,7 @@ pub fn mount_setattr_available() -> bool {
 /// where filter mode exists (CONFIG_SECCOMP_FILTER) and EINVAL where it does
 /// not.
 pub fn seccomp_filter_mode_available() -> bool {
-    let action: u32 = libc::SECCOMP_RET_KILL_PROCESS;
-    // SAFETY: SECCOMP_GET_ACTION_AVAIL reads one u32 through the pointer,
-    // which points at a live local; it changes no state.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_seccomp,
-            libc::SECCOMP_GET_ACTION_AVAIL,
-            0 as libc::c_uint,
-            &action as *const u32,
-        )
-    };
-    if rc != 0 {
+    if seccomp_action_available(libc::SECCOMP_RET_KILL_PROCESS).is_err() {
         return false;
     }
     // SAFETY: a NULL program pointer: the kernel's copy_from_user fails with

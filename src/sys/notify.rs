@@ -199,17 +199,7 @@ extern "C" fn probe_entry(arg: *mut c_void) -> c_int {
 /// the kernel for SECCOMP_RET_USER_NOTIF, and wants Linux 5.5+ (the CONTINUE
 /// answer). EBUSY: a filter this process runs under already has a listener.
 pub fn probe_listener(prog: &[SockFilter]) -> Result<(), Errno> {
-    let action: u32 = libc::SECCOMP_RET_USER_NOTIF;
-    // SAFETY: SECCOMP_GET_ACTION_AVAIL reads one u32 through the pointer, our live local.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_seccomp,
-            libc::SECCOMP_GET_ACTION_AVAIL,
-            0 as libc::c_uint,
-            &action as *const u32,
-        )
-    };
-    Errno::result(rc)?;
+    super::seccomp_action_available(libc::SECCOMP_RET_USER_NOTIF)?;
     if !kernel_at_least(5, 5) {
         return Err(Errno::ENOSYS);
     }
