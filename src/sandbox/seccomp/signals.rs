@@ -186,16 +186,10 @@ pub fn listener_available() -> Result<(), nix::errno::Errno> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::arch::{AUDIT_ARCH_AARCH64, AUDIT_ARCH_X86_64, X32_SYSCALL_BIT};
+    use super::super::arch::{AUDIT_ARCH_X86_64, X32_SYSCALL_BIT};
     use super::super::bpf::{run, run_stacked, Data, RET_KILL_PROCESS};
+    use super::super::equivalence::audit_arch;
     use super::*;
-
-    fn audit(arch: Arch) -> u32 {
-        match arch {
-            Arch::X86_64 => AUDIT_ARCH_X86_64,
-            Arch::Aarch64 => AUDIT_ARCH_AARCH64,
-        }
-    }
 
     fn decide(arch: Arch, name: &str, args: [u64; 6]) -> u32 {
         let p = program(arch).unwrap();
@@ -204,7 +198,7 @@ mod tests {
             &p,
             &Data {
                 nr,
-                arch: audit(arch),
+                arch: audit_arch(arch),
                 args,
             },
         )
@@ -316,7 +310,7 @@ mod tests {
             let stack = [main.clone(), sig.clone()];
             let data = |name: &str, args: [u64; 6]| Data {
                 nr: arch.nr(name).unwrap() as u32,
-                arch: audit(arch),
+                arch: audit_arch(arch),
                 args,
             };
             // ptrace: EPERM from the main program.
@@ -329,7 +323,7 @@ mod tests {
             // An unknown syscall number: ENOSYS from the main program.
             let unknown = Data {
                 nr: 1000,
-                arch: audit(arch),
+                arch: audit_arch(arch),
                 args: [0; 6],
             };
             assert_eq!(run_stacked(&stack, &unknown), ENOSYS);
@@ -337,7 +331,7 @@ mod tests {
             for nr in 0..600u32 {
                 let d = Data {
                     nr,
-                    arch: audit(arch),
+                    arch: audit_arch(arch),
                     args: [1234, 8, 1234, 0, 0, 0],
                 };
                 let alone = run(&main, &d);

@@ -119,16 +119,10 @@ pub fn truncate_guard() -> Result<TruncateGuard, SeccompError> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::arch::{AUDIT_ARCH_AARCH64, AUDIT_ARCH_X86_64, X32_SYSCALL_BIT};
+    use super::super::arch::{AUDIT_ARCH_X86_64, X32_SYSCALL_BIT};
     use super::super::bpf::{run, Data, RET_KILL_PROCESS};
+    use super::super::equivalence::audit_arch;
     use super::*;
-
-    fn audit(arch: Arch) -> u32 {
-        match arch {
-            Arch::X86_64 => AUDIT_ARCH_X86_64,
-            Arch::Aarch64 => AUDIT_ARCH_AARCH64,
-        }
-    }
 
     fn decide(arch: Arch, name: &str, args: [u64; 6]) -> u32 {
         let p = program(arch).unwrap();
@@ -137,7 +131,7 @@ mod tests {
             &p,
             &Data {
                 nr,
-                arch: audit(arch),
+                arch: audit_arch(arch),
                 args,
             },
         )
