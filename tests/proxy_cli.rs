@@ -123,7 +123,7 @@ fn audit_record_counts_proxy_decisions() {
         }
         let mut cmd = assert_cmd::Command::new(capsule_bin());
         match v.path {
-            NetPath::Fallback => cmd.env("CAPSULE_NO_NAMESPACES", "1"),
+            NetPath::Fallback | NetPath::GuardFallback => cmd.env("CAPSULE_NO_NAMESPACES", "1"),
             NetPath::Netns => cmd.env_remove("CAPSULE_NO_NAMESPACES"),
         };
         let out = cmd

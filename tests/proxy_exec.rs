@@ -1,7 +1,8 @@
 //! `capsule exec --net proxy` end to end with real clients (curl, Python urllib) and
 //! origin servers on the host's loopback, on both paths (own network namespace, and the
-//! Landlock TCP fallback forced with CAPSULE_NO_NAMESPACES=1), as the invoking user and
-//! as `nobody`. Every case runs in all four variants.
+//! Landlock TCP fallback forced with CAPSULE_NO_NAMESPACES=1, and the same below Landlock
+//! ABI 4, where the seccomp network guard holds), as the invoking user and as `nobody`.
+//! Every case runs in all six variants.
 //!
 //! Loopback only. No case names a host that would need DNS: refusals of names happen
 //! before any resolution, and allowed targets are `localhost` or `127.0.0.1`.
@@ -44,6 +45,20 @@ macro_rules! matrix {
                 run(Variant {
                     who: Who::Nobody,
                     path: NetPath::Fallback,
+                })
+            }
+            #[test]
+            fn invoker_guard() {
+                run(Variant {
+                    who: Who::Invoker,
+                    path: NetPath::GuardFallback,
+                })
+            }
+            #[test]
+            fn nobody_guard() {
+                run(Variant {
+                    who: Who::Nobody,
+                    path: NetPath::GuardFallback,
                 })
             }
             fn run(v: Variant) {
@@ -281,6 +296,111 @@ fn direct_connections_fail(v: Variant) {
     assert_eq!(r.proxy_counter("allowed"), 0, "{}", r.describe());
 }
 matrix!(direct_connections_fail);
+
+const SIDE_DOORS_PY: &str = r#"
+import socket, sys, threading, errno
+other = int(sys.argv[1])
+def attempt(what, fn):
+    try:
+        r = fn()
+        print(what, "succeeded", r)
+    except OSError as e:
+        print(what, "failed", errno.errorcode.get(e.errno, e.errno))
+def fastopen():
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    return s.sendto(b"tfo", socket.MSG_FASTOPEN, ("127.0.0.1", other))
+def fastopen_msg():
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    return s.sendmsg([b"tfo"], [], socket.MSG_FASTOPEN, ("127.0.0.1", other))
+def autobind_listen():
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.listen(1)
+    return s.getsockname()
+def mapped_v6():
+    s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    s.settimeout(5)
+    s.connect(("::ffff:127.0.0.1", other))
+def nonblocking():
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_NONBLOCK)
+    return s.connect_ex(("127.0.0.1", other))
+attempt("fastopen", fastopen)
+attempt("fastopen_msg", fastopen_msg)
+attempt("listen", autobind_listen)
+attempt("mapped_v6", mapped_v6)
+print("nonblocking", errno.errorcode.get(nonblocking(), "0"))
+t = threading.Thread(target=lambda: attempt("thread", lambda: socket.create_connection(("127.0.0.1", other), timeout=5)))
+t.start(); t.join()
+import os, select, urllib.parse
+proxy = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
+def to_proxy():
+    s = socket.create_connection((proxy.hostname, proxy.port), timeout=5)
+    s.close()
+    return "proxy"
+t = threading.Thread(target=lambda: attempt("proxy_thread", to_proxy))
+t.start(); t.join()
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_NONBLOCK)
+rc = s.connect_ex((proxy.hostname, proxy.port))
+select.select([], [s], [], 5)
+print("proxy_nonblocking", errno.errorcode.get(rc, "0"), s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR))
+"#;
+
+/// The doors beside `connect` on the host's loopback stay shut: TCP Fast Open
+/// (`sendto`/`sendmsg` with MSG_FASTOPEN connects without a connect() call, which
+/// Landlock's TCP rule does not see), `listen()` on an unbound socket (which binds
+/// an ephemeral port on every address, without a bind() call), a v4-mapped IPv6
+/// connect, a non-blocking connect and a connect from another thread. The other
+/// listener sees no connection. On the netns path there is nothing beside the proxy
+/// to reach (and a listener there is in the run's own namespace).
+fn side_doors_stay_shut(v: Variant) {
+    let other = TcpListener::bind("127.0.0.1:0").expect("bind other");
+    other.set_nonblocking(true).expect("nonblocking");
+    let port = other.local_addr().expect("addr").port().to_string();
+    let r = exec(
+        v,
+        &["--net", "proxy", "--allow-host", "127.0.0.1"],
+        &[PYTHON, "-c", SIDE_DOORS_PY, &port],
+    );
+    r.on_path(v);
+    assert_eq!(r.status, 0, "{}", r.describe());
+    let out = r.stdout();
+    assert!(
+        other.accept().is_err(),
+        "the other local port saw a connection: {}",
+        r.describe()
+    );
+    if v.path.on_host() {
+        for line in [
+            "fastopen failed EPERM",
+            "fastopen_msg failed EPERM",
+            "listen failed EACCES",
+            "mapped_v6 failed EACCES",
+            "nonblocking EACCES",
+            "thread failed EACCES",
+        ] {
+            assert!(out.contains(line), "no {line:?}: {}", r.describe());
+        }
+    }
+    assert!(
+        out.contains("proxy_thread succeeded proxy"),
+        "{}",
+        r.describe()
+    );
+    assert!(
+        out.contains("proxy_nonblocking EINPROGRESS 0\n")
+            || out.contains("proxy_nonblocking 0 0\n"),
+        "{}",
+        r.describe()
+    );
+    // In its own network namespace, a listener is the run's own business.
+    let own_listener = usize::from(!v.path.on_host() && out.contains("listen succeeded"));
+    assert_eq!(
+        out.matches("succeeded").count(),
+        1 + own_listener,
+        "only the proxy is reached: {}",
+        r.describe()
+    );
+}
+matrix!(side_doors_stay_shut);
 
 fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))

@@ -50,10 +50,8 @@ pub fn run(a: DoctorArgs) -> i32 {
     };
     let proxy_mode = if k.namespaces {
         "network namespace holding only the proxy endpoint".to_string()
-    } else if k.landlock_tcp() {
-        "fallback: Landlock TCP port rule + seccomp (cannot pin the address)".to_string()
     } else {
-        format!("unavailable (needs user namespaces or Landlock ABI {LANDLOCK_TCP})")
+        format!("fallback: {}", crate::sandbox::describe_host_proxy(k))
     };
     if a.json {
         let v = json!({

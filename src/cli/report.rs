@@ -68,8 +68,7 @@ fn network_layer(mode: NetMode, k: &Probe) -> String {
             if k.namespaces {
                 "own network namespace with only the proxy endpoint".into()
             } else {
-                "Landlock TCP port rule + seccomp (TCP only); cannot pin the address, only the port"
-                    .into()
+                crate::sandbox::describe_host_proxy(k)
             }
         }
         NetMode::Unrestricted => "host network (no filtering)".into(),

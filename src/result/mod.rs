@@ -48,8 +48,10 @@ pub struct Enforcement {
     /// The child has its own network namespace.
     pub netns: bool,
     /// Proxy mode only: how the child reaches the proxy, "netns" (its own network
-    /// namespace holding only the proxy endpoint) or "landlock-tcp-fallback" (the host's
-    /// loopback, Landlock TCP port rule + seccomp TCP-only); null in other modes.
+    /// namespace holding only the proxy endpoint), "landlock-tcp-fallback" (the host's
+    /// loopback, Landlock TCP port rule + seccomp TCP-only, and the network guard
+    /// where it can run) or "seccomp-notify-fallback" (the host's loopback below
+    /// Landlock ABI 4: the network guard alone); null in other modes.
     pub network_path: Option<String>,
     /// pid-namespace | subreaper
     pub tree_kill: String,

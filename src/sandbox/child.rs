@@ -54,9 +54,11 @@ pub struct ChildSpec {
     pub rlimits: Vec<(c_int, u64)>,
     pub landlock: Option<landlock::ChildRules>,
     pub seccomp: Option<seccomp::Filters>,
-    /// The signal filter (no pid namespace, Landlock below ABI 6): installed
-    /// last, its listener sent to the supervisor.
-    pub signal_filter: Option<seccomp::SignalFilter>,
+    /// The notify filter (signal checks without a pid namespace below
+    /// Landlock ABI 6; the network guard in proxy mode on the host's
+    /// network): installed last; with `true` its listener is sent to the
+    /// supervisor.
+    pub notify_filter: Option<(seccomp::NotifyFilter, bool)>,
     /// The truncate guard, installed right after the main program.
     pub truncate_guard: Option<seccomp::TruncateGuard>,
     /// Wait for the supervisor's "go" (uid maps written, cgroup joined).
@@ -98,7 +100,7 @@ impl ChildSpec {
             rlimits: Vec::new(),
             landlock: None,
             seccomp: None,
-            signal_filter: None,
+            notify_filter: None,
             truncate_guard: None,
             wait_go: false,
             parent_pid: 0,
@@ -365,10 +367,15 @@ pub(crate) fn command_main(spec: &'static ChildSpec) -> c_int {
             fail(spec, Stage::Seccomp, e);
         }
     }
-    // The signal filter is the last filter, and its listener leaves this process
+    // The notify filter is the last filter, and its listener leaves this process
     // before exec: a process of the run that held it could answer its own
     // calls. The kernel made it close-on-exec; it is closed here anyway.
-    if let Some(sig) = &spec.signal_filter {
+    if let Some((sig, false)) = &spec.notify_filter {
+        if let Err(e) = sig.install() {
+            fail(spec, Stage::SignalFilter, e);
+        }
+    }
+    if let Some((sig, true)) = &spec.notify_filter {
         let fd = match sig.install_with_listener() {
             Ok(fd) => fd,
             Err(e) => fail(spec, Stage::SignalFilter, e),

@@ -20,7 +20,9 @@ use std::collections::BTreeMap;
 use nix::sys::resource::Resource;
 use thiserror::Error;
 
-use crate::kernel::{self, landlock_linux, LANDLOCK_FS, LANDLOCK_SCOPES, LANDLOCK_TRUNCATE};
+use crate::kernel::{
+    self, landlock_linux, LANDLOCK_FS, LANDLOCK_SCOPES, LANDLOCK_TCP, LANDLOCK_TRUNCATE,
+};
 use crate::plan::Plan;
 use crate::policy::NetMode;
 use rlimits::Mechanism;
@@ -90,6 +92,56 @@ pub const SECCOMP_NOTIFY_LIMITATION: &str =
      between that check and the signal is hit instead (pid reuse: a residual race). pidfd_send_signal fails \
      with ENOSYS (programs fall back to kill); F_SETOWN_EX, FIOSETOWN and SIOCSPGRP fail with EPERM";
 
+/// The limitation the network guard brings when the policy allows Unix
+/// sockets below Landlock ABI 4 (only with --best-effort: see `prepare`).
+pub const NET_GUARD_UNIX_LIMITATION: &str =
+    "network guard with allow_unix_sockets below Landlock ABI 4: a connect on a Unix socket is let through \
+     after capsule's check, and a thread that swaps an IP socket in at that descriptor between the check and \
+     the call connects it unchecked (seccomp cannot pin a descriptor)";
+
+/// Whether the network guard (`supervisor::netguard`) can serve a run on
+/// this machine: a seccomp listener, pidfd_getfd and ptrace access to the
+/// run. `Err` says why not.
+pub fn net_guard_available() -> Result<(), String> {
+    if !kernel::probe().seccomp {
+        return Err("the kernel has no seccomp filter support".into());
+    }
+    seccomp::listener_available()
+        .map_err(|e| format!("no seccomp user-notification listener here ({e})"))?;
+    crate::sys::notify::fd_broker_available()
+}
+
+/// How proxy mode holds on the host's network (no user namespaces), for
+/// `check` and `doctor`.
+pub fn describe_host_proxy(k: &kernel::Probe) -> String {
+    match (net_guard_available(), k.landlock_tcp()) {
+        (Ok(()), tcp) => format!(
+            "capsule's network guard (seccomp user notification): connect only to the proxy at 127.0.0.1, \
+             made by capsule itself; listen() on IP sockets and TCP Fast Open refused{}",
+            if tcp { "; Landlock's TCP port rule too" } else { "" }
+        ),
+        (Err(why), true) => format!(
+            "Landlock TCP port rule + seccomp (TCP only; listen() and TCP Fast Open refused); cannot pin the \
+             address, only the port (the network guard is unavailable: {why})"
+        ),
+        (Err(why), false) => format!(
+            "unavailable: needs user namespaces, capsule's network guard ({why}) or Landlock ABI {LANDLOCK_TCP} \
+             (Linux {})",
+            landlock_linux(LANDLOCK_TCP)
+        ),
+    }
+}
+
+/// How proxy mode holds on the host's network namespace (no user
+/// namespaces): `enforcement.network_path`.
+pub fn host_network_path(net_part: seccomp::NetPart, landlock_abi: u32) -> &'static str {
+    if net_part == seccomp::NetPart::Guard && landlock_abi < LANDLOCK_TCP {
+        "seccomp-notify-fallback"
+    } else {
+        "landlock-tcp-fallback"
+    }
+}
+
 /// Layers ready for the child.
 pub struct Layers {
     pub landlock: Option<landlock::Prepared>,
@@ -107,8 +159,12 @@ pub struct Layers {
     pub seccomp_enforced: bool,
     /// Which layer keeps the run's signals inside it.
     pub signals: SignalLayer,
-    /// The seccomp signal filter (with `SignalLayer::SeccompNotify`).
-    pub signal_filter: Option<seccomp::SignalFilter>,
+    /// The stacked notify filter (the signal checks with
+    /// `SignalLayer::SeccompNotify`, the network part in proxy mode on the
+    /// host's network) and whether it comes with a listener.
+    pub notify_filter: Option<(seccomp::NotifyFilter, bool)>,
+    /// The network part of that filter (`NetPart::None` without one).
+    pub net_part: seccomp::NetPart,
     /// The seccomp truncate guard (Landlock ABI 1-2 without the view).
     pub truncate_guard: Option<seccomp::TruncateGuard>,
     /// Whether a pid namespace is expected to be available.
@@ -316,11 +372,42 @@ pub fn prepare(
     // Who enforces the network: seccomp refuses every IP socket in `none`
     // mode, and in proxy mode the run's network namespace holds nothing but
     // the proxy. Landlock's TCP rules are then a second layer, used where
-    // the kernel has them; only the proxy's no-namespace path needs them.
+    // the kernel has them. On the host's network (no namespaces) the network
+    // guard (`supervisor::netguard`) holds connect to the proxy and refuses
+    // listen and TCP Fast Open, which no Landlock ABI sees; Landlock's TCP
+    // rules are required only where the guard cannot be had.
+    let host_proxy = plan.net.mode == NetMode::Proxy && !want_pidns && k.seccomp;
+    let guard_unavailable = if host_proxy {
+        net_guard_available().err()
+    } else {
+        None
+    };
+    let net_part = match (host_proxy, &guard_unavailable) {
+        (false, _) => seccomp::NetPart::None,
+        (true, None) => seccomp::NetPart::Guard,
+        (true, Some(_)) if !plan.net.allow_unix_sockets => seccomp::NetPart::NoListen,
+        (true, Some(why)) => {
+            unavailable(
+                "listen() on IP sockets",
+                &format!(
+                    "with allow_unix_sockets on the host's network only capsule's network guard can refuse \
+                     listen() on an IP socket (which binds an ephemeral port on every address), and it cannot \
+                     run here: {why}"
+                ),
+                &mut missing,
+            )?;
+            seccomp::NetPart::FastOpenOnly
+        }
+    };
+    if let Some(why) = &guard_unavailable {
+        tracing::info!("network guard unavailable ({why}): Landlock's TCP rules must hold connect");
+    }
     let net = landlock::NetRules {
         handle_tcp: plan.net.mode != NetMode::Unrestricted,
         connect_ports: proxy_port.into_iter().collect(),
-        tcp_required: plan.net.mode == NetMode::Proxy && !want_pidns,
+        tcp_required: plan.net.mode == NetMode::Proxy
+            && !want_pidns
+            && net_part != seccomp::NetPart::Guard,
     };
     let viewed_fs;
     let fs = if want_pidns {
@@ -380,8 +467,12 @@ pub fn prepare(
         None
     };
 
-    let signal_filter = if signals == SignalLayer::SeccompNotify && filters.is_some() {
-        Some(seccomp::signal_filter()?)
+    let parts = seccomp::Parts {
+        signals: signals == SignalLayer::SeccompNotify,
+        net: net_part,
+    };
+    let notify_filter = if parts.any() && filters.is_some() {
+        Some((seccomp::notify_filter(parts)?, parts.notifies()))
     } else {
         None
     };
@@ -460,8 +551,11 @@ pub fn prepare(
         );
     }
     let mut limitations = Vec::new();
-    if signal_filter.is_some() {
+    if parts.signals {
         limitations.push(SECCOMP_NOTIFY_LIMITATION.to_string());
+    }
+    if net_part == seccomp::NetPart::Guard && plan.net.allow_unix_sockets && abi < LANDLOCK_TCP {
+        limitations.push(NET_GUARD_UNIX_LIMITATION.to_string());
     }
     if truncate_guard.is_some() {
         limitations.push(seccomp::truncate::LIMITATION.to_string());
@@ -480,7 +574,8 @@ pub fn prepare(
         seccomp_enforced: filters.is_some(),
         seccomp: filters,
         signals,
-        signal_filter,
+        notify_filter,
+        net_part,
         truncate_guard,
         rlimits: rlimits::plan(l, memory, procs, nproc_base),
         cgroup: cg,

@@ -10,6 +10,7 @@
 
 pub mod capture;
 pub mod event_loop;
+pub mod netguard;
 pub mod pty;
 pub mod services;
 pub mod signals;
@@ -252,6 +253,15 @@ fn run_prepared(
     } else {
         None
     };
+    // The network guard: proxy mode on the host's network.
+    let net_guard = (layers.net_part == sandbox::seccomp::NetPart::Guard)
+        .then(|| services.proxy_port())
+        .flatten()
+        .map(|proxy_port| netguard::NetGuard {
+            proxy_port,
+            let_other_through: layers.landlock_abi >= crate::kernel::LANDLOCK_TCP
+                || plan.net.allow_unix_sockets,
+        });
     let mut sup = rt.block_on(supervise(
         &spawned,
         out_r,
@@ -260,7 +270,7 @@ fn run_prepared(
         plan,
         grace,
         services,
-        signal_tree,
+        (signal_tree, net_guard),
     ));
     let duration = start.elapsed();
     rt.block_on(relay.finish(Duration::from_secs(2), &mut sup.stdout, &mut sup.stderr));
@@ -418,7 +428,7 @@ fn child_spec(
         .take()
         .map(sandbox::landlock::Prepared::into_child);
     spec.seccomp = layers.seccomp.take();
-    spec.signal_filter = layers.signal_filter.take();
+    spec.notify_filter = layers.notify_filter.take();
     spec.truncate_guard = layers.truncate_guard.take();
     spec.wait_go = !layers.cgroup.is_empty();
     spec.net_setup = if layers.want_pidns {
@@ -445,7 +455,13 @@ fn enforcement(
         seccomp: layers.seccomp_enforced,
         network: plan.net.mode.as_str().to_string(),
         netns: spawned.netns,
-        network_path: services.network_path(),
+        network_path: services.network_path().map(|p| {
+            if spawned.netns {
+                p
+            } else {
+                sandbox::host_network_path(layers.net_part, layers.landlock_abi).to_string()
+            }
+        }),
         tree_kill: spawned.tree.as_str().to_string(),
         signals: layers.signals.as_str().to_string(),
         limits: layers.limits.clone(),
@@ -503,7 +519,7 @@ async fn supervise(
     plan: &Plan,
     grace: Duration,
     services: &mut services::Services,
-    mut signal_tree: Option<signals::Tree>,
+    (mut signal_tree, mut net_guard): (Option<signals::Tree>, Option<netguard::NetGuard>),
 ) -> Supervised {
     let limit = plan.limits.max_output_bytes;
     let (so, se) = if json {
@@ -537,13 +553,14 @@ async fn supervise(
             Msg::Exited { status } => state.status = Some(status),
             Msg::Fd { tag } if tag == signals::LISTENER_TAG => {
                 // Without a guard the listener closes here, and every
-                // checked signal call of the run fails (ENOSYS).
-                match (fd, signal_tree.take(), guard.is_none()) {
-                    (Some(fd), Some(tree), true) => match signals::start(fd, tree) {
+                // notified call of the run fails (ENOSYS).
+                let (tree, net) = (signal_tree.take(), net_guard.take());
+                match (fd, guard.is_none() && (tree.is_some() || net.is_some())) {
+                    (Some(fd), true) => match signals::start(fd, tree, net) {
                         Ok(g) => guard = Some(g),
-                        Err(e) => tracing::warn!("signal guard: cannot start: {e}"),
+                        Err(e) => tracing::warn!("guard: cannot start: {e}"),
                     },
-                    _ => tracing::warn!("signal guard: unexpected listener message"),
+                    _ => tracing::warn!("guard: unexpected listener message"),
                 }
             }
             Msg::Fd { tag } => services.on_fd(tag, fd),

@@ -329,21 +329,25 @@ impl<P: Procs> Judge<'_, P> {
     }
 }
 
-/// The thread serving one run's listener.
+/// The thread serving the run's listener: the signal checks, the network
+/// guard, or both (one notify filter, one listener).
 pub struct Guard {
-    /// Dropping it wakes the thread (end-of-file on the other end) to stop.
     stop: OwnedFd,
     thread: std::thread::JoinHandle<(u64, u64)>,
 }
 
-/// Start serving `listener` for `tree`. On error the descriptor is closed,
-/// and with it every notified call of the run fails with ENOSYS.
-pub fn start(listener: OwnedFd, tree: Tree) -> std::io::Result<Guard> {
-    let listener = Listener::new(listener)?;
+/// Serve `listener` on a thread of its own: signal calls are judged against
+/// `tree` (refused without one), connect/listen by `net` (refused without one).
+pub fn start(
+    listener: OwnedFd,
+    tree: Option<Tree>,
+    net: Option<super::netguard::NetGuard>,
+) -> std::io::Result<Guard> {
+    let listener = std::sync::Arc::new(Listener::new(listener)?);
     let (stop_r, stop_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     let thread = std::thread::Builder::new()
-        .name("capsule-signals".into())
-        .spawn(move || serve(&listener, &stop_r, &tree))?;
+        .name("capsule-guard".into())
+        .spawn(move || serve(&listener, &stop_r, tree.as_ref(), net))?;
     Ok(Guard {
         stop: stop_w,
         thread,
@@ -351,26 +355,31 @@ pub fn start(listener: OwnedFd, tree: Tree) -> std::io::Result<Guard> {
 }
 
 impl Guard {
-    /// Stop serving and wait for the thread; from then on the run's notified
-    /// calls fail with ENOSYS.
     pub fn stop(self) {
         drop(self.stop);
         match self.thread.join() {
             Ok((allowed, refused)) => {
-                tracing::debug!("signal guard: {allowed} calls let through, {refused} refused")
+                tracing::debug!("guard: {allowed} calls let through or made, {refused} refused")
             }
-            Err(_) => tracing::warn!("signal guard: the thread panicked"),
+            Err(_) => tracing::warn!("guard: the thread panicked"),
         }
     }
 }
 
-fn serve(listener: &Listener, stop: &OwnedFd, tree: &Tree) -> (u64, u64) {
+fn serve(
+    listener: &std::sync::Arc<Listener>,
+    stop: &OwnedFd,
+    tree: Option<&Tree>,
+    net: Option<super::netguard::NetGuard>,
+) -> (u64, u64) {
+    use super::netguard::{self, Action, NetGuard};
     // Signals for capsule go to the event loop's thread, never here.
     let _ = crate::sys::block_all_signals();
-    let judge = Judge {
+    let judge = tree.map(|tree| Judge {
         tree,
         procs: ProcFs,
-    };
+    });
+    let in_flight = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let (mut allowed, mut refused) = (0u64, 0u64);
     loop {
         let mut fds = [
@@ -381,7 +390,7 @@ fn serve(listener: &Listener, stop: &OwnedFd, tree: &Tree) -> (u64, u64) {
             Ok(_) => {}
             Err(Errno::EINTR) => continue,
             Err(e) => {
-                tracing::warn!("signal guard: poll: {e}");
+                tracing::warn!("guard: poll: {e}");
                 break;
             }
         }
@@ -395,17 +404,29 @@ fn serve(listener: &Listener, stop: &OwnedFd, tree: &Tree) -> (u64, u64) {
                 // The caller went away before we could receive it.
                 Err(Errno::ENOENT) => continue,
                 Err(e) => {
-                    tracing::warn!("signal guard: receiving a notification: {e}");
+                    tracing::warn!("guard: receiving a notification: {e}");
                     break;
                 }
             };
-            let reply = judge.decide(&n);
-            if reply == Reply::Continue {
+            let action = match (&net, &judge) {
+                (Some(g), _) if NetGuard::handles(n.nr) => g.decide(listener, &n),
+                (_, Some(j)) if !NetGuard::handles(n.nr) => Action::Reply(j.decide(&n)),
+                _ => Action::Reply(Reply::Fail(libc::EPERM)),
+            };
+            let reply = match action {
+                Action::Connect { conn, blocking } => {
+                    allowed += 1;
+                    netguard::serve_connect(listener, n.id, conn, blocking, &in_flight);
+                    continue;
+                }
+                Action::Reply(r) => r,
+            };
+            if matches!(reply, Reply::Continue | Reply::Value(_)) {
                 allowed += 1;
             } else {
                 refused += 1;
                 tracing::debug!(
-                    "signal guard: refused syscall {} of pid {} (args {:?}): {:?}",
+                    "guard: refused syscall {} of pid {} (args {:?}): {:?}",
                     n.nr,
                     n.pid,
                     &n.args[..3],
@@ -420,7 +441,7 @@ fn serve(listener: &Listener, stop: &OwnedFd, tree: &Tree) -> (u64, u64) {
                 Ok(()) | Err(Errno::ENOENT) => {}
                 Err(e) => {
                     // CONTINUE refused (a kernel before 5.5): refuse the call.
-                    tracing::warn!("signal guard: answering: {e}");
+                    tracing::warn!("guard: answering: {e}");
                     let _ = listener.reply(n.id, Reply::Fail(libc::EPERM));
                 }
             }

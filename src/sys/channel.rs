@@ -77,7 +77,8 @@ impl Stage {
             Stage::ViewProc => "mounting the run's private /proc",
             Stage::ViewDev => "mounting the run's /dev/shm and /dev/pts",
             Stage::SignalFilter => {
-                "installing the signal filter (seccomp user notification) and handing its listener to capsule"
+                "installing the notify filter (seccomp user notification: signal checks, network guard) and handing \
+                 its listener to capsule"
             }
         }
     }

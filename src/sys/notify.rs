@@ -1,6 +1,8 @@
-//! seccomp user notification: the supervisor's side of the signal filter's
-//! listener (`supervisor::signals`), and the probe that says whether a child
-//! of this process can get such a listener at all.
+//! seccomp user notification: the supervisor's side of the notify filter's
+//! listener (`supervisor::signals`, `supervisor::netguard`), the probe that
+//! says whether a child of this process can get such a listener at all, and
+//! what the network guard needs to act on a notified call: the caller's
+//! socket (pidfd_getfd) and the address it passed (process_vm_readv).
 
 use std::ffi::{c_int, c_void};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -27,6 +29,8 @@ pub enum Reply {
     Continue,
     /// Fail the call with this errno (positive).
     Fail(i32),
+    /// The call returns this value: the supervisor made it itself.
+    Value(i64),
 }
 
 /// A seccomp listener descriptor.
@@ -126,13 +130,14 @@ impl Listener {
     /// Answer notification `id`. ENOENT: its caller is gone (nothing to do).
     pub fn reply(&self, id: u64, reply: Reply) -> Result<(), Errno> {
         let mut buf = zeroed(self.resp_size);
-        let (error, flags) = match reply {
-            Reply::Continue => (0, libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32),
-            Reply::Fail(e) => (-e.abs(), 0),
+        let (val, error, flags) = match reply {
+            Reply::Continue => (0, 0, libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32),
+            Reply::Fail(e) => (0, -e.abs(), 0),
+            Reply::Value(v) => (v, 0, 0),
         };
         let resp = libc::seccomp_notif_resp {
             id,
-            val: 0,
+            val,
             error,
             flags,
         };
@@ -251,4 +256,81 @@ fn kernel_at_least(major: u32, minor: u32) -> bool {
         .map(|s| s.parse::<u32>().unwrap_or(0));
     let (a, b) = (it.next().unwrap_or(0), it.next().unwrap_or(0));
     (a, b) >= (major, minor)
+}
+
+/// `pidfd_getfd(pidfd, fd, 0)`: a duplicate of descriptor `fd` of the
+/// process `pidfd` refers to (Linux 5.6+; needs ptrace access to it).
+pub fn pidfd_getfd(pidfd: BorrowedFd<'_>, fd: c_int) -> Result<OwnedFd, Errno> {
+    // SAFETY: plain syscall with integer arguments; on success it returns a
+    // new descriptor (close-on-exec) that we own.
+    let ret = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
+    if ret < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: the kernel just returned this fd to us and nobody else owns it.
+    Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(ret as c_int) })
+}
+
+/// The address family of socket `fd` (SO_DOMAIN). ENOTSOCK: not a socket.
+pub fn socket_domain(fd: BorrowedFd<'_>) -> Result<c_int, Errno> {
+    let mut domain: c_int = 0;
+    let mut len = std::mem::size_of::<c_int>() as libc::socklen_t;
+    // SAFETY: SO_DOMAIN writes one int through the pointer, our live local,
+    // and its length through `len`, also ours.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_DOMAIN,
+            std::ptr::addr_of_mut!(domain).cast::<c_void>(),
+            &mut len,
+        )
+    };
+    Errno::result(rc).map(|_| domain)
+}
+
+/// Whether the network guard can act for the run: pidfd_getfd exists (Linux
+/// 5.6+) and Yama lets capsule reach its descendants' descriptors and memory
+/// (ptrace_scope 0 or 1; 2 only with CAP_SYS_PTRACE; 3 never). `Err` says why not.
+pub fn fd_broker_available() -> Result<(), String> {
+    // SAFETY: pidfd_getfd on descriptor -1 touches nothing: EBADF where the
+    // syscall exists, ENOSYS where it does not.
+    let rc = unsafe { libc::syscall(libc::SYS_pidfd_getfd, -1, 0, 0) };
+    if rc >= 0 {
+        // Cannot happen; close whatever came back.
+        drop(unsafe_free_fd(rc as c_int));
+    } else if Errno::last() == Errno::ENOSYS {
+        return Err("the kernel has no pidfd_getfd (Linux 5.6+)".into());
+    }
+    let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .unwrap_or(0);
+    match scope {
+        0 | 1 => Ok(()),
+        2 if has_cap_sys_ptrace() => Ok(()),
+        2 => Err("Yama's kernel.yama.ptrace_scope is 2 (admin-only attach) and capsule has no CAP_SYS_PTRACE".into()),
+        _ => Err(format!("Yama's kernel.yama.ptrace_scope is {scope} (no attach at all)")),
+    }
+}
+
+/// Own a descriptor the kernel returned.
+fn unsafe_free_fd(fd: c_int) -> OwnedFd {
+    // SAFETY: only called with a descriptor the kernel just returned to us.
+    unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) }
+}
+
+/// linux/capability.h.
+const CAP_SYS_PTRACE: u32 = 19;
+
+/// Whether this process has CAP_SYS_PTRACE in its effective set (CapEff).
+fn has_cap_sys_ptrace() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .is_some_and(|caps| caps & (1 << CAP_SYS_PTRACE) != 0)
 }

@@ -37,6 +37,10 @@ pub enum NetPath {
     Netns,
     /// `CAPSULE_NO_NAMESPACES=1`: host loopback, Landlock TCP port rule + seccomp.
     Fallback,
+    /// The same below Landlock ABI 4 (`CAPSULE_LANDLOCK_ABI_MAX=3`, as on Debian 12's
+    /// 6.1 or Ubuntu 22.04's 5.15 without user namespaces): no Landlock TCP rules, so
+    /// the seccomp network guard (user notification) is what holds.
+    GuardFallback,
 }
 
 impl NetPath {
@@ -44,7 +48,13 @@ impl NetPath {
         match self {
             NetPath::Netns => "netns",
             NetPath::Fallback => "landlock-tcp-fallback",
+            NetPath::GuardFallback => "seccomp-notify-fallback",
         }
+    }
+
+    /// The child shares the host's network namespace.
+    pub fn on_host(self) -> bool {
+        self != NetPath::Netns
     }
 }
 
@@ -216,8 +226,11 @@ pub fn exec_in(v: Variant, args: &[&str], command: &[&str], env: &[(&str, &str)]
     full.push(format!("HOME={}", home.path().display()));
     full.push(format!("XDG_STATE_HOME={}", home.path().display()));
     full.push(format!("XDG_CONFIG_HOME={}", home.path().display()));
-    if v.path == NetPath::Fallback {
+    if v.path.on_host() {
         full.push("CAPSULE_NO_NAMESPACES=1".into());
+    }
+    if v.path == NetPath::GuardFallback {
+        full.push("CAPSULE_LANDLOCK_ABI_MAX=3".into());
     }
     for (k, val) in env {
         full.push(format!("{k}={val}"));

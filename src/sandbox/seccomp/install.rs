@@ -45,7 +45,7 @@ impl StackedFilter {
     /// `build`'s program for the native architecture. Call in the parent.
     pub(super) fn native(
         what: &'static str,
-        build: fn(super::table::Arch) -> Result<Vec<SockFilter>, super::SeccompError>,
+        build: impl Fn(super::table::Arch) -> Result<Vec<SockFilter>, super::SeccompError>,
     ) -> Result<StackedFilter, super::SeccompError> {
         let arch = super::table::Arch::native().ok_or(super::SeccompError::UnsupportedArch {
             arch: std::env::consts::ARCH,

@@ -55,7 +55,7 @@ use self::bpf::SockFilter;
 use self::table::Arch;
 
 pub use self::compile::CompileError;
-pub use self::signals::{listener_available, signal_filter, SignalFilter};
+pub use self::signals::{listener_available, notify_filter, NetPart, NotifyFilter, Parts};
 pub use self::truncate::{truncate_guard, TruncateGuard};
 pub use nix::errno::Errno;
 

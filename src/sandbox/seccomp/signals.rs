@@ -1,13 +1,18 @@
-//! The signal filter: signal isolation where neither a pid namespace nor
-//! Landlock's signal scope (ABI 6) exists.
+//! The notify filter: signal isolation where neither a pid namespace nor
+//! Landlock's signal scope (ABI 6) exists, and the network guard of proxy
+//! mode without a network namespace. One program, because the kernel gives a
+//! process's filters one listener at most.
 //!
 //! A second, small program, installed by the command stage right after the
-//! main one (so last before exec) with `SECCOMP_FILTER_FLAG_NEW_LISTENER`.
-//! The listener goes to the supervisor (`supervisor::signals`), which
-//! decides each notified call: the target must be a process of the run.
+//! main one (so last before exec) with `SECCOMP_FILTER_FLAG_NEW_LISTENER`
+//! when a part is notified. The listener goes to the supervisor
+//! (`supervisor::signals`, `supervisor::netguard`), which decides each
+//! notified call: for a signal the target must be a process of the run; a
+//! connect must go to the proxy, and the supervisor makes it itself.
 //!
 //! ```text
 //! foreign ABI, x32 number                     KILL_PROCESS (as the main program)
+//! signals part:
 //! kill(0, _)                                  ALLOW   the caller's own process group
 //! kill(-1, _)                                 EPERM   every process the user may signal
 //! kill(pid, _), tkill, tgkill,
@@ -17,6 +22,12 @@
 //! fcntl(_, F_SETOWN_EX, _)                    EPERM   the owner is behind a pointer
 //! ioctl(_, FIOSETOWN | SIOCSPGRP, _)          EPERM   likewise
 //! pidfd_send_signal                           ENOSYS  the target is behind a descriptor
+//! network part (proxy mode on the host's network, see [`NetPart`]):
+//! sendto/sendmmsg (flags arg 3),
+//!   sendmsg (flags arg 2) with MSG_FASTOPEN   EPERM   TCP Fast Open connects without
+//!                                                     connect(), unseen by Landlock
+//! connect, listen                             USER_NOTIF (NetPart::Guard)
+//! listen                                      EACCES  (NetPart::NoListen)
 //! anything else                               ALLOW   (the main program decides)
 //! ```
 //!
@@ -26,11 +37,14 @@
 //! and the kernel's own read, so calls that name their target that way are
 //! refused outright, never checked: pidfd_send_signal fails with ENOSYS, as on
 //! a kernel before 5.1, and programs (Go, systemd) fall back to kill(), which
-//! is checked. The integer arguments read here (pid, cmd, request) are
-//! 32-bit in the kernel: only their low words are compared.
+//! is checked. connect and listen name theirs through a descriptor and a
+//! pointer too, which is why the supervisor never lets them continue on an IP
+//! socket: it takes the socket itself (pidfd_getfd) and makes the call with
+//! its own copy of the address. The integer arguments read here (pid, cmd,
+//! request, flags) are 32-bit in the kernel: only their low words are compared.
 
 use super::arch::prologue;
-use super::bpf::{arg_low, ret_errno, stmt, SockFilter, JEQ_K, LD_W_ABS, RET_ALLOW, RET_K};
+use super::bpf::{arg_low, ret_errno, stmt, SockFilter, JEQ_K, JSET_K, LD_W_ABS, RET_ALLOW, RET_K};
 use super::install::StackedFilter;
 use super::table::Arch;
 use super::SeccompError;
@@ -57,12 +71,60 @@ pub const NOTIFIED: &[&str] = &[
     "rt_tgsigqueueinfo",
 ];
 
+/// MSG_FASTOPEN (linux/socket.h).
+pub const MSG_FASTOPEN: u32 = 0x2000_0000;
+
+/// The network part of the notify filter: proxy mode where the run shares
+/// the host's network namespace (no user namespaces).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetPart {
+    /// None: no proxy, or the run has a network namespace of its own.
+    None,
+    /// The network guard: connect and listen go to the supervisor (a
+    /// listener is needed); TCP Fast Open is refused.
+    Guard,
+    /// No listener to be had: Landlock's TCP rules hold connect, listen is
+    /// refused (EACCES: it would bind an ephemeral port on every address),
+    /// TCP Fast Open is refused.
+    NoListen,
+    /// Only TCP Fast Open refused: listen must work on Unix sockets
+    /// (`allow_unix_sockets`) and no listener can be had.
+    FastOpenOnly,
+}
+
+/// What the stacked program holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Parts {
+    /// The signal checks (a listener is needed).
+    pub signals: bool,
+    pub net: NetPart,
+}
+
+impl Parts {
+    pub const SIGNALS: Parts = Parts {
+        signals: true,
+        net: NetPart::None,
+    };
+
+    /// Whether the program notifies, and so needs a listener.
+    pub fn notifies(self) -> bool {
+        self.signals || self.net == NetPart::Guard
+    }
+
+    /// Whether there is anything to install.
+    pub fn any(self) -> bool {
+        self.signals || self.net != NetPart::None
+    }
+}
+
 /// One instruction, jumps by label (resolved by [`assemble`]).
 #[derive(Clone, Copy)]
 enum Insn {
     Load(u32),
     /// if A == k goto label (else the next instruction)
     JeqTo(u32, Label),
+    /// if A & k != 0 goto label (else the next instruction)
+    JsetTo(u32, Label),
     Ret(u32),
     Here(Label),
 }
@@ -75,7 +137,10 @@ enum Label {
     Allow,
     Notify,
     Eperm,
+    Eacces,
     Enosys,
+    FastOpen2,
+    FastOpen3,
 }
 
 fn assemble(code: &[Insn]) -> Result<Vec<SockFilter>, SeccompError> {
@@ -93,7 +158,7 @@ fn assemble(code: &[Insn]) -> Result<Vec<SockFilter>, SeccompError> {
         match *i {
             Insn::Load(k) => out.push(stmt(LD_W_ABS, k)),
             Insn::Ret(k) => out.push(stmt(RET_K, k)),
-            Insn::JeqTo(k, l) => {
+            Insn::JeqTo(k, l) | Insn::JsetTo(k, l) => {
                 let here = out.len() + 1;
                 let jt = pos(l)
                     .and_then(|p| p.checked_sub(here))
@@ -102,7 +167,12 @@ fn assemble(code: &[Insn]) -> Result<Vec<SockFilter>, SeccompError> {
                         len: n,
                         max: super::MAX_INSTRUCTIONS,
                     })?;
-                out.push(super::bpf::jump(JEQ_K, k, jt, 0));
+                let op = if matches!(i, Insn::JeqTo(..)) {
+                    JEQ_K
+                } else {
+                    JSET_K
+                };
+                out.push(super::bpf::jump(op, k, jt, 0));
             }
             Insn::Here(_) => {}
         }
@@ -111,48 +181,84 @@ fn assemble(code: &[Insn]) -> Result<Vec<SockFilter>, SeccompError> {
 }
 
 /// The program for `arch` (see the module docs).
-pub(super) fn program(arch: Arch) -> Result<Vec<SockFilter>, SeccompError> {
+pub(super) fn program(arch: Arch, parts: Parts) -> Result<Vec<SockFilter>, SeccompError> {
     use Insn::*;
     let nr = |name: &str| arch.nr(name).map(|n| n as u32);
     let mut code: Vec<Insn> = Vec::new();
     // With A = the syscall number:
-    for (name, to) in [
-        ("kill", Label::Kill),
-        ("fcntl", Label::Fcntl),
-        ("ioctl", Label::Ioctl),
-        ("pidfd_send_signal", Label::Enosys),
-    ] {
+    let mut jumps: Vec<(&str, Label)> = Vec::new();
+    if parts.signals {
+        jumps.extend([
+            ("kill", Label::Kill),
+            ("fcntl", Label::Fcntl),
+            ("ioctl", Label::Ioctl),
+            ("pidfd_send_signal", Label::Enosys),
+        ]);
+        jumps.extend(
+            NOTIFIED
+                .iter()
+                .filter(|n| **n != "kill")
+                .map(|n| (*n, Label::Notify)),
+        );
+    }
+    if parts.net != NetPart::None {
+        jumps.extend([
+            ("sendto", Label::FastOpen3),
+            ("sendmmsg", Label::FastOpen3),
+            ("sendmsg", Label::FastOpen2),
+        ]);
+    }
+    match parts.net {
+        NetPart::Guard => jumps.extend([("connect", Label::Notify), ("listen", Label::Notify)]),
+        NetPart::NoListen => jumps.push(("listen", Label::Eacces)),
+        NetPart::None | NetPart::FastOpenOnly => {}
+    }
+    for (name, to) in jumps {
         if let Some(n) = nr(name) {
             code.push(JeqTo(n, to));
         }
     }
-    for name in NOTIFIED.iter().filter(|n| **n != "kill") {
-        if let Some(n) = nr(name) {
-            code.push(JeqTo(n, Label::Notify));
-        }
-    }
     code.push(Ret(RET_ALLOW));
+    if parts.signals {
+        code.extend([
+            Here(Label::Kill),
+            Load(arg_low(0)),
+            JeqTo(0, Label::Allow),
+            JeqTo(u32::MAX, Label::Eperm),
+            Ret(RET_USER_NOTIF),
+            Here(Label::Fcntl),
+            Load(arg_low(1)),
+            JeqTo(F_SETOWN, Label::Notify),
+            JeqTo(F_SETOWN_EX, Label::Eperm),
+            Ret(RET_ALLOW),
+            Here(Label::Ioctl),
+            Load(arg_low(1)),
+            JeqTo(FIOSETOWN, Label::Eperm),
+            JeqTo(SIOCSPGRP, Label::Eperm),
+            Ret(RET_ALLOW),
+        ]);
+    }
+    if parts.net != NetPart::None {
+        code.extend([
+            Here(Label::FastOpen2),
+            Load(arg_low(2)),
+            JsetTo(MSG_FASTOPEN, Label::Eperm),
+            Ret(RET_ALLOW),
+            Here(Label::FastOpen3),
+            Load(arg_low(3)),
+            JsetTo(MSG_FASTOPEN, Label::Eperm),
+            Ret(RET_ALLOW),
+        ]);
+    }
     code.extend([
-        Here(Label::Kill),
-        Load(arg_low(0)),
-        JeqTo(0, Label::Allow),
-        JeqTo(u32::MAX, Label::Eperm),
-        Ret(RET_USER_NOTIF),
-        Here(Label::Fcntl),
-        Load(arg_low(1)),
-        JeqTo(F_SETOWN, Label::Notify),
-        JeqTo(F_SETOWN_EX, Label::Eperm),
-        Ret(RET_ALLOW),
-        Here(Label::Ioctl),
-        Load(arg_low(1)),
-        JeqTo(FIOSETOWN, Label::Eperm),
-        JeqTo(SIOCSPGRP, Label::Eperm),
         Here(Label::Allow),
         Ret(RET_ALLOW),
         Here(Label::Notify),
         Ret(RET_USER_NOTIF),
         Here(Label::Eperm),
         Ret(ret_errno(libc::EPERM)),
+        Here(Label::Eacces),
+        Ret(ret_errno(libc::EACCES)),
         Here(Label::Enosys),
         Ret(ret_errno(libc::ENOSYS)),
     ]);
@@ -161,13 +267,14 @@ pub(super) fn program(arch: Arch) -> Result<Vec<SockFilter>, SeccompError> {
     Ok(prog)
 }
 
-/// The signal filter, built in the parent before the clone; the command
-/// stage installs it with [`StackedFilter::install_with_listener`].
-pub type SignalFilter = StackedFilter;
+/// The notify filter, built in the parent before the clone; the command
+/// stage installs it with [`StackedFilter::install_with_listener`] when
+/// [`Parts::notifies`], else with [`StackedFilter::install`].
+pub type NotifyFilter = StackedFilter;
 
-/// Build the signal filter for this architecture. Call in the parent.
-pub fn signal_filter() -> Result<SignalFilter, SeccompError> {
-    StackedFilter::native("SignalFilter", program)
+/// Build the notify filter with `parts` for this architecture. Call in the parent.
+pub fn notify_filter(parts: Parts) -> Result<NotifyFilter, SeccompError> {
+    StackedFilter::native("NotifyFilter", |arch| program(arch, parts))
 }
 
 /// Whether this process's children can get a signal filter with a listener:
@@ -179,7 +286,7 @@ pub fn listener_available() -> Result<(), nix::errno::Errno> {
     static PROBED: std::sync::OnceLock<Result<(), nix::errno::Errno>> = std::sync::OnceLock::new();
     *PROBED.get_or_init(|| {
         let arch = Arch::native().ok_or(nix::errno::Errno::ENOSYS)?;
-        let prog = program(arch).map_err(|_| nix::errno::Errno::EINVAL)?;
+        let prog = program(arch, Parts::SIGNALS).map_err(|_| nix::errno::Errno::EINVAL)?;
         crate::sys::notify::probe_listener(&prog)
     })
 }
@@ -192,7 +299,7 @@ mod tests {
     use super::*;
 
     fn decide(arch: Arch, name: &str, args: [u64; 6]) -> u32 {
-        let p = program(arch).unwrap();
+        let p = program(arch, Parts::SIGNALS).unwrap();
         let nr = arch.nr(name).unwrap_or_else(|| panic!("{name}")) as u32;
         run(
             &p,
@@ -258,8 +365,88 @@ mod tests {
     }
 
     #[test]
+    fn the_network_part_per_variant_on_both_architectures() {
+        const EACCES: u32 = ret_errno(libc::EACCES);
+        let fo = u64::from(MSG_FASTOPEN);
+        for arch in [Arch::X86_64, Arch::Aarch64] {
+            let go = |net: NetPart, name: &str, args: [u64; 6]| {
+                let p = program(
+                    arch,
+                    Parts {
+                        signals: false,
+                        net,
+                    },
+                )
+                .unwrap();
+                run(
+                    &p,
+                    &Data {
+                        nr: arch.nr(name).unwrap() as u32,
+                        arch: audit_arch(arch),
+                        args,
+                    },
+                )
+            };
+            for net in [NetPart::Guard, NetPart::NoListen, NetPart::FastOpenOnly] {
+                // TCP Fast Open: refused by its flag, wherever the flags are.
+                assert_eq!(go(net, "sendto", a(&[3, 0, 1, fo, 0x1000, 16])), EPERM);
+                assert_eq!(go(net, "sendto", a(&[3, 0, 1, fo | 0x40, 0, 0])), EPERM);
+                assert_eq!(go(net, "sendmmsg", a(&[3, 0x1000, 1, fo])), EPERM);
+                assert_eq!(go(net, "sendmsg", a(&[3, 0x1000, fo])), EPERM);
+                assert_eq!(go(net, "sendmsg", a(&[3, 0x1000, fo << 32])), RET_ALLOW);
+                for flags in [0, 0x40, 0x4000, 0x8000] {
+                    assert_eq!(go(net, "sendto", a(&[3, 0, 1, flags, 0, 0])), RET_ALLOW);
+                    assert_eq!(go(net, "sendmsg", a(&[3, 0x1000, flags])), RET_ALLOW);
+                    assert_eq!(go(net, "sendmmsg", a(&[3, 0x1000, 1, flags])), RET_ALLOW);
+                }
+                // bind and signals are not this part's.
+                assert_eq!(go(net, "bind", a(&[3, 0x1000, 16])), RET_ALLOW);
+                assert_eq!(go(net, "kill", a(&[1234, 9])), RET_ALLOW);
+            }
+            assert_eq!(
+                go(NetPart::Guard, "connect", a(&[3, 0x1000, 16])),
+                RET_USER_NOTIF
+            );
+            assert_eq!(go(NetPart::Guard, "listen", a(&[3, 5])), RET_USER_NOTIF);
+            assert_eq!(
+                go(NetPart::NoListen, "connect", a(&[3, 0x1000, 16])),
+                RET_ALLOW
+            );
+            assert_eq!(go(NetPart::NoListen, "listen", a(&[3, 5])), EACCES);
+            assert_eq!(
+                go(NetPart::FastOpenOnly, "connect", a(&[3, 0x1000, 16])),
+                RET_ALLOW
+            );
+            assert_eq!(go(NetPart::FastOpenOnly, "listen", a(&[3, 5])), RET_ALLOW);
+            // Both parts in one program: each keeps its answers.
+            let both = program(
+                arch,
+                Parts {
+                    signals: true,
+                    net: NetPart::Guard,
+                },
+            )
+            .unwrap();
+            let d = |name: &str, args: [u64; 6]| Data {
+                nr: arch.nr(name).unwrap() as u32,
+                arch: audit_arch(arch),
+                args,
+            };
+            assert_eq!(run(&both, &d("kill", a(&[1234, 9]))), RET_USER_NOTIF);
+            assert_eq!(run(&both, &d("kill", a(&[NEG1, 9]))), EPERM);
+            assert_eq!(
+                run(&both, &d("connect", a(&[3, 0x1000, 16]))),
+                RET_USER_NOTIF
+            );
+            assert_eq!(run(&both, &d("sendto", a(&[3, 0, 1, fo, 0, 0]))), EPERM);
+            assert_eq!(run(&both, &d("pidfd_send_signal", a(&[3, 9]))), ENOSYS);
+            assert_eq!(run(&both, &d("read", a(&[3, 0, 1]))), RET_ALLOW);
+        }
+    }
+
+    #[test]
     fn foreign_abis_are_killed() {
-        let p = program(Arch::X86_64).unwrap();
+        let p = program(Arch::X86_64, Parts::SIGNALS).unwrap();
         let kill = Arch::X86_64.nr("kill").unwrap() as u32;
         let go = |arch: u32, nr: u32| {
             run(
@@ -278,7 +465,7 @@ mod tests {
             RET_KILL_PROCESS
         );
         assert_eq!(go(AUDIT_ARCH_X86_64, u32::MAX), RET_ALLOW);
-        let p = program(Arch::Aarch64).unwrap();
+        let p = program(Arch::Aarch64, Parts::SIGNALS).unwrap();
         let kill = Arch::Aarch64.nr("kill").unwrap() as u32;
         assert_eq!(
             run(
@@ -306,7 +493,7 @@ mod tests {
                 memfd_noexec_seal: false,
             };
             let main = super::super::compile::compile(arch, &opts).unwrap().program;
-            let sig = program(arch).unwrap();
+            let sig = program(arch, Parts::SIGNALS).unwrap();
             let stack = [main.clone(), sig.clone()];
             let data = |name: &str, args: [u64; 6]| Data {
                 nr: arch.nr(name).unwrap() as u32,
@@ -359,7 +546,7 @@ mod tests {
             memfd_noexec_seal: false,
         };
         let main = super::super::build(&opts).unwrap();
-        let sig = signal_filter().unwrap();
+        let sig = notify_filter(Parts::SIGNALS).unwrap();
         let script = r#"
 import ctypes, errno, os, socket, struct
 libc = ctypes.CDLL(None, use_errno=True)

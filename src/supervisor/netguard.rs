@@ -1,0 +1,366 @@
+//! The network guard: proxy mode on the host's network namespace, the
+//! supervisor's side.
+//!
+//! Without user namespaces the run shares the host's network namespace, and
+//! the proxy listens on the host's loopback. Landlock's TCP rules (ABI 4+)
+//! keep `connect` and `bind` to the proxy's port; below ABI 4 nothing in
+//! the kernel can, because seccomp cannot read a socket address. And no
+//! Landlock ABI sees two doors beside `connect`: TCP Fast Open (`sendto` or
+//! `sendmsg` with MSG_FASTOPEN connects without a connect() call) and
+//! `listen()` on an unbound socket (which binds an ephemeral port on every
+//! address without a bind() call). The notify filter's network part
+//! (`sandbox::seccomp::signals`, [`NetPart::Guard`]) refuses TCP Fast Open
+//! in BPF and sends every `connect` and `listen` here:
+//!
+//! * `connect` on an IP socket: the supervisor takes the caller's socket
+//!   (pidfd_getfd), reads the address it passed (process_vm_readv), and if
+//!   that is the proxy (127.0.0.1:PORT, or ::ffff:127.0.0.1:PORT on an IPv6
+//!   socket) makes the connect itself, with its own copy of the address, on
+//!   that same socket, and returns the result (0, EINPROGRESS for a
+//!   non-blocking socket, ...); anything else fails with EACCES, as Landlock
+//!   answers. The call is never let through (CONTINUE), because another
+//!   thread could change the address or the descriptor between the check and
+//!   the kernel's own read.
+//! * `connect` on any other socket: let through only where that race cannot
+//!   reach an IP socket's connect (Landlock's TCP rules hold too, or the
+//!   policy allows Unix sockets: then the run is best effort below ABI 4 and
+//!   the race is listed), else EACCES.
+//! * `listen` on an IP socket: EACCES. On any other socket the supervisor
+//!   calls listen() on the caller's socket itself.
+//!
+//! A blocking connect can wait (a full accept queue), so it runs on a
+//! short-lived thread of its own and never holds up the next notification.
+//!
+//! [`NetPart::Guard`]: crate::sandbox::seccomp::NetPart::Guard
+
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use nix::errno::Errno;
+use nix::sys::socket::{SockaddrIn, SockaddrIn6};
+
+use crate::sys::notify::{self, Listener, Notification, Reply};
+
+/// Blocking connects in flight at once; past it a blocking connect fails
+/// with EAGAIN (the run's own flood).
+pub const MAX_BLOCKING: usize = 64;
+
+/// The longest socket address read from the run (sockaddr_storage).
+const MAX_ADDR: usize = 128;
+
+/// What the guard knows about the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NetGuard {
+    /// The proxy's port on 127.0.0.1.
+    pub proxy_port: u16,
+    /// Whether a connect on a socket that is not IP may continue (see the module docs).
+    pub let_other_through: bool,
+}
+
+/// A connect the supervisor makes on the caller's socket.
+pub struct Connect {
+    sock: OwnedFd,
+    to: Target,
+}
+
+enum Target {
+    V4(SockaddrIn),
+    V6(SockaddrIn6),
+}
+
+/// The guard's answer to one notification.
+pub enum Action {
+    Reply(Reply),
+    /// Connect (on a non-blocking socket: at once; else on a thread) and
+    /// answer with the result.
+    Connect {
+        conn: Connect,
+        blocking: bool,
+    },
+}
+
+impl NetGuard {
+    /// Whether notification number `nr` is the guard's.
+    pub fn handles(nr: i32) -> bool {
+        let nr = i64::from(nr);
+        nr == libc::SYS_connect || nr == libc::SYS_listen
+    }
+
+    /// Decide `n` (connect or listen). `listener` is asked whether the
+    /// caller still waits once its thread group is pinned.
+    pub fn decide(&self, listener: &Listener, n: &Notification) -> Action {
+        match self.try_decide(listener, n) {
+            Ok(a) => a,
+            Err(e) => Action::Reply(Reply::Fail(e as i32)),
+        }
+    }
+
+    fn try_decide(&self, listener: &Listener, n: &Notification) -> Result<Action, Errno> {
+        let tid = n.pid as libc::pid_t;
+        let fd = n.args[0] as u32 as i32;
+        let tgid = thread_group(tid).ok_or(Errno::ESRCH)?;
+        let pidfd = crate::sys::pidfd_open(tgid)?;
+        // The caller still waits in the call: `tid` and `tgid` are its own.
+        if !listener.id_valid(n.id) {
+            return Err(Errno::ESRCH);
+        }
+        let sock = notify::pidfd_getfd(pidfd.as_fd(), fd).map_err(|e| {
+            if e == Errno::EPERM {
+                tracing::warn!(
+                    "network guard: no access to the descriptors of pid {tgid} (a non-dumpable program, or an LSM \
+                     refusing ptrace access): its connect/listen is refused"
+                );
+                Errno::EACCES
+            } else {
+                e
+            }
+        })?;
+        // A thread with a descriptor table of its own (clone without
+        // CLONE_FILES) has other descriptors than its group leader: only
+        // the socket the caller named is acted on.
+        if !same_file(tid, fd, &sock) {
+            return Err(Errno::EACCES);
+        }
+        let domain = notify::socket_domain(sock.as_fd())?;
+        let ip = domain == libc::AF_INET || domain == libc::AF_INET6;
+        if i64::from(n.nr) == libc::SYS_listen {
+            if ip {
+                return Err(Errno::EACCES);
+            }
+            let backlog = n.args[1] as u32 as i32;
+            let backlog = nix::sys::socket::Backlog::new(backlog.clamp(0, libc::SOMAXCONN))
+                .map_err(|_| Errno::EINVAL)?;
+            nix::sys::socket::listen(&sock, backlog)?;
+            return Ok(Action::Reply(Reply::Value(0)));
+        }
+        if !ip {
+            return if self.let_other_through {
+                Ok(Action::Reply(Reply::Continue))
+            } else {
+                Err(Errno::EACCES)
+            };
+        }
+        let len = (n.args[2] as u32 as usize).min(MAX_ADDR);
+        let mut buf = [0u8; MAX_ADDR];
+        read_remote(tid, n.args[1], &mut buf[..len])?;
+        let to = self
+            .proxy_target(domain, &buf[..len])
+            .ok_or(Errno::EACCES)?;
+        let flags = nix::fcntl::fcntl(&sock, nix::fcntl::FcntlArg::F_GETFL)?;
+        let blocking = flags & libc::O_NONBLOCK == 0;
+        Ok(Action::Connect {
+            conn: Connect { sock, to },
+            blocking,
+        })
+    }
+
+    /// The proxy's address in the family of the caller's socket, if the
+    /// address the caller passed (`raw`, a struct sockaddr) is the proxy.
+    fn proxy_target(&self, domain: i32, raw: &[u8]) -> Option<Target> {
+        let family = i32::from(u16::from_ne_bytes([*raw.first()?, *raw.get(1)?]));
+        let port = u16::from_be_bytes([*raw.get(2)?, *raw.get(3)?]);
+        if port != self.proxy_port || family != domain {
+            return None;
+        }
+        if domain == libc::AF_INET {
+            let ip = Ipv4Addr::new(*raw.get(4)?, *raw.get(5)?, *raw.get(6)?, *raw.get(7)?);
+            (raw.len() >= 16 && ip == Ipv4Addr::LOCALHOST).then(|| {
+                Target::V4(SockaddrIn::from(SocketAddrV4::new(
+                    Ipv4Addr::LOCALHOST,
+                    self.proxy_port,
+                )))
+            })
+        } else {
+            // struct sockaddr_in6: family, port, flowinfo (4), address (16).
+            let bytes: [u8; 16] = raw.get(8..24)?.try_into().ok()?;
+            let mapped = Ipv4Addr::LOCALHOST.to_ipv6_mapped();
+            (Ipv6Addr::from(bytes) == mapped).then(|| {
+                Target::V6(SockaddrIn6::from(SocketAddrV6::new(
+                    mapped,
+                    self.proxy_port,
+                    0,
+                    0,
+                )))
+            })
+        }
+    }
+}
+
+impl Connect {
+    /// Make the connect; the caller's answer.
+    pub fn run(self) -> Reply {
+        let r = match &self.to {
+            Target::V4(a) => {
+                nix::sys::socket::connect(std::os::fd::AsRawFd::as_raw_fd(&self.sock), a)
+            }
+            Target::V6(a) => {
+                nix::sys::socket::connect(std::os::fd::AsRawFd::as_raw_fd(&self.sock), a)
+            }
+        };
+        match r {
+            Ok(()) => Reply::Value(0),
+            Err(e) => Reply::Fail(e as i32),
+        }
+    }
+}
+
+/// Serve a connect: at once on a non-blocking socket, on a thread of its
+/// own otherwise (at most [`MAX_BLOCKING`] at once).
+pub fn serve_connect(
+    listener: &Arc<Listener>,
+    id: u64,
+    conn: Connect,
+    blocking: bool,
+    in_flight: &Arc<AtomicUsize>,
+) {
+    if !blocking {
+        answer(listener, id, conn.run());
+        return;
+    }
+    if in_flight.fetch_add(1, Ordering::SeqCst) >= MAX_BLOCKING {
+        in_flight.fetch_sub(1, Ordering::SeqCst);
+        answer(listener, id, Reply::Fail(libc::EAGAIN));
+        return;
+    }
+    let (l, n) = (Arc::clone(listener), Arc::clone(in_flight));
+    let spawned = std::thread::Builder::new()
+        .name("capsule-connect".into())
+        .spawn(move || {
+            let _ = crate::sys::block_all_signals();
+            answer(&l, id, conn.run());
+            n.fetch_sub(1, Ordering::SeqCst);
+        });
+    if let Err(e) = spawned {
+        in_flight.fetch_sub(1, Ordering::SeqCst);
+        tracing::warn!("network guard: no thread for a blocking connect: {e}");
+        answer(listener, id, Reply::Fail(libc::EAGAIN));
+    }
+}
+
+/// Answer notification `id`; a caller that is gone needs none.
+pub fn answer(listener: &Listener, id: u64, reply: Reply) {
+    match listener.reply(id, reply) {
+        Ok(()) | Err(Errno::ENOENT) => {}
+        Err(e) => tracing::warn!("network guard: answering: {e}"),
+    }
+}
+
+/// The thread group of thread `tid` (`Tgid:` in /proc/TID/status).
+fn thread_group(tid: libc::pid_t) -> Option<libc::pid_t> {
+    std::fs::read_to_string(format!("/proc/{tid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Whether descriptor `fd` of thread `tid` is the file `sock` (its inode,
+/// as `/proc/TID/fd/FD` names it: "socket:[INODE]").
+fn same_file(tid: libc::pid_t, fd: i32, sock: &OwnedFd) -> bool {
+    let Ok(link) = std::fs::read_link(format!("/proc/{tid}/fd/{fd}")) else {
+        return false;
+    };
+    let Ok(st) = nix::sys::stat::fstat(sock) else {
+        return false;
+    };
+    link.to_str()
+        .and_then(|s| s.strip_prefix("socket:["))
+        .and_then(|s| s.strip_suffix(']'))
+        .and_then(|s| s.parse::<u64>().ok())
+        .is_some_and(|ino| ino == st.st_ino)
+}
+
+/// Read `buf.len()` bytes at `addr` of thread `tid`'s memory. EFAULT when
+/// the caller passed a bad pointer.
+fn read_remote(tid: libc::pid_t, addr: u64, buf: &mut [u8]) -> Result<(), Errno> {
+    if buf.is_empty() {
+        return Err(Errno::EINVAL);
+    }
+    let len = buf.len();
+    let remote = [nix::sys::uio::RemoteIoVec {
+        base: addr as usize,
+        len,
+    }];
+    let mut local = [std::io::IoSliceMut::new(buf)];
+    match nix::sys::uio::process_vm_readv(nix::unistd::Pid::from_raw(tid), &mut local, &remote) {
+        Ok(n) if n == len => Ok(()),
+        Ok(_) => Err(Errno::EFAULT),
+        Err(Errno::EPERM) => Err(Errno::EACCES),
+        Err(e) => Err(if e == Errno::ESRCH { e } else { Errno::EFAULT }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn guard() -> NetGuard {
+        NetGuard {
+            proxy_port: 4321,
+            let_other_through: false,
+        }
+    }
+
+    fn v4(ip: [u8; 4], port: u16) -> Vec<u8> {
+        let mut b = vec![0u8; 16];
+        b[..2].copy_from_slice(&(libc::AF_INET as u16).to_ne_bytes());
+        b[2..4].copy_from_slice(&port.to_be_bytes());
+        b[4..8].copy_from_slice(&ip);
+        b
+    }
+
+    fn v6(ip: Ipv6Addr, port: u16) -> Vec<u8> {
+        let mut b = vec![0u8; 28];
+        b[..2].copy_from_slice(&(libc::AF_INET6 as u16).to_ne_bytes());
+        b[2..4].copy_from_slice(&port.to_be_bytes());
+        b[8..24].copy_from_slice(&ip.octets());
+        b
+    }
+
+    #[test]
+    fn only_the_proxy_is_a_target() {
+        let g = guard();
+        assert!(g
+            .proxy_target(libc::AF_INET, &v4([127, 0, 0, 1], 4321))
+            .is_some());
+        for (ip, port) in [
+            ([127, 0, 0, 1], 4322),
+            ([127, 0, 0, 2], 4321),
+            ([0, 0, 0, 0], 4321),
+            ([10, 0, 0, 1], 4321),
+        ] {
+            assert!(
+                g.proxy_target(libc::AF_INET, &v4(ip, port)).is_none(),
+                "{ip:?}:{port}"
+            );
+        }
+        // Too short, or the family of the other socket type.
+        assert!(g
+            .proxy_target(libc::AF_INET, &v4([127, 0, 0, 1], 4321)[..8])
+            .is_none());
+        assert!(g
+            .proxy_target(libc::AF_INET6, &v4([127, 0, 0, 1], 4321))
+            .is_none());
+        let mapped = Ipv4Addr::LOCALHOST.to_ipv6_mapped();
+        assert!(g.proxy_target(libc::AF_INET6, &v6(mapped, 4321)).is_some());
+        assert!(g.proxy_target(libc::AF_INET6, &v6(mapped, 1)).is_none());
+        assert!(g
+            .proxy_target(libc::AF_INET6, &v6(Ipv6Addr::LOCALHOST, 4321))
+            .is_none());
+        assert!(g.proxy_target(libc::AF_INET, &v6(mapped, 4321)).is_none());
+        assert!(g
+            .proxy_target(libc::AF_INET6, &v6(mapped, 4321)[..20])
+            .is_none());
+        assert!(g.proxy_target(libc::AF_INET, &[]).is_none());
+    }
+
+    #[test]
+    fn only_connect_and_listen_are_the_guards() {
+        assert!(NetGuard::handles(libc::SYS_connect as i32));
+        assert!(NetGuard::handles(libc::SYS_listen as i32));
+        assert!(!NetGuard::handles(libc::SYS_kill as i32));
+        assert!(!NetGuard::handles(libc::SYS_bind as i32));
+    }
+}
