@@ -103,6 +103,9 @@ pub fn run(plan: &Plan, opts: ExecOptions) -> Finished {
         for m in &layers.missing {
             if plan.best_effort {
                 eprintln!("capsule: warning: not enforced (--best-effort): {m}");
+            } else if m == sandbox::ROOT_NO_VIEW_GAP {
+                // The one gap of the no-namespace path that reaches the whole host.
+                eprintln!("capsule: warning: not enforced on this host: {m}");
             } else {
                 tracing::warn!("not enforced on this host: {m}");
             }
