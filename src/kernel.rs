@@ -112,7 +112,8 @@ fn lowered(kernel: u32, max: Option<&str>) -> u32 {
 }
 
 fn probe_namespaces() -> (bool, Vec<UsernsBlock>) {
-    if std::env::var_os("CAPSULE_NO_NAMESPACES").is_some() {
+    // Set and not "0" (or empty), as capsule's other switches.
+    if std::env::var_os("CAPSULE_NO_NAMESPACES").is_some_and(|v| !v.is_empty() && v != "0") {
         return (false, Vec::new());
     }
     if nix::unistd::geteuid().is_root() {

@@ -183,3 +183,108 @@ fn core_dumps_off_and_privileges_dropped() {
     }
     assert_eq!(run.probe(7)["value"], "2", "no seccomp filter{}", run.ctx());
 }
+
+/// Root with no cgroup capsule may make (a container whose cgroupfs is
+/// read-only; emulated with CAPSULE_NO_CGROUPS=1): RLIMIT_NPROC does not
+/// bind uid 0, so the process guard (seccomp user notification: capsule
+/// counts the run's tasks at every fork) holds max_processes, with and
+/// without namespaces. Before the guard this run was refused (exit 125).
+#[test]
+fn as_root_without_a_cgroup_the_process_guard_bounds_a_fork_bomb() {
+    if !is_root() {
+        skip("needs root: RLIMIT_NPROC binds every other uid");
+        return;
+    }
+    for no_ns in ["0", "1"] {
+        let mut sb = Sandbox::new();
+        sb.set_env("CAPSULE_NO_CGROUPS", "1");
+        sb.set_env("CAPSULE_NO_NAMESPACES", no_ns);
+        let pol = sb.policy("version: 1\nlimits:\n  max_processes: 16\n  timeout_seconds: 60\n");
+        let run = sb.probe(&["--policy", &pol], &[&["fork_bomb", "200"]]);
+        run.assert_ran();
+        let j = run.json();
+        assert_eq!(
+            j["enforcement"]["limits"]["max_processes"],
+            "seccomp-notify",
+            "no_namespaces={no_ns}{}",
+            run.ctx()
+        );
+        let v = run.probe(0);
+        assert_ok(&v, &run);
+        let forked = v["value"]["forked"].as_i64().unwrap_or(-1);
+        assert!(
+            (1..16).contains(&forked),
+            "no_namespaces={no_ns}: max_processes 16 let {forked} more start{}",
+            run.ctx()
+        );
+        assert_eq!(v["value"]["errno"], "EAGAIN", "{}", run.ctx());
+    }
+}
+
+/// Forks from several processes at once: the guard decides one at a time
+/// and counts a fork whose child has not appeared yet, so the run never
+/// holds more tasks than max_processes.
+const CONCURRENT_FORKS_PY: &str = r#"
+import os, sys
+workers, per = 6, 60
+r, w = os.pipe()          # children wait on it
+res_r, res_w = os.pipe()  # workers report how many children they made
+go_r, go_w = os.pipe()    # workers start together
+kids = []
+for _ in range(workers):
+    pid = os.fork()
+    if pid == 0:
+        os.close(go_w)
+        os.close(w)
+        os.read(go_r, 1)
+        made = 0
+        for _ in range(per):
+            try:
+                if os.fork() == 0:
+                    os.read(r, 1)
+                    os._exit(0)
+                made += 1
+            except OSError:
+                break
+        os.write(res_w, b"%d\n" % made)
+        os.read(r, 1)
+        os._exit(0)
+    kids.append(pid)
+os.close(go_w)
+total = 0
+with os.fdopen(res_r) as f:
+    for _ in range(workers):
+        total += int(f.readline())
+print("alive", 1 + workers + total)
+os.close(w)
+for pid in kids:
+    os.waitpid(pid, 0)
+"#;
+
+#[test]
+fn as_root_without_a_cgroup_concurrent_forks_stay_within_max_processes() {
+    if !is_root() {
+        skip("needs root: RLIMIT_NPROC binds every other uid");
+        return;
+    }
+    for no_ns in ["0", "1"] {
+        let mut sb = Sandbox::new();
+        sb.set_env("CAPSULE_NO_CGROUPS", "1");
+        sb.set_env("CAPSULE_NO_NAMESPACES", no_ns);
+        let pol = sb.policy("version: 1\nlimits:\n  max_processes: 40\n  timeout_seconds: 60\n");
+        let run = sb.exec_json(&["--policy", &pol], &[&python(), "-c", CONCURRENT_FORKS_PY]);
+        run.assert_ran();
+        let out = run.child_stdout();
+        let alive: i64 = out
+            .trim()
+            .strip_prefix("alive ")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no count{}", run.ctx()));
+        // The workers' forks fail at the limit (EAGAIN), never past it.
+        assert!(
+            (30..=40).contains(&alive),
+            "no_namespaces={no_ns}: {alive} tasks alive at once under max_processes 40{}",
+            run.ctx()
+        );
+    }
+}

@@ -71,7 +71,7 @@ pub fn run(a: DoctorArgs) -> i32 {
             "limits": {
                 "memory_mb": "cgroup where capsule owns one (beneath its own, delegated to it), else RLIMIT_DATA",
                 "max_processes": if root {
-                    "cgroup pids (required as root): beneath capsule's cgroup, in its delegated cgroup, or in a delegated systemd scope capsule asks for"
+                    "cgroup pids beneath capsule's cgroup, in its delegated cgroup, or in a delegated systemd scope capsule asks for; else capsule's process guard (seccomp user notification counting the run's tasks)"
                 } else {
                     "cgroup pids where possible, else RLIMIT_NPROC"
                 },

@@ -166,7 +166,7 @@ pub fn print_plan(plan: &Plan, k: &Probe) {
     opt(
         "max_processes",
         l.max_processes,
-        "cgroup pids where capsule may create one, else RLIMIT_NPROC",
+        "cgroup pids where capsule may create one, else RLIMIT_NPROC (as root: capsule's process guard)",
     );
     opt("cpu_seconds", l.cpu_seconds, "RLIMIT_CPU");
     opt("max_file_size_bytes", l.max_file_size_bytes, "RLIMIT_FSIZE");

@@ -152,6 +152,13 @@ pub const ROOT_NO_VIEW_GAP: &str =
      and chown to root clears setuid bits (Landlock has no hook for them; seccomp still refuses setting a \
      setuid or setgid bit). Run as an unprivileged user, or where user namespaces are allowed";
 
+/// The limitation the process guard brings (see `supervisor::procguard`).
+pub const PROCESS_GUARD_LIMITATION: &str =
+    "max_processes by capsule's process guard (root without a cgroup: RLIMIT_NPROC does not bind uid 0): \
+     every clone/fork/vfork of the run waits while capsule counts the run's tasks (threads included) and fails \
+     with EAGAIN at the limit; each fork costs a scan of the run's processes (of the host's without a pid \
+     namespace), and a fork whose child has not appeared yet is counted until its caller returns";
+
 /// Layers ready for the child.
 pub struct Layers {
     pub landlock: Option<landlock::Prepared>,
@@ -484,15 +491,6 @@ pub fn prepare(
         None
     };
 
-    let parts = seccomp::Parts {
-        signals: signals == SignalLayer::SeccompNotify,
-        net: net_part,
-    };
-    let notify_filter = if parts.any() && filters.is_some() {
-        Some((seccomp::notify_filter(parts)?, parts.notifies()))
-    } else {
-        None
-    };
     let truncate_guard = if !truncate_needs_guard {
         None
     } else if filters.is_some() {
@@ -526,15 +524,38 @@ pub fn prepare(
         (Some(_), Some(m)) => m,
         (Some(_), None) if !root => Mechanism::Rlimit,
         (Some(_), None) => {
-            let mut why = "capsule runs as root (RLIMIT_NPROC does not bind uid 0) and cannot create a cgroup \
-                           with the pids controller beneath its own"
-                .to_string();
-            if let Some(n) = &cg.systemd_note {
-                why.push_str(&format!("; no delegated systemd scope: {n}"));
+            // The process guard: the supervisor counts the run's tasks at
+            // every clone/fork/vfork (seccomp user notification).
+            match (filters.is_some(), seccomp::listener_available()) {
+                (true, Ok(())) => Mechanism::ProcessGuard,
+                (_, listener) => {
+                    let mut why = "capsule runs as root (RLIMIT_NPROC does not bind uid 0) and cannot create a \
+                                   cgroup with the pids controller beneath its own"
+                        .to_string();
+                    if let Some(n) = &cg.systemd_note {
+                        why.push_str(&format!("; no delegated systemd scope: {n}"));
+                    }
+                    why.push_str(&match listener {
+                        Err(e) if filters.is_some() => {
+                            format!("; and no seccomp user-notification listener for the process guard ({e})")
+                        }
+                        _ => "; and no seccomp for the process guard".to_string(),
+                    });
+                    unavailable("limits.max_processes", &why, &mut missing)?;
+                    Mechanism::None
+                }
             }
-            unavailable("limits.max_processes", &why, &mut missing)?;
-            Mechanism::None
         }
+    };
+    let parts = seccomp::Parts {
+        signals: signals == SignalLayer::SeccompNotify,
+        net: net_part,
+        procs: procs == Mechanism::ProcessGuard,
+    };
+    let notify_filter = if parts.any() && filters.is_some() {
+        Some((seccomp::notify_filter(parts)?, parts.notifies()))
+    } else {
+        None
     };
     let nproc_base = if procs == Mechanism::Rlimit && !want_pidns {
         rlimits::uid_process_count(nix::unistd::getuid().as_raw())
@@ -570,6 +591,9 @@ pub fn prepare(
     let mut limitations = Vec::new();
     if parts.signals {
         limitations.push(SECCOMP_NOTIFY_LIMITATION.to_string());
+    }
+    if parts.procs {
+        limitations.push(PROCESS_GUARD_LIMITATION.to_string());
     }
     if net_part == seccomp::NetPart::Guard && plan.net.allow_unix_sockets && abi < LANDLOCK_TCP {
         limitations.push(NET_GUARD_UNIX_LIMITATION.to_string());

@@ -17,6 +17,9 @@ pub enum Mechanism {
     CgroupV2,
     CgroupV1,
     Rlimit,
+    /// max_processes as root without a cgroup: the process guard
+    /// (`supervisor::procguard`) counts the run's tasks at every fork.
+    ProcessGuard,
     /// Not enforced (only with --best-effort).
     None,
 }
@@ -27,6 +30,7 @@ impl Mechanism {
             Mechanism::CgroupV2 => "cgroup-v2".into(),
             Mechanism::CgroupV1 => "cgroup-v1".into(),
             Mechanism::Rlimit => rlimit.into(),
+            Mechanism::ProcessGuard => "seccomp-notify".into(),
             Mechanism::None => "not-enforced".into(),
         }
     }

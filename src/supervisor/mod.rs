@@ -11,6 +11,7 @@
 pub mod capture;
 pub mod event_loop;
 pub mod netguard;
+pub mod procguard;
 pub mod pty;
 pub mod services;
 pub mod signals;
@@ -265,6 +266,24 @@ fn run_prepared(
             let_other_through: layers.landlock_abi >= crate::kernel::LANDLOCK_TCP
                 || plan.net.allow_unix_sockets,
         });
+    // The process guard: max_processes as root without a cgroup.
+    let proc_guard = (layers.limits.get("max_processes").map(String::as_str)
+        == Some("seccomp-notify"))
+    .then_some(plan.limits.max_processes)
+    .flatten()
+    .and_then(|max| {
+        let census = if spawned.tree == TreeMode::PidNamespace {
+            Some(procguard::Census::PidNamespace { init: spawned.pid })
+        } else {
+            signals::Tree::for_run(spawned.pid, &spawned.inherited).map(procguard::Census::Tree)
+        };
+        if census.is_none() {
+            tracing::warn!(
+                "process guard: /proc does not show capsule as itself; every fork of the run fails"
+            );
+        }
+        census.map(|c| procguard::ProcGuard::new(max, c))
+    });
     let mut sup = rt.block_on(supervise(
         &spawned,
         out_r,
@@ -273,7 +292,7 @@ fn run_prepared(
         plan,
         grace,
         services,
-        (signal_tree, net_guard),
+        (signal_tree, net_guard, proc_guard),
     ));
     let duration = start.elapsed();
     rt.block_on(relay.finish(Duration::from_secs(2), &mut sup.stdout, &mut sup.stderr));
@@ -522,7 +541,11 @@ async fn supervise(
     plan: &Plan,
     grace: Duration,
     services: &mut services::Services,
-    (mut signal_tree, mut net_guard): (Option<signals::Tree>, Option<netguard::NetGuard>),
+    (mut signal_tree, mut net_guard, mut proc_guard): (
+        Option<signals::Tree>,
+        Option<netguard::NetGuard>,
+        Option<procguard::ProcGuard>,
+    ),
 ) -> Supervised {
     let limit = plan.limits.max_output_bytes;
     let (so, se) = if json {
@@ -557,9 +580,12 @@ async fn supervise(
             Msg::Fd { tag } if tag == signals::LISTENER_TAG => {
                 // Without a guard the listener closes here, and every
                 // notified call of the run fails (ENOSYS).
-                let (tree, net) = (signal_tree.take(), net_guard.take());
-                match (fd, guard.is_none() && (tree.is_some() || net.is_some())) {
-                    (Some(fd), true) => match signals::start(fd, tree, net) {
+                let (tree, net, procs) = (signal_tree.take(), net_guard.take(), proc_guard.take());
+                match (
+                    fd,
+                    guard.is_none() && (tree.is_some() || net.is_some() || procs.is_some()),
+                ) {
+                    (Some(fd), true) => match signals::start(fd, tree, net, procs) {
                         Ok(g) => guard = Some(g),
                         Err(e) => tracing::warn!("guard: cannot start: {e}"),
                     },

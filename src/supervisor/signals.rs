@@ -337,17 +337,19 @@ pub struct Guard {
 }
 
 /// Serve `listener` on a thread of its own: signal calls are judged against
-/// `tree` (refused without one), connect/listen by `net` (refused without one).
+/// `tree`, connect/listen by `net`, clone/fork/vfork by `procs` (each
+/// refused without its judge).
 pub fn start(
     listener: OwnedFd,
     tree: Option<Tree>,
     net: Option<super::netguard::NetGuard>,
+    procs: Option<super::procguard::ProcGuard>,
 ) -> std::io::Result<Guard> {
     let listener = std::sync::Arc::new(Listener::new(listener)?);
     let (stop_r, stop_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     let thread = std::thread::Builder::new()
         .name("capsule-guard".into())
-        .spawn(move || serve(&listener, &stop_r, tree.as_ref(), net))?;
+        .spawn(move || serve(&listener, &stop_r, tree.as_ref(), net, procs))?;
     Ok(Guard {
         stop: stop_w,
         thread,
@@ -371,8 +373,10 @@ fn serve(
     stop: &OwnedFd,
     tree: Option<&Tree>,
     net: Option<super::netguard::NetGuard>,
+    mut procs: Option<super::procguard::ProcGuard>,
 ) -> (u64, u64) {
     use super::netguard::{self, Action, NetGuard};
+    use super::procguard::ProcGuard;
     // Signals for capsule go to the event loop's thread, never here.
     let _ = crate::sys::block_all_signals();
     let judge = tree.map(|tree| Judge {
@@ -408,10 +412,21 @@ fn serve(
                     break;
                 }
             };
-            let action = match (&net, &judge) {
-                (Some(g), _) if NetGuard::handles(n.nr) => g.decide(listener, &n),
-                (_, Some(j)) if !NetGuard::handles(n.nr) => Action::Reply(j.decide(&n)),
-                _ => Action::Reply(Reply::Fail(libc::EPERM)),
+            let action = if NetGuard::handles(n.nr) {
+                match &net {
+                    Some(g) => g.decide(listener, &n),
+                    None => Action::Reply(Reply::Fail(libc::EPERM)),
+                }
+            } else if ProcGuard::handles(n.nr) {
+                match &mut procs {
+                    Some(p) => Action::Reply(p.decide(&n)),
+                    None => Action::Reply(Reply::Fail(libc::EAGAIN)),
+                }
+            } else {
+                match &judge {
+                    Some(j) => Action::Reply(j.decide(&n)),
+                    None => Action::Reply(Reply::Fail(libc::EPERM)),
+                }
             };
             let reply = match action {
                 Action::Connect { conn, blocking } => {

@@ -85,7 +85,7 @@ pub fn is_root() -> bool {
 /// IPC, pid and network namespaces): root, or unprivileged user namespaces
 /// allowed by the sysctls, and `CAPSULE_NO_NAMESPACES` not set.
 pub fn view_expected() -> bool {
-    if std::env::var_os("CAPSULE_NO_NAMESPACES").is_some() {
+    if std::env::var_os("CAPSULE_NO_NAMESPACES").is_some_and(|v| !v.is_empty() && v != "0") {
         return false;
     }
     if is_root() {

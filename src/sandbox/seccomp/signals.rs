@@ -28,6 +28,8 @@
 //!                                                     connect(), unseen by Landlock
 //! connect, listen                             USER_NOTIF (NetPart::Guard)
 //! listen                                      EACCES  (NetPart::NoListen)
+//! process part (max_processes as root without a cgroup):
+//! clone, fork, vfork                          USER_NOTIF (the supervisor counts the run's tasks)
 //! anything else                               ALLOW   (the main program decides)
 //! ```
 //!
@@ -98,22 +100,27 @@ pub struct Parts {
     /// The signal checks (a listener is needed).
     pub signals: bool,
     pub net: NetPart,
+    /// The process guard: clone, fork and vfork go to the supervisor, which
+    /// counts the run's tasks (`limits.max_processes` as root without a
+    /// cgroup; a listener is needed). clone3 stays ENOSYS (the main program).
+    pub procs: bool,
 }
 
 impl Parts {
     pub const SIGNALS: Parts = Parts {
         signals: true,
         net: NetPart::None,
+        procs: false,
     };
 
     /// Whether the program notifies, and so needs a listener.
     pub fn notifies(self) -> bool {
-        self.signals || self.net == NetPart::Guard
+        self.signals || self.procs || self.net == NetPart::Guard
     }
 
     /// Whether there is anything to install.
     pub fn any(self) -> bool {
-        self.signals || self.net != NetPart::None
+        self.notifies() || self.net != NetPart::None
     }
 }
 
@@ -206,6 +213,13 @@ pub(super) fn program(arch: Arch, parts: Parts) -> Result<Vec<SockFilter>, Secco
             ("sendto", Label::FastOpen3),
             ("sendmmsg", Label::FastOpen3),
             ("sendmsg", Label::FastOpen2),
+        ]);
+    }
+    if parts.procs {
+        jumps.extend([
+            ("clone", Label::Notify),
+            ("fork", Label::Notify),
+            ("vfork", Label::Notify),
         ]);
     }
     match parts.net {
@@ -375,6 +389,7 @@ mod tests {
                     Parts {
                         signals: false,
                         net,
+                        procs: false,
                     },
                 )
                 .unwrap();
@@ -424,6 +439,7 @@ mod tests {
                 Parts {
                     signals: true,
                     net: NetPart::Guard,
+                    procs: true,
                 },
             )
             .unwrap();
@@ -441,6 +457,14 @@ mod tests {
             assert_eq!(run(&both, &d("sendto", a(&[3, 0, 1, fo, 0, 0]))), EPERM);
             assert_eq!(run(&both, &d("pidfd_send_signal", a(&[3, 9]))), ENOSYS);
             assert_eq!(run(&both, &d("read", a(&[3, 0, 1]))), RET_ALLOW);
+            assert_eq!(run(&both, &d("clone", a(&[0x11, 0, 0]))), RET_USER_NOTIF);
+            if arch == Arch::X86_64 {
+                assert_eq!(run(&both, &d("fork", a(&[]))), RET_USER_NOTIF);
+                assert_eq!(run(&both, &d("vfork", a(&[]))), RET_USER_NOTIF);
+            }
+            // Without the process part, clone is the main program's business.
+            let p = program(arch, Parts::SIGNALS).unwrap();
+            assert_eq!(run(&p, &d("clone", a(&[0x11, 0, 0]))), RET_ALLOW);
         }
     }
 
