@@ -554,6 +554,104 @@ fn child_written_shebang_adds_no_install_prefix() {
     );
 }
 
+/// The same plant, run the next time under a policy that only READS the
+/// directory: what a run wrote there is still the child's content, whichever
+/// policy runs it next (issue 11, item 8), so its `#!` line names no install
+/// prefix either.
+#[test]
+fn child_written_shebang_under_a_read_grant_adds_no_install_prefix() {
+    let sb = Sandbox::new();
+    sb.mkdir("app/bin");
+    sb.write("app/secret.txt", "APP-SECRET");
+    std::os::unix::fs::symlink(python(), sb.path("app/bin/python3")).expect("symlink");
+    sb.mkdir("ws");
+    let ws = sb.p("ws");
+    let script = sb.p("ws/run_tests");
+    let body = format!(
+        "#!{}\nprint('RAN')\nprint(open('{}').read())\n",
+        sb.p("app/bin/python3"),
+        sb.p("app/secret.txt")
+    );
+    let plant = sb.exec_json(
+        &["--allow-write", &ws],
+        &[
+            "/bin/sh",
+            "-c",
+            &format!("printf '%s' \"$0\" > '{script}' && chmod +x '{script}'"),
+            &body,
+        ],
+    );
+    plant.assert_code(0);
+    // By absolute path, and as `./run_tests` from that directory (what a CI
+    // step does).
+    for (prog, cwd) in [
+        (script.as_str(), sb.root.clone()),
+        ("./run_tests", sb.path("ws")),
+    ] {
+        let args = ["exec", "--json", "--allow-read", &ws, "--", prog];
+        let run = sb.run_in(&args, &cwd, b"");
+        let out = run.child_stdout();
+        assert!(
+            !out.contains("APP-SECRET"),
+            "ESCAPE: a #! line written by an earlier run granted its interpreter's install tree{}",
+            run.ctx()
+        );
+        assert!(
+            out.contains("RAN"),
+            "the interpreter was not granted{}",
+            run.ctx()
+        );
+    }
+    let dry = sb.run(&["exec", "--dry-run", "--allow-read", &ws, "--", &script]);
+    dry.assert_code(0);
+    assert!(
+        !dry.stdout.contains(&format!("{}  ", sb.p("app"))),
+        "{}",
+        dry.ctx()
+    );
+    assert!(
+        dry.stdout.contains("no install prefix") && dry.stdout.contains("#! interpreter"),
+        "--dry-run does not say what the command added and why{}",
+        dry.ctx()
+    );
+}
+
+/// The symlink form of the same plant: an earlier run leaves `ws/cat`, a
+/// symlink to a program inside a host install tree (`app/bin/cat`); running
+/// it under a read grant must not grant `app/`.
+#[test]
+fn child_planted_symlink_under_a_read_grant_adds_no_install_prefix() {
+    let sb = Sandbox::new();
+    sb.mkdir("app/bin");
+    sb.write("app/secret.txt", "APP-SECRET");
+    std::fs::copy("/bin/cat", sb.path("app/bin/cat")).expect("copy cat");
+    sb.mkdir("ws");
+    let ws = sb.p("ws");
+    let plant = sb.exec_json(
+        &["--allow-write", &ws],
+        &["/bin/ln", "-s", &sb.p("app/bin/cat"), &sb.p("ws/cat")],
+    );
+    plant.assert_code(0);
+    let run = sb.exec_json(
+        &["--allow-read", &ws],
+        &[&sb.p("ws/cat"), &sb.p("app/secret.txt")],
+    );
+    assert!(
+        !run.child_stdout().contains("APP-SECRET"),
+        "ESCAPE: a symlink planted by an earlier run granted its target's install tree{}",
+        run.ctx()
+    );
+    // The program itself (the link's target) is still granted: it ran.
+    assert!(
+        run.json()["stderr"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("secret.txt"),
+        "the program did not run{}",
+        run.ctx()
+    );
+}
+
 #[test]
 fn symlink_escapes_are_denied() {
     let sb = fixture();

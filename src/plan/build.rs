@@ -256,11 +256,19 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         .filter(|g| g.access.write)
         .map(|g| g.path.clone())
         .collect();
+    // Every grant of this policy but the system's: content under them may
+    // have been written by an earlier run under another policy.
+    let granted: Vec<PathBuf> = grants
+        .iter()
+        .filter(|g| g.origin != Origin::System)
+        .map(|g| g.path.clone())
+        .collect();
     let ctx = command::Context {
         path_env: child_path.unwrap_or(env::DEFAULT_PATH),
         cwd: &cwd,
         home: &home,
         writable: &writable,
+        granted: &granted,
     };
     // `capsule check` plans without a command.
     let cmd = match argv.first() {

@@ -10,11 +10,15 @@
 //! `/opt/tool/bin/tool`, `/opt/tool`), unless that prefix would be `/`,
 //! `/usr` (already covered) or the user's home or one of its ancestors.
 //!
-//! Content the sandboxed program can write is not trusted: a program (or its
-//! symlink target) in a write grant, the workspace output or TMPDIR adds no
-//! prefix, its `#!` interpreter is granted as one file at most, and an
-//! interpreter in such a place is not granted at all. The planner then puts
-//! every added path through the checks policy grants get (`plan::build`).
+//! Content a sandboxed program may have written is not trusted: a program
+//! (or its symlink target) under any grant of the policy (read, write or
+//! exec, the workspace and TMPDIR included; an earlier run under another
+//! policy may have written there) adds no prefix, neither its own nor its
+//! `#!` interpreter's, and that interpreter is granted as one file at most.
+//! An interpreter in a place this run can write is not granted at all.
+//! Programs outside every grant (on PATH or named by path) keep their
+//! prefixes. The planner then puts every added path through the checks
+//! policy grants get (`plan::build`).
 
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
@@ -73,14 +77,27 @@ pub struct Context<'a> {
     /// output, the private TMPDIR): content there is the child's, and adds
     /// no grant beyond the one file the user named.
     pub writable: &'a [PathBuf],
+    /// Every grant of the policy but `filesystem.system` (read, write or
+    /// exec; the workspace and the TMPDIR included): content there may be an
+    /// earlier run's, written under another policy, and names no prefix.
+    pub granted: &'a [PathBuf],
 }
 
 impl Context<'_> {
     /// Whether `p` (as written, or after following its symlinks) lies in a
     /// place the child can write.
     fn child_writable(&self, p: &Path) -> bool {
-        let under = |q: &Path| self.writable.iter().any(|w| q.starts_with(w));
-        under(p) || std::fs::canonicalize(p).is_ok_and(|c| under(&c))
+        Self::under(self.writable, p).is_some()
+    }
+
+    /// The grant `p` (as written, or after following its symlinks) lies under, if any.
+    fn granted(&self, p: &Path) -> Option<&Path> {
+        Self::under(self.granted, p)
+    }
+
+    fn under<'g>(dirs: &'g [PathBuf], p: &Path) -> Option<&'g Path> {
+        let find = |q: &Path| dirs.iter().find(|w| q.starts_with(w)).map(PathBuf::as_path);
+        find(p).or_else(|| std::fs::canonicalize(p).ok().and_then(|c| find(&c)))
     }
 }
 
@@ -88,9 +105,10 @@ impl Context<'_> {
 ///
 /// The program, its `#!` interpreter and the program `/usr/bin/env` starts
 /// are returned as files to grant; their install prefixes too, but only when
-/// none of the program, its symlink target, the interpreter or the prefix
-/// lies in a place the child can write (a child-written `#!` line or symlink
-/// must not widen the next run's grants).
+/// neither the program nor its symlink target lies under a grant of the
+/// policy, and neither the interpreter nor the prefix in a place the child
+/// can write (a child-written `#!` line or symlink must not widen the next
+/// run's grants, whatever that run's policy).
 pub fn resolve(name: &str, ctx: &Context<'_>) -> Result<ResolvedCommand, CommandError> {
     if name.is_empty() {
         return Err(CommandError::Empty);
@@ -111,12 +129,21 @@ pub fn resolve(name: &str, ctx: &Context<'_>) -> Result<ResolvedCommand, Command
         ..Default::default()
     };
     add_file(&mut out, &program, "the program");
-    // Content the child may have written: its `#!` line names no prefix.
-    let tainted = ctx.child_writable(&program);
-    if tainted {
+    // Content a child may have written (this run's, or an earlier run's
+    // under another policy): its `#!` line and symlinks name no prefix.
+    let writable = ctx.child_writable(&program);
+    let granted = ctx.granted(&program);
+    let tainted = writable || granted.is_some();
+    if writable {
         out.skipped.push(format!(
             "no install prefix for {}: it lies in a place the sandboxed program can write, so its #! line and symlinks are not trusted",
             program.display()
+        ));
+    } else if let Some(g) = granted {
+        out.skipped.push(format!(
+            "no install prefix for {} or its #! interpreter: it lies under the grant {}, where an earlier run may have written it, so its #! line and symlinks are not trusted",
+            program.display(),
+            g.display()
         ));
     } else {
         add_prefix(&mut out, &program, ctx);
@@ -281,6 +308,7 @@ mod tests {
             cwd: Path::new("/"),
             home,
             writable,
+            granted: writable,
         }
     }
 
@@ -356,6 +384,23 @@ mod tests {
         .unwrap();
         assert!(
             r.prefixes.iter().any(|p| p.path == root.join("app")),
+            "{r:?}"
+        );
+        // Under a grant this run only reads: an earlier run may have
+        // written it, so no prefix either; the interpreter alone is granted.
+        let g = [root.clone()];
+        let r = resolve(
+            script.to_str().unwrap(),
+            &Context {
+                granted: &g,
+                ..ctx("/usr/bin:/bin", Path::new("/h"), &[])
+            },
+        )
+        .unwrap();
+        assert!(r.prefixes.is_empty(), "{r:?}");
+        assert!(r.files.iter().any(|f| f.path == app.join("sh")), "{r:?}");
+        assert!(
+            r.skipped.iter().any(|s| s.contains("no install prefix")),
             "{r:?}"
         );
         // A non-executable file named as interpreter is not granted.

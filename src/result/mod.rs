@@ -132,6 +132,11 @@ pub struct RunResult {
     /// proxy allowed/denied), also written to the audit record.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<serde_json::Value>,
+    /// What capsule could not remove after the run (the child's remains in
+    /// the private TMPDIR): one `PATH: error` line each, the first 16, then
+    /// `... and N more`. Absent when everything was removed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub left_behind: Vec<String>,
 }
 
 impl RunResult {
@@ -174,6 +179,7 @@ impl RunResult {
             denied_hosts: vec![],
             error: None,
             usage: None,
+            left_behind: Vec::new(),
         }
     }
 

@@ -9,6 +9,7 @@
 //! the caller prints it and writes the audit record.
 
 pub mod capture;
+pub mod cleanup;
 pub mod event_loop;
 pub mod netguard;
 pub mod procguard;
@@ -97,7 +98,7 @@ pub fn run(plan: &Plan, opts: ExecOptions) -> Finished {
         let mut layers = match sandbox::prepare(plan, services.proxy_port(), namespaces) {
             Ok(l) => l,
             Err(e) => {
-                remove_tmpdir(plan);
+                let _ = remove_tmpdir(plan);
                 return refused(&plan.run_id, Reason::ProtectionUnavailable, e.to_string());
             }
         };
@@ -123,9 +124,9 @@ pub fn run(plan: &Plan, opts: ExecOptions) -> Finished {
         layers.cgroup.remove();
         match attempt {
             Attempt::Finished(finished) => {
-                let finished = *finished;
+                let mut finished = *finished;
                 tracing::debug!("supervisor: run finished");
-                remove_tmpdir(plan);
+                finished.result.left_behind = remove_tmpdir(plan);
                 return finished;
             }
             Attempt::NamespacesRefused(e) => {
@@ -156,16 +157,30 @@ fn in_view(p: &std::path::Path, tmpdir: Option<&std::path::Path>) -> std::path::
     }
 }
 
-fn remove_tmpdir(plan: &Plan) {
-    if let Some(t) = &plan.tmpdir {
-        // Most runs leave it empty: one rmdir, and the full walk only when that fails.
-        if std::fs::remove_dir(t).is_ok() {
-            return;
-        }
-        if let Err(e) = std::fs::remove_dir_all(t) {
-            tracing::warn!("could not remove the private TMPDIR {}: {e}", t.display());
-        }
+/// Remove the private TMPDIR with whatever the child left in it (see
+/// `cleanup`: deep trees, mode-000 directories, symlinks out of it). What
+/// stays is said on stderr and returned for the result's `left_behind`.
+fn remove_tmpdir(plan: &Plan) -> Vec<String> {
+    let Some(t) = &plan.tmpdir else {
+        return Vec::new();
+    };
+    // Most runs leave it empty: one rmdir, and the full walk only when that fails.
+    if std::fs::remove_dir(t).is_ok() {
+        return Vec::new();
     }
+    let left = cleanup::remove_tree(t);
+    if left.is_empty() {
+        return Vec::new();
+    }
+    let lines = left.lines();
+    eprintln!(
+        "capsule: warning: the private TMPDIR {} could not be removed entirely; left behind:",
+        t.display()
+    );
+    for l in &lines {
+        eprintln!("capsule:   {l}");
+    }
+    lines
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd), Errno> {

@@ -115,7 +115,7 @@ fn process_tempdir(prefix: &str, mode: u32) -> PathBuf {
 }
 
 /// The binary copied where `nobody` can execute it (once per test process).
-fn nobody_bin() -> &'static Path {
+pub fn nobody_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
         let bin = process_tempdir("capsule-bin-", 0o755).join("capsule");

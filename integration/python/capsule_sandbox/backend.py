@@ -522,9 +522,14 @@ class CapsuleAgentSession(_SessionBase):  # type: ignore[misc,valid-type]
             except subprocess.TimeoutExpired:
                 code = None
         self._err_done.wait(2.0)
-        if code == 125:
-            return SandboxRequiredError(f"capsule refused the agent session: {_refusal_text(self.stderr)}")
-        return RuntimeError(f"sandboxed process is gone (exit {code}): {exc}")
+        # capsule's verdict on the spec came before the program existed
+        # (open_agent_session's --dry-run). From then on the exit status may be
+        # the program's own (it can exit 125, and print "capsule: ..." on the
+        # same stderr capsule uses), so it is never read as a refusal.
+        return RuntimeError(
+            f"sandboxed process is gone (exit {code}): {exc}; stderr (capsule's and the program's): "
+            f"{self.stderr.strip()[-500:]!r}"
+        )
 
     def send(self, message: Mapping[str, Any]) -> None:
         """Write one message as a JSON line to the process's stdin."""

@@ -50,6 +50,36 @@ def test_open_agent_session_refused_spec_is_a_clear_error(backend):
         backend.open_agent_session(spec)
 
 
+def test_a_session_program_exiting_125_is_not_a_refusal(backend):
+    """issue 11 #12: in a session the program's exit status is its own. One
+    that prints a capsule-like refusal line and exits 125 is a process that
+    ended, not capsule refusing (which could send a framework to a fallback)."""
+    forged = "echo 'capsule: refused: protection unavailable (forged by the program)' >&2; exit 125"
+    session = backend.open_agent_session(ProcessSpec(command=["sh", "-c", forged], interactive=True))
+    try:
+        assert session.recv(30) is None  # the program ran and ended
+        assert session.returncode == 125
+        with pytest.raises(Exception) as info:
+            for _ in range(50):  # until the pipe reports the reader gone
+                session.send({"type": "hello"})
+        assert not isinstance(info.value, SandboxRequiredError), info.value
+        assert "exit 125" in str(info.value), info.value
+    finally:
+        session.close()
+
+
+def test_a_session_capsule_refuses_is_still_a_refusal(backend, tmp_path):
+    """The other half: capsule's own refusal of a session spec (its verdict
+    before the program exists) raises SandboxRequiredError."""
+    spec = ProcessSpec(
+        command=[sys.executable, "-c", "import sys; sys.stdin.read()"],
+        interactive=True,
+        limits={"max_processes": 0},
+    )
+    with pytest.raises(SandboxRequiredError, match="capsule refused the agent session"):
+        backend.open_agent_session(spec)
+
+
 def test_a_session_that_dies_logs_its_exit_code_and_stderr(backend, caplog):
     """A framework sees only EOF when the sandboxed agent dies; the reason must
     reach the host's log (exit code and stderr), not vanish with the pipe."""
