@@ -152,6 +152,14 @@ fn probe_namespaces() -> (bool, Vec<UsernsBlock>) {
 /// the run's init writes it (`sandbox::view`).
 pub const MEMFD_NOEXEC: &std::ffi::CStr = c"/proc/sys/vm/memfd_noexec";
 
+/// Whether this kernel has the `vm.memfd_noexec` sysctl, and so
+/// MFD_NOEXEC_SEAL (Linux 6.3+).
+pub fn memfd_noexec_known() -> bool {
+    MEMFD_NOEXEC
+        .to_str()
+        .is_ok_and(|p| std::path::Path::new(p).exists())
+}
+
 fn memfd_noexec_settable() -> bool {
     nix::unistd::geteuid().is_root()
         && MEMFD_NOEXEC

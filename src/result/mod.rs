@@ -58,6 +58,11 @@ pub struct Enforcement {
     /// The layer that keeps the run's signals inside it: pid-namespace |
     /// landlock-scope | seccomp-notify | none (--best-effort, then listed in `missing`).
     pub signals: String,
+    /// The layer that keeps a memfd from being executed: pid-namespace-sysctl
+    /// (vm.memfd_noexec = 2) | seccomp-notify (capsule makes every memfd
+    /// sealed against execution) | none (listed in `missing`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub memfd_exec: String,
     /// How each limit is enforced, e.g. {"memory_mb": "cgroup-v1"}.
     pub limits: std::collections::BTreeMap<String, String>,
     /// Protections not enforced: what --best-effort let go, and the gaps of

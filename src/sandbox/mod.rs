@@ -182,6 +182,9 @@ pub struct Layers {
     pub notify_filter: Option<(seccomp::NotifyFilter, bool)>,
     /// The network part of that filter (`NetPart::None` without one).
     pub net_part: seccomp::NetPart,
+    /// What keeps a memfd from being executed: "pid-namespace-sysctl",
+    /// "seccomp-notify" (the memfd guard) or "none" (listed in `missing`).
+    pub memfd_exec: &'static str,
     /// The seccomp truncate guard (Landlock ABI 1-2 without the view).
     pub truncate_guard: Option<seccomp::TruncateGuard>,
     /// Whether a pid namespace is expected to be available.
@@ -547,10 +550,28 @@ pub fn prepare(
             }
         }
     };
+    // A memfd executed through /proc/self/fd/N: Landlock does not check
+    // files of the kernel's internal shmem mount, and seccomp cannot see the
+    // path. vm.memfd_noexec = 2 in the run's pid namespace closes it (root
+    // with the view); elsewhere on 6.3+ the memfd guard makes every memfd of
+    // the run itself, sealed against execution (`supervisor::memfdguard`).
+    let memfd_sysctl = view.as_ref().is_some_and(|v| v.summary.memfd_noexec);
+    let memfd_guard = !memfd_sysctl
+        && filters.is_some()
+        && kernel::memfd_noexec_known()
+        && seccomp::listener_available().is_ok();
+    let memfd_exec = if memfd_sysctl {
+        "pid-namespace-sysctl"
+    } else if memfd_guard {
+        "seccomp-notify"
+    } else {
+        "none"
+    };
     let parts = seccomp::Parts {
         signals: signals == SignalLayer::SeccompNotify,
         net: net_part,
         procs: procs == Mechanism::ProcessGuard,
+        memfd: memfd_guard,
     };
     let notify_filter = if parts.any() && filters.is_some() {
         Some((seccomp::notify_filter(parts)?, parts.notifies()))
@@ -578,13 +599,11 @@ pub fn prepare(
             limits.insert(name.into(), "rlimit".into());
         }
     }
-    // A memfd executed through /proc/self/fd/N: Landlock does not check
-    // files of the kernel's internal shmem mount, and seccomp cannot see the
-    // path. Only vm.memfd_noexec = 2 in the run's pid namespace closes it.
-    if !view.as_ref().is_some_and(|v| v.summary.memfd_noexec) {
+    if memfd_exec == "none" {
         missing.push(
-            "execution of a memfd through /proc/self/fd/N (needs vm.memfd_noexec=2 in the run's pid namespace: \
-             Linux 6.3+ and capsule running as root; fexecve of a memfd is refused by seccomp)"
+            "execution of a memfd through /proc/self/fd/N (needs Linux 6.3+: vm.memfd_noexec=2 in the run's pid \
+             namespace, or capsule's memfd guard, which needs a seccomp listener; fexecve of a memfd is refused \
+             by seccomp)"
                 .to_string(),
         );
     }
@@ -617,6 +636,7 @@ pub fn prepare(
         signals,
         notify_filter,
         net_part,
+        memfd_exec,
         truncate_guard,
         rlimits: rlimits::plan(l, memory, procs, nproc_base),
         cgroup: cg,

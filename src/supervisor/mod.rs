@@ -11,6 +11,7 @@
 pub mod capture;
 pub mod cleanup;
 pub mod event_loop;
+pub mod memfdguard;
 pub mod netguard;
 pub mod procguard;
 pub mod pty;
@@ -307,7 +308,12 @@ fn run_prepared(
         plan,
         grace,
         services,
-        (signal_tree, net_guard, proc_guard),
+        (
+            signal_tree,
+            net_guard,
+            proc_guard,
+            layers.memfd_exec == "seccomp-notify",
+        ),
     ));
     let duration = start.elapsed();
     rt.block_on(relay.finish(Duration::from_secs(2), &mut sup.stdout, &mut sup.stderr));
@@ -501,6 +507,7 @@ fn enforcement(
         }),
         tree_kill: spawned.tree.as_str().to_string(),
         signals: layers.signals.as_str().to_string(),
+        memfd_exec: layers.memfd_exec.to_string(),
         limits: layers.limits.clone(),
         missing: layers
             .missing
@@ -556,10 +563,11 @@ async fn supervise(
     plan: &Plan,
     grace: Duration,
     services: &mut services::Services,
-    (mut signal_tree, mut net_guard, mut proc_guard): (
+    (mut signal_tree, mut net_guard, mut proc_guard, mut memfd_guard): (
         Option<signals::Tree>,
         Option<netguard::NetGuard>,
         Option<procguard::ProcGuard>,
+        bool,
     ),
 ) -> Supervised {
     let limit = plan.limits.max_output_bytes;
@@ -596,11 +604,10 @@ async fn supervise(
                 // Without a guard the listener closes here, and every
                 // notified call of the run fails (ENOSYS).
                 let (tree, net, procs) = (signal_tree.take(), net_guard.take(), proc_guard.take());
-                match (
-                    fd,
-                    guard.is_none() && (tree.is_some() || net.is_some() || procs.is_some()),
-                ) {
-                    (Some(fd), true) => match signals::start(fd, tree, net, procs) {
+                let memfd = std::mem::take(&mut memfd_guard);
+                let wanted = tree.is_some() || net.is_some() || procs.is_some() || memfd;
+                match (fd, guard.is_none() && wanted) {
+                    (Some(fd), true) => match signals::start(fd, tree, net, procs, memfd) {
                         Ok(g) => guard = Some(g),
                         Err(e) => tracing::warn!("guard: cannot start: {e}"),
                     },

@@ -274,7 +274,7 @@ fn same_file(tid: libc::pid_t, fd: i32, sock: &OwnedFd) -> bool {
 
 /// Read `buf.len()` bytes at `addr` of thread `tid`'s memory. EFAULT when
 /// the caller passed a bad pointer.
-fn read_remote(tid: libc::pid_t, addr: u64, buf: &mut [u8]) -> Result<(), Errno> {
+pub(super) fn read_remote(tid: libc::pid_t, addr: u64, buf: &mut [u8]) -> Result<(), Errno> {
     if buf.is_empty() {
         return Err(Errno::EINVAL);
     }

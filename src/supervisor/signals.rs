@@ -337,19 +337,20 @@ pub struct Guard {
 }
 
 /// Serve `listener` on a thread of its own: signal calls are judged against
-/// `tree`, connect/listen by `net`, clone/fork/vfork by `procs` (each
-/// refused without its judge).
+/// `tree`, connect/listen by `net`, clone/fork/vfork by `procs`,
+/// memfd_create by the memfd guard with `memfd` (each refused without its judge).
 pub fn start(
     listener: OwnedFd,
     tree: Option<Tree>,
     net: Option<super::netguard::NetGuard>,
     procs: Option<super::procguard::ProcGuard>,
+    memfd: bool,
 ) -> std::io::Result<Guard> {
     let listener = std::sync::Arc::new(Listener::new(listener)?);
     let (stop_r, stop_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     let thread = std::thread::Builder::new()
         .name("capsule-guard".into())
-        .spawn(move || serve(&listener, &stop_r, tree.as_ref(), net, procs))?;
+        .spawn(move || serve(&listener, &stop_r, tree.as_ref(), net, procs, memfd))?;
     Ok(Guard {
         stop: stop_w,
         thread,
@@ -374,6 +375,7 @@ fn serve(
     tree: Option<&Tree>,
     net: Option<super::netguard::NetGuard>,
     mut procs: Option<super::procguard::ProcGuard>,
+    memfd: bool,
 ) -> (u64, u64) {
     use super::netguard::{self, Action, NetGuard};
     use super::procguard::ProcGuard;
@@ -412,6 +414,21 @@ fn serve(
                     break;
                 }
             };
+            if super::memfdguard::handles(n.nr) {
+                let r = if memfd {
+                    super::memfdguard::serve(listener, &n)
+                } else {
+                    Err(Reply::Fail(libc::EPERM))
+                };
+                match r {
+                    Ok(()) => allowed += 1,
+                    Err(reply) => {
+                        refused += 1;
+                        netguard::answer(listener, n.id, reply);
+                    }
+                }
+                continue;
+            }
             let action = if NetGuard::handles(n.nr) {
                 match &net {
                     Some(g) => g.decide(listener, &n),

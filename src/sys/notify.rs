@@ -162,6 +162,37 @@ impl Listener {
     }
 }
 
+impl Listener {
+    /// Answer notification `id` with a descriptor: `fd` is installed in the
+    /// caller (close-on-exec with `cloexec`) and the call returns its number
+    /// (SECCOMP_IOCTL_NOTIF_ADDFD with SECCOMP_ADDFD_FLAG_SEND, Linux 5.14+).
+    pub fn reply_with_fd(&self, id: u64, fd: BorrowedFd<'_>, cloexec: bool) -> Result<i32, Errno> {
+        let addfd = libc::seccomp_notif_addfd {
+            id,
+            flags: libc::SECCOMP_ADDFD_FLAG_SEND as u32,
+            srcfd: fd.as_raw_fd() as u32,
+            newfd: 0,
+            newfd_flags: if cloexec { libc::O_CLOEXEC as u32 } else { 0 },
+        };
+        loop {
+            // SAFETY: ADDFD reads one struct seccomp_notif_addfd through the
+            // pointer, our live local; `srcfd` is a descriptor we hold.
+            let rc = unsafe {
+                libc::ioctl(
+                    self.fd.as_raw_fd(),
+                    libc::SECCOMP_IOCTL_NOTIF_ADDFD,
+                    std::ptr::addr_of!(addfd).cast::<c_void>(),
+                )
+            };
+            match Errno::result(rc) {
+                Ok(n) => return Ok(n),
+                Err(Errno::EINTR) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
 impl AsFd for Listener {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
@@ -333,4 +364,16 @@ fn has_cap_sys_ptrace() -> bool {
                 .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
         })
         .is_some_and(|caps| caps & (1 << CAP_SYS_PTRACE) != 0)
+}
+
+/// `memfd_create(name, flags)`: a new memfd of this process (the memfd
+/// guard makes the run's, sealed against execution).
+pub fn memfd_create(name: &std::ffi::CStr, flags: u32) -> Result<OwnedFd, Errno> {
+    // SAFETY: `name` is a valid NUL-terminated string for the call; on
+    // success the kernel returns a new descriptor that we own.
+    let ret = unsafe { libc::syscall(libc::SYS_memfd_create, name.as_ptr(), flags) };
+    if ret < 0 {
+        return Err(Errno::last());
+    }
+    Ok(unsafe_free_fd(ret as c_int))
 }

@@ -28,6 +28,8 @@
 //!                                                     connect(), unseen by Landlock
 //! connect, listen                             USER_NOTIF (NetPart::Guard)
 //! listen                                      EACCES  (NetPart::NoListen)
+//! memfd part (6.3+ where vm.memfd_noexec = 2 cannot be set for the run):
+//! memfd_create                                USER_NOTIF (the supervisor makes it sealed)
 //! process part (max_processes as root without a cgroup):
 //! clone, fork, vfork                          USER_NOTIF (the supervisor counts the run's tasks)
 //! anything else                               ALLOW   (the main program decides)
@@ -104,6 +106,10 @@ pub struct Parts {
     /// counts the run's tasks (`limits.max_processes` as root without a
     /// cgroup; a listener is needed). clone3 stays ENOSYS (the main program).
     pub procs: bool,
+    /// The memfd guard: memfd_create goes to the supervisor, which makes the
+    /// memfd itself with MFD_NOEXEC_SEAL and hands it over (Linux 6.3+, where
+    /// `vm.memfd_noexec = 2` cannot be set for the run; a listener is needed).
+    pub memfd: bool,
 }
 
 impl Parts {
@@ -111,11 +117,12 @@ impl Parts {
         signals: true,
         net: NetPart::None,
         procs: false,
+        memfd: false,
     };
 
     /// Whether the program notifies, and so needs a listener.
     pub fn notifies(self) -> bool {
-        self.signals || self.procs || self.net == NetPart::Guard
+        self.signals || self.procs || self.memfd || self.net == NetPart::Guard
     }
 
     /// Whether there is anything to install.
@@ -214,6 +221,9 @@ pub(super) fn program(arch: Arch, parts: Parts) -> Result<Vec<SockFilter>, Secco
             ("sendmmsg", Label::FastOpen3),
             ("sendmsg", Label::FastOpen2),
         ]);
+    }
+    if parts.memfd {
+        jumps.push(("memfd_create", Label::Notify));
     }
     if parts.procs {
         jumps.extend([
@@ -390,6 +400,7 @@ mod tests {
                         signals: false,
                         net,
                         procs: false,
+                        memfd: false,
                     },
                 )
                 .unwrap();
@@ -440,6 +451,7 @@ mod tests {
                     signals: true,
                     net: NetPart::Guard,
                     procs: true,
+                    memfd: true,
                 },
             )
             .unwrap();
@@ -458,6 +470,10 @@ mod tests {
             assert_eq!(run(&both, &d("pidfd_send_signal", a(&[3, 9]))), ENOSYS);
             assert_eq!(run(&both, &d("read", a(&[3, 0, 1]))), RET_ALLOW);
             assert_eq!(run(&both, &d("clone", a(&[0x11, 0, 0]))), RET_USER_NOTIF);
+            assert_eq!(
+                run(&both, &d("memfd_create", a(&[0x1000, 1]))),
+                RET_USER_NOTIF
+            );
             if arch == Arch::X86_64 {
                 assert_eq!(run(&both, &d("fork", a(&[]))), RET_USER_NOTIF);
                 assert_eq!(run(&both, &d("vfork", a(&[]))), RET_USER_NOTIF);
@@ -465,6 +481,7 @@ mod tests {
             // Without the process part, clone is the main program's business.
             let p = program(arch, Parts::SIGNALS).unwrap();
             assert_eq!(run(&p, &d("clone", a(&[0x11, 0, 0]))), RET_ALLOW);
+            assert_eq!(run(&p, &d("memfd_create", a(&[0x1000, 1]))), RET_ALLOW);
         }
     }
 

@@ -1,0 +1,101 @@
+//! The memfd guard: no memfd of the run can be executed, where
+//! `vm.memfd_noexec = 2` cannot be set for the run (an unprivileged capsule:
+//! the sysctl file belongs to the host's root; or no pid namespace).
+//!
+//! `execve("/proc/self/fd/N")` of a memfd passes Landlock (the file lives on
+//! the kernel's internal shmem mount) and seccomp cannot see the path. So on
+//! Linux 6.3+ the notify filter's memfd part (`sandbox::seccomp::signals`)
+//! sends every memfd_create of the run here: the supervisor makes the memfd
+//! itself, with the caller's name and flags plus MFD_NOEXEC_SEAL (the
+//! kernel's own seal: no execute bit, and none can be added), and installs it
+//! in the caller as the call's result (SECCOMP_ADDFD_FLAG_SEND). A request
+//! for MFD_EXEC fails with EACCES, as under `vm.memfd_noexec = 2`. Nothing of
+//! the caller's is trusted but bytes: the name is copied, the flags are
+//! checked by the kernel in capsule's own memfd_create.
+
+use nix::errno::Errno;
+
+use crate::sys::notify::{self, Listener, Notification, Reply};
+
+/// MFD_NOEXEC_SEAL and MFD_EXEC (linux/memfd.h, 6.3+).
+const MFD_NOEXEC_SEAL: u32 = 0x0008;
+const MFD_EXEC: u32 = 0x0010;
+/// The longest memfd name the kernel accepts (MFD_NAME_MAX_LEN), without its NUL.
+const NAME_MAX: usize = 249;
+
+/// Whether notification number `nr` is the guard's.
+pub fn handles(nr: i32) -> bool {
+    i64::from(nr) == libc::SYS_memfd_create
+}
+
+/// Serve one memfd_create: answered here (with the descriptor, or an
+/// error), or `Err` with the answer the caller still needs.
+pub fn serve(listener: &Listener, n: &Notification) -> Result<(), Reply> {
+    let flags = n.args[1] as u32;
+    if flags & MFD_EXEC != 0 {
+        return Err(Reply::Fail(libc::EACCES));
+    }
+    let name = read_name(n.pid as libc::pid_t, n.args[0]).map_err(|e| Reply::Fail(e as i32))?;
+    let fd =
+        notify::memfd_create(&name, flags | MFD_NOEXEC_SEAL).map_err(|e| Reply::Fail(e as i32))?;
+    let cloexec = flags & libc::MFD_CLOEXEC != 0;
+    match listener.reply_with_fd(n.id, std::os::fd::AsFd::as_fd(&fd), cloexec) {
+        Ok(_) | Err(Errno::ENOENT) => Ok(()),
+        Err(e) => {
+            tracing::warn!("memfd guard: handing the memfd over: {e}");
+            Err(Reply::Fail(libc::EMFILE))
+        }
+    }
+}
+
+/// The NUL-terminated name at `addr` in thread `tid`'s memory, read a page
+/// at a time (a name near the end of a mapping must not fault the read).
+fn read_name(tid: libc::pid_t, addr: u64) -> Result<std::ffi::CString, Errno> {
+    let mut name = Vec::with_capacity(64);
+    let mut at = addr;
+    while name.len() <= NAME_MAX {
+        let to_page_end = 4096 - (at % 4096) as usize;
+        let want = to_page_end.min(NAME_MAX + 1 - name.len());
+        let mut buf = vec![0u8; want];
+        super::netguard::read_remote(tid, at, &mut buf).map_err(|e| {
+            if e == Errno::EACCES {
+                Errno::EFAULT
+            } else {
+                e
+            }
+        })?;
+        if let Some(end) = buf.iter().position(|&b| b == 0) {
+            name.extend_from_slice(&buf[..end]);
+            return std::ffi::CString::new(name).map_err(|_| Errno::EINVAL);
+        }
+        name.extend_from_slice(&buf);
+        at += want as u64;
+    }
+    Err(Errno::EINVAL)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_read_up_to_their_nul_across_pages() {
+        let me = std::process::id() as libc::pid_t;
+        // A name that straddles a page boundary: it starts 3 bytes before one.
+        let mut page = vec![0u8; 3 * 4096];
+        let base = page.as_ptr() as u64;
+        let start = (4096 - (base % 4096) as usize) + 4096 - 3;
+        page[start..start + 10].copy_from_slice(b"straddling");
+        page[start + 10] = 0;
+        let got = read_name(me, base + start as u64).expect("read");
+        assert_eq!(got.as_bytes(), b"straddling");
+        // Too long: EINVAL, as the kernel says.
+        let long = vec![b'x'; 300];
+        let mut long_nul = long.clone();
+        long_nul.push(0);
+        assert_eq!(read_name(me, long_nul.as_ptr() as u64), Err(Errno::EINVAL));
+        assert!(handles(libc::SYS_memfd_create as i32));
+        assert!(!handles(libc::SYS_open as i32));
+        drop(page);
+    }
+}
