@@ -493,3 +493,110 @@ fn clone_refusal_falls_back_to_the_no_namespace_path_safely() {
         "{v}"
     );
 }
+
+/// Read each path given; one line "path=DATA|empty|strerror" per path.
+const READ_EACH: &str = r#"
+import os, sys
+for p in sys.argv[1:]:
+    try:
+        data = open(p, "rb").read()
+        print(p + "=" + ("empty" if not data else "DATA"))
+    except OSError as e:
+        print(p + "=" + os.strerror(e.errno))
+"#;
+
+/// /etc/shadow, /etc/gshadow and one file under /etc/ssl/private, those this
+/// test's user can read on the host (the positive control: as an
+/// unprivileged user none is readable anyway, and the test proves nothing).
+fn readable_etc_secrets() -> Vec<String> {
+    let mut v: Vec<String> = ["/etc/shadow", "/etc/gshadow"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    if let Ok(rd) = fs::read_dir("/etc/ssl/private") {
+        let mut files: Vec<String> = rd
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+            .map(|e| e.path().to_string_lossy().into_owned())
+            .collect();
+        files.sort();
+        v.extend(files.into_iter().take(1));
+    }
+    v.retain(|p| fs::read(p).is_ok_and(|d| !d.is_empty()));
+    v
+}
+
+#[test]
+fn etc_secrets_stay_unreadable_beneath_a_grant_of_etc_or_root() {
+    let secrets = readable_etc_secrets();
+    if secrets.is_empty() {
+        skip("no /etc secret is readable by this user on the host: nothing to leak");
+        return;
+    }
+    let py = python();
+    for no_ns in [true, false] {
+        let mut sb = Sandbox::new();
+        if no_ns {
+            sb.set_env("CAPSULE_NO_NAMESPACES", "1");
+        } else if !view_expected() {
+            continue;
+        }
+        // No grant: `system: true` alone grants /etc/ssl (and /etc/pki).
+        for grant in ["", "/etc", "/"] {
+            let mut cmd = vec![py.as_str(), "-c", READ_EACH, "/etc/passwd"];
+            cmd.extend(secrets.iter().map(String::as_str));
+            let opts: &[&str] = if grant.is_empty() {
+                &[]
+            } else {
+                &["--allow-read", grant]
+            };
+            let run = sb.exec_json(opts, &cmd);
+            run.assert_code(0);
+            let so = run.child_stdout();
+            assert!(
+                so.contains("/etc/passwd=DATA"),
+                "the grant of {grant} does not read /etc/passwd (no_namespaces={no_ns}){}",
+                run.ctx()
+            );
+            for s in &secrets {
+                assert!(
+                    so.contains(&format!("{s}=")) && !so.contains(&format!("{s}=DATA")),
+                    "ESCAPE: {s} readable under --allow-read {grant} (no_namespaces={no_ns}){}",
+                    run.ctx()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn etc_secrets_stay_covered_where_a_mount_shows_them() {
+    if !view_expected() {
+        skip("no namespaces here: a mount at another path is refused");
+        return;
+    }
+    let secrets = readable_etc_secrets();
+    if secrets.is_empty() {
+        skip("no /etc secret is readable by this user on the host: nothing to leak");
+        return;
+    }
+    let sb = Sandbox::new();
+    let py = python();
+    let shown: Vec<String> = secrets
+        .iter()
+        .map(|s| s.replacen("/etc/", "/hostetc/", 1))
+        .collect();
+    let mut cmd = vec![py.as_str(), "-c", READ_EACH, "/hostetc/passwd"];
+    cmd.extend(shown.iter().map(String::as_str));
+    let run = sb.exec_json(&["--mount", "/etc:/hostetc"], &cmd);
+    run.assert_code(0);
+    let so = run.child_stdout();
+    assert!(so.contains("/hostetc/passwd=DATA"), "{}", run.ctx());
+    for s in &shown {
+        assert!(
+            so.contains(&format!("{s}=")) && !so.contains(&format!("{s}=DATA")),
+            "ESCAPE: {s} readable through --mount /etc:/hostetc{}",
+            run.ctx()
+        );
+    }
+}

@@ -49,40 +49,6 @@ pub const MAX_BINDS: usize = 128;
 /// Size of the run's private `/dev/shm` (as Docker's default).
 const SHM_SIZE: &str = "size=64m,mode=1777";
 
-/// Secrets of `/etc` that stay unreadable under `system: true`, even to root.
-/// A `*` matches any run of characters within one name.
-pub const ETC_SECRETS: &[&str] = &[
-    "/etc/shadow",
-    "/etc/shadow-",
-    "/etc/gshadow",
-    "/etc/gshadow-",
-    "/etc/sudoers",
-    "/etc/sudoers.d",
-    "/etc/ssh/ssh_host_*_key",
-    "/etc/ssl/private",
-    "/etc/pki/tls/private",
-    "/etc/security/opasswd",
-    "/etc/krb5.keytab",
-    "/etc/libvirt/secrets",
-    "/etc/NetworkManager/system-connections",
-    "/etc/wpa_supplicant",
-    "/etc/ppp/chap-secrets",
-    "/etc/ppp/pap-secrets",
-    "/etc/ipsec.secrets",
-    "/etc/letsencrypt/archive",
-    "/etc/letsencrypt/keys",
-    "/etc/openvpn/server",
-    "/etc/openvpn/client",
-    "/etc/wireguard",
-    "/etc/cups/ssl",
-    "/etc/docker/key.json",
-    "/etc/machine-id.secret",
-    "/etc/rancher",
-    "/etc/kubernetes/pki",
-    "/etc/shadow.lock",
-    "/etc/.pwd.lock",
-];
-
 #[derive(Debug, Error)]
 pub enum ViewError {
     #[error("more than {MAX_BINDS} writable places or mounts: the run's view can hold at most {MAX_BINDS}")]
@@ -189,39 +155,19 @@ fn kind(p: &Path) -> Option<bool> {
     std::fs::metadata(p).ok().map(|m| m.is_dir())
 }
 
-/// The secrets of /etc that exist on this host (symlinks left alone: their
-/// targets are what matters, and a link into /etc is covered at the target).
+/// The secrets of /etc ([`crate::plan::credentials::SYSTEM_SECRETS`], the
+/// one list) that exist on this host, symlinks left alone: their targets are
+/// what matters, and a link into /etc is covered at the target.
 pub fn etc_secrets() -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for pat in ETC_SECRETS {
-        let path = Path::new(pat);
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        if let Some((pre, post)) = name.split_once('*') {
-            let dir = path.parent().unwrap_or(Path::new("/"));
-            if let Ok(rd) = std::fs::read_dir(dir) {
-                let mut found: Vec<PathBuf> = rd
-                    .flatten()
-                    .filter(|e| {
-                        let n = e.file_name();
-                        let n = n.to_string_lossy();
-                        n.len() >= pre.len() + post.len() && n.starts_with(pre) && n.ends_with(post)
-                    })
-                    .map(|e| e.path())
-                    .collect();
-                found.sort();
-                out.extend(found);
-            }
-        } else if path
-            .symlink_metadata()
-            .is_ok_and(|m| !m.file_type().is_symlink())
-        {
-            out.push(path.to_path_buf());
-        }
-    }
-    out
+    use crate::plan::credentials;
+    credentials::existing(&credentials::system_secrets(), |_| true)
+        .into_iter()
+        .map(|l| l.path)
+        .filter(|p| {
+            p.symlink_metadata()
+                .is_ok_and(|m| !m.file_type().is_symlink())
+        })
+        .collect()
 }
 
 /// Inputs of [`View::plan`] besides the plan.
@@ -498,28 +444,49 @@ impl View {
         }
         summary.binds = binds;
 
-        // Secrets of /etc, unless a grant names one exactly.
+        // Secrets of /etc, unless a grant names one exactly: at their own
+        // paths (unless a mount hides them there), and wherever a mount
+        // shows them elsewhere (`--mount /etc:/hostetc`): Landlock does not
+        // carve them out inside the view.
         for s in etc_secrets() {
             if plan.fs.grants.iter().any(|g| g.path == s) {
                 continue;
             }
-            let dst = cstr(&s)?;
-            if kind(&s) == Some(true) {
-                ops.push(Op::Mount {
-                    fstype: c"tmpfs",
-                    dst,
-                    flags: libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                    data: Some(CString::new("size=4k,mode=000").expect("no NUL")),
-                    stage: Stage::View,
-                });
-            } else {
-                ops.push(Op::BindPath {
-                    src: CString::new("/dev/null").expect("no NUL"),
-                    dst,
-                    stage: Stage::View,
-                });
+            let mut places: Vec<PathBuf> = Vec::new();
+            if !mounts.iter().any(|m| s.starts_with(&m.dst)) {
+                places.push(s.clone());
             }
-            summary.secrets.push(s);
+            for m in mounts {
+                if let Ok(rel) = s.strip_prefix(&m.src) {
+                    let at = if rel.as_os_str().is_empty() {
+                        m.dst.clone()
+                    } else {
+                        m.dst.join(rel)
+                    };
+                    if !places.contains(&at) {
+                        places.push(at);
+                    }
+                }
+            }
+            for at in places {
+                let dst = cstr(&at)?;
+                if kind(&s) == Some(true) {
+                    ops.push(Op::Mount {
+                        fstype: c"tmpfs",
+                        dst,
+                        flags: libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                        data: Some(CString::new("size=4k,mode=000").expect("no NUL")),
+                        stage: Stage::View,
+                    });
+                } else {
+                    ops.push(Op::BindPath {
+                        src: CString::new("/dev/null").expect("no NUL"),
+                        dst,
+                        stage: Stage::View,
+                    });
+                }
+                summary.secrets.push(at);
+            }
         }
 
         let rights = input.rights.unwrap_or_default();
