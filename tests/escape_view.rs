@@ -600,3 +600,101 @@ fn etc_secrets_stay_covered_where_a_mount_shows_them() {
         );
     }
 }
+
+/// Secrets of the extended list, made (with a public control file) in an
+/// overlay over /etc inside a private mount namespace: the host's /etc is
+/// never touched.
+const PLANTED: &[&str] = &[
+    "/etc/mysql/debian.cnf",
+    "/etc/ldap.secret",
+    "/etc/libnss-ldap.secret",
+    "/etc/pam_ldap.secret",
+    "/etc/sssd/sssd.conf",
+    "/etc/chrony/chrony.keys",
+    "/etc/bind/rndc.key",
+    "/etc/ceph/ceph.client.admin.keyring",
+    "/etc/postfix/sasl_passwd",
+    "/etc/exim4/passwd.client",
+    "/etc/ipsec.d/private/host.pem",
+    "/etc/swanctl/private/host.pem",
+    "/etc/openvpn/server.key",
+    "/etc/openvpn/client/home.conf",
+    "/etc/iscsi/iscsid.conf",
+    "/etc/davfs2/secrets",
+    "/etc/wireguard/wg0.conf",
+    "/etc/NetworkManager/system-connections/home.nmconnection",
+    "/etc/krb5.keytab",
+];
+
+#[test]
+fn the_extended_etc_secret_list_is_carved_out() {
+    if !is_root() {
+        skip("needs root to lay an overlay over /etc in a private mount namespace");
+        return;
+    }
+    let sb = Sandbox::new();
+    let scratch = sb.mkdir("overlay");
+    let control = "/etc/capsule-test-public.conf";
+    let mut plant = String::new();
+    for f in PLANTED.iter().chain([&control]) {
+        let dir = std::path::Path::new(f)
+            .parent()
+            .unwrap()
+            .display()
+            .to_string();
+        plant.push_str(&format!("mkdir -p {dir} && echo SECRET > {f} && "));
+    }
+    let py = python();
+    for no_ns in [true, false] {
+        if !no_ns && !view_expected() {
+            continue;
+        }
+        for grant in ["/etc", "/"] {
+            let script = format!(
+                "mount -t tmpfs tmpfs {s} && mkdir {s}/u {s}/w && \
+                 mount -t overlay overlay -o lowerdir=/etc,upperdir={s}/u,workdir={s}/w /etc && \
+                 {plant} exec \"$@\"",
+                s = scratch.display()
+            );
+            let mut cmd = Command::new("unshare");
+            cmd.args(["-m", "--propagation", "private", "sh", "-c", &script, "sh"]);
+            cmd.arg(capsule_bin());
+            cmd.args(["exec", "--json", "--allow-read", grant, "--"]);
+            cmd.args([&py, "-c", READ_EACH, control]);
+            cmd.args(PLANTED);
+            cmd.current_dir(&sb.root)
+                .env_clear()
+                .env("PATH", TEST_PATH)
+                .env("HOME", &sb.home)
+                .env("XDG_STATE_HOME", &sb.state)
+                .env("XDG_CONFIG_HOME", &sb.config);
+            if no_ns {
+                cmd.env("CAPSULE_NO_NAMESPACES", "1");
+            }
+            let Ok(out) = cmd.output() else {
+                skip("unshare (util-linux) is not installed");
+                return;
+            };
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let Ok(v) = serde_json::from_str::<Value>(stdout.trim()) else {
+                skip(&format!(
+                    "no overlay over /etc here: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+                return;
+            };
+            let so = v["stdout"].as_str().unwrap_or_default();
+            assert_eq!(v["exit_code"], 0, "{v}");
+            assert!(
+                so.contains(&format!("{control}=DATA")),
+                "the control file is not readable (no_namespaces={no_ns}): {v}"
+            );
+            for f in PLANTED {
+                assert!(
+                    so.contains(&format!("{f}=")) && !so.contains(&format!("{f}=DATA")),
+                    "ESCAPE: {f} readable under --allow-read {grant} (no_namespaces={no_ns}): {v}"
+                );
+            }
+        }
+    }
+}
