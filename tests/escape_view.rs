@@ -698,3 +698,61 @@ fn the_extended_etc_secret_list_is_carved_out() {
         }
     }
 }
+
+/// Open each path for writing and close it again, writing nothing (so a
+/// failure of the test harms no host setting): "path=ok|strerror|absent".
+const OPEN_FOR_WRITE: &str = r#"
+import os, sys
+for p in sys.argv[1:]:
+    if not os.path.exists(p):
+        print(p + "=absent"); continue
+    try:
+        os.close(os.open(p, os.O_WRONLY)); print(p + "=ok")
+    except OSError as e:
+        print(p + "=" + os.strerror(e.errno))
+"#;
+
+#[test]
+fn proc_sys_and_the_kernel_knobs_are_read_only_without_landlock() {
+    if !view_expected() {
+        skip("no namespaces here: no private /proc");
+        return;
+    }
+    // Without Landlock, only the view's mounts stand between the run and
+    // the host kernel's sysctls (/proc/sys/vm is not namespaced).
+    let mut sb = Sandbox::new();
+    sb.set_env("CAPSULE_LANDLOCK_ABI_MAX", "0");
+    let py = python();
+    let knobs = [
+        "/proc/sys/vm/swappiness",
+        "/proc/sys/kernel/core_pattern",
+        "/proc/sysrq-trigger",
+        "/proc/irq/default_smp_affinity",
+    ];
+    let mut cmd = vec![py.as_str(), "-c", OPEN_FOR_WRITE, "/proc/self/comm"];
+    cmd.extend(knobs);
+    let run = sb.exec_json(&["--best-effort"], &cmd);
+    run.assert_code(0);
+    let so = run.child_stdout();
+    // The run's own process files stay writable.
+    assert!(so.contains("/proc/self/comm=ok"), "{}", run.ctx());
+    for k in knobs {
+        let line = so
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{k}=")))
+            .unwrap_or_else(|| panic!("no line for {k}{}", run.ctx()));
+        if line == "absent" {
+            continue;
+        }
+        if is_root() {
+            assert_eq!(
+                line,
+                "Read-only file system",
+                "ESCAPE: {k} is writable in the view without Landlock{}",
+                run.ctx()
+            );
+        } else {
+            assert_ne!(line, "ok", "ESCAPE: {k} is writable{}", run.ctx());
+        }
+    }
+}

@@ -49,6 +49,20 @@ pub const MAX_BINDS: usize = 128;
 /// Size of the run's private `/dev/shm` (as Docker's default).
 const SHM_SIZE: &str = "size=64m,mode=1777";
 
+/// Parts of the run's `/proc` that reach the host kernel rather than the
+/// run's processes, bound read-only over themselves (runc's and
+/// bubblewrap's list): sysctls (`/proc/sys/vm` and most others are not
+/// namespaced), the magic SysRq key, IRQ affinities, bus devices, and
+/// filesystem knobs (nfsd, ext4). Landlock's read-only rule on `/proc` says
+/// the same where Landlock exists; this holds without it, as root too.
+pub const PROC_READ_ONLY: &[&str] = &[
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+    "/proc/irq",
+    "/proc/bus",
+    "/proc/fs",
+];
+
 #[derive(Debug, Error)]
 pub enum ViewError {
     #[error("more than {MAX_BINDS} writable places or mounts: the run's view can hold at most {MAX_BINDS}")]
@@ -104,6 +118,9 @@ enum Op {
     Rule { path: CString, access: u64 },
     /// Make the one mount at `path` read-only (not its submounts).
     ReadOnly { path: CString },
+    /// Bind `path` over itself (recursively), read-only: a part of a new
+    /// filesystem (the private /proc) made read-only.
+    ReadOnlyBind { path: CString, stage: Stage },
     /// A symbolic link (a top-level link of the host in a new root).
     Symlink { target: CString, path: CString },
     /// Make the mount at `dir` the root: chdir, MS_MOVE onto /, chroot(".")
@@ -140,6 +157,8 @@ pub struct ViewSummary {
     pub private_shm: bool,
     pub devpts: bool,
     pub memfd_noexec: bool,
+    /// Parts of the private /proc made read-only ([`PROC_READ_ONLY`]).
+    pub proc_read_only: Vec<PathBuf>,
     /// Secrets of /etc found on this host and covered.
     pub secrets: Vec<PathBuf>,
     /// The run has a new root (a mount destination the host lacks).
@@ -551,6 +570,18 @@ impl View {
             });
             summary.memfd_noexec = true;
         }
+        // After the sysctl above: it is written through /proc/sys.
+        for p in PROC_READ_ONLY {
+            let path = Path::new(p);
+            // The private /proc is of the same kernel as the host's.
+            if path.symlink_metadata().is_ok() {
+                ops.push(Op::ReadOnlyBind {
+                    path: cstr(path)?,
+                    stage: Stage::ViewProc,
+                });
+                summary.proc_read_only.push(path.to_path_buf());
+            }
+        }
         if input.rights.is_some() {
             ops.push(Op::Rule {
                 path: CString::new("/proc").expect("no NUL"),
@@ -682,6 +713,20 @@ impl View {
                 )
                 .map(drop)
                 .map_err(view),
+                Op::ReadOnlyBind { path, stage } => {
+                    raw::mount(Some(path), path, None, libc::MS_BIND | libc::MS_REC, None)
+                        .and_then(|_| {
+                            raw::mount_setattr(
+                                libc::AT_FDCWD,
+                                path,
+                                recursive,
+                                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID,
+                                0,
+                            )
+                        })
+                        .map(drop)
+                        .map_err(|e| (*stage, e))
+                }
                 Op::Symlink { target, path } => raw::symlink(target, path).map(drop).map_err(view),
                 Op::SwitchRoot { dir } => raw::chdir(dir)
                     .and_then(|_| raw::mount(Some(c"."), c"/", None, libc::MS_MOVE, None))
