@@ -134,7 +134,7 @@ pub const NO_VIEW_GAPS: &[&str] = &[
 /// readable (the view covers its secrets, so their Landlock carve-outs go:
 /// carving /etc would make it unlistable), and no rules for the host's
 /// /proc files (the view mounts a private /proc, granted whole by init).
-fn fs_for_view(fs: &crate::plan::FsPlan) -> crate::plan::FsPlan {
+pub fn fs_for_view(fs: &crate::plan::FsPlan) -> crate::plan::FsPlan {
     use crate::plan::{Access, FsGrant, Opened, Origin};
     let mut out = fs.clone();
     out.deny.retain(|d| !matches!(d.origin, Origin::Secret(_)));

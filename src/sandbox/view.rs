@@ -159,8 +159,9 @@ pub struct ViewSummary {
     pub memfd_noexec: bool,
     /// Parts of the private /proc made read-only ([`PROC_READ_ONLY`]).
     pub proc_read_only: Vec<PathBuf>,
-    /// Secrets of /etc found on this host and covered.
-    pub secrets: Vec<PathBuf>,
+    /// Secrets of /etc found on this host and covered: where in the view,
+    /// and what they hold.
+    pub secrets: Vec<(PathBuf, &'static str)>,
     /// The run has a new root (a mount destination the host lacks).
     pub new_root: bool,
 }
@@ -177,13 +178,13 @@ fn kind(p: &Path) -> Option<bool> {
 /// The secrets of /etc ([`crate::plan::credentials::SYSTEM_SECRETS`], the
 /// one list) that exist on this host, symlinks left alone: their targets are
 /// what matters, and a link into /etc is covered at the target.
-pub fn etc_secrets() -> Vec<PathBuf> {
+pub fn etc_secrets() -> Vec<crate::plan::credentials::Location> {
     use crate::plan::credentials;
     credentials::existing(&credentials::system_secrets(), |_| true)
         .into_iter()
-        .map(|l| l.path)
-        .filter(|p| {
-            p.symlink_metadata()
+        .filter(|l| {
+            l.path
+                .symlink_metadata()
                 .is_ok_and(|m| !m.file_type().is_symlink())
         })
         .collect()
@@ -467,7 +468,8 @@ impl View {
         // paths (unless a mount hides them there), and wherever a mount
         // shows them elsewhere (`--mount /etc:/hostetc`): Landlock does not
         // carve them out inside the view.
-        for s in etc_secrets() {
+        for secret in etc_secrets() {
+            let s = secret.path;
             if plan.fs.grants.iter().any(|g| g.path == s) {
                 continue;
             }
@@ -504,7 +506,7 @@ impl View {
                         stage: Stage::View,
                     });
                 }
-                summary.secrets.push(at);
+                summary.secrets.push((at, secret.what));
             }
         }
 
