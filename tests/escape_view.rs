@@ -756,3 +756,234 @@ fn proc_sys_and_the_kernel_knobs_are_read_only_without_landlock() {
         }
     }
 }
+
+/// Read FILE and try to create NEW: "read=DATA|err" and "write=ok|err".
+const READ_THEN_WRITE: &str = r#"
+import os, sys
+try:
+    print("read=" + open(sys.argv[1]).read().strip())
+except OSError as e:
+    print("read=" + os.strerror(e.errno))
+try:
+    open(sys.argv[2], "w").write("new")
+    print("write=ok")
+except OSError as e:
+    print("write=" + os.strerror(e.errno))
+"#;
+
+fn read_then_write(sb: &Sandbox, opts: &[&str], file: &str, new: &str) -> (Run, String, String) {
+    let py = python();
+    let run = sb.exec_json(opts, &[&py, "-c", READ_THEN_WRITE, file, new]);
+    let so = run.child_stdout();
+    let get = |k: &str| {
+        so.lines()
+            .find_map(|l| l.strip_prefix(&format!("{k}=")))
+            .unwrap_or("(no line)")
+            .to_string()
+    };
+    let (r, w) = (get("read"), get("write"));
+    (run, r, w)
+}
+
+#[test]
+fn mount_shows_a_host_path_at_a_new_destination_read_only_or_read_write() {
+    if !view_expected() {
+        skip("no namespaces here: a mount at another path is refused (tested below)");
+        return;
+    }
+    let sb = Sandbox::new();
+    sb.write("src/a", "from-host");
+    let src = sb.p("src");
+    // Read-only by default: readable at /pack, not writable (EROFS).
+    let (run, r, w) = read_then_write(
+        &sb,
+        &["--mount", &format!("{src}:/pack")],
+        "/pack/a",
+        "/pack/b",
+    );
+    run.assert_code(0);
+    assert_eq!(r, "from-host", "{}", run.ctx());
+    assert_eq!(
+        w,
+        "Read-only file system",
+        "ESCAPE: a read-only mount is writable{}",
+        run.ctx()
+    );
+    assert!(
+        !sb.path("src/b").exists(),
+        "ESCAPE: a read-only mount was written"
+    );
+    assert!(
+        !std::path::Path::new("/pack").exists(),
+        "/pack leaked to the host"
+    );
+    // :ro said explicitly, the same.
+    let (run, _, w) = read_then_write(
+        &sb,
+        &["--mount", &format!("{src}:/pack:ro")],
+        "/pack/a",
+        "/pack/b",
+    );
+    assert_eq!(w, "Read-only file system", "{}", run.ctx());
+    // :rw writes through to the source.
+    let (run, r, w) = read_then_write(
+        &sb,
+        &["--mount", &format!("{src}:/pack:rw")],
+        "/pack/a",
+        "/pack/b",
+    );
+    run.assert_code(0);
+    assert_eq!(
+        (r.as_str(), w.as_str()),
+        ("from-host", "ok"),
+        "{}",
+        run.ctx()
+    );
+    assert_eq!(
+        sb.read("src/b"),
+        "new",
+        "the write did not reach the source"
+    );
+    assert!(
+        !std::path::Path::new("/pack").exists(),
+        "/pack leaked to the host"
+    );
+}
+
+#[test]
+fn a_volume_mounts_at_a_new_destination() {
+    if !view_expected() {
+        skip("no namespaces here: a volume at another path is refused");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    let data = sb.mkdir("data");
+    sb.set_env("XDG_DATA_HOME", &data.to_string_lossy());
+    sb.run(&["volume", "create", "vw-pack"]).assert_code(0);
+    let vol = data.join("capsule/volumes/vw-pack");
+    let (run, _, w) = read_then_write(
+        &sb,
+        &["--mount", "volume:vw-pack:/pack:rw"],
+        "/pack/none",
+        "/pack/made",
+    );
+    run.assert_code(0);
+    assert_eq!(w, "ok", "{}", run.ctx());
+    assert_eq!(
+        fs::read_to_string(vol.join("made")).unwrap_or_default(),
+        "new",
+        "{}",
+        run.ctx()
+    );
+    // Another run sees it, read-only by default.
+    let (run, r, w) = read_then_write(
+        &sb,
+        &["--mount", "volume:vw-pack:/pack"],
+        "/pack/made",
+        "/pack/more",
+    );
+    run.assert_code(0);
+    assert_eq!(r, "new", "{}", run.ctx());
+    assert_eq!(w, "Read-only file system", "{}", run.ctx());
+}
+
+#[test]
+fn without_namespaces_a_mount_elsewhere_is_refused_and_in_place_is_a_grant() {
+    let mut sb = Sandbox::new();
+    sb.set_env("CAPSULE_NO_NAMESPACES", "1");
+    sb.write("src/a", "from-host");
+    let src = sb.p("src");
+    let run = sb.exec_json(&["--mount", &format!("{src}:/pack")], &["/bin/true"]);
+    run.assert_code(125);
+    assert!(
+        format!("{}{}", run.stdout, run.stderr).contains("mount namespace"),
+        "the refusal does not say why{}",
+        run.ctx()
+    );
+    // --best-effort does not turn it into a different run either.
+    let run = sb.exec_json(
+        &["--best-effort", "--mount", &format!("{src}:/pack")],
+        &["/bin/true"],
+    );
+    run.assert_code(125);
+    // DST == SRC: an ordinary grant, read-only unless :rw.
+    let a = sb.p("src/a");
+    let b = sb.p("src/b");
+    let (run, r, w) = read_then_write(&sb, &["--mount", &format!("{src}:{src}")], &a, &b);
+    run.assert_code(0);
+    assert_eq!(r, "from-host", "{}", run.ctx());
+    assert_ne!(
+        w,
+        "ok",
+        "ESCAPE: a read-only mount in place is writable{}",
+        run.ctx()
+    );
+    let (run, _, w) = read_then_write(&sb, &["--mount", &format!("{src}:{src}:rw")], &a, &b);
+    run.assert_code(0);
+    assert_eq!(w, "ok", "{}", run.ctx());
+    assert_eq!(sb.read("src/b"), "new");
+}
+
+#[test]
+fn tmp_size_gives_a_private_tmp_of_that_size() {
+    if !view_expected() {
+        skip("no namespaces here: no private /tmp");
+        return;
+    }
+    let sb = Sandbox::new();
+    let code = "import os; s = os.statvfs('/tmp'); print('size=%d' % (s.f_blocks * s.f_frsize // (1024 * 1024)))";
+    let pol = sb.policy("version: 1\nlimits:\n  tmp_size_mb: 8\n");
+    let run = py(&sb, &["--policy", &pol], code);
+    run.assert_code(0);
+    assert!(run.child_stdout().contains("size=8\n"), "{}", run.ctx());
+    // --tmp-size overrides the policy.
+    let run = py(&sb, &["--policy", &pol, "--tmp-size", "16m"], code);
+    run.assert_code(0);
+    assert!(run.child_stdout().contains("size=16\n"), "{}", run.ctx());
+    // Full is full: ENOSPC, not the host's disk.
+    let fill = "import os\ntry:\n  open('/tmp/big','wb').write(b'x' * (20 * 1024 * 1024)); print('fill=ok')\nexcept OSError as e:\n  print('fill=' + os.strerror(e.errno))";
+    let run = py(&sb, &["--policy", &pol], fill);
+    run.assert_code(0);
+    assert!(
+        run.child_stdout().contains("fill=No space left on device"),
+        "{}",
+        run.ctx()
+    );
+}
+
+#[test]
+fn etc_is_granted_whole_in_the_view_and_file_by_file_without() {
+    // A harmless /etc file that the no-view list does not name.
+    let Some(file) = [
+        "/etc/adduser.conf",
+        "/etc/login.defs",
+        "/etc/shells",
+        "/etc/issue",
+    ]
+    .into_iter()
+    .find(|f| fs::read(f).is_ok_and(|d| !d.is_empty())) else {
+        skip("no ordinary readable /etc file found");
+        return;
+    };
+    let py_ = python();
+    if view_expected() {
+        let sb = Sandbox::new();
+        let run = sb.exec_json(&[], &[&py_, "-c", READ_EACH, file]);
+        run.assert_code(0);
+        assert!(
+            run.child_stdout().contains(&format!("{file}=DATA")),
+            "{}",
+            run.ctx()
+        );
+    }
+    let mut sb = Sandbox::new();
+    sb.set_env("CAPSULE_NO_NAMESPACES", "1");
+    let run = sb.exec_json(&[], &[&py_, "-c", READ_EACH, file]);
+    run.assert_code(0);
+    assert!(
+        run.child_stdout()
+            .contains(&format!("{file}=Permission denied")),
+        "{file} readable without the view, where /etc is granted file by file{}",
+        run.ctx()
+    );
+}
