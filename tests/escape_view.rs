@@ -493,3 +493,497 @@ fn clone_refusal_falls_back_to_the_no_namespace_path_safely() {
         "{v}"
     );
 }
+
+/// Read each path given; one line "path=DATA|empty|strerror" per path.
+const READ_EACH: &str = r#"
+import os, sys
+for p in sys.argv[1:]:
+    try:
+        data = open(p, "rb").read()
+        print(p + "=" + ("empty" if not data else "DATA"))
+    except OSError as e:
+        print(p + "=" + os.strerror(e.errno))
+"#;
+
+/// /etc/shadow, /etc/gshadow and one file under /etc/ssl/private, those this
+/// test's user can read on the host (the positive control: as an
+/// unprivileged user none is readable anyway, and the test proves nothing).
+fn readable_etc_secrets() -> Vec<String> {
+    let mut v: Vec<String> = ["/etc/shadow", "/etc/gshadow"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    if let Ok(rd) = fs::read_dir("/etc/ssl/private") {
+        let mut files: Vec<String> = rd
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+            .map(|e| e.path().to_string_lossy().into_owned())
+            .collect();
+        files.sort();
+        v.extend(files.into_iter().take(1));
+    }
+    v.retain(|p| fs::read(p).is_ok_and(|d| !d.is_empty()));
+    v
+}
+
+#[test]
+fn etc_secrets_stay_unreadable_beneath_a_grant_of_etc_or_root() {
+    let secrets = readable_etc_secrets();
+    if secrets.is_empty() {
+        skip("no /etc secret is readable by this user on the host: nothing to leak");
+        return;
+    }
+    let py = python();
+    for no_ns in [true, false] {
+        let mut sb = Sandbox::new();
+        if no_ns {
+            sb.set_env("CAPSULE_NO_NAMESPACES", "1");
+        } else if !view_expected() {
+            continue;
+        }
+        // No grant: `system: true` alone grants /etc/ssl (and /etc/pki).
+        for grant in ["", "/etc", "/"] {
+            let mut cmd = vec![py.as_str(), "-c", READ_EACH, "/etc/passwd"];
+            cmd.extend(secrets.iter().map(String::as_str));
+            let opts: &[&str] = if grant.is_empty() {
+                &[]
+            } else {
+                &["--allow-read", grant]
+            };
+            let run = sb.exec_json(opts, &cmd);
+            run.assert_code(0);
+            let so = run.child_stdout();
+            assert!(
+                so.contains("/etc/passwd=DATA"),
+                "the grant of {grant} does not read /etc/passwd (no_namespaces={no_ns}){}",
+                run.ctx()
+            );
+            for s in &secrets {
+                assert!(
+                    so.contains(&format!("{s}=")) && !so.contains(&format!("{s}=DATA")),
+                    "ESCAPE: {s} readable under --allow-read {grant} (no_namespaces={no_ns}){}",
+                    run.ctx()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn etc_secrets_stay_covered_where_a_mount_shows_them() {
+    if !view_expected() {
+        skip("no namespaces here: a mount at another path is refused");
+        return;
+    }
+    let secrets = readable_etc_secrets();
+    if secrets.is_empty() {
+        skip("no /etc secret is readable by this user on the host: nothing to leak");
+        return;
+    }
+    let sb = Sandbox::new();
+    let py = python();
+    let shown: Vec<String> = secrets
+        .iter()
+        .map(|s| s.replacen("/etc/", "/hostetc/", 1))
+        .collect();
+    let mut cmd = vec![py.as_str(), "-c", READ_EACH, "/hostetc/passwd"];
+    cmd.extend(shown.iter().map(String::as_str));
+    let run = sb.exec_json(&["--mount", "/etc:/hostetc"], &cmd);
+    run.assert_code(0);
+    let so = run.child_stdout();
+    assert!(so.contains("/hostetc/passwd=DATA"), "{}", run.ctx());
+    for s in &shown {
+        assert!(
+            so.contains(&format!("{s}=")) && !so.contains(&format!("{s}=DATA")),
+            "ESCAPE: {s} readable through --mount /etc:/hostetc{}",
+            run.ctx()
+        );
+    }
+}
+
+/// Secrets of the extended list, made (with a public control file) in an
+/// overlay over /etc inside a private mount namespace: the host's /etc is
+/// never touched.
+const PLANTED: &[&str] = &[
+    "/etc/mysql/debian.cnf",
+    "/etc/ldap.secret",
+    "/etc/libnss-ldap.secret",
+    "/etc/pam_ldap.secret",
+    "/etc/sssd/sssd.conf",
+    "/etc/chrony/chrony.keys",
+    "/etc/bind/rndc.key",
+    "/etc/ceph/ceph.client.admin.keyring",
+    "/etc/postfix/sasl_passwd",
+    "/etc/exim4/passwd.client",
+    "/etc/ipsec.d/private/host.pem",
+    "/etc/swanctl/private/host.pem",
+    "/etc/openvpn/server.key",
+    "/etc/openvpn/client/home.conf",
+    "/etc/iscsi/iscsid.conf",
+    "/etc/davfs2/secrets",
+    "/etc/wireguard/wg0.conf",
+    "/etc/NetworkManager/system-connections/home.nmconnection",
+    "/etc/krb5.keytab",
+];
+
+#[test]
+fn the_extended_etc_secret_list_is_carved_out() {
+    if !is_root() {
+        skip("needs root to lay an overlay over /etc in a private mount namespace");
+        return;
+    }
+    let sb = Sandbox::new();
+    let scratch = sb.mkdir("overlay");
+    let control = "/etc/capsule-test-public.conf";
+    let mut plant = String::new();
+    for f in PLANTED.iter().chain([&control]) {
+        let dir = std::path::Path::new(f)
+            .parent()
+            .unwrap()
+            .display()
+            .to_string();
+        plant.push_str(&format!("mkdir -p {dir} && echo SECRET > {f} && "));
+    }
+    let py = python();
+    for no_ns in [true, false] {
+        if !no_ns && !view_expected() {
+            continue;
+        }
+        for grant in ["/etc", "/"] {
+            let script = format!(
+                "mount -t tmpfs tmpfs {s} && mkdir {s}/u {s}/w && \
+                 mount -t overlay overlay -o lowerdir=/etc,upperdir={s}/u,workdir={s}/w /etc && \
+                 {plant} exec \"$@\"",
+                s = scratch.display()
+            );
+            let mut cmd = Command::new("unshare");
+            cmd.args(["-m", "--propagation", "private", "sh", "-c", &script, "sh"]);
+            cmd.arg(capsule_bin());
+            cmd.args(["exec", "--json", "--allow-read", grant, "--"]);
+            cmd.args([&py, "-c", READ_EACH, control]);
+            cmd.args(PLANTED);
+            cmd.current_dir(&sb.root)
+                .env_clear()
+                .env("PATH", TEST_PATH)
+                .env("HOME", &sb.home)
+                .env("XDG_STATE_HOME", &sb.state)
+                .env("XDG_CONFIG_HOME", &sb.config);
+            if no_ns {
+                cmd.env("CAPSULE_NO_NAMESPACES", "1");
+            }
+            let Ok(out) = cmd.output() else {
+                skip("unshare (util-linux) is not installed");
+                return;
+            };
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let Ok(v) = serde_json::from_str::<Value>(stdout.trim()) else {
+                skip(&format!(
+                    "no overlay over /etc here: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+                return;
+            };
+            let so = v["stdout"].as_str().unwrap_or_default();
+            assert_eq!(v["exit_code"], 0, "{v}");
+            assert!(
+                so.contains(&format!("{control}=DATA")),
+                "the control file is not readable (no_namespaces={no_ns}): {v}"
+            );
+            for f in PLANTED {
+                assert!(
+                    so.contains(&format!("{f}=")) && !so.contains(&format!("{f}=DATA")),
+                    "ESCAPE: {f} readable under --allow-read {grant} (no_namespaces={no_ns}): {v}"
+                );
+            }
+        }
+    }
+}
+
+/// Open each path for writing and close it again, writing nothing (so a
+/// failure of the test harms no host setting): "path=ok|strerror|absent".
+const OPEN_FOR_WRITE: &str = r#"
+import os, sys
+for p in sys.argv[1:]:
+    if not os.path.exists(p):
+        print(p + "=absent"); continue
+    try:
+        os.close(os.open(p, os.O_WRONLY)); print(p + "=ok")
+    except OSError as e:
+        print(p + "=" + os.strerror(e.errno))
+"#;
+
+#[test]
+fn proc_sys_and_the_kernel_knobs_are_read_only_without_landlock() {
+    if !view_expected() {
+        skip("no namespaces here: no private /proc");
+        return;
+    }
+    // Without Landlock, only the view's mounts stand between the run and
+    // the host kernel's sysctls (/proc/sys/vm is not namespaced).
+    let mut sb = Sandbox::new();
+    sb.set_env("CAPSULE_LANDLOCK_ABI_MAX", "0");
+    let py = python();
+    let knobs = [
+        "/proc/sys/vm/swappiness",
+        "/proc/sys/kernel/core_pattern",
+        "/proc/sysrq-trigger",
+        "/proc/irq/default_smp_affinity",
+    ];
+    let mut cmd = vec![py.as_str(), "-c", OPEN_FOR_WRITE, "/proc/self/comm"];
+    cmd.extend(knobs);
+    let run = sb.exec_json(&["--best-effort"], &cmd);
+    run.assert_code(0);
+    let so = run.child_stdout();
+    // The run's own process files stay writable.
+    assert!(so.contains("/proc/self/comm=ok"), "{}", run.ctx());
+    for k in knobs {
+        let line = so
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{k}=")))
+            .unwrap_or_else(|| panic!("no line for {k}{}", run.ctx()));
+        if line == "absent" {
+            continue;
+        }
+        if is_root() {
+            assert_eq!(
+                line,
+                "Read-only file system",
+                "ESCAPE: {k} is writable in the view without Landlock{}",
+                run.ctx()
+            );
+        } else {
+            assert_ne!(line, "ok", "ESCAPE: {k} is writable{}", run.ctx());
+        }
+    }
+}
+
+/// Read FILE and try to create NEW: "read=DATA|err" and "write=ok|err".
+const READ_THEN_WRITE: &str = r#"
+import os, sys
+try:
+    print("read=" + open(sys.argv[1]).read().strip())
+except OSError as e:
+    print("read=" + os.strerror(e.errno))
+try:
+    open(sys.argv[2], "w").write("new")
+    print("write=ok")
+except OSError as e:
+    print("write=" + os.strerror(e.errno))
+"#;
+
+fn read_then_write(sb: &Sandbox, opts: &[&str], file: &str, new: &str) -> (Run, String, String) {
+    let py = python();
+    let run = sb.exec_json(opts, &[&py, "-c", READ_THEN_WRITE, file, new]);
+    let so = run.child_stdout();
+    let get = |k: &str| {
+        so.lines()
+            .find_map(|l| l.strip_prefix(&format!("{k}=")))
+            .unwrap_or("(no line)")
+            .to_string()
+    };
+    let (r, w) = (get("read"), get("write"));
+    (run, r, w)
+}
+
+#[test]
+fn mount_shows_a_host_path_at_a_new_destination_read_only_or_read_write() {
+    if !view_expected() {
+        skip("no namespaces here: a mount at another path is refused (tested below)");
+        return;
+    }
+    let sb = Sandbox::new();
+    sb.write("src/a", "from-host");
+    let src = sb.p("src");
+    // Read-only by default: readable at /pack, not writable (EROFS).
+    let (run, r, w) = read_then_write(
+        &sb,
+        &["--mount", &format!("{src}:/pack")],
+        "/pack/a",
+        "/pack/b",
+    );
+    run.assert_code(0);
+    assert_eq!(r, "from-host", "{}", run.ctx());
+    assert_eq!(
+        w,
+        "Read-only file system",
+        "ESCAPE: a read-only mount is writable{}",
+        run.ctx()
+    );
+    assert!(
+        !sb.path("src/b").exists(),
+        "ESCAPE: a read-only mount was written"
+    );
+    assert!(
+        !std::path::Path::new("/pack").exists(),
+        "/pack leaked to the host"
+    );
+    // :ro said explicitly, the same.
+    let (run, _, w) = read_then_write(
+        &sb,
+        &["--mount", &format!("{src}:/pack:ro")],
+        "/pack/a",
+        "/pack/b",
+    );
+    assert_eq!(w, "Read-only file system", "{}", run.ctx());
+    // :rw writes through to the source.
+    let (run, r, w) = read_then_write(
+        &sb,
+        &["--mount", &format!("{src}:/pack:rw")],
+        "/pack/a",
+        "/pack/b",
+    );
+    run.assert_code(0);
+    assert_eq!(
+        (r.as_str(), w.as_str()),
+        ("from-host", "ok"),
+        "{}",
+        run.ctx()
+    );
+    assert_eq!(
+        sb.read("src/b"),
+        "new",
+        "the write did not reach the source"
+    );
+    assert!(
+        !std::path::Path::new("/pack").exists(),
+        "/pack leaked to the host"
+    );
+}
+
+#[test]
+fn a_volume_mounts_at_a_new_destination() {
+    if !view_expected() {
+        skip("no namespaces here: a volume at another path is refused");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    let data = sb.mkdir("data");
+    sb.set_env("XDG_DATA_HOME", &data.to_string_lossy());
+    sb.run(&["volume", "create", "vw-pack"]).assert_code(0);
+    let vol = data.join("capsule/volumes/vw-pack");
+    let (run, _, w) = read_then_write(
+        &sb,
+        &["--mount", "volume:vw-pack:/pack:rw"],
+        "/pack/none",
+        "/pack/made",
+    );
+    run.assert_code(0);
+    assert_eq!(w, "ok", "{}", run.ctx());
+    assert_eq!(
+        fs::read_to_string(vol.join("made")).unwrap_or_default(),
+        "new",
+        "{}",
+        run.ctx()
+    );
+    // Another run sees it, read-only by default.
+    let (run, r, w) = read_then_write(
+        &sb,
+        &["--mount", "volume:vw-pack:/pack"],
+        "/pack/made",
+        "/pack/more",
+    );
+    run.assert_code(0);
+    assert_eq!(r, "new", "{}", run.ctx());
+    assert_eq!(w, "Read-only file system", "{}", run.ctx());
+}
+
+#[test]
+fn without_namespaces_a_mount_elsewhere_is_refused_and_in_place_is_a_grant() {
+    let mut sb = Sandbox::new();
+    sb.set_env("CAPSULE_NO_NAMESPACES", "1");
+    sb.write("src/a", "from-host");
+    let src = sb.p("src");
+    let run = sb.exec_json(&["--mount", &format!("{src}:/pack")], &["/bin/true"]);
+    run.assert_code(125);
+    assert!(
+        format!("{}{}", run.stdout, run.stderr).contains("mount namespace"),
+        "the refusal does not say why{}",
+        run.ctx()
+    );
+    // --best-effort does not turn it into a different run either.
+    let run = sb.exec_json(
+        &["--best-effort", "--mount", &format!("{src}:/pack")],
+        &["/bin/true"],
+    );
+    run.assert_code(125);
+    // DST == SRC: an ordinary grant, read-only unless :rw.
+    let a = sb.p("src/a");
+    let b = sb.p("src/b");
+    let (run, r, w) = read_then_write(&sb, &["--mount", &format!("{src}:{src}")], &a, &b);
+    run.assert_code(0);
+    assert_eq!(r, "from-host", "{}", run.ctx());
+    assert_ne!(
+        w,
+        "ok",
+        "ESCAPE: a read-only mount in place is writable{}",
+        run.ctx()
+    );
+    let (run, _, w) = read_then_write(&sb, &["--mount", &format!("{src}:{src}:rw")], &a, &b);
+    run.assert_code(0);
+    assert_eq!(w, "ok", "{}", run.ctx());
+    assert_eq!(sb.read("src/b"), "new");
+}
+
+#[test]
+fn tmp_size_gives_a_private_tmp_of_that_size() {
+    if !view_expected() {
+        skip("no namespaces here: no private /tmp");
+        return;
+    }
+    let sb = Sandbox::new();
+    let code = "import os; s = os.statvfs('/tmp'); print('size=%d' % (s.f_blocks * s.f_frsize // (1024 * 1024)))";
+    let pol = sb.policy("version: 1\nlimits:\n  tmp_size_mb: 8\n");
+    let run = py(&sb, &["--policy", &pol], code);
+    run.assert_code(0);
+    assert!(run.child_stdout().contains("size=8\n"), "{}", run.ctx());
+    // --tmp-size overrides the policy.
+    let run = py(&sb, &["--policy", &pol, "--tmp-size", "16m"], code);
+    run.assert_code(0);
+    assert!(run.child_stdout().contains("size=16\n"), "{}", run.ctx());
+    // Full is full: ENOSPC, not the host's disk.
+    let fill = "import os\ntry:\n  open('/tmp/big','wb').write(b'x' * (20 * 1024 * 1024)); print('fill=ok')\nexcept OSError as e:\n  print('fill=' + os.strerror(e.errno))";
+    let run = py(&sb, &["--policy", &pol], fill);
+    run.assert_code(0);
+    assert!(
+        run.child_stdout().contains("fill=No space left on device"),
+        "{}",
+        run.ctx()
+    );
+}
+
+#[test]
+fn etc_is_granted_whole_in_the_view_and_file_by_file_without() {
+    // A harmless /etc file that the no-view list does not name.
+    let Some(file) = [
+        "/etc/adduser.conf",
+        "/etc/login.defs",
+        "/etc/shells",
+        "/etc/issue",
+    ]
+    .into_iter()
+    .find(|f| fs::read(f).is_ok_and(|d| !d.is_empty())) else {
+        skip("no ordinary readable /etc file found");
+        return;
+    };
+    let py_ = python();
+    if view_expected() {
+        let sb = Sandbox::new();
+        let run = sb.exec_json(&[], &[&py_, "-c", READ_EACH, file]);
+        run.assert_code(0);
+        assert!(
+            run.child_stdout().contains(&format!("{file}=DATA")),
+            "{}",
+            run.ctx()
+        );
+    }
+    let mut sb = Sandbox::new();
+    sb.set_env("CAPSULE_NO_NAMESPACES", "1");
+    let run = sb.exec_json(&[], &[&py_, "-c", READ_EACH, file]);
+    run.assert_code(0);
+    assert!(
+        run.child_stdout()
+            .contains(&format!("{file}=Permission denied")),
+        "{file} readable without the view, where /etc is granted file by file{}",
+        run.ctx()
+    );
+}

@@ -190,3 +190,111 @@ fn doctor_reports_in_human_and_json_form() {
         run.ctx()
     );
 }
+
+#[test]
+fn check_and_dry_run_show_the_view_and_the_etc_carve_outs() {
+    let shadow = std::path::Path::new("/etc/shadow").exists();
+    // With the view: what it gives, and the /etc secrets it covers, by name.
+    if view_expected() {
+        let sb = Sandbox::new();
+        sb.mkdir("pack");
+        let pol = sb.policy("version: 1\n");
+        let run = sb.run(&["check", "-p", &pol]);
+        run.assert_code(0);
+        let out = run.stdout.as_str();
+        for want in [
+            "view ",
+            "read-only",
+            "private /proc",
+            "/proc/sys",
+            "/tmp",
+            "/dev/shm",
+            "devpts",
+            "IPC namespace",
+            "network namespace",
+        ] {
+            assert!(
+                out.contains(want),
+                "check does not show {want:?} of the view{}",
+                run.ctx()
+            );
+        }
+        if shadow {
+            assert!(
+                out.lines()
+                    .any(|l| l.contains("/etc/shadow") && l.contains("password hashes")),
+                "check does not show the /etc/shadow carve-out{}",
+                run.ctx()
+            );
+        }
+        let run = sb.run(&["check", "--json", "-p", &pol]);
+        run.assert_code(0);
+        let v: Value = serde_json::from_str(run.stdout.trim())
+            .unwrap_or_else(|e| panic!("check --json: {e}{}", run.ctx()));
+        assert_eq!(v["view"]["read_only_host"], true, "{}", run.ctx());
+        if shadow {
+            assert!(
+                v["view"]["secrets"]
+                    .as_array()
+                    .is_some_and(|a| a.iter().any(|s| s["path"] == "/etc/shadow")),
+                "{}",
+                run.ctx()
+            );
+        }
+        // --dry-run: the same, with the binds of --mount.
+        let mount = format!("{}:/pack", sb.p("pack"));
+        let run = sb.run(&["exec", "--dry-run", "--mount", &mount, "--", "/bin/true"]);
+        run.assert_code(0);
+        assert!(
+            run.stdout
+                .lines()
+                .any(|l| l.contains(&sb.p("pack")) && l.contains("/pack") && l.contains("ro")),
+            "--dry-run does not show the bind of {mount}{}",
+            run.ctx()
+        );
+        assert!(run.stdout.contains("private /proc"), "{}", run.ctx());
+        let run = sb.run(&["exec", "--dry-run", "--json", "--", "/bin/true"]);
+        run.assert_code(0);
+        let v: Value = serde_json::from_str(run.stdout.trim())
+            .unwrap_or_else(|e| panic!("--dry-run --json: {e}{}", run.ctx()));
+        assert_eq!(v["view"]["private_proc"], true, "{}", run.ctx());
+    }
+    // Without namespaces: no view, and the secrets carved out of the grants.
+    let mut sb = Sandbox::new();
+    sb.set_env("CAPSULE_NO_NAMESPACES", "1");
+    let run = sb.run(&[
+        "exec",
+        "--dry-run",
+        "--allow-read",
+        "/etc",
+        "--",
+        "/bin/true",
+    ]);
+    run.assert_code(0);
+    assert!(
+        run.stdout
+            .lines()
+            .any(|l| l.starts_with("view") && l.contains("none")),
+        "--dry-run does not say there is no view{}",
+        run.ctx()
+    );
+    if shadow {
+        assert!(
+            run.stdout
+                .lines()
+                .any(|l| l.trim_start().starts_with("deny /etc/shadow")
+                    && l.contains("password hashes")),
+            "--dry-run does not show the /etc/shadow carve-out{}",
+            run.ctx()
+        );
+    }
+    let run = sb.run(&["exec", "--dry-run", "--json", "--", "/bin/true"]);
+    run.assert_code(0);
+    let v: Value = serde_json::from_str(run.stdout.trim())
+        .unwrap_or_else(|e| panic!("--dry-run --json: {e}{}", run.ctx()));
+    assert!(
+        v.get("view").is_some_and(Value::is_null),
+        "--dry-run --json does not say there is no view{}",
+        run.ctx()
+    );
+}

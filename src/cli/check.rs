@@ -47,9 +47,11 @@ pub fn run(a: CheckArgs) -> i32 {
     let mut notes: Vec<String> = Vec::new();
     let mut limits = std::collections::BTreeMap::new();
     let mut signals = None;
+    let mut view = None;
     match crate::sandbox::predict(&plan) {
         Ok(p) => {
             limits = p.limits;
+            view = p.view;
             signals = Some(p.signals);
             notes.extend(p.missing.iter().map(|m| format!("not enforced here: {m}")));
             notes.extend(p.limitations.iter().map(|m| format!("limitation: {m}")));
@@ -57,7 +59,7 @@ pub fn run(a: CheckArgs) -> i32 {
         Err(e) => problems.push(e.to_string()),
     }
     if a.json {
-        let mut v = plan_json(&plan, k);
+        let mut v = plan_json(&plan, k, view.as_ref());
         v["ok"] = serde_json::json!(problems.is_empty());
         v["problems"] = serde_json::json!(problems);
         v["notes"] = serde_json::json!(notes);
@@ -66,7 +68,7 @@ pub fn run(a: CheckArgs) -> i32 {
         println!("{v}");
     } else {
         println!("policy {} is valid", a.policy.display());
-        print_plan(&plan, k);
+        print_plan(&plan, k, view.as_ref());
         if let Some(s) = signals {
             println!("signals   {}", s.describe());
         }

@@ -3,11 +3,131 @@
 use serde_json::json;
 
 use crate::kernel::{self, landlock_linux, Probe, LANDLOCK_FS};
-use crate::plan::Plan;
+use crate::plan::{FsPlan, Plan};
 use crate::policy::NetMode;
+use crate::sandbox::view::ViewSummary;
 
-/// The plan as a JSON value (grants with their origin and enforcing layer).
-pub fn plan_json(plan: &Plan, k: &Probe) -> serde_json::Value {
+/// The filesystem rules Landlock applies: inside the view, /etc whole (its
+/// secrets covered by the view) and the private /proc instead of its files.
+fn fs_rules(plan: &Plan, view: Option<&ViewSummary>) -> FsPlan {
+    match view {
+        Some(_) => crate::sandbox::fs_for_view(&plan.fs),
+        None => plan.fs.clone(),
+    }
+}
+
+/// What the run's private /tmp is.
+fn tmp_line(plan: &Plan, v: &ViewSummary) -> String {
+    match (v.private_tmp, plan.limits.tmp_size_mb, &plan.tmpdir) {
+        (true, Some(mb), _) => format!("/tmp: private, a tmpfs of {mb} MiB"),
+        (true, None, _) => "/tmp: private, the run's TMPDIR".into(),
+        (false, _, Some(_)) => {
+            "/tmp: the host's, under Landlock (a grant or the cwd lies beneath it); \
+                                the run's TMPDIR at its own path"
+                .into()
+        }
+        (false, _, None) => "/tmp: the host's, under Landlock (filesystem.tmp is off)".into(),
+    }
+}
+
+fn netns_line(mode: NetMode) -> &'static str {
+    match mode {
+        NetMode::None => "network namespace: the run's own, loopback only",
+        NetMode::Proxy => "network namespace: the run's own, holding only the proxy's endpoint",
+        NetMode::Unrestricted => "no network namespace: network is unrestricted (the host's)",
+    }
+}
+
+/// What the view gives, for `check` and `--dry-run`: (label, text) lines.
+fn view_lines(plan: &Plan, v: &ViewSummary) -> Vec<String> {
+    let mut out = vec![
+        "read-only host: every mount of the host read-only and nosuid (chmod, chown, utimes, xattrs and \
+         truncate outside write grants fail with EROFS, as root too)"
+            .to_string(),
+    ];
+    if v.private_proc {
+        let ro: Vec<String> = v
+            .proc_read_only
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        out.push(format!(
+            "private /proc of the run's pid namespace (hidepid=4: no host process); read-only: {}",
+            if ro.is_empty() {
+                "-".into()
+            } else {
+                ro.join(" ")
+            }
+        ));
+    }
+    out.push(tmp_line(plan, v));
+    if v.private_shm {
+        out.push("/dev/shm: private tmpfs (64 MiB, noexec)".into());
+    }
+    if v.devpts {
+        out.push("devpts: a private instance at /dev/pts, with /dev/ptmx".into());
+    }
+    out.push(
+        "IPC namespace: the run's own (the host's SysV IPC and POSIX message queues are invisible)"
+            .into(),
+    );
+    out.push(netns_line(plan.net.mode).into());
+    if v.memfd_noexec {
+        out.push("vm.memfd_noexec = 2 in the run's pid namespace".into());
+    }
+    if v.new_root {
+        out.push("new root: a mount destination the host lacks (the host's top-level entries bound read-only)".into());
+    }
+    for b in &v.binds {
+        let mode = if b.read_only { "ro" } else { "rw" };
+        if b.src == b.dst {
+            out.push(format!("bind {mode} {}", b.dst.display()));
+        } else {
+            out.push(format!(
+                "bind {mode} {} at {}",
+                b.src.display(),
+                b.dst.display()
+            ));
+        }
+    }
+    for (p, what) in &v.secrets {
+        out.push(format!(
+            "secret {}  — covered, {what}: unreadable even to root unless a grant names it exactly",
+            p.display()
+        ));
+    }
+    out
+}
+
+/// What the view gives, as JSON (null without the view).
+fn view_json(plan: &Plan, view: Option<&ViewSummary>) -> serde_json::Value {
+    let Some(v) = view else {
+        return serde_json::Value::Null;
+    };
+    json!({
+        "read_only_host": true,
+        "private_proc": v.private_proc,
+        "proc_read_only": v.proc_read_only,
+        "private_tmp": v.private_tmp,
+        "tmp": tmp_line(plan, v),
+        "tmp_size_mb": if v.private_tmp { plan.limits.tmp_size_mb } else { None },
+        "private_shm": v.private_shm,
+        "devpts": v.devpts,
+        "ipc_namespace": true,
+        "network_namespace": plan.net.mode != NetMode::Unrestricted,
+        "memfd_noexec": v.memfd_noexec,
+        "new_root": v.new_root,
+        "binds": v.binds.iter().map(|b| json!({
+            "src": b.src, "dst": b.dst, "read_only": b.read_only,
+        })).collect::<Vec<_>>(),
+        "secrets": v.secrets.iter().map(|(p, what)| json!({"path": p, "what": what})).collect::<Vec<_>>(),
+    })
+}
+
+/// The plan as a JSON value (grants with their origin and enforcing layer,
+/// and the run's view when it has one).
+pub fn plan_json(plan: &Plan, k: &Probe, view: Option<&ViewSummary>) -> serde_json::Value {
+    let fs = fs_rules(plan, view);
     let fs_layer = if k.landlock_abi > 0 {
         format!("landlock ABI {}", k.landlock_abi)
     } else {
@@ -22,11 +142,11 @@ pub fn plan_json(plan: &Plan, k: &Probe) -> serde_json::Value {
         "tmpdir": plan.tmpdir,
         "filesystem": {
             "layer": fs_layer,
-            "grants": plan.fs.grants.iter().map(|g| json!({
+            "grants": fs.grants.iter().map(|g| json!({
                 "path": g.path, "access": g.access.label(), "origin": g.origin.to_string(),
             })).collect::<Vec<_>>(),
-            "deny": plan.fs.deny.iter().map(|d| json!({"path": d.path, "origin": d.origin.to_string()})).collect::<Vec<_>>(),
-            "proc_self": plan.fs.proc_self,
+            "deny": fs.deny.iter().map(|d| json!({"path": d.path, "origin": d.origin.to_string()})).collect::<Vec<_>>(),
+            "proc_self": fs.proc_self,
             "command_notes": plan.command_notes,
         },
         "network": {
@@ -41,6 +161,7 @@ pub fn plan_json(plan: &Plan, k: &Probe) -> serde_json::Value {
         },
         "seccomp": if k.seccomp { "allowlist (unknown syscalls ENOSYS), explicit EPERM denials, socket filter" } else { "NOT AVAILABLE" },
         "tree_kill": if k.namespaces { "pid-namespace" } else { "subreaper" },
+        "view": view_json(plan, view),
         "limits": {
             "timeout_seconds": plan.limits.timeout.as_secs_f64(),
             "max_output_bytes": plan.limits.max_output_bytes,
@@ -75,8 +196,9 @@ fn network_layer(mode: NetMode, k: &Probe) -> String {
     }
 }
 
-/// Print the plan for humans.
-pub fn print_plan(plan: &Plan, k: &Probe) {
+/// Print the plan for humans, with the run's view when it has one.
+pub fn print_plan(plan: &Plan, k: &Probe, view: Option<&ViewSummary>) {
+    let fs = fs_rules(plan, view);
     let fs_line = if k.landlock_abi > 0 {
         format!(
             "enforced by Landlock ABI {}; anything not listed is denied",
@@ -106,7 +228,7 @@ pub fn print_plan(plan: &Plan, k: &Probe) {
             .join(" ")
     );
     println!("filesystem ({fs_line}):");
-    for g in &plan.fs.grants {
+    for g in &fs.grants {
         println!(
             "  {:<4} {}  — {}",
             g.access.label(),
@@ -114,14 +236,29 @@ pub fn print_plan(plan: &Plan, k: &Probe) {
             g.origin
         );
     }
-    if plan.fs.proc_self {
+    if fs.proc_self {
         println!("  r    /proc/self (the child's own)  — filesystem.system");
     }
-    for d in &plan.fs.deny {
+    for d in &fs.deny {
         println!("  deny {}  — {}", d.path.display(), d.origin);
     }
     for n in &plan.command_notes {
         println!("  note {n}");
+    }
+    match view {
+        Some(v) => {
+            println!(
+                "view      the run's own mount, pid, IPC and network namespaces (the kernel's mount machinery; \
+                 Landlock's rules above apply on top):"
+            );
+            for l in view_lines(plan, v) {
+                println!("  {l}");
+            }
+        }
+        None => println!(
+            "view      none: no namespaces here (no unprivileged user namespaces, or CAPSULE_NO_NAMESPACES); the \
+             /etc secrets beneath grants are carved out by Landlock (deny lines above)"
+        ),
     }
     println!(
         "network   {} — {}",
@@ -173,13 +310,39 @@ pub fn print_plan(plan: &Plan, k: &Probe) {
     opt("max_open_files", l.max_open_files, "RLIMIT_NOFILE");
 }
 
-/// `--dry-run`.
+/// `--dry-run`: the plan, and what `exec` would make of it here (the same
+/// preparation: what it refuses, the dry run refuses with 125).
 pub fn dry_run(plan: &Plan, json: bool) -> i32 {
     let k = kernel::probe();
+    let (view, notes, problem) = match crate::sandbox::predict(plan) {
+        Ok(p) => {
+            let notes: Vec<String> = p
+                .missing
+                .iter()
+                .map(|m| format!("not enforced here: {m}"))
+                .chain(p.limitations.iter().map(|m| format!("limitation: {m}")))
+                .collect();
+            (p.view, notes, None)
+        }
+        Err(e) => (None, vec![], Some(e.to_string())),
+    };
     if json {
-        println!("{}", plan_json(plan, k));
+        let mut v = plan_json(plan, k, view.as_ref());
+        v["notes"] = json!(notes);
+        v["problems"] = json!(problem.iter().collect::<Vec<_>>());
+        println!("{v}");
     } else {
-        print_plan(plan, k);
+        print_plan(plan, k, view.as_ref());
+        for n in &notes {
+            println!("{n}");
+        }
+        if let Some(p) = &problem {
+            println!("capsule exec refuses this here: {p}");
+        }
     }
-    0
+    if problem.is_some() {
+        125
+    } else {
+        0
+    }
 }

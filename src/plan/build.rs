@@ -354,6 +354,40 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
             });
         }
     }
+    // The secrets of /etc, the same way: a grant of /etc or / (or the
+    // system grant of /etc/ssl) never includes them. Inside the view the
+    // view covers them instead (`sandbox::fs_for_view`). A secret reached
+    // through a linked directory is carved out where it lies (Landlock
+    // refuses a deny through a symlink, and grants are canonical).
+    for secret in credentials::existing(&credentials::system_secrets(), beneath) {
+        let path = match (secret.path.parent(), secret.path.file_name()) {
+            (Some(dir), Some(name)) => std::fs::canonicalize(dir)
+                .map(|d| d.join(name))
+                .unwrap_or(secret.path),
+            _ => secret.path,
+        };
+        if !beneath(&path)
+            || grants.iter().any(|g| g.path == path)
+            || deny.iter().any(|d| d.path == path)
+        {
+            continue;
+        }
+        // The carve-out lists the directory above the secret, and one this
+        // user cannot list (/etc/sssd is 0711 on some hosts) would fail the
+        // run: skipped, as the host keeps such a secret from this user
+        // itself (its own mode); said in the log if it does not.
+        if path.parent().is_none_or(|d| std::fs::read_dir(d).is_err()) {
+            if std::fs::File::open(&path).is_ok() {
+                tracing::warn!(secret = %path.display(),
+                    "readable, in a directory this user cannot list: not carved out");
+            }
+            continue;
+        }
+        deny.push(FsDeny {
+            path,
+            origin: Origin::Secret(secret.what),
+        });
+    }
 
     tracing::debug!("plan: carve-outs");
     // Environment.

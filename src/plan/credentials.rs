@@ -1,9 +1,13 @@
-//! The one list of credential locations (contract section 2).
+//! The one list of credential locations (contract section 2), and the one
+//! list of the system's secrets under /etc.
 //!
 //! Each location stays unreadable beneath every grant — a policy grant, a
 //! command-line grant, the command's own install prefix — unless a grant
 //! names it exactly. Landlock enforces the carve-out (`sandbox::landlock::
 //! carveout`); this module only says which paths, and why, for this home.
+//! The /etc secrets ([`SYSTEM_SECRETS`]) are carved out the same way, and
+//! inside the run's view they are covered by mounts instead
+//! (`sandbox::view`), so that /etc can be granted whole there.
 //!
 //! A location is a path relative to the home directory, or a pattern whose
 //! last component has one `*` (`.cargo/credentials*`, `.*_history`): the
@@ -62,6 +66,119 @@ pub const LOCATIONS: &[(&str, &str)] = &[
         "capsule's volumes (other runs' data)",
     ),
 ];
+
+/// Secrets of the system under /etc: (absolute path or pattern, what it
+/// holds). Unreadable beneath every grant, even to root, unless a grant
+/// names one exactly: carved out of the Landlock grants above them
+/// (`plan::build`) and, inside the run's view, covered by an empty file or
+/// directory (`sandbox::view`). Mode bits do not protect them: capsule's
+/// root is root. A `*` matches any run of characters within one name.
+pub const SYSTEM_SECRETS: &[(&str, &str)] = &[
+    ("/etc/shadow", "password hashes"),
+    ("/etc/shadow-", "password hashes (backup)"),
+    ("/etc/gshadow", "group password hashes"),
+    ("/etc/gshadow-", "group password hashes (backup)"),
+    ("/etc/sudoers", "sudo rules"),
+    ("/etc/sudoers.d", "sudo rules"),
+    ("/etc/ssh/ssh_host_*_key", "SSH host private keys"),
+    ("/etc/ssl/private", "TLS private keys"),
+    ("/etc/pki/tls/private", "TLS private keys"),
+    ("/etc/security/opasswd", "old password hashes"),
+    ("/etc/krb5.keytab", "Kerberos host keys"),
+    ("/etc/libvirt/secrets", "libvirt secrets"),
+    (
+        "/etc/NetworkManager/system-connections",
+        "Wi-Fi and VPN passwords",
+    ),
+    ("/etc/wpa_supplicant", "Wi-Fi passwords"),
+    ("/etc/ppp/chap-secrets", "PPP passwords"),
+    ("/etc/ppp/pap-secrets", "PPP passwords"),
+    ("/etc/ipsec.secrets", "IPsec keys"),
+    ("/etc/letsencrypt/archive", "TLS private keys"),
+    ("/etc/letsencrypt/keys", "TLS private keys"),
+    ("/etc/openvpn/server", "OpenVPN keys"),
+    ("/etc/openvpn/client", "OpenVPN keys"),
+    ("/etc/wireguard", "WireGuard private keys"),
+    ("/etc/cups/ssl", "CUPS TLS private key"),
+    ("/etc/docker/key.json", "Docker daemon private key"),
+    ("/etc/machine-id.secret", "machine secret"),
+    ("/etc/rancher", "k3s/RKE2 cluster credentials"),
+    ("/etc/kubernetes/pki", "Kubernetes cluster keys"),
+    ("/etc/shadow.lock", "password database lock"),
+    ("/etc/.pwd.lock", "password database lock"),
+    ("/etc/krb5kdc", "Kerberos KDC master key and admin keytab"),
+    ("/etc/pki/CA/private", "CA private keys"),
+    ("/etc/pki/libvirt/private", "libvirt TLS private key"),
+    ("/etc/letsencrypt/accounts", "ACME account keys"),
+    ("/etc/dovecot/private", "Dovecot TLS private key"),
+    ("/etc/mysql/debian.cnf", "MySQL maintenance password"),
+    ("/etc/ldap.secret", "LDAP bind password"),
+    ("/etc/libnss-ldap.secret", "LDAP bind password"),
+    ("/etc/pam_ldap.secret", "LDAP bind password"),
+    ("/etc/nslcd.conf", "LDAP bind password"),
+    (
+        "/etc/ldap/slapd.d",
+        "LDAP server config with its admin password",
+    ),
+    (
+        "/etc/openldap/slapd.d",
+        "LDAP server config with its admin password",
+    ),
+    ("/etc/sssd/sssd.conf", "SSSD bind passwords"),
+    ("/etc/sssd/conf.d", "SSSD bind passwords"),
+    ("/etc/sasldb2", "Cyrus SASL passwords"),
+    ("/etc/samba/smbpasswd", "Samba password hashes"),
+    ("/etc/chrony/chrony.keys", "NTP authentication keys"),
+    ("/etc/chrony.keys", "NTP authentication keys"),
+    ("/etc/bind/*.key", "DNS TSIG/rndc keys"),
+    ("/etc/rndc.key", "DNS rndc key"),
+    ("/etc/ceph/*.keyring", "Ceph keys"),
+    ("/etc/postfix/sasl_passwd*", "SMTP relay passwords"),
+    ("/etc/exim4/passwd*", "SMTP passwords"),
+    ("/etc/ssmtp/ssmtp.conf", "SMTP relay password"),
+    ("/etc/msmtprc", "SMTP relay password"),
+    ("/etc/fetchmailrc", "mail account passwords"),
+    ("/etc/ipsec.d/private", "IPsec private keys"),
+    ("/etc/swanctl/private", "IPsec private keys"),
+    ("/etc/swanctl/rsa", "IPsec private keys"),
+    ("/etc/swanctl/ecdsa", "IPsec private keys"),
+    ("/etc/swanctl/pkcs8", "IPsec private keys"),
+    ("/etc/swanctl/pkcs12", "IPsec private keys"),
+    ("/etc/strongswan/ipsec.secrets", "IPsec keys"),
+    ("/etc/strongswan/ipsec.d/private", "IPsec private keys"),
+    ("/etc/strongswan/swanctl/private", "IPsec private keys"),
+    ("/etc/openvpn/*.key", "OpenVPN keys"),
+    ("/etc/openvpn/*.conf", "OpenVPN configs (inline keys)"),
+    ("/etc/openvpn/*.ovpn", "OpenVPN configs (inline keys)"),
+    (
+        "/etc/systemd/network/*.netdev",
+        "network devices (WireGuard private keys)",
+    ),
+    ("/etc/hostapd", "Wi-Fi access point passphrases"),
+    ("/etc/iscsi/iscsid.conf", "iSCSI CHAP passwords"),
+    ("/etc/iscsi/nodes", "iSCSI CHAP passwords"),
+    ("/etc/davfs2/secrets", "WebDAV passwords"),
+    ("/etc/docker/certs.d", "registry client keys"),
+    (
+        "/etc/containers/auth.json",
+        "container registry credentials",
+    ),
+    ("/etc/kubernetes/*.conf", "Kubernetes client keys"),
+    ("/etc/gitlab/gitlab-secrets.json", "GitLab secrets"),
+    ("/etc/gitlab/initial_root_password", "GitLab root password"),
+    ("/etc/nut/upsd.users", "UPS daemon passwords"),
+];
+
+/// [`SYSTEM_SECRETS`] as locations, patterns kept as patterns.
+pub fn system_secrets() -> Vec<Location> {
+    SYSTEM_SECRETS
+        .iter()
+        .map(|(p, what)| Location {
+            path: PathBuf::from(p),
+            what,
+        })
+        .collect()
+}
 
 /// One credential path to carve out, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -146,18 +263,22 @@ pub fn existing(locations: &[Location], beneath: impl Fn(&Path) -> bool) -> Vec<
                 let Ok(entries) = std::fs::read_dir(dir) else {
                     continue;
                 };
-                for e in entries.flatten() {
-                    let n = e.file_name();
-                    let n = n.to_string_lossy();
-                    if n.len() >= prefix.len() + suffix.len()
-                        && n.starts_with(prefix)
-                        && n.ends_with(suffix)
-                    {
-                        out.push(Location {
-                            path: dir.join(&*n),
-                            what: loc.what,
-                        });
-                    }
+                let mut names: Vec<String> = entries
+                    .flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| {
+                        n.len() >= prefix.len() + suffix.len()
+                            && n.starts_with(prefix)
+                            && n.ends_with(suffix)
+                    })
+                    .collect();
+                // The same order on every run (for `check` and the audit).
+                names.sort();
+                for n in names {
+                    out.push(Location {
+                        path: dir.join(n),
+                        what: loc.what,
+                    });
                 }
             }
         }
@@ -229,6 +350,32 @@ mod tests {
         assert!(is_credential(&v, &home.join(".m2/settings-security.xml")));
         assert!(!is_credential(&v, &home.join(".m2/settings.txt")));
         assert!(!is_credential(&v, &home.join(".cargo/config.toml")));
+    }
+
+    #[test]
+    fn the_issue_list_of_system_secrets_is_there() {
+        let v = system_secrets();
+        for p in [
+            "/etc/shadow",
+            "/etc/shadow-",
+            "/etc/gshadow",
+            "/etc/gshadow-",
+            "/etc/sudoers",
+            "/etc/sudoers.d",
+            "/etc/ssl/private",
+            "/etc/security/opasswd",
+        ] {
+            assert!(v.iter().any(|l| l.path == Path::new(p)), "{p}");
+        }
+        assert!(is_credential(
+            &v,
+            Path::new("/etc/ssh/ssh_host_ed25519_key")
+        ));
+        assert!(!is_credential(
+            &v,
+            Path::new("/etc/ssh/ssh_host_ed25519_key.pub")
+        ));
+        assert!(v.iter().all(|l| l.path.starts_with("/etc")));
     }
 
     #[test]

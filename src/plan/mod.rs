@@ -86,6 +86,8 @@ pub enum Origin {
     Workspace,
     /// A built-in credential carve-out (section 2): what the path holds.
     Credential(&'static str),
+    /// A built-in carve-out of a system secret under /etc: what it holds.
+    Secret(&'static str),
 }
 
 impl std::fmt::Display for Origin {
@@ -101,6 +103,11 @@ impl std::fmt::Display for Origin {
             Origin::Credential(what) => write!(
                 f,
                 "built-in credential carve-out ({what}): unreadable beneath every grant unless a grant names it exactly"
+            ),
+            Origin::Secret(what) => write!(
+                f,
+                "built-in carve-out of a system secret ({what}): unreadable beneath every grant, even to root, unless \
+                 a grant names it exactly"
             ),
         }
     }

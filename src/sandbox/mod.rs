@@ -207,11 +207,13 @@ pub const NO_VIEW_GAPS: &[&str] = &[
 ];
 
 /// The filesystem plan as Landlock applies it inside the view: all of /etc
-/// readable (the view covers its secrets), and no rules for the host's
+/// readable (the view covers its secrets, so their Landlock carve-outs go:
+/// carving /etc would make it unlistable), and no rules for the host's
 /// /proc files (the view mounts a private /proc, granted whole by init).
-fn fs_for_view(fs: &crate::plan::FsPlan) -> crate::plan::FsPlan {
+pub fn fs_for_view(fs: &crate::plan::FsPlan) -> crate::plan::FsPlan {
     use crate::plan::{Access, FsGrant, Opened, Origin};
     let mut out = fs.clone();
+    out.deny.retain(|d| !matches!(d.origin, Origin::Secret(_)));
     let system = out.grants.iter().any(|g| g.origin == Origin::System);
     out.grants.retain(|g| {
         !(g.origin == Origin::System && (g.path.starts_with("/etc") || g.path.starts_with("/proc")))

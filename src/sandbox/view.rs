@@ -49,38 +49,18 @@ pub const MAX_BINDS: usize = 128;
 /// Size of the run's private `/dev/shm` (as Docker's default).
 const SHM_SIZE: &str = "size=64m,mode=1777";
 
-/// Secrets of `/etc` that stay unreadable under `system: true`, even to root.
-/// A `*` matches any run of characters within one name.
-pub const ETC_SECRETS: &[&str] = &[
-    "/etc/shadow",
-    "/etc/shadow-",
-    "/etc/gshadow",
-    "/etc/gshadow-",
-    "/etc/sudoers",
-    "/etc/sudoers.d",
-    "/etc/ssh/ssh_host_*_key",
-    "/etc/ssl/private",
-    "/etc/pki/tls/private",
-    "/etc/security/opasswd",
-    "/etc/krb5.keytab",
-    "/etc/libvirt/secrets",
-    "/etc/NetworkManager/system-connections",
-    "/etc/wpa_supplicant",
-    "/etc/ppp/chap-secrets",
-    "/etc/ppp/pap-secrets",
-    "/etc/ipsec.secrets",
-    "/etc/letsencrypt/archive",
-    "/etc/letsencrypt/keys",
-    "/etc/openvpn/server",
-    "/etc/openvpn/client",
-    "/etc/wireguard",
-    "/etc/cups/ssl",
-    "/etc/docker/key.json",
-    "/etc/machine-id.secret",
-    "/etc/rancher",
-    "/etc/kubernetes/pki",
-    "/etc/shadow.lock",
-    "/etc/.pwd.lock",
+/// Parts of the run's `/proc` that reach the host kernel rather than the
+/// run's processes, bound read-only over themselves (runc's and
+/// bubblewrap's list): sysctls (`/proc/sys/vm` and most others are not
+/// namespaced), the magic SysRq key, IRQ affinities, bus devices, and
+/// filesystem knobs (nfsd, ext4). Landlock's read-only rule on `/proc` says
+/// the same where Landlock exists; this holds without it, as root too.
+pub const PROC_READ_ONLY: &[&str] = &[
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+    "/proc/irq",
+    "/proc/bus",
+    "/proc/fs",
 ];
 
 #[derive(Debug, Error)]
@@ -138,6 +118,9 @@ enum Op {
     Rule { path: CString, access: u64 },
     /// Make the one mount at `path` read-only (not its submounts).
     ReadOnly { path: CString },
+    /// Bind `path` over itself (recursively), read-only: a part of a new
+    /// filesystem (the private /proc) made read-only.
+    ReadOnlyBind { path: CString, stage: Stage },
     /// A symbolic link (a top-level link of the host in a new root).
     Symlink { target: CString, path: CString },
     /// Make the mount at `dir` the root: chdir, MS_MOVE onto /, chroot(".")
@@ -174,8 +157,11 @@ pub struct ViewSummary {
     pub private_shm: bool,
     pub devpts: bool,
     pub memfd_noexec: bool,
-    /// Secrets of /etc found on this host and covered.
-    pub secrets: Vec<PathBuf>,
+    /// Parts of the private /proc made read-only ([`PROC_READ_ONLY`]).
+    pub proc_read_only: Vec<PathBuf>,
+    /// Secrets of /etc found on this host and covered: where in the view,
+    /// and what they hold.
+    pub secrets: Vec<(PathBuf, &'static str)>,
     /// The run has a new root (a mount destination the host lacks).
     pub new_root: bool,
 }
@@ -189,39 +175,19 @@ fn kind(p: &Path) -> Option<bool> {
     std::fs::metadata(p).ok().map(|m| m.is_dir())
 }
 
-/// The secrets of /etc that exist on this host (symlinks left alone: their
-/// targets are what matters, and a link into /etc is covered at the target).
-pub fn etc_secrets() -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for pat in ETC_SECRETS {
-        let path = Path::new(pat);
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        if let Some((pre, post)) = name.split_once('*') {
-            let dir = path.parent().unwrap_or(Path::new("/"));
-            if let Ok(rd) = std::fs::read_dir(dir) {
-                let mut found: Vec<PathBuf> = rd
-                    .flatten()
-                    .filter(|e| {
-                        let n = e.file_name();
-                        let n = n.to_string_lossy();
-                        n.len() >= pre.len() + post.len() && n.starts_with(pre) && n.ends_with(post)
-                    })
-                    .map(|e| e.path())
-                    .collect();
-                found.sort();
-                out.extend(found);
-            }
-        } else if path
-            .symlink_metadata()
-            .is_ok_and(|m| !m.file_type().is_symlink())
-        {
-            out.push(path.to_path_buf());
-        }
-    }
-    out
+/// The secrets of /etc ([`crate::plan::credentials::SYSTEM_SECRETS`], the
+/// one list) that exist on this host, symlinks left alone: their targets are
+/// what matters, and a link into /etc is covered at the target.
+pub fn etc_secrets() -> Vec<crate::plan::credentials::Location> {
+    use crate::plan::credentials;
+    credentials::existing(&credentials::system_secrets(), |_| true)
+        .into_iter()
+        .filter(|l| {
+            l.path
+                .symlink_metadata()
+                .is_ok_and(|m| !m.file_type().is_symlink())
+        })
+        .collect()
 }
 
 /// Inputs of [`View::plan`] besides the plan.
@@ -498,28 +464,50 @@ impl View {
         }
         summary.binds = binds;
 
-        // Secrets of /etc, unless a grant names one exactly.
-        for s in etc_secrets() {
+        // Secrets of /etc, unless a grant names one exactly: at their own
+        // paths (unless a mount hides them there), and wherever a mount
+        // shows them elsewhere (`--mount /etc:/hostetc`): Landlock does not
+        // carve them out inside the view.
+        for secret in etc_secrets() {
+            let s = secret.path;
             if plan.fs.grants.iter().any(|g| g.path == s) {
                 continue;
             }
-            let dst = cstr(&s)?;
-            if kind(&s) == Some(true) {
-                ops.push(Op::Mount {
-                    fstype: c"tmpfs",
-                    dst,
-                    flags: libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                    data: Some(CString::new("size=4k,mode=000").expect("no NUL")),
-                    stage: Stage::View,
-                });
-            } else {
-                ops.push(Op::BindPath {
-                    src: CString::new("/dev/null").expect("no NUL"),
-                    dst,
-                    stage: Stage::View,
-                });
+            let mut places: Vec<PathBuf> = Vec::new();
+            if !mounts.iter().any(|m| s.starts_with(&m.dst)) {
+                places.push(s.clone());
             }
-            summary.secrets.push(s);
+            for m in mounts {
+                if let Ok(rel) = s.strip_prefix(&m.src) {
+                    let at = if rel.as_os_str().is_empty() {
+                        m.dst.clone()
+                    } else {
+                        m.dst.join(rel)
+                    };
+                    if !places.contains(&at) {
+                        places.push(at);
+                    }
+                }
+            }
+            for at in places {
+                let dst = cstr(&at)?;
+                if kind(&s) == Some(true) {
+                    ops.push(Op::Mount {
+                        fstype: c"tmpfs",
+                        dst,
+                        flags: libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                        data: Some(CString::new("size=4k,mode=000").expect("no NUL")),
+                        stage: Stage::View,
+                    });
+                } else {
+                    ops.push(Op::BindPath {
+                        src: CString::new("/dev/null").expect("no NUL"),
+                        dst,
+                        stage: Stage::View,
+                    });
+                }
+                summary.secrets.push((at, secret.what));
+            }
         }
 
         let rights = input.rights.unwrap_or_default();
@@ -583,6 +571,18 @@ impl View {
                 value: b"2",
             });
             summary.memfd_noexec = true;
+        }
+        // After the sysctl above: it is written through /proc/sys.
+        for p in PROC_READ_ONLY {
+            let path = Path::new(p);
+            // The private /proc is of the same kernel as the host's.
+            if path.symlink_metadata().is_ok() {
+                ops.push(Op::ReadOnlyBind {
+                    path: cstr(path)?,
+                    stage: Stage::ViewProc,
+                });
+                summary.proc_read_only.push(path.to_path_buf());
+            }
         }
         if input.rights.is_some() {
             ops.push(Op::Rule {
@@ -715,6 +715,20 @@ impl View {
                 )
                 .map(drop)
                 .map_err(view),
+                Op::ReadOnlyBind { path, stage } => {
+                    raw::mount(Some(path), path, None, libc::MS_BIND | libc::MS_REC, None)
+                        .and_then(|_| {
+                            raw::mount_setattr(
+                                libc::AT_FDCWD,
+                                path,
+                                recursive,
+                                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID,
+                                0,
+                            )
+                        })
+                        .map(drop)
+                        .map_err(|e| (*stage, e))
+                }
                 Op::Symlink { target, path } => raw::symlink(target, path).map(drop).map_err(view),
                 Op::SwitchRoot { dir } => raw::chdir(dir)
                     .and_then(|_| raw::mount(Some(c"."), c"/", None, libc::MS_MOVE, None))
