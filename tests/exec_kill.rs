@@ -82,6 +82,13 @@ fn setsid_grandchild_is_gone_after_timeout() {
 
 #[test]
 fn setsid_grandchild_is_gone_after_capsule_is_sigkilled() {
+    if !view_expected() {
+        // Only the pid namespace (its init dies with capsule's PDEATHSIG)
+        // takes a setsid'd daemon down with a SIGKILLed capsule; without one
+        // the gap is listed in enforcement.missing of every run (escape_view).
+        skip("no pid namespace here: a SIGKILLed capsule cannot take a setsid'd daemon with it");
+        return;
+    }
     let sb = Sandbox::new();
     sb.mkdir("pids");
     let pidfile = sb.path("pids/gc.pid");
