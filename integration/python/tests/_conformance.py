@@ -20,6 +20,35 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
+
+# The framework releases the conformance suite drives (issue 13).
+AGENTNODE_PINNED = "0.12.0"
+# agentnode's host LLM broker calls the provider through the ``openai``
+# client (not an agentnode dependency); the e2e test points it at a fake
+# provider on loopback.
+OPENAI_CLIENT = "openai==3.57.0"
+
+
+# agentnode's installer extracts a pack with ``tarfile.extractall(...,
+# filter="data")``: extraction filters came with Python 3.11.4 (and 3.12),
+# and Debian 12's python3.11 (3.11.2) has none, so ``install_package``
+# raises TypeError there before it builds anything. On such a Python the
+# venv gets CPython 3.12's tarfile from PyPI (backports.tarfile) as
+# ``tarfile``, through a .pth file: agentnode itself is not touched.
+TARFILE_BACKPORT = "backports.tarfile==1.2.0"
+_TARFILE_PTH = (
+    "import sys, tarfile; hasattr(tarfile, 'data_filter') or "
+    "sys.modules.__setitem__('tarfile', __import__('backports.tarfile', fromlist=['tarfile']))\n"
+)
+
+
+def agentnode_requirements(version: str) -> list[str]:
+    reqs = [f"agentnode-sdk=={version}", OPENAI_CLIENT]
+    if not hasattr(tarfile, "data_filter"):
+        reqs.append(TARFILE_BACKPORT)
+    return reqs
+
+
 def _package_root() -> Path:
     """Where ``capsule_sandbox`` is imported from: the source tree, or the
     installed wheel's site-packages when scripts/test runs the suite against
@@ -68,6 +97,11 @@ def venv(name: str, requirements: list[str]) -> Path:
             _skip(f"pip install {' '.join(requirements)} took over {_PIP_TIMEOUT}s")
         if done.returncode != 0:
             _skip(f"pip install {' '.join(requirements)} failed: {(done.stderr or done.stdout).strip()[-800:]}")
+        if TARFILE_BACKPORT in requirements:
+            print(f"NOTE: {sys.executable} has no tarfile extraction filters; the {name} venv uses {TARFILE_BACKPORT}")
+            site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                  capture_output=True, text=True, check=True).stdout.strip()
+            Path(site, "capsule-conformance-tarfile.pth").write_text(_TARFILE_PTH)
         ok.write_text("\n".join(requirements) + "\n")
     return python
 

@@ -1,8 +1,15 @@
-"""agentnode-sdk, installed from PyPI (pinned 0.12.0), with CapsuleBackend as
-its default backend (issue 13). Runs tests/conformance/agentnode_check.py
-inside a cached venv: the backend contract through agentnode's own gate,
-types, ProcessSpec/MountSpec, wrapper and RPC host now; agentnode's installer
-+ run_agent_sandboxed once capsule has ``exec --mount`` and ``volume``.
+"""agentnode-sdk, installed from PyPI (pinned), with CapsuleBackend as its
+default backend (issue 13). Runs, inside a cached venv:
+
+* tests/conformance/agentnode_check.py: the backend contract through
+  agentnode's own fail-closed gate, types, ProcessSpec/MountSpec, agent
+  wrapper and RPC host;
+* tests/conformance/agentnode_e2e.py: agentnode's PUBLIC path, unmodified:
+  ``install_package`` of two local community packs (served on loopback, real
+  hashes) builds each into a capsule volume, then ``run_agent`` with
+  agentnode's own ``AGENTNODE_AGENT_SANDBOX=1`` runs the agent in capsule,
+  its tool call through agentnode's allowlisted RPC and its LLM call through
+  agentnode's host broker (to a fake provider on loopback).
 """
 
 from __future__ import annotations
@@ -12,15 +19,27 @@ import sys
 
 import pytest
 
-from _conformance import CONFORMANCE, run_pytest, venv
-from capsule_sandbox import CapsuleBackend
-
-AGENTNODE = ["agentnode-sdk==0.12.0"]
+from _conformance import AGENTNODE_PINNED, CONFORMANCE, _skip, agentnode_requirements, run_pytest, venv
 
 
 @pytest.fixture(scope="module")
 def an_python():
-    return venv("agentnode-0.12.0", AGENTNODE)
+    return venv(f"agentnode-{AGENTNODE_PINNED}", agentnode_requirements(AGENTNODE_PINNED))
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory):
+    """setuptools and wheel, for pip's build inside capsule (offline: the
+    backend's ``pip_find_links``)."""
+    dest = tmp_path_factory.mktemp("wheels")
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "-d", str(dest),
+         "setuptools>=61", "wheel"],
+        capture_output=True, text=True, timeout=600,
+    )
+    if done.returncode != 0:
+        _skip(f"cannot fetch setuptools/wheel for the offline build: {done.stderr.strip()[-500:]}")
+    return dest
 
 
 def _check(done, expect_passed: int):
@@ -35,22 +54,7 @@ def test_agentnode_backend_contract(an_python, capsule_bin):
     _check(done, 4)
 
 
-def test_agentnode_install_and_run_agent(an_python, capsule_bin, tmp_path):
-    features = CapsuleBackend(capsule_bin).features()
-    missing = [n for n in ("mount", "volume") if not getattr(features, n)]
-    if missing:
-        msg = (f"capsule at {capsule_bin} lacks {' and '.join(missing)} (`capsule exec --mount`, "
-               "`capsule volume`): agentnode's install + run_agent need them; run after the merge")
-        print(f"SKIP: {msg}")
-        pytest.skip(msg)
-    wheels = tmp_path / "wheels"
-    done = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "-d", str(wheels),
-         "setuptools>=61", "wheel"],
-        capture_output=True, text=True, timeout=600,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot fetch setuptools/wheel for the offline build: {done.stderr.strip()[-500:]}")
-    done = run_pytest(an_python, [str(CONFORMANCE / "agentnode_check.py"), "-k", "install"],
-                      capsule_bin=capsule_bin, env={"CAPSULE_CONFORMANCE_WHEELS": str(wheels)})
+def test_agentnode_install_package_then_run_agent(an_python, capsule_bin, wheels):
+    done = run_pytest(an_python, ["-s", str(CONFORMANCE / "agentnode_e2e.py")], capsule_bin=capsule_bin,
+                      env={"CAPSULE_CONFORMANCE_WHEELS": str(wheels)})
     _check(done, 1)
