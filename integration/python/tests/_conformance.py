@@ -23,6 +23,7 @@ HERE = Path(__file__).resolve().parent
 
 # The framework releases the conformance suite drives (issue 13).
 AGENTNODE_PINNED = "0.12.0"
+AGENTNODE_LATEST = "0.24.1"  # the newest agentnode-sdk on PyPI when last checked
 # agentnode's host LLM broker calls the provider through the ``openai``
 # client (not an agentnode dependency); the e2e test points it at a fake
 # provider on loopback.

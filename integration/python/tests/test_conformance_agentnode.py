@@ -1,5 +1,7 @@
-"""agentnode-sdk, installed from PyPI (pinned), with CapsuleBackend as its
-default backend (issue 13). Runs, inside a cached venv:
+"""agentnode-sdk, installed from PyPI, with CapsuleBackend as its default
+backend (issue 13), for the pinned release (``AGENTNODE_PINNED``, 0.12.0)
+and the latest (``AGENTNODE_LATEST``, skipped with pip's reason if it does
+not install). Runs, inside a cached venv per release:
 
 * tests/conformance/agentnode_check.py: the backend contract through
   agentnode's own fail-closed gate, types, ProcessSpec/MountSpec, agent
@@ -10,6 +12,10 @@ default backend (issue 13). Runs, inside a cached venv:
   agentnode's own ``AGENTNODE_AGENT_SANDBOX=1`` runs the agent in capsule,
   its tool call through agentnode's allowlisted RPC and its LLM call through
   agentnode's host broker (to a fake provider on loopback).
+
+Both adapt to the release's API by inspecting signatures (0.24's
+``enforce_sandbox_policy`` takes ``host_policy=``; its ``run_agent`` takes a
+private decision that ``run_tool`` makes), never by copying its code.
 """
 
 from __future__ import annotations
@@ -19,12 +25,21 @@ import sys
 
 import pytest
 
-from _conformance import AGENTNODE_PINNED, CONFORMANCE, _skip, agentnode_requirements, run_pytest, venv
+from _conformance import (
+    AGENTNODE_LATEST,
+    AGENTNODE_PINNED,
+    CONFORMANCE,
+    _skip,
+    agentnode_requirements,
+    run_pytest,
+    venv,
+)
+
+RELEASES = pytest.mark.parametrize("version", [AGENTNODE_PINNED, AGENTNODE_LATEST], ids=["pinned", "latest"])
 
 
-@pytest.fixture(scope="module")
-def an_python():
-    return venv(f"agentnode-{AGENTNODE_PINNED}", agentnode_requirements(AGENTNODE_PINNED))
+def an_python(version: str):
+    return venv(f"agentnode-{version}", agentnode_requirements(version))
 
 
 @pytest.fixture(scope="module")
@@ -49,12 +64,14 @@ def _check(done, expect_passed: int):
     assert f"{expect_passed} passed" in summary and "skipped" not in summary, out[-6000:]
 
 
-def test_agentnode_backend_contract(an_python, capsule_bin):
-    done = run_pytest(an_python, [str(CONFORMANCE / "agentnode_check.py"), "-k", "contract"], capsule_bin=capsule_bin)
+@RELEASES
+def test_agentnode_backend_contract(version, capsule_bin):
+    done = run_pytest(an_python(version), [str(CONFORMANCE / "agentnode_check.py"), "-k", "contract"], capsule_bin=capsule_bin)
     _check(done, 4)
 
 
-def test_agentnode_install_package_then_run_agent(an_python, capsule_bin, wheels):
-    done = run_pytest(an_python, ["-s", str(CONFORMANCE / "agentnode_e2e.py")], capsule_bin=capsule_bin,
+@RELEASES
+def test_agentnode_install_package_then_run_agent(version, capsule_bin, wheels):
+    done = run_pytest(an_python(version), ["-s", str(CONFORMANCE / "agentnode_e2e.py")], capsule_bin=capsule_bin,
                       env={"CAPSULE_CONFORMANCE_WHEELS": str(wheels)})
     _check(done, 1)

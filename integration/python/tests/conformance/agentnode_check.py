@@ -1,4 +1,4 @@
-"""agentnode-sdk 0.12.0's own code driving CapsuleBackend.
+"""agentnode-sdk's own code driving CapsuleBackend (the pinned release and the latest).
 
 Run inside the agentnode conformance venv by tests/test_conformance_agentnode.py:
 the backend contract, through agentnode's own types, fail-closed gate,
@@ -8,6 +8,7 @@ install + ``run_agent`` path end to end is agentnode_e2e.py.
 
 from __future__ import annotations
 
+import inspect
 import os
 import socket
 import sys
@@ -58,6 +59,18 @@ def run(ctx, **kwargs):
 '''
 
 
+def _gate(trust_level: str) -> None:
+    """agentnode's own run-path gate, called as this release takes it: 0.24
+    adds a required ``host_policy=`` (the host-trust snapshot ``run_tool``
+    reads with ``config.read_host_trust_policy_snapshot``)."""
+    if "host_policy" in inspect.signature(enforce_sandbox_policy).parameters:
+        from agentnode_sdk.config import read_host_trust_policy_snapshot
+
+        enforce_sandbox_policy(trust_level, host_policy=read_host_trust_policy_snapshot())
+    else:
+        enforce_sandbox_policy(trust_level)
+
+
 @pytest.fixture
 def backend(tmp_path):
     b = CapsuleBackend(BIN, audit_log=False)
@@ -74,11 +87,11 @@ def test_contract_types_and_fail_closed_gate(backend):
     assert isinstance(avail, AnAvailability) and avail.available, avail.reason
     assert avail.backend == BIN and avail.daemon_ok and avail.image_available and avail.image_digest
     assert get_default_backend() is backend
-    enforce_sandbox_policy("unverified")  # agentnode's own gate: a sandbox is available
+    _gate("unverified")  # agentnode's own gate: a sandbox is available
     gone = CapsuleBackend("/nonexistent/capsule")
     set_default_backend(gone)
     with pytest.raises(AgentnodeRequired):
-        enforce_sandbox_policy("unverified")
+        _gate("unverified")
 
 
 def test_contract_run_process_with_agentnode_specs(backend):

@@ -7,12 +7,14 @@ tests/test_conformance_agentnode.py, for the pinned release and the latest.
 What it drives, all agentnode's own code:
 
 * ``agentnode_sdk.installer.install_package`` installs two community packs
-  (a ``verified`` toolpack, an ``unverified`` agent), each a tarball served by a loopback HTTP server this
+  (a ``verified`` toolpack, an ``unverified`` agent; ``verified`` where it
+  runs through ``run_tool``, see ``_run_agent``), each a tarball served by a loopback HTTP server this
   test runs, with its real sha256: a toolpack and an agent. agentnode
   downloads, verifies the hash, extracts, and builds each into a capsule
   volume (``capsule volume`` + ``capsule exec --mount``), never on the host;
 * ``agentnode_sdk.runtimes.agent_runner.run_agent(slug, entry=<the lockfile
-  entry install_package wrote>)`` with agentnode's own agent-sandbox switch
+  entry install_package wrote>)`` (on releases where that takes a private
+  decision, ``agentnode_sdk.run_tool(slug)``, which calls it) with agentnode's own agent-sandbox switch
   on (``AGENTNODE_AGENT_SANDBOX=1``): the agent runs under capsule with the
   volume at ``/pack``; its allowed tool call goes through agentnode's
   allowlisted RPC to ``run_tool``, which runs the toolpack in its own capsule;
@@ -122,16 +124,36 @@ def run(ctx, **kwargs):
     except Exception as exc:
         r["llm"] = "error: " + str(exc)
     # A detached grandchild in a new session, carrying the run's marker: it
-    # must not outlive the run.
+    # must not outlive the run. Newer agentnode wrappers block spawning at the
+    # Python level (their own "defense in depth, not the boundary"): then the
+    # agent does what a determined one would, fork + exec through libc.
+    argv = [sys.executable, "-c", "import time; time.sleep(120)", MARKER]
     try:
-        child = subprocess.Popen(
-            [sys.executable, "-c", "import time; time.sleep(120)", MARKER],
-            start_new_session=True, stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        r["spawned"] = child.pid
-    except OSError as exc:
-        r["spawned"] = _err(exc)
+        child = subprocess.Popen(argv, start_new_session=True, stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        r["spawned"] = {{"how": "subprocess", "pid": child.pid}}
+    except PermissionError as exc:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        args = [a.encode() for a in argv]
+        c_argv = (ctypes.c_char_p * (len(args) + 1))(*args, None)
+        pid = libc.fork()
+        if pid == 0:
+            libc.setsid()
+            libc.execv(args[0], c_argv)
+            libc._exit(127)
+        r["spawned"] = {{"how": "libc", "pid": pid, "python_guard": str(exc)}}
+    # It is running (exec'd, the marker in its command line) when the agent returns.
+    import time
+    for _ in range(50):
+        try:
+            with open("/proc/%d/cmdline" % r["spawned"]["pid"], "rb") as handle:
+                if MARKER.encode() in handle.read():
+                    r["spawned"]["alive"] = True
+                    break
+        except OSError:
+            pass
+        time.sleep(0.05)
     return r
 '''
 
@@ -259,6 +281,35 @@ def _install(**kwargs):
     return install_package(**{k: v for k, v in kwargs.items() if k in accepted})
 
 
+def _run_agent_private_params() -> list[str]:
+    """The private parameters this release's ``run_agent`` requires (0.24:
+    ``_host_policy_decision``, which ``run_tool`` makes); none in 0.12."""
+    params = inspect.signature(run_agent).parameters
+    return [n for n, p in params.items() if n.startswith("_") and p.default is inspect.Parameter.empty]
+
+
+def _run_agent(slug: str):
+    """agentnode's ``run_agent(slug, entry=<lockfile entry>)`` where it is a
+    public call (0.12); where it takes a private host-policy decision (0.24),
+    through ``run_tool``, the public call that reaches it, with the
+    confirmation a user gives at agentnode's prompt for an action type it
+    cannot classify."""
+    private = _run_agent_private_params()
+    if not private:
+        return run_agent(slug, entry=read_lockfile()["packages"][slug])
+    from agentnode_sdk import run_tool
+
+    asked = []
+
+    def confirm(slug_, tool_name, decision, entry):
+        asked.append((slug_, tuple(getattr(decision, "action_types", ()) or ())))
+        return True
+
+    result = run_tool(slug, confirmation_callback=confirm)
+    print(f"NOTE: run_agent needs {private}: ran through run_tool; confirmations asked: {asked}")
+    return result
+
+
 def _volume(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([BIN, "volume", *args], capture_output=True, text=True, timeout=30)
 
@@ -329,6 +380,10 @@ def test_install_package_then_run_agent_in_capsule(world):
         "limits": {"max_tool_calls": 3, "max_runtime_seconds": 120},
     }
 
+    # run_tool (the way in on 0.24) runs nothing below agentnode's minimum
+    # trust, "verified" at the lowest; run_agent itself (0.12) takes "unverified".
+    agent_trust = "verified" if _run_agent_private_params() else "unverified"
+
     # -- agentnode's installer: download, hash, extract, build in capsule ------------
     def install_both():
         with warnings.catch_warnings():
@@ -346,7 +401,7 @@ def test_install_package_then_run_agent_in_capsule(world):
             agent = _install(
                 slug=AGENT_SLUG, version=VERSION, artifact_url=server.url("agent.tar.gz"),
                 artifact_hash="sha256:" + hashlib.sha256(agent_tar).hexdigest(),
-                entrypoint=agent_config["entrypoint"], package_type="agent", trust_level="unverified",
+                entrypoint=agent_config["entrypoint"], package_type="agent", trust_level=agent_trust,
                 permissions={"network_level": "none"}, agent=agent_config,
             )
         return tool, agent
@@ -373,7 +428,7 @@ def test_install_package_then_run_agent_in_capsule(world):
     assert server.downloads == ["tool.tar.gz", "agent.tar.gz"]
     packages = read_lockfile()["packages"]
     volumes = {}
-    for slug, tar, trust in ((TOOL_SLUG, tool_tar, "verified"), (AGENT_SLUG, agent_tar, "unverified")):
+    for slug, tar, trust in ((TOOL_SLUG, tool_tar, "verified"), (AGENT_SLUG, agent_tar, agent_trust)):
         entry = packages[slug]
         digest = "sha256:" + hashlib.sha256(tar).hexdigest()
         assert entry["artifact_hash"] == digest and entry["trust_level"] == trust
@@ -388,7 +443,7 @@ def test_install_package_then_run_agent_in_capsule(world):
 
     # -- agentnode's run_agent, sandbox switch on ------------------------------------
     before = set(_children_of(os.getpid()))
-    result = run_agent(AGENT_SLUG, entry=read_lockfile()["packages"][AGENT_SLUG])
+    result = _run_agent(AGENT_SLUG)
     assert result.success, result.error
     assert result.mode_used == "agent_sandbox"
     r = result.result
@@ -431,7 +486,7 @@ def test_install_package_then_run_agent_in_capsule(world):
 
     # No process of the run left: the detached grandchild (it did start), the
     # capsule processes of this backend, children of this test process.
-    assert isinstance(r["spawned"], int), r["spawned"]
+    assert r["spawned"].get("alive") is True, r["spawned"]
     deadline = time.monotonic() + 5
     while True:
         left = {p: c for p, c in _cmdlines().items() if marker in c or world["backend"]._dir in c}
