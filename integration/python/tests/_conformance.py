@@ -28,6 +28,14 @@ HERE = Path(__file__).resolve().parent
 # The framework releases the conformance suite drives (issue 13).
 AGENTNODE_PINNED = "0.12.0"
 AGENTNODE_LATEST = "0.24.1"  # the newest agentnode-sdk on PyPI when last checked
+AGT_PINNED = "5.0.0"
+# agt-sandbox 5.0.0 asks for agent-governance-toolkit-cli>=4.1,<6 (and that
+# for -core>=4.1,<6): pinned too, so a later 5.x cannot change what is tested.
+AGT_REQUIREMENTS = [
+    f"agt-sandbox=={AGT_PINNED}",
+    f"agent-governance-toolkit-core=={AGT_PINNED}",
+    f"agent-governance-toolkit-cli=={AGT_PINNED}",
+]
 # agentnode's host LLM broker calls the provider through the ``openai``
 # client (not an agentnode dependency); the e2e test points it at a fake
 # provider on loopback.
