@@ -132,7 +132,7 @@ def venv(name: str, requirements: list[str], *, optional: bool = False) -> Path:
     return python
 
 
-def sdist(python: Path, requirement: str, name: str) -> Path:
+def sdist(python: Path, requirement: str, name: str, *, optional: bool = False) -> Path:
     """The unpacked source distribution of ``requirement`` (for tests it ships
     that its wheel does not), fetched with pip next to the venv."""
     dest = python.parent.parent / "sdist"
@@ -147,14 +147,15 @@ def sdist(python: Path, requirement: str, name: str) -> Path:
             timeout=_PIP_TIMEOUT,
         )
         if done.returncode != 0:
-            _skip(f"pip download {requirement} (sdist) failed: {(done.stderr or done.stdout).strip()[-800:]}")
+            _skip(f"pip download {requirement} (sdist) failed: {(done.stderr or done.stdout).strip()[-800:]}",
+                  optional=optional)
         for archive in dest.glob("*.tar.gz"):
             with tarfile.open(archive) as tar:
                 tar.extractall(dest, filter="data") if hasattr(tarfile, "data_filter") else tar.extractall(dest)
         marker.write_text(requirement + "\n")
     found = sorted(p for p in dest.iterdir() if p.is_dir() and p.name.startswith(name))
     if not found:
-        _skip(f"the {requirement} sdist has no {name}* directory")
+        _skip(f"the {requirement} sdist has no {name}* directory", optional=optional)
     return found[0]
 
 
