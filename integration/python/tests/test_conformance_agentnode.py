@@ -74,7 +74,8 @@ def _check(done, expect_passed: int):
 
 @RELEASES
 def test_agentnode_backend_contract(version, capsule_bin):
-    done = run_pytest(an_python(version), [str(CONFORMANCE / "agentnode_check.py"), "-k", "contract"], capsule_bin=capsule_bin)
+    done = run_pytest(an_python(version), [str(CONFORMANCE / "agentnode_check.py"), "-k", "contract"],
+                      capsule_bin=capsule_bin)
     _check(done, 4)
 
 

@@ -37,8 +37,8 @@ def _check(done, expect_passed: int):
 def test_agt_pinned_versions_are_the_ones_installed(agt_python):
     names = [r.split("==")[0] for r in AGT_REQUIREMENTS]
     done = subprocess.run(
-        [str(agt_python), "-c", "import sys, importlib.metadata as m; print(' '.join(m.version(n) for n in sys.argv[1:]))",
-         *names],
+        [str(agt_python), "-c",
+         "import sys, importlib.metadata as m; print(' '.join(m.version(n) for n in sys.argv[1:]))", *names],
         capture_output=True, text=True, timeout=60,
     )
     assert done.returncode == 0, done.stderr

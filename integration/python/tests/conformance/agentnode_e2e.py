@@ -6,20 +6,21 @@ tests/test_conformance_agentnode.py, for the pinned release and the latest.
 
 What it drives, all agentnode's own code:
 
-* ``agentnode_sdk.installer.install_package`` installs two community packs
-  (a ``verified`` toolpack, an ``unverified`` agent; ``verified`` where it
-  runs through ``run_tool``, see ``_run_agent``), each a tarball served by a loopback HTTP server this
-  test runs, with its real sha256: a toolpack and an agent. agentnode
-  downloads, verifies the hash, extracts, and builds each into a capsule
-  volume (``capsule volume`` + ``capsule exec --mount``), never on the host;
+* ``agentnode_sdk.installer.install_package`` installs two community packs,
+  a toolpack and an agent, each a tarball served by a loopback HTTP server
+  this test runs, with its real sha256: agentnode downloads, verifies the
+  hash, extracts, and builds each into a capsule volume (``capsule volume``
+  + ``capsule exec --mount``), never on the host;
 * ``agentnode_sdk.runtimes.agent_runner.run_agent(slug, entry=<the lockfile
   entry install_package wrote>)`` (on releases where that takes a private
-  decision, ``agentnode_sdk.run_tool(slug)``, which calls it) with agentnode's own agent-sandbox switch
-  on (``AGENTNODE_AGENT_SANDBOX=1``): the agent runs under capsule with the
+  decision, ``agentnode_sdk.run_tool(slug)``, which calls it; see
+  ``_run_agent``) with agentnode's own agent-sandbox switch on
+  (``AGENTNODE_AGENT_SANDBOX=1``): the agent runs under capsule with the
   volume at ``/pack``; its allowed tool call goes through agentnode's
-  allowlisted RPC to ``run_tool``, which runs the toolpack in its own capsule;
-  its LLM call goes through agentnode's host broker (the ``openai`` client,
-  pointed at a fake provider on loopback) with the key held on the host.
+  allowlisted RPC to ``run_tool``, which runs the toolpack in its own
+  capsule; its LLM call goes through agentnode's host broker (the ``openai``
+  client, pointed at a fake provider on loopback) with the key held on the
+  host.
 
 Then it checks, from outside, what the agent reported and what the host saw:
 no host env or key inside, a host file outside every grant unreadable, a live
@@ -275,12 +276,6 @@ def _children_of(pid: int) -> list[int]:
     return kids
 
 
-def _install(**kwargs):
-    """``install_package`` with the keyword arguments this agentnode release takes."""
-    accepted = inspect.signature(install_package).parameters
-    return install_package(**{k: v for k, v in kwargs.items() if k in accepted})
-
-
 def _run_agent_private_params() -> list[str]:
     """The private parameters this release's ``run_agent`` requires (0.24:
     ``_host_policy_decision``, which ``run_tool`` makes); none in 0.12."""
@@ -291,9 +286,9 @@ def _run_agent_private_params() -> list[str]:
 def _run_agent(slug: str):
     """agentnode's ``run_agent(slug, entry=<lockfile entry>)`` where it is a
     public call (0.12); where it takes a private host-policy decision (0.24),
-    through ``run_tool``, the public call that reaches it, with the
-    confirmation a user gives at agentnode's prompt for an action type it
-    cannot classify."""
+    through ``run_tool``, the public call that reaches it (answering yes if
+    agentnode's guard prompts, as a user would; the test prints whether it
+    did)."""
     private = _run_agent_private_params()
     if not private:
         return run_agent(slug, entry=read_lockfile()["packages"][slug])
@@ -388,7 +383,7 @@ def test_install_package_then_run_agent_in_capsule(world):
     def install_both():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "no publisher signature": a local pack has none
-            tool = _install(
+            tool = install_package(
                 slug=TOOL_SLUG, version=VERSION, artifact_url=server.url("tool.tar.gz"),
                 artifact_hash="sha256:" + hashlib.sha256(tool_tar).hexdigest(),
                 # "verified": a community tier (sandbox-required, never the host) that
@@ -398,7 +393,7 @@ def test_install_package_then_run_agent_in_capsule(world):
                 # a declared action type, so agentnode's guard need not ask a human
                 tools=[{"name": "double", "entrypoint": "capsule_demo_tool.tool:double", "action_type": "compute"}],
             )
-            agent = _install(
+            agent = install_package(
                 slug=AGENT_SLUG, version=VERSION, artifact_url=server.url("agent.tar.gz"),
                 artifact_hash="sha256:" + hashlib.sha256(agent_tar).hexdigest(),
                 entrypoint=agent_config["entrypoint"], package_type="agent", trust_level=agent_trust,
