@@ -3,7 +3,11 @@
 Each venv is built once and cached under ``$CAPSULE_CONFORMANCE_DIR`` (default:
 the system temp dir), in a directory keyed by the requirements and the user,
 so the unprivileged pass builds its own. A package that cannot be installed
-(no registry, no wheel for this Python) skips the test with pip's reason.
+(no registry, no wheel for this Python) skips the test with pip's reason,
+except under ``CAPSULE_CONFORMANCE_REQUIRED=1`` (``.ci/run`` sets it): then
+the test FAILS with that reason, so CI never passes with conformance
+skipped. A venv built with ``optional=True`` (the latest agentnode release,
+tested "if it installs") skips either way.
 """
 
 from __future__ import annotations
@@ -20,6 +24,50 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
+
+# The framework releases the conformance suite drives (issue 13).
+AGENTNODE_PINNED = "0.12.0"
+AGENTNODE_LATEST = "0.24.1"  # the newest agentnode-sdk on PyPI when last checked
+AGT_PINNED = "5.0.0"
+# agt-sandbox 5.0.0 asks for agent-governance-toolkit-cli>=4.1,<6 (and that
+# for -core>=4.1,<6): pinned too, so a later 5.x cannot change what is tested.
+AGT_REQUIREMENTS = [
+    f"agt-sandbox=={AGT_PINNED}",
+    f"agent-governance-toolkit-core=={AGT_PINNED}",
+    f"agent-governance-toolkit-cli=={AGT_PINNED}",
+]
+# agentnode's host LLM broker calls the provider through the ``openai``
+# client (not an agentnode dependency); the e2e test points it at a fake
+# provider on loopback.
+OPENAI_CLIENT = "openai==3.57.0"
+
+
+# agentnode's installer extracts a pack with ``tarfile.extractall(...,
+# filter="data")``: extraction filters came with Python 3.11.4 (and 3.12),
+# and Debian 12's python3.11 (3.11.2) has none, so ``install_package``
+# raises TypeError there before it builds anything. On such a Python the
+# venv gets CPython 3.12's tarfile from PyPI (backports.tarfile) as
+# ``tarfile``, through a .pth file: agentnode itself is not touched.
+TARFILE_BACKPORT = "backports.tarfile==1.2.0"
+_TARFILE_PTH = (
+    "import sys, tarfile; hasattr(tarfile, 'data_filter') or "
+    "sys.modules.__setitem__('tarfile', __import__('backports.tarfile', fromlist=['tarfile']))\n"
+)
+
+
+def required() -> bool:
+    """Whether a conformance environment that cannot be built fails the test
+    (CI: ``CAPSULE_CONFORMANCE_REQUIRED=1``) rather than skipping it."""
+    return os.environ.get("CAPSULE_CONFORMANCE_REQUIRED", "") == "1"
+
+
+def agentnode_requirements(version: str) -> list[str]:
+    reqs = [f"agentnode-sdk=={version}", OPENAI_CLIENT]
+    if not hasattr(tarfile, "data_filter"):
+        reqs.append(TARFILE_BACKPORT)
+    return reqs
+
+
 def _package_root() -> Path:
     """Where ``capsule_sandbox`` is imported from: the source tree, or the
     installed wheel's site-packages when scripts/test runs the suite against
@@ -38,13 +86,19 @@ def _base() -> Path:
     return Path(os.environ.get("CAPSULE_CONFORMANCE_DIR") or tempfile.gettempdir())
 
 
-def _skip(msg: str) -> None:
+def _skip(msg: str, *, optional: bool = False) -> None:
+    if required() and not optional:
+        pytest.fail(f"CAPSULE_CONFORMANCE_REQUIRED=1, and the conformance environment cannot be built: {msg}",
+                    pytrace=False)
     print(f"SKIP: {msg}")
     pytest.skip(msg)
 
 
-def venv(name: str, requirements: list[str]) -> Path:
-    """A venv with ``requirements`` installed (cached); its python's path."""
+def venv(name: str, requirements: list[str], *, optional: bool = False) -> Path:
+    """A venv with ``requirements`` installed (cached); its python's path.
+
+    ``optional``: a venv that cannot be built skips the test even under
+    ``CAPSULE_CONFORMANCE_REQUIRED=1``."""
     key = hashlib.sha256("\n".join([sys.version, *requirements]).encode()).hexdigest()[:12]
     root = _base() / f"capsule-conformance-{name}-{os.geteuid()}-{key}"
     python = root / "bin" / "python"
@@ -56,7 +110,7 @@ def venv(name: str, requirements: list[str]) -> Path:
             return python
         done = subprocess.run([sys.executable, "-m", "venv", "--clear", str(root)], capture_output=True, text=True)
         if done.returncode != 0:
-            _skip(f"cannot create a venv with {sys.executable}: {done.stderr.strip()[-500:]}")
+            _skip(f"cannot create a venv with {sys.executable}: {done.stderr.strip()[-500:]}", optional=optional)
         try:
             done = subprocess.run(
                 [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", "pytest", *requirements],
@@ -65,14 +119,20 @@ def venv(name: str, requirements: list[str]) -> Path:
                 timeout=_PIP_TIMEOUT,
             )
         except subprocess.TimeoutExpired:
-            _skip(f"pip install {' '.join(requirements)} took over {_PIP_TIMEOUT}s")
+            _skip(f"pip install {' '.join(requirements)} took over {_PIP_TIMEOUT}s", optional=optional)
         if done.returncode != 0:
-            _skip(f"pip install {' '.join(requirements)} failed: {(done.stderr or done.stdout).strip()[-800:]}")
+            _skip(f"pip install {' '.join(requirements)} failed: {(done.stderr or done.stdout).strip()[-800:]}",
+                  optional=optional)
+        if TARFILE_BACKPORT in requirements:
+            print(f"NOTE: {sys.executable} has no tarfile extraction filters; the {name} venv uses {TARFILE_BACKPORT}")
+            site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                  capture_output=True, text=True, check=True).stdout.strip()
+            Path(site, "capsule-conformance-tarfile.pth").write_text(_TARFILE_PTH)
         ok.write_text("\n".join(requirements) + "\n")
     return python
 
 
-def sdist(python: Path, requirement: str, name: str) -> Path:
+def sdist(python: Path, requirement: str, name: str, *, optional: bool = False) -> Path:
     """The unpacked source distribution of ``requirement`` (for tests it ships
     that its wheel does not), fetched with pip next to the venv."""
     dest = python.parent.parent / "sdist"
@@ -87,14 +147,15 @@ def sdist(python: Path, requirement: str, name: str) -> Path:
             timeout=_PIP_TIMEOUT,
         )
         if done.returncode != 0:
-            _skip(f"pip download {requirement} (sdist) failed: {(done.stderr or done.stdout).strip()[-800:]}")
+            _skip(f"pip download {requirement} (sdist) failed: {(done.stderr or done.stdout).strip()[-800:]}",
+                  optional=optional)
         for archive in dest.glob("*.tar.gz"):
             with tarfile.open(archive) as tar:
                 tar.extractall(dest, filter="data") if hasattr(tarfile, "data_filter") else tar.extractall(dest)
         marker.write_text(requirement + "\n")
     found = sorted(p for p in dest.iterdir() if p.is_dir() and p.name.startswith(name))
     if not found:
-        _skip(f"the {requirement} sdist has no {name}* directory")
+        _skip(f"the {requirement} sdist has no {name}* directory", optional=optional)
     return found[0]
 
 

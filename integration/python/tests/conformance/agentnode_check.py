@@ -1,26 +1,23 @@
-"""agentnode-sdk 0.12.0's own code driving CapsuleBackend.
+"""agentnode-sdk's own code driving CapsuleBackend (the pinned release and the latest).
 
-Run inside the agentnode conformance venv by tests/test_conformance_agentnode.py.
-``-k contract``: what works with today's capsule; ``-k install``: agentnode's
-installer (``_container_build_into_volume``) and ``run_agent_sandboxed``,
-unmodified, which need ``capsule exec --mount`` and ``capsule volume``.
+Run inside the agentnode conformance venv by tests/test_conformance_agentnode.py:
+the backend contract, through agentnode's own types, fail-closed gate,
+ProcessSpec/MountSpec, agent wrapper and RPC host. agentnode's public
+install + ``run_agent`` path end to end is agentnode_e2e.py.
 """
 
 from __future__ import annotations
 
-import json
+import inspect
 import os
 import socket
-import subprocess
 import sys
-import textwrap
 
 import pytest
 from agentnode_sdk.sandbox import (
     SandboxBackend,
     enforce_sandbox_policy,
     get_default_backend,
-    sandbox_volume_name,
     set_default_backend,
 )
 from agentnode_sdk.sandbox import SandboxRequiredError as AgentnodeRequired
@@ -62,6 +59,18 @@ def run(ctx, **kwargs):
 '''
 
 
+def _gate(trust_level: str) -> None:
+    """agentnode's own run-path gate, called as this release takes it: 0.24
+    adds a required ``host_policy=`` (the host-trust snapshot ``run_tool``
+    reads with ``config.read_host_trust_policy_snapshot``)."""
+    if "host_policy" in inspect.signature(enforce_sandbox_policy).parameters:
+        from agentnode_sdk.config import read_host_trust_policy_snapshot
+
+        enforce_sandbox_policy(trust_level, host_policy=read_host_trust_policy_snapshot())
+    else:
+        enforce_sandbox_policy(trust_level)
+
+
 @pytest.fixture
 def backend(tmp_path):
     b = CapsuleBackend(BIN, audit_log=False)
@@ -78,11 +87,11 @@ def test_contract_types_and_fail_closed_gate(backend):
     assert isinstance(avail, AnAvailability) and avail.available, avail.reason
     assert avail.backend == BIN and avail.daemon_ok and avail.image_available and avail.image_digest
     assert get_default_backend() is backend
-    enforce_sandbox_policy("unverified")  # agentnode's own gate: a sandbox is available
+    _gate("unverified")  # agentnode's own gate: a sandbox is available
     gone = CapsuleBackend("/nonexistent/capsule")
     set_default_backend(gone)
     with pytest.raises(AgentnodeRequired):
-        enforce_sandbox_policy("unverified")
+        _gate("unverified")
 
 
 def test_contract_run_process_with_agentnode_specs(backend):
@@ -101,9 +110,9 @@ def test_contract_run_process_with_agentnode_specs(backend):
 
 
 def test_contract_agent_session_with_agentnode_rpc_host(backend, tmp_path):
-    """agentnode's real wrapper and RPC host over a capsule session; the pack is
-    granted in place and found through the cwd (the spec adapted by hand until
-    --mount and PYTHONPATH-in-read-only land)."""
+    """agentnode's real wrapper and RPC host over a capsule session, with the
+    pack granted in place and found through the cwd (a host-path spec, beside
+    the volume at /pack that agentnode_e2e.py drives)."""
     pack = tmp_path / "pack"
     (pack / "capsule_demo_agent").mkdir(parents=True)
     (pack / "capsule_demo_agent" / "__init__.py").write_text("")
@@ -142,58 +151,3 @@ def test_contract_refused_agent_spec_is_clear(backend):
     spec = AnSpec(command=["python", "-c", WRAPPER_SOURCE], limits={"pids": "0"}, interactive=True)
     with pytest.raises(AgentnodeRequired, match="refused"):
         backend.open_agent_session(spec)
-
-
-# -- after the merge: agentnode's installer and run_agent_sandboxed, unmodified ----
-
-
-def _pack_source(root):
-    src = root / "capsule-demo-agent"
-    (src / "capsule_demo_agent").mkdir(parents=True)
-    (src / "capsule_demo_agent" / "__init__.py").write_text("")
-    (src / "capsule_demo_agent" / "agent.py").write_text(AGENT)
-    (src / "pyproject.toml").write_text(textwrap.dedent("""
-        [build-system]
-        requires = ["setuptools>=61"]
-        build-backend = "setuptools.build_meta"
-        [project]
-        name = "capsule-demo-agent"
-        version = "0.1.0"
-        [tool.setuptools]
-        packages = ["capsule_demo_agent"]
-    """))
-    return src
-
-
-def test_install_into_volume_then_run_agent_sandboxed(tmp_path):
-    from agentnode_sdk.installer import _container_build_into_volume
-    from agentnode_sdk.runtimes.agent_sandbox import run_agent_sandboxed
-
-    wheels = os.environ.get("CAPSULE_CONFORMANCE_WHEELS")
-    assert wheels, "the outer test provides a local wheel directory (setuptools, wheel)"
-    os.environ["XDG_DATA_HOME"] = str(tmp_path / "data")  # capsule volumes live here
-    os.environ["CAPSULE_CONFORMANCE_SECRET"] = "do-not-leak"
-    secret = tmp_path / "secret.txt"
-    secret.write_text("host secret")
-    backend = CapsuleBackend(BIN, audit_log=False, pip_find_links=wheels)
-    set_default_backend(backend)
-    slug, version, digest = "capsule-demo-agent", "0.1.0", "sha256:" + "ab" * 32
-    vol = sandbox_volume_name(slug, version, digest)
-    try:
-        built = _container_build_into_volume(slug, version, _pack_source(tmp_path), digest)
-        assert built == vol
-        insp = subprocess.run([BIN, "volume", "inspect", vol], capture_output=True, text=True)
-        assert insp.returncode == 0 and json.loads(insp.stdout)[0]["Name"] == vol
-        entry = {"sandboxed": True, "sandbox_volume": vol, "version": version, "artifact_hash": digest,
-                 "trust_level": "unverified"}
-        result = run_agent_sandboxed(slug, entry, {"entrypoint": "capsule_demo_agent.agent:run", "goal": "hello"})
-        assert result.success, result.error
-        assert result.mode_used == "agent_sandbox"
-        value = result.result
-        assert value["goal"] == "HELLO" and value["host_secret_env"] is None
-        assert value["net"] == "blocked" and value["tool"] == "refused"
-    finally:
-        set_default_backend(None)
-        subprocess.run([BIN, "volume", "rm", "-f", vol], capture_output=True)
-        backend.close()
-    assert subprocess.run([BIN, "volume", "inspect", vol], capture_output=True).returncode != 0
