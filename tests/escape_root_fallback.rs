@@ -43,7 +43,10 @@ fn root_without_namespaces_is_told_every_root_file_is_reachable() {
     assert!(missing.contains("EVERY root-owned file"), "{missing}");
     assert!(!missing.contains("caller's own files"), "{missing}");
     // The other gap no layer closes there (exec_kill skips its test on this path).
-    assert!(missing.contains("setsid'd descendant can outlive capsule"), "{missing}");
+    assert!(
+        missing.contains("setsid'd descendant can outlive capsule"),
+        "{missing}"
+    );
     assert!(
         stderr.contains("capsule: warning: not enforced on this host")
             && stderr.contains("EVERY root-owned file"),
@@ -67,5 +70,8 @@ fn an_unprivileged_run_without_namespaces_keeps_the_narrower_words() {
     let missing = result["enforcement"]["missing"].to_string();
     assert!(missing.contains("caller's own files"), "{missing}");
     assert!(!missing.contains("EVERY root-owned file"), "{missing}");
-    assert!(missing.contains("setsid'd descendant can outlive capsule"), "{missing}");
+    assert!(
+        missing.contains("setsid'd descendant can outlive capsule"),
+        "{missing}"
+    );
 }

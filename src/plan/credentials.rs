@@ -192,11 +192,20 @@ pub struct Location {
 /// and `extra` (the run's audit log).
 pub fn patterns(home: &Path, extra: &[(PathBuf, &'static str)]) -> Vec<Location> {
     // Grants are canonical: a home reached through a symlink (/home -> /var/home)
-    // is listed under both names.
+    // is listed under both names. The account's home from the password
+    // database counts too when $HOME names another directory (sudo -E, a
+    // CI job's HOME=/tmp/x): its credentials are the user's all the same.
     let mut homes = vec![home.to_path_buf()];
-    if let Ok(c) = std::fs::canonicalize(home) {
-        if c != home {
-            homes.push(c);
+    if let Some(dir) = crate::policy::resolve::account_home() {
+        if dir != home && dir != Path::new("/") {
+            homes.push(dir);
+        }
+    }
+    for h in homes.clone() {
+        if let Ok(c) = std::fs::canonicalize(&h) {
+            if !homes.contains(&c) {
+                homes.push(c);
+            }
         }
     }
     let mut v: Vec<Location> = homes
@@ -308,6 +317,21 @@ pub fn is_credential(locations: &[Location], path: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_accounts_own_home_is_carved_out_too_when_home_names_another() {
+        let elsewhere = Path::new("/nonexistent/elsewhere-home");
+        let v = patterns(elsewhere, &[]);
+        assert!(v.iter().any(|l| l.path == elsewhere.join(".ssh")));
+        let dir = crate::policy::resolve::account_home().expect("this account has a home");
+        if dir != Path::new("/") {
+            assert!(
+                v.iter().any(|l| l.path == dir.join(".ssh")),
+                "{} not carved out",
+                dir.display()
+            );
+        }
+    }
 
     #[test]
     fn the_contract_list_is_there() {

@@ -49,10 +49,30 @@ pub fn invoking_home() -> PathBuf {
             return p;
         }
     }
-    match nix::unistd::User::from_uid(nix::unistd::getuid()) {
-        Ok(Some(u)) if u.dir.is_absolute() => u.dir,
-        _ => PathBuf::from("/nonexistent"),
+    account_home().unwrap_or_else(|| PathBuf::from("/nonexistent"))
+}
+
+/// The home directory of this process's account in the password database.
+/// A static capsule may have no NSS to ask: then /etc/passwd itself.
+pub fn account_home() -> Option<PathBuf> {
+    let uid = nix::unistd::getuid();
+    if let Ok(Some(u)) = nix::unistd::User::from_uid(uid) {
+        if u.dir.is_absolute() {
+            return Some(u.dir);
+        }
     }
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd_home(&passwd, uid.as_raw())
+}
+
+/// The home field of `uid`'s line in a passwd(5) text.
+pub fn passwd_home(passwd: &str, uid: u32) -> Option<PathBuf> {
+    passwd.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.len() >= 7 && f[2].parse::<u32>().ok() == Some(uid))
+            .then(|| PathBuf::from(f[5]))
+            .filter(|p| p.is_absolute())
+    })
 }
 
 /// Expand `~` / `~/x` and make `raw` absolute against `base`, without touching
@@ -251,5 +271,10 @@ mod tests {
     #[test]
     fn home_is_absolute() {
         assert!(invoking_home().is_absolute());
+        let text = "root:x:0:0:root:/root:/bin/bash\nbad line\nu:x:1000:1000::/home/u:/bin/sh\nr:x:7:7::rel:/bin/sh\n";
+        assert_eq!(passwd_home(text, 0), Some(PathBuf::from("/root")));
+        assert_eq!(passwd_home(text, 1000), Some(PathBuf::from("/home/u")));
+        assert_eq!(passwd_home(text, 7), None);
+        assert_eq!(passwd_home(text, 5), None);
     }
 }
