@@ -8,13 +8,16 @@
 //! It also runs in a private network namespace holding only a loopback interface, so
 //! even if the proxy wrongly connected to one of these addresses, no packet could leave
 //! this machine (the connect fails with "network unreachable" inside the namespace).
-//! Needs root, unshare(1), mount(8) and ip(8); skipped with a printed reason otherwise.
+//! As root and, in the same namespaces, as `nobody`, each with and without capsule's own
+//! namespaces. Needs root, unshare(1), mount(8) and ip(8); skipped with a printed reason otherwise.
 
 mod proxy_support;
 
 use std::path::Path;
 
-use proxy_support::{capsule_bin, shared_tempdir, CURL, PYTHON, TEST_PATH};
+use proxy_support::{
+    capsule_bin, nobody_available, nobody_bin, shared_tempdir, CURL, PYTHON, TEST_PATH,
+};
 use serde_json::Value;
 
 /// name in /etc/hosts, its address, and the words the 403 must contain.
@@ -89,7 +92,9 @@ port = srv.server_address[1]
 script = "; ".join(
     "echo '== %s'; %s -s --max-time 10 -w '\\n[%%{http_code}]\\n' http://%s:%d/" % (n, curl, n, port)
     for n in names)
-r = subprocess.run([capsule, "exec", "--json", "--no-audit", "--net", "proxy",
+who = os.environ.get("CAPSULE_AS")
+prefix = ["runuser", "-u", who, "--", "env", "HOME=/tmp"] if who else []
+r = subprocess.run(prefix + [capsule, "exec", "--json", "--no-audit", "--net", "proxy",
                     "--allow-host", "*.capsule.test", "--allow-host", "127.0.0.1",
                     "--allow-host", "10.255.0.1", "--", "/bin/sh", "-c", script],
                    capture_output=True, text=True, timeout=120)
@@ -137,14 +142,28 @@ fn allowlisted_names_resolving_to_internal_addresses_are_refused() {
     let mut names: Vec<&str> = REBOUND.iter().map(|(n, _, _)| *n).collect();
     names.extend(["127.0.0.1", "10.255.0.1"]);
 
-    for fallback in [false, true] {
+    // As root and, inside the same namespaces, as `nobody` (the unprivileged
+    // user's path: its own user namespace, or the guard without one).
+    let as_nobody: &[bool] = if nobody_available() {
+        &[false, true]
+    } else {
+        eprintln!("SKIP (nobody variants): no `nobody` user");
+        &[false]
+    };
+    for (fallback, nobody) in [false, true]
+        .into_iter()
+        .flat_map(|f| as_nobody.iter().map(move |&n| (f, n)))
+    {
         let mut cmd = assert_cmd::Command::new("unshare");
         cmd.env_clear().env("PATH", TEST_PATH);
         cmd.args(["--mount", "--net", "--", PYTHON, "-c", ORCHESTRATE_PY]);
-        cmd.arg(capsule_bin())
-            .arg(&hosts_file)
-            .arg(CURL)
-            .args(&names);
+        let bin = if nobody {
+            cmd.env("CAPSULE_AS", "nobody");
+            nobody_bin().to_path_buf()
+        } else {
+            capsule_bin()
+        };
+        cmd.arg(bin).arg(&hosts_file).arg(CURL).args(&names);
         if fallback {
             cmd.env("CAPSULE_NO_NAMESPACES", "1");
         }
@@ -157,7 +176,8 @@ fn allowlisted_names_resolving_to_internal_addresses_are_refused() {
             eprintln!("SKIP: {why}");
             return;
         }
-        let r: Value = serde_json::from_str(&stdout).unwrap_or_else(|_| panic!("{out:?}"));
+        let r: Value = serde_json::from_str(&stdout)
+            .unwrap_or_else(|_| panic!("fallback={fallback} nobody={nobody}: {out:?}"));
         let path = if fallback {
             "landlock-tcp-fallback"
         } else {
