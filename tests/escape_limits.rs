@@ -184,6 +184,18 @@ fn core_dumps_off_and_privileges_dropped() {
     assert_eq!(run.probe(7)["value"], "2", "no seccomp filter{}", run.ctx());
 }
 
+/// A sandbox where capsule may make no cgroup, with (`no_ns` "0") or without
+/// ("1") namespaces, and its policy of `max` processes.
+fn without_cgroups(no_ns: &str, max: u32) -> (Sandbox, String) {
+    let mut sb = Sandbox::new();
+    sb.set_env("CAPSULE_NO_CGROUPS", "1");
+    sb.set_env("CAPSULE_NO_NAMESPACES", no_ns);
+    let pol = sb.policy(&format!(
+        "version: 1\nlimits:\n  max_processes: {max}\n  timeout_seconds: 60\n"
+    ));
+    (sb, pol)
+}
+
 /// Root with no cgroup capsule may make (a container whose cgroupfs is
 /// read-only; emulated with CAPSULE_NO_CGROUPS=1): RLIMIT_NPROC does not
 /// bind uid 0, so the process guard (seccomp user notification: capsule
@@ -196,10 +208,7 @@ fn as_root_without_a_cgroup_the_process_guard_bounds_a_fork_bomb() {
         return;
     }
     for no_ns in ["0", "1"] {
-        let mut sb = Sandbox::new();
-        sb.set_env("CAPSULE_NO_CGROUPS", "1");
-        sb.set_env("CAPSULE_NO_NAMESPACES", no_ns);
-        let pol = sb.policy("version: 1\nlimits:\n  max_processes: 16\n  timeout_seconds: 60\n");
+        let (sb, pol) = without_cgroups(no_ns, 16);
         let run = sb.probe(&["--policy", &pol], &[&["fork_bomb", "200"]]);
         run.assert_ran();
         let j = run.json();
@@ -268,10 +277,7 @@ fn as_root_without_a_cgroup_concurrent_forks_stay_within_max_processes() {
         return;
     }
     for no_ns in ["0", "1"] {
-        let mut sb = Sandbox::new();
-        sb.set_env("CAPSULE_NO_CGROUPS", "1");
-        sb.set_env("CAPSULE_NO_NAMESPACES", no_ns);
-        let pol = sb.policy("version: 1\nlimits:\n  max_processes: 40\n  timeout_seconds: 60\n");
+        let (sb, pol) = without_cgroups(no_ns, 40);
         let run = sb.exec_json(&["--policy", &pol], &[&python(), "-c", CONCURRENT_FORKS_PY]);
         run.assert_ran();
         let out = run.child_stdout();
