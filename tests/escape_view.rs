@@ -61,8 +61,17 @@ fn metadata_outside_write_grants_cannot_change() {
     fs::set_permissions(&outside, fs::Permissions::from_mode(0o600)).unwrap();
     let ro = sb.write("ro/victim", "data");
     fs::set_permissions(&ro, fs::Permissions::from_mode(0o600)).unwrap();
+    // One victim outside the host's /tmp too: the view hides the host's /tmp
+    // (ENOENT), so only a file elsewhere shows the read-only host (EROFS).
+    let var_tmp = tempfile::Builder::new()
+        .prefix("capsule-victim-")
+        .tempdir_in("/var/tmp")
+        .expect("a scratch directory in /var/tmp");
+    let elsewhere = var_tmp.path().join("victim");
+    fs::write(&elsewhere, "data").unwrap();
+    fs::set_permissions(&elsewhere, fs::Permissions::from_mode(0o600)).unwrap();
     let pol = sb.policy("version: 1\nfilesystem:\n  read: [./ro]\n");
-    for file in [&outside, &ro] {
+    for file in [&outside, &ro, &elsewhere] {
         let before = fs::metadata(file).unwrap();
         let (run, lines) = metadata_run(&sb, &["--policy", &pol], &file.to_string_lossy());
         run.assert_ran();
@@ -124,11 +133,15 @@ fn metadata_outside_write_grants_cannot_change() {
             // under the host's /tmp and the view's /tmp is the run's own.
             for op in ["chmod", "utime"] {
                 let e = errno(op);
-                assert!(
-                    e == "Read-only file system" || e == "No such file or directory",
-                    "{op}: {e}{}",
-                    run.ctx()
-                );
+                if file == &elsewhere {
+                    assert_eq!(e, "Read-only file system", "{op}{}", run.ctx());
+                } else {
+                    assert!(
+                        e == "Read-only file system" || e == "No such file or directory",
+                        "{op}: {e}{}",
+                        run.ctx()
+                    );
+                }
             }
         }
     }
