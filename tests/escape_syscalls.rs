@@ -630,6 +630,8 @@ fn fexecve_of_a_memfd_is_refused() {
                 &["memfd_fexecve", "/bin/echo"],
                 &["execveat_path", "/bin/true"],
                 &["memfd_create", "1"],
+                // MFD_HUGETLB | MFD_CLOEXEC: hugetlbfs ignores the exec seal.
+                &["memfd_create", "5"],
             ],
         );
         run.assert_ran();
@@ -638,6 +640,8 @@ fn fexecve_of_a_memfd_is_refused() {
         assert_eq!(run.probe(1)["value"], 0, "{mode:?}{}", run.ctx());
         // memfd_create itself stays allowed (MFD_CLOEXEC).
         assert_ok(&run.probe(2), &run);
+        // A hugetlb memfd could be chmod'ed executable (no exec seal there).
+        assert_errno(&run.probe(3), &["EPERM"], &run);
     }
     let sb = Sandbox::new();
     let host = args_host_probe(&sb, &[&["memfd_fexecve", "/bin/echo"]]);

@@ -93,11 +93,12 @@ pub const SECCOMP_NOTIFY_LIMITATION: &str =
      with ENOSYS (programs fall back to kill); F_SETOWN_EX, FIOSETOWN and SIOCSPGRP fail with EPERM";
 
 /// The limitation the network guard brings when the policy allows Unix
-/// sockets below Landlock ABI 4 (only with --best-effort: see `prepare`).
+/// sockets (see `supervisor::netguard`).
 pub const NET_GUARD_UNIX_LIMITATION: &str =
-    "network guard with allow_unix_sockets below Landlock ABI 4: a connect on a Unix socket is let through \
-     after capsule's check, and a thread that swaps an IP socket in at that descriptor between the check and \
-     the call connects it unchecked (seccomp cannot pin a descriptor)";
+    "network guard with allow_unix_sockets: capsule makes every connect of the run itself (never lets one \
+     through after its check, which a thread could race by swapping an IP socket in), so a connect to an \
+     abstract Unix socket fails with EACCES (only Landlock's scope could tell the run's own from the \
+     host's, and it does not bind capsule); pathname Unix sockets connect as usual";
 
 /// Whether the network guard (`supervisor::netguard`) can serve a run on
 /// this machine: a seccomp listener, pidfd_getfd and ptrace access to the
@@ -616,7 +617,7 @@ pub fn prepare(
     if parts.procs {
         limitations.push(PROCESS_GUARD_LIMITATION.to_string());
     }
-    if net_part == seccomp::NetPart::Guard && plan.net.allow_unix_sockets && abi < LANDLOCK_TCP {
+    if net_part == seccomp::NetPart::Guard && plan.net.allow_unix_sockets {
         limitations.push(NET_GUARD_UNIX_LIMITATION.to_string());
     }
     if truncate_guard.is_some() {

@@ -277,11 +277,7 @@ fn run_prepared(
     let net_guard = (layers.net_part == sandbox::seccomp::NetPart::Guard)
         .then(|| services.proxy_port())
         .flatten()
-        .map(|proxy_port| netguard::NetGuard {
-            proxy_port,
-            let_other_through: layers.landlock_abi >= crate::kernel::LANDLOCK_TCP
-                || plan.net.allow_unix_sockets,
-        });
+        .map(|proxy_port| netguard::NetGuard { proxy_port });
     // The process guard: max_processes as root without a cgroup.
     let proc_guard = (layers.limits.get("max_processes").map(String::as_str)
         == Some("seccomp-notify"))

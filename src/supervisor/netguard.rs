@@ -21,15 +21,22 @@
 //!   answers. The call is never let through (CONTINUE), because another
 //!   thread could change the address or the descriptor between the check and
 //!   the kernel's own read.
-//! * `connect` on any other socket: let through only where that race cannot
-//!   reach an IP socket's connect (Landlock's TCP rules hold too, or the
-//!   policy allows Unix sockets: then the run is best effort below ABI 4 and
-//!   the race is listed), else EACCES.
+//! * `connect` on any other socket is made by the supervisor too, never let
+//!   through: a thread of the run could swap an IP socket in at that
+//!   descriptor between the check and the kernel's own lookup (Landlock's
+//!   TCP rule, where it exists, pins only the port). A pathname Unix socket
+//!   is connected from the caller's working directory (a thread of ours with
+//!   its own, `unshare(CLONE_FS)`; without namespaces the run has capsule's
+//!   root); an abstract Unix socket is refused (EACCES): only Landlock's
+//!   scope could tell the run's own abstract sockets from the host's, and it
+//!   does not bind capsule; netlink and AF_UNSPEC (disconnect) go as asked.
 //! * `listen` on an IP socket: EACCES. On any other socket the supervisor
 //!   calls listen() on the caller's socket itself.
 //!
-//! A blocking connect can wait (a full accept queue), so it runs on a
-//! short-lived thread of its own and never holds up the next notification.
+//! Every connect runs on a short-lived thread of its own (at most
+//! [`MAX_BLOCKING`] at once, then EAGAIN), never on the guard's: whether it
+//! blocks is the caller's to change at any moment (O_NONBLOCK lives on the
+//! shared file), and a connect can wait for minutes (a dropped SYN).
 //!
 //! [`NetPart::Guard`]: crate::sandbox::seccomp::NetPart::Guard
 
@@ -43,8 +50,8 @@ use nix::sys::socket::{SockaddrIn, SockaddrIn6};
 
 use crate::sys::notify::{self, Listener, Notification, Reply};
 
-/// Blocking connects in flight at once; past it a blocking connect fails
-/// with EAGAIN (the run's own flood).
+/// Connects in flight at once; past it a connect fails with EAGAIN (the
+/// run's own flood).
 pub const MAX_BLOCKING: usize = 64;
 
 /// The longest socket address read from the run (sockaddr_storage).
@@ -55,8 +62,6 @@ const MAX_ADDR: usize = 128;
 pub struct NetGuard {
     /// The proxy's port on 127.0.0.1.
     pub proxy_port: u16,
-    /// Whether a connect on a socket that is not IP may continue (see the module docs).
-    pub let_other_through: bool,
 }
 
 /// A connect the supervisor makes on the caller's socket.
@@ -68,17 +73,19 @@ pub struct Connect {
 enum Target {
     V4(SockaddrIn),
     V6(SockaddrIn6),
+    /// A socket address that is not IP, as the caller passed it (copied),
+    /// with the caller's working directory for a relative Unix path.
+    Raw {
+        addr: Vec<u8>,
+        cwd: Option<OwnedFd>,
+    },
 }
 
 /// The guard's answer to one notification.
 pub enum Action {
     Reply(Reply),
-    /// Connect (on a non-blocking socket: at once; else on a thread) and
-    /// answer with the result.
-    Connect {
-        conn: Connect,
-        blocking: bool,
-    },
+    /// Connect on a thread of its own and answer with the result.
+    Connect(Connect),
 }
 
 impl NetGuard {
@@ -135,25 +142,20 @@ impl NetGuard {
             nix::sys::socket::listen(&sock, backlog)?;
             return Ok(Action::Reply(Reply::Value(0)));
         }
-        if !ip {
-            return if self.let_other_through {
-                Ok(Action::Reply(Reply::Continue))
-            } else {
-                Err(Errno::EACCES)
-            };
+        let len = n.args[2] as u32 as i32;
+        if !(2..=MAX_ADDR as i32).contains(&len) {
+            return Err(Errno::EINVAL);
         }
-        let len = (n.args[2] as u32 as usize).min(MAX_ADDR);
         let mut buf = [0u8; MAX_ADDR];
-        read_remote(tid, n.args[1], &mut buf[..len])?;
-        let to = self
-            .proxy_target(domain, &buf[..len])
-            .ok_or(Errno::EACCES)?;
-        let flags = nix::fcntl::fcntl(&sock, nix::fcntl::FcntlArg::F_GETFL)?;
-        let blocking = flags & libc::O_NONBLOCK == 0;
-        Ok(Action::Connect {
-            conn: Connect { sock, to },
-            blocking,
-        })
+        let raw = &mut buf[..len as usize];
+        read_remote(tid, n.args[1], raw)?;
+        let unspec = u16::from_ne_bytes([raw[0], raw[1]]) == libc::AF_UNSPEC as u16;
+        let to = if ip && !unspec {
+            self.proxy_target(domain, raw).ok_or(Errno::EACCES)?
+        } else {
+            other_target(tid, domain, raw)?
+        };
+        Ok(Action::Connect(Connect { sock, to }))
     }
 
     /// The proxy's address in the family of the caller's socket, if the
@@ -188,15 +190,59 @@ impl NetGuard {
     }
 }
 
+/// What a connect on a socket that is not IP may reach (see the module
+/// docs): `raw` is the caller's address, `domain` its socket's family.
+fn other_target(tid: libc::pid_t, domain: i32, raw: &[u8]) -> Result<Target, Errno> {
+    let family = i32::from(u16::from_ne_bytes([raw[0], raw[1]]));
+    if domain != libc::AF_UNIX || family != libc::AF_UNIX {
+        // A disconnect, netlink and the like, or an address the socket's
+        // family does not take (the kernel refuses it on this very socket):
+        // no path, no scope.
+        return Ok(Target::Raw {
+            addr: raw.to_vec(),
+            cwd: None,
+        });
+    }
+    match raw.get(2) {
+        // Abstract (or unnamed): only Landlock's scope tells the run's from the host's.
+        None | Some(0) => Err(Errno::EACCES),
+        Some(b'/') => Ok(Target::Raw {
+            addr: raw.to_vec(),
+            cwd: None,
+        }),
+        Some(_) => {
+            let cwd = nix::fcntl::open(
+                format!("/proc/{tid}/cwd").as_str(),
+                nix::fcntl::OFlag::O_PATH
+                    | nix::fcntl::OFlag::O_DIRECTORY
+                    | nix::fcntl::OFlag::O_CLOEXEC,
+                nix::sys::stat::Mode::empty(),
+            )
+            .map_err(|_| Errno::EACCES)?;
+            Ok(Target::Raw {
+                addr: raw.to_vec(),
+                cwd: Some(cwd),
+            })
+        }
+    }
+}
+
 impl Connect {
-    /// Make the connect; the caller's answer.
+    /// Make the connect; the caller's answer. On a thread of its own: a
+    /// relative Unix path changes this thread's working directory.
     pub fn run(self) -> Reply {
+        use std::os::fd::AsRawFd;
+        let fd = self.sock.as_raw_fd();
         let r = match &self.to {
-            Target::V4(a) => {
-                nix::sys::socket::connect(std::os::fd::AsRawFd::as_raw_fd(&self.sock), a)
-            }
-            Target::V6(a) => {
-                nix::sys::socket::connect(std::os::fd::AsRawFd::as_raw_fd(&self.sock), a)
+            Target::V4(a) => nix::sys::socket::connect(fd, a),
+            Target::V6(a) => nix::sys::socket::connect(fd, a),
+            Target::Raw { addr, cwd } => {
+                let moved = match cwd {
+                    None => Ok(()),
+                    Some(dir) => nix::sched::unshare(nix::sched::CloneFlags::CLONE_FS)
+                        .and_then(|()| nix::unistd::fchdir(dir)),
+                };
+                moved.and_then(|()| notify::connect_raw(self.sock.as_fd(), addr))
             }
         };
         match r {
@@ -206,19 +252,13 @@ impl Connect {
     }
 }
 
-/// Serve a connect: at once on a non-blocking socket, on a thread of its
-/// own otherwise (at most [`MAX_BLOCKING`] at once).
+/// Serve a connect on a thread of its own (at most [`MAX_BLOCKING`] at once).
 pub fn serve_connect(
     listener: &Arc<Listener>,
     id: u64,
     conn: Connect,
-    blocking: bool,
     in_flight: &Arc<AtomicUsize>,
 ) {
-    if !blocking {
-        answer(listener, id, conn.run());
-        return;
-    }
     if in_flight.fetch_add(1, Ordering::SeqCst) >= MAX_BLOCKING {
         in_flight.fetch_sub(1, Ordering::SeqCst);
         answer(listener, id, Reply::Fail(libc::EAGAIN));
@@ -234,7 +274,7 @@ pub fn serve_connect(
         });
     if let Err(e) = spawned {
         in_flight.fetch_sub(1, Ordering::SeqCst);
-        tracing::warn!("network guard: no thread for a blocking connect: {e}");
+        tracing::warn!("network guard: no thread for a connect: {e}");
         answer(listener, id, Reply::Fail(libc::EAGAIN));
     }
 }
@@ -297,10 +337,7 @@ mod tests {
     use super::*;
 
     fn guard() -> NetGuard {
-        NetGuard {
-            proxy_port: 4321,
-            let_other_through: false,
-        }
+        NetGuard { proxy_port: 4321 }
     }
 
     fn v4(ip: [u8; 4], port: u16) -> Vec<u8> {
@@ -354,6 +391,49 @@ mod tests {
             .proxy_target(libc::AF_INET6, &v6(mapped, 4321)[..20])
             .is_none());
         assert!(g.proxy_target(libc::AF_INET, &[]).is_none());
+    }
+
+    #[test]
+    fn other_families_are_connected_by_capsule_and_abstract_unix_is_refused() {
+        let me = std::process::id() as libc::pid_t;
+        let unix = |path: &[u8]| {
+            let mut b = (libc::AF_UNIX as u16).to_ne_bytes().to_vec();
+            b.extend_from_slice(path);
+            b
+        };
+        assert!(matches!(
+            other_target(me, libc::AF_UNIX, &unix(b"/run/x.sock")),
+            Ok(Target::Raw { cwd: None, .. })
+        ));
+        assert!(matches!(
+            other_target(me, libc::AF_UNIX, &unix(b"rel.sock")),
+            Ok(Target::Raw { cwd: Some(_), .. })
+        ));
+        assert!(matches!(
+            other_target(me, libc::AF_UNIX, &unix(b"\0abstract")),
+            Err(Errno::EACCES)
+        ));
+        assert!(matches!(
+            other_target(me, libc::AF_UNIX, &unix(b"")),
+            Err(Errno::EACCES)
+        ));
+        let unspec = (libc::AF_UNSPEC as u16).to_ne_bytes().to_vec();
+        assert!(matches!(
+            other_target(me, libc::AF_UNIX, &unspec),
+            Ok(Target::Raw { cwd: None, .. })
+        ));
+        // An IP address on a Unix socket: the kernel's answer, on that socket.
+        let mut inet = (libc::AF_INET as u16).to_ne_bytes().to_vec();
+        inet.extend_from_slice(&[0x1f, 0x90, 127, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert!(matches!(
+            other_target(me, libc::AF_UNIX, &inet),
+            Ok(Target::Raw { cwd: None, .. })
+        ));
+        let netlink = (libc::AF_NETLINK as u16).to_ne_bytes().to_vec();
+        assert!(matches!(
+            other_target(me, libc::AF_NETLINK, &netlink),
+            Ok(Target::Raw { cwd: None, .. })
+        ));
     }
 
     #[test]

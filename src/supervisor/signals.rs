@@ -446,9 +446,9 @@ fn serve(
                 }
             };
             let reply = match action {
-                Action::Connect { conn, blocking } => {
+                Action::Connect(conn) => {
                     allowed += 1;
-                    netguard::serve_connect(listener, n.id, conn, blocking, &in_flight);
+                    netguard::serve_connect(listener, n.id, conn, &in_flight);
                     continue;
                 }
                 Action::Reply(r) => r,

@@ -377,3 +377,32 @@ pub fn memfd_create(name: &std::ffi::CStr, flags: u32) -> Result<OwnedFd, Errno>
     }
     Ok(unsafe_free_fd(ret as c_int))
 }
+
+/// `connect(fd, addr)` with a socket address given as its bytes (a struct
+/// sockaddr of any family, as a caller passed it).
+pub fn connect_raw(fd: BorrowedFd<'_>, addr: &[u8]) -> Result<(), Errno> {
+    // Aligned for any struct sockaddr: the kernel copies it anyway.
+    let mut storage: libc::sockaddr_storage =
+        // SAFETY: sockaddr_storage is plain integers; all-zero is valid.
+        unsafe { std::mem::zeroed() };
+    let len = addr
+        .len()
+        .min(std::mem::size_of::<libc::sockaddr_storage>());
+    // SAFETY: `len` bytes fit in `storage` (clamped above) and `addr` has them.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            addr.as_ptr(),
+            std::ptr::addr_of_mut!(storage).cast::<u8>(),
+            len,
+        )
+    };
+    // SAFETY: connect reads `len` bytes of our local `storage`.
+    let rc = unsafe {
+        libc::connect(
+            fd.as_raw_fd(),
+            std::ptr::addr_of!(storage).cast::<libc::sockaddr>(),
+            len as libc::socklen_t,
+        )
+    };
+    Errno::result(rc).map(drop)
+}

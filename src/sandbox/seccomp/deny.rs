@@ -218,6 +218,11 @@ pub(super) const OWN_PROCESS_ONLY: &[&str] = &[
 
 /// `MFD_NOEXEC_SEAL` (linux/memfd.h, 6.3+), in `memfd_create`'s flags (arg 1).
 pub(super) const MFD_NOEXEC_SEAL: u32 = 0x0008;
+/// `MFD_HUGETLB` (linux/memfd.h): refused in every mode. hugetlbfs ignores
+/// the exec seal (its setattr never asks for F_SEAL_EXEC), so a hugetlb
+/// memfd can be chmod'ed executable and run through /proc/self/fd/N even
+/// under vm.memfd_noexec = 2 or the memfd guard (a red-team finding).
+pub(super) const MFD_HUGETLB: u32 = 0x0004;
 
 /// `setpriority`'s `which` values allowed with who 0: PRIO_PROCESS, PRIO_PGRP.
 pub(super) const PRIO_OWN: &[u32] = &[0, 1];
@@ -270,17 +275,25 @@ pub(super) fn arg_checks(opts: &SeccompOptions) -> Vec<(&'static str, ArgCheck)>
             },
         ));
     }
-    if opts.memfd_noexec_seal {
-        checks.push((
-            "memfd_create",
-            ArgCheck::AnyBit {
-                arg: 1,
-                mask: MFD_NOEXEC_SEAL,
-                then: Box::new(Pass),
-                otherwise: Box::new(Deny),
-            },
-        ));
-    }
+    let sealed = if opts.memfd_noexec_seal {
+        ArgCheck::AnyBit {
+            arg: 1,
+            mask: MFD_NOEXEC_SEAL,
+            then: Box::new(Pass),
+            otherwise: Box::new(Deny),
+        }
+    } else {
+        Pass
+    };
+    checks.push((
+        "memfd_create",
+        ArgCheck::AnyBit {
+            arg: 1,
+            mask: MFD_HUGETLB,
+            then: Box::new(Deny),
+            otherwise: Box::new(sealed),
+        },
+    ));
     if !opts.private_pid {
         let pid0 = |arg| ArgCheck::one_of(arg, &[0], Pass, Deny);
         // prlimit64(pid, resource, new_limit, old_limit).

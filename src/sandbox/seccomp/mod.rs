@@ -194,7 +194,8 @@ fn summarize(f: &Filters) -> Vec<String> {
     lines.push(
         "seccomp: EPERM: chmod/fchmod/fchmodat/fchmodat2 with a setuid or setgid bit in the mode \
          (in every mode: no setuid/setgid file is ever made); execveat with AT_EMPTY_PATH \
-         (fexecve, the way to execute a memfd)"
+         (fexecve, the way to execute a memfd); memfd_create with MFD_HUGETLB (hugetlbfs ignores \
+         the exec seal)"
             .to_string(),
     );
     if opts.memfd_noexec_seal {

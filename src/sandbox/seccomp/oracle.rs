@@ -19,7 +19,7 @@ use seccompiler::{
 use super::bpf::SockFilter;
 use super::deny::{
     denied, AT_EMPTY_PATH, CHMOD_MODE_ARG, CLONE_NEW_FLAGS, EXECVEAT_FLAGS_ARG, IOPRIO_OWN,
-    MFD_NOEXEC_SEAL, PERSONALITY_ALLOWED, PRIO_OWN, SETID_BITS, TIOCLINUX, TIOCSTI,
+    MFD_HUGETLB, MFD_NOEXEC_SEAL, PERSONALITY_ALLOWED, PRIO_OWN, SETID_BITS, TIOCLINUX, TIOCSTI,
 };
 use super::sockets::{
     stream_types, AF_INET, AF_INET6, AF_NETLINK, AF_UNIX, IPPROTO_TCP, NETLINK_ROUTE,
@@ -173,16 +173,18 @@ fn deny_rules(
     if let Some(nr) = arch.nr("execveat") {
         map.insert(nr, any_bit(EXECVEAT_FLAGS_ARG, AT_EMPTY_PATH)?);
     }
-    if let Some(nr) = arch.nr("memfd_create").filter(|_| opts.memfd_noexec_seal) {
-        let seal = u64::from(MFD_NOEXEC_SEAL);
-        map.insert(
-            nr,
-            vec![SeccompRule::new(vec![cond(
+    if let Some(nr) = arch.nr("memfd_create") {
+        // MFD_HUGETLB in every mode; without MFD_NOEXEC_SEAL where it is asked for.
+        let mut rules = any_bit(1, MFD_HUGETLB)?;
+        if opts.memfd_noexec_seal {
+            let seal = u64::from(MFD_NOEXEC_SEAL);
+            rules.push(SeccompRule::new(vec![cond(
                 1,
                 SeccompCmpOp::MaskedEq(seal),
                 0,
-            )?])?],
-        );
+            )?])?);
+        }
+        map.insert(nr, rules);
     }
     if !opts.private_pid {
         let not_zero = |arg: u8| cond(arg, SeccompCmpOp::Ne, 0);
