@@ -15,6 +15,7 @@
 
 use nix::errno::Errno;
 
+use super::netguard::Action;
 use crate::sys::notify::{self, Listener, Notification, Reply};
 
 /// MFD_NOEXEC_SEAL and MFD_EXEC (linux/memfd.h, 6.3+).
@@ -28,9 +29,16 @@ pub fn handles(nr: i32) -> bool {
     i64::from(nr) == libc::SYS_memfd_create
 }
 
-/// Serve one memfd_create: answered here (with the descriptor, or an
-/// error), or `Err` with the answer the caller still needs.
-pub fn serve(listener: &Listener, n: &Notification) -> Result<(), Reply> {
+/// Serve one memfd_create: answered here with the descriptor, or the
+/// answer the caller still needs.
+pub fn serve(listener: &Listener, n: &Notification) -> Action {
+    match hand_over(listener, n) {
+        Ok(()) => Action::Answered,
+        Err(reply) => Action::Reply(reply),
+    }
+}
+
+fn hand_over(listener: &Listener, n: &Notification) -> Result<(), Reply> {
     let flags = n.args[1] as u32;
     if flags & MFD_EXEC != 0 {
         return Err(Reply::Fail(libc::EACCES));

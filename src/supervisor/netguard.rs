@@ -81,11 +81,13 @@ enum Target {
     },
 }
 
-/// The guard's answer to one notification.
+/// A guard's answer to one notification (the guard thread sends it).
 pub enum Action {
     Reply(Reply),
     /// Connect on a thread of its own and answer with the result.
     Connect(Connect),
+    /// Already answered (the memfd guard hands its descriptor over itself).
+    Answered,
 }
 
 impl NetGuard {

@@ -414,22 +414,13 @@ fn serve(
                     break;
                 }
             };
-            if super::memfdguard::handles(n.nr) {
-                let r = if memfd {
+            let action = if super::memfdguard::handles(n.nr) {
+                if memfd {
                     super::memfdguard::serve(listener, &n)
                 } else {
-                    Err(Reply::Fail(libc::EPERM))
-                };
-                match r {
-                    Ok(()) => allowed += 1,
-                    Err(reply) => {
-                        refused += 1;
-                        netguard::answer(listener, n.id, reply);
-                    }
+                    Action::Reply(Reply::Fail(libc::EPERM))
                 }
-                continue;
-            }
-            let action = if NetGuard::handles(n.nr) {
+            } else if NetGuard::handles(n.nr) {
                 match &net {
                     Some(g) => g.decide(listener, &n),
                     None => Action::Reply(Reply::Fail(libc::EPERM)),
@@ -449,6 +440,10 @@ fn serve(
                 Action::Connect(conn) => {
                     allowed += 1;
                     netguard::serve_connect(listener, n.id, conn, &in_flight);
+                    continue;
+                }
+                Action::Answered => {
+                    allowed += 1;
                     continue;
                 }
                 Action::Reply(r) => r,
