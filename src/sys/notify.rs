@@ -298,8 +298,7 @@ pub fn pidfd_getfd(pidfd: BorrowedFd<'_>, fd: c_int) -> Result<OwnedFd, Errno> {
     if ret < 0 {
         return Err(Errno::last());
     }
-    // SAFETY: the kernel just returned this fd to us and nobody else owns it.
-    Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(ret as c_int) })
+    Ok(own_fd(ret as c_int))
 }
 
 /// The address family of socket `fd` (SO_DOMAIN). ENOTSOCK: not a socket.
@@ -329,7 +328,7 @@ pub fn fd_broker_available() -> Result<(), String> {
     let rc = unsafe { libc::syscall(libc::SYS_pidfd_getfd, -1, 0, 0) };
     if rc >= 0 {
         // Cannot happen; close whatever came back.
-        drop(unsafe_free_fd(rc as c_int));
+        drop(own_fd(rc as c_int));
     } else if Errno::last() == Errno::ENOSYS {
         return Err("the kernel has no pidfd_getfd (Linux 5.6+)".into());
     }
@@ -346,7 +345,7 @@ pub fn fd_broker_available() -> Result<(), String> {
 }
 
 /// Own a descriptor the kernel returned.
-fn unsafe_free_fd(fd: c_int) -> OwnedFd {
+fn own_fd(fd: c_int) -> OwnedFd {
     // SAFETY: only called with a descriptor the kernel just returned to us.
     unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) }
 }
@@ -375,7 +374,7 @@ pub fn memfd_create(name: &std::ffi::CStr, flags: u32) -> Result<OwnedFd, Errno>
     if ret < 0 {
         return Err(Errno::last());
     }
-    Ok(unsafe_free_fd(ret as c_int))
+    Ok(own_fd(ret as c_int))
 }
 
 /// `connect(fd, addr)` with a socket address given as its bytes (a struct
