@@ -174,6 +174,12 @@ fn core_dumps_off_and_privileges_dropped() {
         run.ctx()
     );
     for i in 2..7 {
+        // Without a user namespace an unprivileged capsule cannot shrink the
+        // bounding set (PR_CAPBSET_DROP needs CAP_SETPCAP); with no_new_privs
+        // set (above) no exec can gain a capability from it anyway.
+        if i == 5 && !view_expected() && !is_root() {
+            continue;
+        }
         assert_eq!(
             run.probe(i)["value"],
             "0000000000000000",

@@ -103,7 +103,7 @@ mod tests {
         long_nul.push(0);
         assert_eq!(read_name(me, long_nul.as_ptr() as u64), Err(Errno::EINVAL));
         assert!(handles(libc::SYS_memfd_create as i32));
-        assert!(!handles(libc::SYS_open as i32));
+        assert!(!handles(libc::SYS_read as i32));
         drop(page);
     }
 }
