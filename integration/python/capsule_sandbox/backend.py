@@ -768,9 +768,21 @@ class CapsuleBackend(_Base):  # type: ignore[misc]
     def _volume(self, binary: str, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([binary, "volume", *args], capture_output=True, text=True, timeout=30)
 
+    def _remove_volumes(self, binary: str, names: list[str]) -> None:
+        """Remove volumes this backend created for a run that never ran."""
+        for name in names:
+            if self._volume(binary, "rm", "-f", name).returncode != 0:
+                _LOG.warning("could not remove volume %r, made for a run capsule refused", name)
+
     def wrap_command(self, spec: Any, *, json_result: bool = False, timeout: float | None = None) -> list[str]:
         """The argv that runs ``spec.command`` under capsule (nothing is run,
         except that a read-write volume the spec mounts is created if missing)."""
+        return self._wrap(spec, json_result=json_result, timeout=timeout)[0]
+
+    def _wrap(
+        self, spec: Any, *, json_result: bool = False, timeout: float | None = None
+    ) -> tuple[list[str], list[str]]:
+        """``wrap_command``'s argv, and the volumes it created for it."""
         avail = self._availability.get()
         if not avail.available or avail.binary is None:
             raise SandboxRequiredError(f"capsule unavailable: {avail.reason}; refusing to run unsandboxed")
@@ -779,14 +791,18 @@ class CapsuleBackend(_Base):  # type: ignore[misc]
             raise ValueError("ProcessSpec.command is empty")
         command[0] = _resolve_program(command[0])
         plan = plan_spec(spec, features=self.features(), index_hosts=self._index_hosts_for())
+        made: list[str] = []
         for name, read_only in plan.volumes:
             if self._volume(avail.binary, "inspect", name).returncode == 0:
                 continue
             if read_only:
+                self._remove_volumes(avail.binary, made)
                 raise SandboxRequiredError(f"volume {name!r} does not exist (capsule volume inspect failed)")
             created = self._volume(avail.binary, "create", name)
             if created.returncode != 0:
+                self._remove_volumes(avail.binary, made)
                 raise SandboxRequiredError(f"could not create volume {name!r}: {created.stderr.strip()}")
+            made.append(name)
         policy = plan.policy
         self._python_shim(policy)
         if self._find_links is not None:
@@ -813,7 +829,7 @@ class CapsuleBackend(_Base):  # type: ignore[misc]
             argv.append("--no-audit")
         elif self._audit_log not in (None, True):
             argv += ["--audit-log", os.fspath(self._audit_log)]  # type: ignore[arg-type]
-        return argv + ["--", *command]
+        return argv + ["--", *command], made
 
     def _python_shim(self, policy: dict[str, Any]) -> None:
         """When PATH has no ``python`` (Debian), give the child one: a directory
@@ -853,7 +869,15 @@ class CapsuleBackend(_Base):  # type: ignore[misc]
         :class:`SandboxRequiredError`. Both are read from capsule's JSON
         result, never from the exit status the program chose.
         """
-        argv = self.wrap_command(spec, json_result=True, timeout=timeout)
+        argv, made = self._wrap(spec, json_result=True, timeout=timeout)
+        try:
+            return self._run_wrapped(argv, input_text, timeout)
+        except SandboxRequiredError:
+            # Nothing ran: a volume made for this run goes with it.
+            self._remove_volumes(argv[0], made)
+            raise
+
+    def _run_wrapped(self, argv: list[str], input_text: str | None, timeout: float) -> Outcome:
         try:
             done = subprocess.run(
                 argv,

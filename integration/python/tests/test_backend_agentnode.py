@@ -180,6 +180,27 @@ def _need(backend, *what):
                     "(capsule exec --mount, capsule volume): an old binary? set CAPSULE_BIN", pytrace=False)
 
 
+def test_a_volume_made_for_a_refused_run_is_removed(backend, capsule_bin, tmp_path, monkeypatch):
+    """A read-write volume the backend creates for a run that capsule then
+    refuses (here: a mount at another path, which needs the view that
+    CAPSULE_NO_NAMESPACES=1 takes away) is removed again: nothing ran, and
+    agentnode does not clean up after a backend that raises."""
+    _need(backend, "mount", "volume")
+    import subprocess
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.setenv("CAPSULE_NO_NAMESPACES", "1")
+    vol = "capsule-test-refused-vol"
+    spec = ProcessSpec(command=["sh", "-c", "echo never"], mounts=[MountSpec(vol, "/install", False)])
+    try:
+        with pytest.raises(SandboxRequiredError):
+            backend.run_process(spec, timeout=30)
+        left = subprocess.run([capsule_bin, "volume", "inspect", vol], capture_output=True, text=True)
+        assert left.returncode != 0, f"the volume stayed: {left.stdout}"
+    finally:
+        subprocess.run([capsule_bin, "volume", "rm", "-f", vol], capture_output=True)
+
+
 def test_volume_build_then_run_at_pack(backend, capsule_bin, tmp_path, monkeypatch):
     """agentnode's layout: source ro at /src, volume rw at /install, then the
     volume ro at /pack with PYTHONPATH=/pack."""
