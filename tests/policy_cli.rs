@@ -147,6 +147,29 @@ fn dry_run_lists_grants_and_runs_nothing() {
     // --best-effort is accepted (a no-op where everything is enforceable).
     let run = sb.exec_json(&["--best-effort"], &["/bin/true"]);
     run.assert_code(0);
+    // What this host cannot give is a problem of the plan, not a failed
+    // --dry-run: the contract's exit 0, the refusal named (`check` is the
+    // command whose exit status predicts exec's verdict).
+    let mut nons = Sandbox::new();
+    nons.set_env("CAPSULE_NO_NAMESPACES", "1");
+    let elsewhere = format!("{}:/capsule-test-elsewhere", nons.p("."));
+    let run = nons.run(&[
+        "exec",
+        "--dry-run",
+        "--json",
+        "--mount",
+        &elsewhere,
+        "--",
+        "/bin/true",
+    ]);
+    run.assert_code(0);
+    let j: Value = serde_json::from_str(run.stdout.trim())
+        .unwrap_or_else(|e| panic!("--dry-run --json: {e}{}", run.ctx()));
+    assert!(
+        j["problems"].to_string().contains("mount namespace"),
+        "{}",
+        run.ctx()
+    );
     // A refused policy is still refused under --dry-run.
     let run = sb.run(&[
         "exec",

@@ -931,13 +931,20 @@ class CapsuleBackend(_Base):  # type: ignore[misc]
         """
         argv = self.wrap_command(spec)
         sep = argv.index("--")
-        check = argv[:sep] + ["--dry-run"] + argv[sep:]
+        check = argv[:sep] + ["--dry-run", "--json"] + argv[sep:]
         try:
             done = subprocess.run(check, capture_output=True, text=True, timeout=30)
         except (OSError, subprocess.SubprocessError) as exc:
             raise SandboxRequiredError(f"could not check the agent spec with capsule: {exc}") from None
         if done.returncode != 0:
             raise SandboxRequiredError(f"capsule refused the agent session: {_refusal_text(done.stderr)}")
+        # The plan is valid; what this host cannot enforce is in `problems`.
+        try:
+            problems = json.loads(done.stdout).get("problems") or []
+        except (ValueError, AttributeError):
+            raise SandboxRequiredError("capsule refused the agent session: no plan from --dry-run") from None
+        if problems:
+            raise SandboxRequiredError(f"capsule refused the agent session: {'; '.join(map(str, problems))}")
         return CapsuleAgentSession(argv)
 
     def close(self) -> None:

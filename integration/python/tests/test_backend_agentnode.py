@@ -80,6 +80,21 @@ def test_a_session_capsule_refuses_is_still_a_refusal(backend, tmp_path):
         backend.open_agent_session(spec)
 
 
+def test_a_session_this_host_cannot_give_is_refused_before_it_starts(backend, tmp_path, monkeypatch):
+    """A valid spec this host cannot enforce (a mount at another path without
+    the mount namespace CAPSULE_NO_NAMESPACES=1 takes away): capsule's
+    --dry-run names the problem, and the session is refused before the
+    program exists."""
+    monkeypatch.setenv("CAPSULE_NO_NAMESPACES", "1")
+    spec = ProcessSpec(
+        command=[sys.executable, "-c", "import sys; sys.stdin.read()"],
+        interactive=True,
+        mounts=[MountSpec(str(tmp_path), "/capsule-test-elsewhere", True)],
+    )
+    with pytest.raises(SandboxRequiredError, match="refused the agent session: .*mount namespace"):
+        backend.open_agent_session(spec)
+
+
 def test_a_session_that_dies_logs_its_exit_code_and_stderr(backend, caplog):
     """A framework sees only EOF when the sandboxed agent dies; the reason must
     reach the host's log (exit code and stderr), not vanish with the pipe."""
