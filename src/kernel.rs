@@ -37,6 +37,9 @@ pub struct Probe {
     /// namespace: the sysctl exists (Linux 6.3+) and capsule runs as root
     /// (the file is writable by the initial user namespace's root only).
     pub memfd_noexec: bool,
+    /// Whether the kernel has `vm.memfd_noexec`, and so MFD_NOEXEC_SEAL
+    /// (Linux 6.3+): the memfd guard's condition where capsule cannot set it.
+    pub memfd_noexec_known: bool,
 }
 
 /// A host setting that forbids unprivileged user namespaces.
@@ -79,7 +82,8 @@ impl Probe {
             seccomp: crate::sys::seccomp_filter_mode_available(),
             namespaces,
             userns_blocked_by,
-            memfd_noexec: memfd_noexec_settable(),
+            memfd_noexec: nix::unistd::geteuid().is_root() && memfd_noexec_known(),
+            memfd_noexec_known: memfd_noexec_known(),
         }
     }
 
@@ -152,19 +156,11 @@ fn probe_namespaces() -> (bool, Vec<UsernsBlock>) {
 /// the run's init writes it (`sandbox::view`).
 pub const MEMFD_NOEXEC: &std::ffi::CStr = c"/proc/sys/vm/memfd_noexec";
 
-/// Whether this kernel has the `vm.memfd_noexec` sysctl, and so
-/// MFD_NOEXEC_SEAL (Linux 6.3+).
-pub fn memfd_noexec_known() -> bool {
+/// Whether this kernel has the `vm.memfd_noexec` sysctl.
+fn memfd_noexec_known() -> bool {
     MEMFD_NOEXEC
         .to_str()
         .is_ok_and(|p| std::path::Path::new(p).exists())
-}
-
-fn memfd_noexec_settable() -> bool {
-    nix::unistd::geteuid().is_root()
-        && MEMFD_NOEXEC
-            .to_str()
-            .is_ok_and(|p| std::path::Path::new(p).exists())
 }
 
 /// The Landlock ABI of filesystem rules, the first one.

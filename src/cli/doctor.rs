@@ -222,6 +222,7 @@ mod tests {
             namespaces: blocked.is_empty(),
             userns_blocked_by: blocked,
             memfd_noexec: false,
+            memfd_noexec_known: true,
         }
     }
 

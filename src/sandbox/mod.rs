@@ -561,7 +561,7 @@ pub fn prepare(
     let memfd_sysctl = view.as_ref().is_some_and(|v| v.summary.memfd_noexec);
     let memfd_guard = !memfd_sysctl
         && filters.is_some()
-        && kernel::memfd_noexec_known()
+        && k.memfd_noexec_known
         && seccomp::listener_available().is_ok();
     let memfd_exec = if memfd_sysctl {
         "pid-namespace-sysctl"
