@@ -25,6 +25,20 @@ pub(super) fn audit_arch(arch: Arch) -> u32 {
     }
 }
 
+/// What `prog` answers to syscall `name` of `arch` with `args` (the tests of
+/// the stacked programs ask it call by call).
+pub(super) fn answer(prog: &[SockFilter], arch: Arch, name: &str, args: [u64; 6]) -> u32 {
+    let nr = arch.nr(name).unwrap_or_else(|| panic!("{name}")) as u32;
+    bpf::run(
+        prog,
+        &Data {
+            nr,
+            arch: audit_arch(arch),
+            args,
+        },
+    )
+}
+
 struct Pair {
     compact: Vec<SockFilter>,
     stack: Vec<Vec<SockFilter>>,

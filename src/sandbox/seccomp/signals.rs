@@ -319,20 +319,11 @@ pub fn listener_available() -> Result<(), nix::errno::Errno> {
 mod tests {
     use super::super::arch::{AUDIT_ARCH_X86_64, X32_SYSCALL_BIT};
     use super::super::bpf::{run, run_stacked, Data, RET_KILL_PROCESS};
-    use super::super::equivalence::audit_arch;
+    use super::super::equivalence::{answer, audit_arch};
     use super::*;
 
     fn decide(arch: Arch, name: &str, args: [u64; 6]) -> u32 {
-        let p = program(arch, Parts::SIGNALS).unwrap();
-        let nr = arch.nr(name).unwrap_or_else(|| panic!("{name}")) as u32;
-        run(
-            &p,
-            &Data {
-                nr,
-                arch: audit_arch(arch),
-                args,
-            },
-        )
+        answer(&program(arch, Parts::SIGNALS).unwrap(), arch, name, args)
     }
 
     fn a(x: &[u64]) -> [u64; 6] {
@@ -404,14 +395,7 @@ mod tests {
                     },
                 )
                 .unwrap();
-                run(
-                    &p,
-                    &Data {
-                        nr: arch.nr(name).unwrap() as u32,
-                        arch: audit_arch(arch),
-                        args,
-                    },
-                )
+                answer(&p, arch, name, args)
             };
             for net in [NetPart::Guard, NetPart::NoListen, NetPart::FastOpenOnly] {
                 // TCP Fast Open: refused by its flag, wherever the flags are.
@@ -455,33 +439,23 @@ mod tests {
                 },
             )
             .unwrap();
-            let d = |name: &str, args: [u64; 6]| Data {
-                nr: arch.nr(name).unwrap() as u32,
-                arch: audit_arch(arch),
-                args,
-            };
-            assert_eq!(run(&both, &d("kill", a(&[1234, 9]))), RET_USER_NOTIF);
-            assert_eq!(run(&both, &d("kill", a(&[NEG1, 9]))), EPERM);
-            assert_eq!(
-                run(&both, &d("connect", a(&[3, 0x1000, 16]))),
-                RET_USER_NOTIF
-            );
-            assert_eq!(run(&both, &d("sendto", a(&[3, 0, 1, fo, 0, 0]))), EPERM);
-            assert_eq!(run(&both, &d("pidfd_send_signal", a(&[3, 9]))), ENOSYS);
-            assert_eq!(run(&both, &d("read", a(&[3, 0, 1]))), RET_ALLOW);
-            assert_eq!(run(&both, &d("clone", a(&[0x11, 0, 0]))), RET_USER_NOTIF);
-            assert_eq!(
-                run(&both, &d("memfd_create", a(&[0x1000, 1]))),
-                RET_USER_NOTIF
-            );
+            let d = |name: &str, args: [u64; 6]| answer(&both, arch, name, args);
+            assert_eq!(d("kill", a(&[1234, 9])), RET_USER_NOTIF);
+            assert_eq!(d("kill", a(&[NEG1, 9])), EPERM);
+            assert_eq!(d("connect", a(&[3, 0x1000, 16])), RET_USER_NOTIF);
+            assert_eq!(d("sendto", a(&[3, 0, 1, fo, 0, 0])), EPERM);
+            assert_eq!(d("pidfd_send_signal", a(&[3, 9])), ENOSYS);
+            assert_eq!(d("read", a(&[3, 0, 1])), RET_ALLOW);
+            assert_eq!(d("clone", a(&[0x11, 0, 0])), RET_USER_NOTIF);
+            assert_eq!(d("memfd_create", a(&[0x1000, 1])), RET_USER_NOTIF);
             if arch == Arch::X86_64 {
-                assert_eq!(run(&both, &d("fork", a(&[]))), RET_USER_NOTIF);
-                assert_eq!(run(&both, &d("vfork", a(&[]))), RET_USER_NOTIF);
+                assert_eq!(d("fork", a(&[])), RET_USER_NOTIF);
+                assert_eq!(d("vfork", a(&[])), RET_USER_NOTIF);
             }
             // Without the process part, clone is the main program's business.
             let p = program(arch, Parts::SIGNALS).unwrap();
-            assert_eq!(run(&p, &d("clone", a(&[0x11, 0, 0]))), RET_ALLOW);
-            assert_eq!(run(&p, &d("memfd_create", a(&[0x1000, 1]))), RET_ALLOW);
+            assert_eq!(answer(&p, arch, "clone", a(&[0x11, 0, 0])), RET_ALLOW);
+            assert_eq!(answer(&p, arch, "memfd_create", a(&[0x1000, 1])), RET_ALLOW);
         }
     }
 

@@ -121,20 +121,11 @@ pub fn truncate_guard() -> Result<TruncateGuard, SeccompError> {
 mod tests {
     use super::super::arch::{AUDIT_ARCH_X86_64, X32_SYSCALL_BIT};
     use super::super::bpf::{run, Data, RET_KILL_PROCESS};
-    use super::super::equivalence::audit_arch;
+    use super::super::equivalence::answer;
     use super::*;
 
     fn decide(arch: Arch, name: &str, args: [u64; 6]) -> u32 {
-        let p = program(arch).unwrap();
-        let nr = arch.nr(name).unwrap_or_else(|| panic!("{name}")) as u32;
-        run(
-            &p,
-            &Data {
-                nr,
-                arch: audit_arch(arch),
-                args,
-            },
-        )
+        answer(&program(arch).unwrap(), arch, name, args)
     }
 
     const EPERM: u32 = ret_errno(libc::EPERM);
