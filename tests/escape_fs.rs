@@ -10,6 +10,7 @@ mod common;
 
 use common::*;
 use std::fs;
+use std::path::Path;
 
 fn fixture() -> Sandbox {
     let sb = Sandbox::new();
@@ -501,25 +502,23 @@ fn audit_log_given_on_the_command_line_is_carved_out_of_read_grants() {
     assert_errno(&run.probe(0), &["EACCES"], &run);
 }
 
-/// One run writes `build/run_tests` whose `#!` names an interpreter inside a
-/// host install tree it found (a symlink to the system python3 there); the
-/// next run of that "test binary" must not be granted the install tree.
-#[test]
-fn child_written_shebang_adds_no_install_prefix() {
-    let sb = Sandbox::new();
+/// An install tree `app/` with a secret, its `bin/python3` (a link to the
+/// host's), and a run (write grant on `dir`) that writes the executable
+/// `script` starting with `#!app/bin/python3`: what a hostile build step
+/// plants. The script's path.
+fn plant_shebang(sb: &Sandbox, dir: &str, script: &str) -> String {
     sb.mkdir("app/bin");
     sb.write("app/secret.txt", "APP-SECRET");
     std::os::unix::fs::symlink(python(), sb.path("app/bin/python3")).expect("symlink");
-    sb.mkdir("work/build");
-    let work = sb.p("work");
-    let script = sb.p("work/build/run_tests");
+    sb.mkdir(Path::new(script).parent().unwrap().to_str().unwrap());
+    let script = sb.p(script);
     let body = format!(
         "#!{}\nprint('RAN')\nprint(open('{}').read())\n",
         sb.p("app/bin/python3"),
         sb.p("app/secret.txt")
     );
     let plant = sb.exec_json(
-        &["--allow-write", &work],
+        &["--allow-write", &sb.p(dir)],
         &[
             "/bin/sh",
             "-c",
@@ -528,19 +527,13 @@ fn child_written_shebang_adds_no_install_prefix() {
         ],
     );
     plant.assert_code(0);
-    let run = sb.exec_json(&["--allow-write", &work], &[&script]);
-    let out = run.child_stdout();
-    assert!(
-        !out.contains("APP-SECRET"),
-        "ESCAPE: a child-written #! line granted its interpreter's install tree{}",
-        run.ctx()
-    );
-    assert!(
-        out.contains("RAN"),
-        "the interpreter was not granted{}",
-        run.ctx()
-    );
-    let dry = sb.run(&["exec", "--dry-run", "--allow-write", &work, "--", &script]);
+    script
+}
+
+/// `--dry-run` of `script` under `grant dir` grants nothing of `app/` and
+/// says why no install prefix was added.
+fn dry_run_adds_no_prefix(sb: &Sandbox, grant: &str, dir: &str, script: &str) {
+    let dry = sb.run(&["exec", "--dry-run", grant, dir, "--", script]);
     dry.assert_code(0);
     assert!(
         !dry.stdout.contains(&format!("{}  ", sb.p("app"))),
@@ -554,6 +547,29 @@ fn child_written_shebang_adds_no_install_prefix() {
     );
 }
 
+/// One run writes `build/run_tests` whose `#!` names an interpreter inside a
+/// host install tree it found (a symlink to the system python3 there); the
+/// next run of that "test binary" must not be granted the install tree.
+#[test]
+fn child_written_shebang_adds_no_install_prefix() {
+    let sb = Sandbox::new();
+    let work = sb.p("work");
+    let script = plant_shebang(&sb, "work", "work/build/run_tests");
+    let run = sb.exec_json(&["--allow-write", &work], &[&script]);
+    let out = run.child_stdout();
+    assert!(
+        !out.contains("APP-SECRET"),
+        "ESCAPE: a child-written #! line granted its interpreter's install tree{}",
+        run.ctx()
+    );
+    assert!(
+        out.contains("RAN"),
+        "the interpreter was not granted{}",
+        run.ctx()
+    );
+    dry_run_adds_no_prefix(&sb, "--allow-write", &work, &script);
+}
+
 /// The same plant, run the next time under a policy that only READS the
 /// directory: what a run wrote there is still the child's content, whichever
 /// policy runs it next (issue 11, item 8), so its `#!` line names no install
@@ -561,27 +577,8 @@ fn child_written_shebang_adds_no_install_prefix() {
 #[test]
 fn child_written_shebang_under_a_read_grant_adds_no_install_prefix() {
     let sb = Sandbox::new();
-    sb.mkdir("app/bin");
-    sb.write("app/secret.txt", "APP-SECRET");
-    std::os::unix::fs::symlink(python(), sb.path("app/bin/python3")).expect("symlink");
-    sb.mkdir("ws");
     let ws = sb.p("ws");
-    let script = sb.p("ws/run_tests");
-    let body = format!(
-        "#!{}\nprint('RAN')\nprint(open('{}').read())\n",
-        sb.p("app/bin/python3"),
-        sb.p("app/secret.txt")
-    );
-    let plant = sb.exec_json(
-        &["--allow-write", &ws],
-        &[
-            "/bin/sh",
-            "-c",
-            &format!("printf '%s' \"$0\" > '{script}' && chmod +x '{script}'"),
-            &body,
-        ],
-    );
-    plant.assert_code(0);
+    let script = plant_shebang(&sb, "ws", "ws/run_tests");
     // By absolute path, and as `./run_tests` from that directory (what a CI
     // step does).
     for (prog, cwd) in [
@@ -602,18 +599,7 @@ fn child_written_shebang_under_a_read_grant_adds_no_install_prefix() {
             run.ctx()
         );
     }
-    let dry = sb.run(&["exec", "--dry-run", "--allow-read", &ws, "--", &script]);
-    dry.assert_code(0);
-    assert!(
-        !dry.stdout.contains(&format!("{}  ", sb.p("app"))),
-        "{}",
-        dry.ctx()
-    );
-    assert!(
-        dry.stdout.contains("no install prefix") && dry.stdout.contains("#! interpreter"),
-        "--dry-run does not say what the command added and why{}",
-        dry.ctx()
-    );
+    dry_run_adds_no_prefix(&sb, "--allow-read", &ws, &script);
 }
 
 /// The symlink form of the same plant: an earlier run leaves `ws/cat`, a
