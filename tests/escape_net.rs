@@ -36,7 +36,7 @@ fn every_socket_family_is_refused_by_default() {
         &["socket", "40", "1"],        // AF_VSOCK (created, never connected)
         &["socket", "1", "1"],         // AF_UNIX without allow_unix_sockets
         &["socket", "1", "2"],
-        &["socketpair"],             // always allowed
+        &["socketpair"],             // stream pairs always allowed
         &["socket", "16", "3", "0"], // NETLINK_ROUTE: route queries allowed
     ];
     let run = sb.probe(&[], ops);
@@ -274,4 +274,77 @@ fn allow_unix_sockets_reaches_granted_pathname_but_not_host_abstract() {
     assert_eq!(run.probe(3)["value"], "ping", "{}", run.ctx());
     // allow_unix_sockets opens AF_UNIX only, not IP.
     assert_errno(&run.probe(4), &["EPERM"], &run);
+}
+
+/// A datagram socket of the host at a pathname (journald's, `/dev/log`,
+/// `sd_notify`'s have this shape), bound by the test.
+fn host_dgram(path: &std::path::Path) -> std::os::unix::net::UnixDatagram {
+    let d = std::os::unix::net::UnixDatagram::bind(path).expect("bind unix datagram");
+    d.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    d
+}
+
+fn dgram_received(d: &std::os::unix::net::UnixDatagram) -> Option<String> {
+    let mut buf = [0u8; 64];
+    let n = d.recv(&mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
+/// `socketpair(AF_UNIX, SOCK_DGRAM)` needs no `socket(AF_UNIX)`, and a
+/// datagram pair can be re-aimed with `sendto` at any pathname datagram
+/// socket of the host. Without `allow_unix_sockets` only stream and
+/// seqpacket pairs exist (with SOCK_NONBLOCK/SOCK_CLOEXEC), in every mode;
+/// the datagram never arrives.
+#[test]
+fn a_datagram_socketpair_cannot_reach_a_host_datagram_socket() {
+    let sb = Sandbox::new();
+    sb.mkdir("sock");
+    let path = sb.path("sock/host.dgram");
+    let host = host_dgram(&path);
+    let p = path.to_string_lossy().into_owned();
+    // The directory is readable in the run (as /run/systemd/journal is in
+    // the view): only the socket rules stand between the run and the host's socket.
+    let read = ["--allow-read", &sb.p("sock")];
+    for net in ["none", "proxy", "unrestricted"] {
+        let mut opts: Vec<&str> = read.to_vec();
+        opts.extend(["--net", net]);
+        if net == "proxy" {
+            opts.extend(["--allow-host", "example.invalid"]);
+        }
+        let ops: &[&[&str]] = &[
+            &["dgram_pair_sendto", &p, "escaped"],
+            &["dgram_pair_sendto", &p, "escaped", "0x80802"], // DGRAM|NONBLOCK|CLOEXEC
+            &["socketpair_type", "1"],                        // SOCK_STREAM
+            &["socketpair_type", "0x80005"],                  // SEQPACKET|CLOEXEC
+        ];
+        let run = sb.probe(&opts, ops);
+        run.assert_ran();
+        assert_errno(&run.probe(0), &["EPERM"], &run);
+        assert_errno(&run.probe(1), &["EPERM"], &run);
+        assert_eq!(run.probe(2)["value"], "ping", "{net}{}", run.ctx());
+        assert_eq!(run.probe(3)["value"], "ping", "{net}{}", run.ctx());
+        assert_eq!(
+            dgram_received(&host),
+            None,
+            "ESCAPE ({net}): a datagram pair reached the host's datagram socket{}",
+            run.ctx()
+        );
+    }
+
+    // Positive control: with allow_unix_sockets the same pair reaches the
+    // host's socket (the attack is real; the policy opened AF_UNIX).
+    let pol = sb.policy("version: 1\nnetwork:\n  allow_unix_sockets: true\n");
+    let run = sb.probe(
+        &["--policy", &pol, "--allow-read", &sb.p("sock")],
+        &[&["dgram_pair_sendto", &p, "arrived"]],
+    );
+    run.assert_ran();
+    assert_ok(&run.probe(0), &run);
+    assert_eq!(
+        dgram_received(&host).as_deref(),
+        Some("arrived"),
+        "{}",
+        run.ctx()
+    );
 }

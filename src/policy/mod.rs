@@ -164,7 +164,8 @@ pub struct Network {
     /// Proxy allowlist: `host`, `*.domain` (subdomains only), optionally `:port`.
     #[serde(default)]
     pub allow_hosts: Vec<String>,
-    /// Allow `socket(AF_UNIX)`; `socketpair` is always allowed.
+    /// Allow `socket(AF_UNIX)` and AF_UNIX datagram pairs; stream and seqpacket
+    /// `socketpair`s are always allowed.
     #[serde(default)]
     pub allow_unix_sockets: bool,
     /// Proxy mode: connections the proxy holds at once for this run (default 256,

@@ -115,6 +115,21 @@ fn interesting(name: &str, arg: usize) -> Vec<u32> {
             }
         }
         ("socket", 2) => v.extend([3, 6, 9, 15, 17, 41, 132, 136, 255, 256, 262, 263]),
+        ("socketpair", 0) => v.extend([3, 10, 16, 30, 0x1_0001]),
+        ("socketpair", 1) => {
+            for t in 0..=11u32 {
+                v.extend([t, t | 0x800, t | 0x8_0000, t | 0x8_0800, t | 0x100]);
+            }
+        }
+        ("open", 1) | ("openat", 2) => {
+            for base in [0u32, 1, 2, 3] {
+                // O_TRUNC, O_CREAT, O_CLOEXEC, O_PATH, O_DIRECTORY.
+                for extra in [0u32, 0o1000, 0o100, 0o2000000, 0o10000000, 0o200000] {
+                    v.push(base | extra);
+                }
+            }
+            v.extend([0xffff_fffc, 0xffff_fffd, 0xffff_fffe]);
+        }
         ("chmod" | "fchmod", 1) | ("fchmodat" | "fchmodat2", 2) => v.extend([
             0o644,
             0o755,
@@ -165,6 +180,9 @@ const CHECKED: &[(&str, &[usize])] = &[
     ("sched_setparam", &[0]),
     ("sched_setattr", &[0]),
     ("memfd_create", &[1]),
+    ("socketpair", &[0, 1]),
+    ("open", &[1]),
+    ("openat", &[2]),
 ];
 
 #[test]

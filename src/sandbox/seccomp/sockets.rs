@@ -1,7 +1,19 @@
-//! Socket creation rules: which `socket(domain, type, protocol)` calls are
-//! refused with EPERM. Only creation is filtered; `sendto`, `setsockopt`,
-//! `bind`, ... stay untouched (filtering those breaks asyncio, Bun, Chromium),
-//! and `socketpair` is always allowed (it only makes connected AF_UNIX pairs).
+//! Socket creation rules: which `socket(domain, type, protocol)` and
+//! `socketpair(domain, type, protocol, sv)` calls are refused with EPERM.
+//! Only creation is filtered; `sendto`, `setsockopt`, `bind`, ... stay
+//! untouched (filtering those breaks asyncio, Bun, Chromium).
+//!
+//! `socketpair` makes a connected AF_UNIX pair. A stream or seqpacket pair
+//! stays connected to its twin for good (`connect` says EISCONN, `sendto`
+//! with an address EISCONN too), but a **datagram** pair can be re-aimed:
+//! `sendto(fd, msg, "/dev/log")` reaches any pathname datagram socket of
+//! the host (journald, `sd_notify`, any service's), and without a network
+//! namespace and Landlock's scope the host's abstract ones, with
+//! `SCM_RIGHTS`/`SCM_CREDENTIALS` attached. So without `allow_unix_sockets`,
+//! `socketpair` is allowed only for AF_UNIX `SOCK_STREAM` and
+//! `SOCK_SEQPACKET` (with SOCK_NONBLOCK/SOCK_CLOEXEC), the pairs
+//! multiprocessing, subprocess, asyncio and Chromium make; with it, any
+//! AF_UNIX pair (`socket(AF_UNIX, SOCK_DGRAM)` is allowed then anyway).
 //!
 //! | domain            | none | proxy | unrestricted |
 //! |-------------------|------|-------|--------------|
@@ -30,6 +42,7 @@ pub(super) const AF_NETLINK: u32 = libc::AF_NETLINK as u32;
 pub(super) const NETLINK_ROUTE: u32 = libc::NETLINK_ROUTE as u32;
 pub(super) const IPPROTO_TCP: u32 = libc::IPPROTO_TCP as u32;
 const SOCK_STREAM: u32 = libc::SOCK_STREAM as u32;
+const SOCK_SEQPACKET: u32 = libc::SOCK_SEQPACKET as u32;
 const SOCK_NONBLOCK: u32 = libc::SOCK_NONBLOCK as u32;
 const SOCK_CLOEXEC: u32 = libc::SOCK_CLOEXEC as u32;
 
@@ -41,14 +54,43 @@ const PROTOCOL: u8 = 2;
 /// The `type` values a proxy-mode IP socket may have: SOCK_STREAM with any of
 /// the two flags the kernel accepts there (anything else in the type is EINVAL anyway).
 pub(super) fn stream_types() -> Vec<u32> {
-    let mut t = vec![
-        SOCK_STREAM,
-        SOCK_STREAM | SOCK_NONBLOCK,
-        SOCK_STREAM | SOCK_CLOEXEC,
-        SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
-    ];
+    let mut t = with_flags(SOCK_STREAM).to_vec();
     t.sort_unstable();
     t
+}
+
+/// `base` with each combination of the two flags the kernel accepts in a
+/// socket type (anything else in the type is EINVAL anyway).
+fn with_flags(base: u32) -> [u32; 4] {
+    [
+        base,
+        base | SOCK_NONBLOCK,
+        base | SOCK_CLOEXEC,
+        base | SOCK_NONBLOCK | SOCK_CLOEXEC,
+    ]
+}
+
+/// The `type` values a `socketpair` may have without `allow_unix_sockets`,
+/// sorted: stream and seqpacket pairs.
+pub(super) fn pair_types() -> Vec<u32> {
+    let mut t: Vec<u32> = with_flags(SOCK_STREAM)
+        .into_iter()
+        .chain(with_flags(SOCK_SEQPACKET))
+        .collect();
+    t.sort_unstable();
+    t
+}
+
+/// The check on `socketpair(domain, type, protocol, sv)`: AF_UNIX only;
+/// without `allow_unix_sockets` only stream and seqpacket pairs (see above).
+pub(super) fn pair_check(opts: &SeccompOptions) -> ArgCheck {
+    use ArgCheck::{Deny, Pass};
+    let types = if opts.allow_unix_sockets {
+        Pass
+    } else {
+        ArgCheck::one_of(TYPE, &pair_types(), Pass, Deny)
+    };
+    ArgCheck::one_of(DOMAIN, &[AF_UNIX], types, Deny)
 }
 
 /// The check on `socket(domain, type, protocol)`: the table above.
@@ -90,8 +132,13 @@ pub(super) fn describe(opts: &SeccompOptions) -> String {
     } else {
         "AF_UNIX refused (network.allow_unix_sockets: false)"
     };
+    let pairs = if opts.allow_unix_sockets {
+        "any type"
+    } else {
+        "stream and seqpacket only (a datagram pair can be re-aimed with sendto)"
+    };
     format!(
         "socket(): {ip}; {unix}; AF_NETLINK only NETLINK_ROUTE; every other family refused \
-         (AF_PACKET, AF_VSOCK, ...), all with EPERM; socketpair always allowed"
+         (AF_PACKET, AF_VSOCK, ...), all with EPERM; socketpair: AF_UNIX {pairs}"
     )
 }
