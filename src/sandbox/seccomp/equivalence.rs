@@ -267,8 +267,9 @@ fn compact_program_decides_like_the_three_filters() {
                 }
             }
             let socket = arch.nr("socket").expect("socket") as u32;
-            // The socket rules do not depend on the namespaces: their full
-            // matrix once per (network mode, allow_unix_sockets).
+            // The socket rules depend on the namespaces only through
+            // own_loopback: their full matrix once per (network mode,
+            // allow_unix_sockets, own_loopback).
             let full_sockets = !opts.private_ipc && !opts.private_pid && !opts.memfd_noexec_seal;
             let (d, t, pr) = (
                 interesting("socket", 0),
@@ -284,7 +285,15 @@ fn compact_program_decides_like_the_three_filters() {
                 }
             }
             // High words on each socket argument in turn, on the cases that matter.
-            for args in [[2u64, 1, 0], [10, 1, 6], [16, 3, 0], [1, 1, 0], [2, 2, 0]] {
+            for args in [
+                [2u64, 1, 0],
+                [10, 1, 6],
+                [16, 3, 0],
+                [1, 1, 0],
+                [2, 2, 0],
+                [2, 2, 17],
+                [10, 0x80802, 17],
+            ] {
                 for i in 0..3 {
                     for high in [1u64 << 32, 0xffff_ffff_0000_0000] {
                         let mut a = [args[0], args[1], args[2], 0, 0, 0];
@@ -316,12 +325,13 @@ fn compact_program_decides_like_the_three_filters() {
                 }
             }
             eprintln!(
-                "{} {:?} unix={} ipc={} pid={} memfd_seal={}: {} instructions, {} cases identical",
+                "{} {:?} unix={} ipc={} pid={} loopback={} memfd_seal={}: {} instructions, {} cases identical",
                 arch.name(),
                 opts.net,
                 opts.allow_unix_sockets,
                 opts.private_ipc,
                 opts.private_pid,
+                opts.own_loopback,
                 opts.memfd_noexec_seal,
                 p.compact.len(),
                 p.checked

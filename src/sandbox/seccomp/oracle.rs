@@ -23,7 +23,8 @@ use super::deny::{
     TIOCLINUX, TIOCSTI,
 };
 use super::sockets::{
-    pair_types, stream_types, AF_INET, AF_INET6, AF_NETLINK, AF_UNIX, IPPROTO_TCP, NETLINK_ROUTE,
+    dgram_types, pair_types, stream_types, AF_INET, AF_INET6, AF_NETLINK, AF_UNIX, IPPROTO_TCP,
+    IPPROTO_UDP, NETLINK_ROUTE,
 };
 use super::table::Arch;
 use super::truncate::{O_RDWR, O_WRONLY};
@@ -94,7 +95,7 @@ fn allowed_domains(opts: &SeccompOptions) -> Vec<u32> {
     if opts.allow_unix_sockets {
         d.push(AF_UNIX);
     }
-    if opts.net != NetMode::None {
+    if opts.net != NetMode::None || opts.own_loopback {
         d.push(AF_INET);
         d.push(AF_INET6);
     }
@@ -107,7 +108,23 @@ fn socket_rules(opts: &SeccompOptions) -> Result<Vec<SeccompRule>, BackendError>
     let mut rules = not_in(0, &allowed_domains(opts), &[])?;
     let is = |domain: u32| cond(0, SeccompCmpOp::Eq, domain);
     rules.extend(not_in(2, &[NETLINK_ROUTE], &[is(AF_NETLINK)?])?);
-    if opts.net == NetMode::Proxy {
+    if opts.own_loopback && opts.net != NetMode::Unrestricted {
+        // The run's own loopback: TCP stream or UDP datagram sockets only.
+        let mut both: Vec<u32> = stream_types().into_iter().chain(dgram_types()).collect();
+        both.sort_unstable();
+        for domain in [AF_INET, AF_INET6] {
+            rules.extend(not_in(1, &both, &[is(domain)?])?);
+            for (types, protos) in [
+                (stream_types(), [0, IPPROTO_TCP]),
+                (dgram_types(), [0, IPPROTO_UDP]),
+            ] {
+                for t in types {
+                    let also = [is(domain)?, cond(1, SeccompCmpOp::Eq, t)?];
+                    rules.extend(not_in(2, &protos, &also)?);
+                }
+            }
+        }
+    } else if opts.net == NetMode::Proxy {
         let mut types = stream_types();
         types.sort_unstable();
         for domain in [AF_INET, AF_INET6] {

@@ -25,6 +25,7 @@ fn opts(net: NetMode, allow_unix_sockets: bool) -> SeccompOptions {
         allow_unix_sockets,
         private_ipc: false,
         private_pid: false,
+        own_loopback: false,
         memfd_noexec_seal: false,
     }
 }
@@ -637,6 +638,56 @@ assert pair(socket.SOCK_DGRAM) == 0     # allow_unix_sockets: any AF_UNIX pair
 "#,
     );
     assert_ok(&out);
+}
+
+/// The program for a run in a network namespace of its own (`own_loopback`):
+/// TCP and UDP sockets for its loopback, nothing else of IP; the same in
+/// `none` and `proxy` mode. (Here, in the test's own namespace, only which
+/// sockets can be created is checked; the escape tests check what they reach.)
+#[test]
+fn sockets_on_the_runs_own_loopback() {
+    for net in [NetMode::None, NetMode::Proxy] {
+        let f = build(&SeccompOptions {
+            private_ipc: true,
+            private_pid: true,
+            own_loopback: true,
+            ..opts(net, false)
+        })
+        .expect("build");
+        assert!(
+            f.summary().join("\n").contains("only TCP and UDP"),
+            "{:?}",
+            f.summary()
+        );
+        let out = python(
+            Some(f),
+            &format!(
+                "{SOCKET_PRELUDE}\n{}",
+                r#"
+E = errno.EPERM
+for fam in (socket.AF_INET, socket.AF_INET6):
+    for t in (socket.SOCK_STREAM, socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC):
+        expect_sock('tcp', fam, t, 0, 0 if fam == socket.AF_INET else NOT_EPERM)
+        expect_sock('tcp proto', fam, t, socket.IPPROTO_TCP, 0 if fam == socket.AF_INET else NOT_EPERM)
+    for t in (socket.SOCK_DGRAM, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC):
+        expect_sock('udp', fam, t, 0, 0 if fam == socket.AF_INET else NOT_EPERM)
+        expect_sock('udp proto', fam, t, socket.IPPROTO_UDP, 0 if fam == socket.AF_INET else NOT_EPERM)
+    expect_sock('icmp ping', fam, socket.SOCK_DGRAM, 1 if fam == socket.AF_INET else 58, E)
+    expect_sock('udplite', fam, socket.SOCK_DGRAM, 136, E)
+    expect_sock('raw', fam, socket.SOCK_RAW, socket.IPPROTO_TCP, E)
+    expect_sock('mptcp', fam, socket.SOCK_STREAM, IPPROTO_MPTCP, E)
+    expect_sock('sctp', fam, socket.SOCK_STREAM, IPPROTO_SCTP, E)
+    expect_sock('sctp seqpacket', fam, socket.SOCK_SEQPACKET, IPPROTO_SCTP, E)
+expect_sock('unix stream', socket.AF_UNIX, socket.SOCK_STREAM, 0, E)
+expect_sock('packet', AF_PACKET, socket.SOCK_RAW, 0, E)
+expect_sock('vsock', AF_VSOCK, socket.SOCK_STREAM, 0, E)
+pair_ok()
+pairs_strict()
+"#
+            ),
+        );
+        assert_ok(&out);
+    }
 }
 
 #[test]
