@@ -372,6 +372,11 @@ fn a_datagram_socketpair_cannot_reach_a_host_datagram_socket() {
         &["--policy", &pol, "--allow-read", &sb.p("sock")],
         &[&["dgram_pair_sendto", &p, "arrived"]],
     );
+    if run.code == Some(125) && run.stderr.contains("abstract Unix socket isolation") {
+        // allow_unix_sockets without a network namespace needs Landlock ABI 6.
+        skip("positive control: allow_unix_sockets is refused here (Landlock ABI < 6, no netns)");
+        return;
+    }
     run.assert_ran();
     assert_ok(&run.probe(0), &run);
     assert_eq!(

@@ -683,3 +683,37 @@ fn exec_of_a_memfd_through_proc_self_fd_is_refused_or_reported() {
         assert_errno(&run.probe(0), &["EACCES", "EPERM"], &run);
     }
 }
+
+/// `open(path, 3)`: access mode 3 ("neither read nor write", a descriptor
+/// for ioctls only) asks Landlock for no right, so seccomp refuses it for
+/// `open`/`openat` in every mode and on every file, granted ones too (EPERM
+/// before the path is looked up); `openat2`, whose flags lie behind a
+/// pointer, answers ENOSYS. tests/escape_truncate.rs has the truncation and
+/// ioctl attacks at Landlock ABI 1-3; here the rule itself, with the host as
+/// the positive control.
+#[test]
+fn open_access_mode_3_is_refused_and_openat2_is_enosys() {
+    for mode in MODES {
+        let sb = sandbox(mode);
+        sb.write("rw/file.txt", "content");
+        let f = sb.p("rw/file.txt");
+        let run = sb.probe(
+            &["--allow-write", &sb.p("rw")],
+            &[
+                &["open_mode3", &f],
+                &["open_mode3", &f, "0o2000000"], // O_CLOEXEC
+                &["openat2", &f],
+                &["read", &f],
+            ],
+        );
+        run.assert_ran();
+        assert_errno(&run.probe(0), &["EPERM"], &run);
+        assert_errno(&run.probe(1), &["EPERM"], &run);
+        assert_errno(&run.probe(2), &["ENOSYS"], &run);
+        // Ordinary opens of the same file work.
+        assert_eq!(run.probe(3)["value"], "content", "{mode:?}{}", run.ctx());
+        let host = sb.host_probe(&[&["open_mode3", &f], &["openat2", &f]]);
+        assert_eq!(host[0]["ok"], true, "host control: {host:?}");
+        assert_eq!(host[1]["ok"], true, "host control: {host:?}");
+    }
+}
