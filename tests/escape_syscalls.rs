@@ -717,3 +717,31 @@ fn open_access_mode_3_is_refused_and_openat2_is_enosys() {
         assert_eq!(host[1]["ok"], true, "host control: {host:?}");
     }
 }
+
+/// `check` and `--dry-run` name the rules on access mode 3, openat2 and
+/// socket pairs (and what allow_unix_sockets changes about the pairs).
+#[test]
+fn check_and_dry_run_name_the_open_and_socketpair_rules() {
+    let sb = Sandbox::new();
+    let strict = sb.policy("version: 1\n");
+    let unix = sb.policy_named(
+        "unix.yaml",
+        "version: 1\nnetwork:\n  allow_unix_sockets: true\n",
+    );
+    let check = sb.run(&["check", "--policy", &strict]);
+    let dry = sb.run(&["exec", "--dry-run", "--", "/bin/true"]);
+    for out in [&check.stdout, &dry.stdout] {
+        assert!(out.contains("access mode 3"), "{out}");
+        assert!(out.contains("openat2"), "{out}");
+        assert!(out.contains("stream and seqpacket only"), "{out}");
+    }
+    let check = sb.run(&["check", "--policy", &unix, "--json"]);
+    let j: serde_json::Value = serde_json::from_str(check.stdout.trim()).expect("json");
+    assert!(
+        j["seccomp"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("AF_UNIX any type"),
+        "{j}"
+    );
+}

@@ -175,7 +175,7 @@ pub fn plan_json(plan: &Plan, k: &Probe, view: Option<&ViewSummary>) -> serde_js
                 if k.namespaces { crate::proxy::ProxyPath::Netns } else { crate::proxy::ProxyPath::LandlockTcpFallback }.as_str()
             }),
         },
-        "seccomp": if k.seccomp { "allowlist (unknown syscalls ENOSYS), explicit EPERM denials, socket filter" } else { "NOT AVAILABLE" },
+        "seccomp": if k.seccomp { seccomp_line(plan) } else { "NOT AVAILABLE".into() },
         "tree_kill": if k.namespaces { "pid-namespace" } else { "subreaper" },
         "view": view_json(plan, view),
         "limits": {
@@ -189,6 +189,19 @@ pub fn plan_json(plan: &Plan, k: &Probe, view: Option<&ViewSummary>) -> serde_js
         },
         "policy_sha256": plan.policy_sha256,
     })
+}
+
+/// What the seccomp program refuses, in one line (the same for `check` and `--dry-run`).
+fn seccomp_line(plan: &Plan) -> String {
+    format!(
+        "syscall allowlist (unknown → ENOSYS, openat2 too: its flags lie behind a pointer), EPERM \
+         denials (open/openat with access mode 3 among them), socket filter (socketpair: AF_UNIX {})",
+        if plan.net.allow_unix_sockets {
+            "any type"
+        } else {
+            "stream and seqpacket only"
+        }
+    )
 }
 
 fn network_layer(plan: &Plan, k: &Probe) -> String {
@@ -295,9 +308,9 @@ pub fn print_plan(plan: &Plan, k: &Probe, view: Option<&ViewSummary>) {
     println!(
         "seccomp   {}",
         if k.seccomp {
-            "architecture check, syscall allowlist (unknown → ENOSYS), EPERM denials, socket filter"
+            format!("architecture check, {}", seccomp_line(plan))
         } else {
-            "NOT AVAILABLE"
+            "NOT AVAILABLE".into()
         }
     );
     println!(
