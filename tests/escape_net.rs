@@ -2,6 +2,11 @@
 //! UDP, TCP connect and listen on loopback, abstract and pathname Unix
 //! sockets to a host listener. Positive controls use `--net unrestricted`
 //! and `allow_unix_sockets: true`. Traffic goes to loopback only.
+//!
+//! Where the run has a network namespace of its own it has its own loopback
+//! (`enforcement.loopback`): TCP and UDP sockets exist there, and what they
+//! reach is the run itself, never the host's listeners (tests/loopback.rs
+//! has the workloads and more escapes); elsewhere no IP socket at all.
 
 mod common;
 
@@ -36,25 +41,39 @@ fn every_socket_family_is_refused_by_default() {
         &["socket", "40", "1"],        // AF_VSOCK (created, never connected)
         &["socket", "1", "1"],         // AF_UNIX without allow_unix_sockets
         &["socket", "1", "2"],
-        &["socketpair"],             // always allowed
+        &["socketpair"],             // stream pairs always allowed
         &["socket", "16", "3", "0"], // NETLINK_ROUTE: route queries allowed
     ];
     let run = sb.probe(&[], ops);
     run.assert_ran();
+    let loopback = run.json()["enforcement"]["loopback"] == true;
+    assert_eq!(
+        loopback,
+        run.json()["enforcement"]["netns"] == true,
+        "the run's own loopback comes with its own network namespace{}",
+        run.ctx()
+    );
     let scan = run.probe(0);
     assert_ok(&scan, &run);
     for pair in scan["value"]["ok"].as_array().cloned().unwrap_or_default() {
         let fam = pair[0].as_i64().unwrap_or(-1);
-        assert_eq!(
-            fam,
-            AF_NETLINK,
+        // TCP (1) and UDP (2) on the run's own loopback, where it has one.
+        let own_loopback = loopback && (fam == 2 || fam == 10) && (pair[1] == 1 || pair[1] == 2);
+        assert!(
+            fam == AF_NETLINK || own_loopback,
             "socket family {fam} (type {}) was created under network: none{}",
             pair[1],
             run.ctx()
         );
     }
+    // TCP and UDP sockets: the run's own loopback where it has a netns.
+    let ip = [1, 2, 5, 6, 10];
     for i in 1..=17 {
-        assert_errno(&run.probe(i), &["EPERM"], &run);
+        if loopback && ip.contains(&i) {
+            assert_ok(&run.probe(i), &run);
+        } else {
+            assert_errno(&run.probe(i), &["EPERM"], &run);
+        }
     }
     assert_eq!(
         run.probe(18)["value"],
@@ -132,8 +151,17 @@ fn loopback_case(host: &str, peers: HostPeers) {
     ];
     let run = sb.probe(&[], ops);
     run.assert_ran();
-    for i in 0..3 {
-        assert_errno(&run.probe(i), &["EPERM"], &run);
+    if run.json()["enforcement"]["loopback"] == true {
+        // The run's own loopback: the host's port is not there (nothing
+        // listens on it in the run's namespace), a listener binds in the
+        // run's namespace, a datagram goes to the run's own 127.0.0.1.
+        assert_errno(&run.probe(0), &["ECONNREFUSED"], &run);
+        assert_ok(&run.probe(1), &run);
+        assert_ok(&run.probe(2), &run);
+    } else {
+        for i in 0..3 {
+            assert_errno(&run.probe(i), &["EPERM"], &run);
+        }
     }
     assert_eq!(
         peers.tcp_received(),
@@ -272,6 +300,89 @@ fn allow_unix_sockets_reaches_granted_pathname_but_not_host_abstract() {
         skip("Landlock ABI < 6: no abstract unix socket scope on this kernel");
     }
     assert_eq!(run.probe(3)["value"], "ping", "{}", run.ctx());
-    // allow_unix_sockets opens AF_UNIX only, not IP.
-    assert_errno(&run.probe(4), &["EPERM"], &run);
+    // allow_unix_sockets opens AF_UNIX only, not IP (beyond the run's own
+    // loopback where it has one).
+    if run.json()["enforcement"]["loopback"] == true {
+        assert_ok(&run.probe(4), &run);
+    } else {
+        assert_errno(&run.probe(4), &["EPERM"], &run);
+    }
+}
+
+/// A datagram socket of the host at a pathname (journald's, `/dev/log`,
+/// `sd_notify`'s have this shape), bound by the test.
+fn host_dgram(path: &std::path::Path) -> std::os::unix::net::UnixDatagram {
+    let d = std::os::unix::net::UnixDatagram::bind(path).expect("bind unix datagram");
+    d.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    d
+}
+
+fn dgram_received(d: &std::os::unix::net::UnixDatagram) -> Option<String> {
+    let mut buf = [0u8; 64];
+    let n = d.recv(&mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
+/// `socketpair(AF_UNIX, SOCK_DGRAM)` needs no `socket(AF_UNIX)`, and a
+/// datagram pair can be re-aimed with `sendto` at any pathname datagram
+/// socket of the host. Without `allow_unix_sockets` only stream and
+/// seqpacket pairs exist (with SOCK_NONBLOCK/SOCK_CLOEXEC), in every mode;
+/// the datagram never arrives.
+#[test]
+fn a_datagram_socketpair_cannot_reach_a_host_datagram_socket() {
+    let sb = Sandbox::new();
+    sb.mkdir("sock");
+    let path = sb.path("sock/host.dgram");
+    let host = host_dgram(&path);
+    let p = path.to_string_lossy().into_owned();
+    // The directory is readable in the run (as /run/systemd/journal is in
+    // the view): only the socket rules stand between the run and the host's socket.
+    let read = ["--allow-read", &sb.p("sock")];
+    for net in ["none", "proxy", "unrestricted"] {
+        let mut opts: Vec<&str> = read.to_vec();
+        opts.extend(["--net", net]);
+        if net == "proxy" {
+            opts.extend(["--allow-host", "example.invalid"]);
+        }
+        let ops: &[&[&str]] = &[
+            &["dgram_pair_sendto", &p, "escaped"],
+            &["dgram_pair_sendto", &p, "escaped", "0x80802"], // DGRAM|NONBLOCK|CLOEXEC
+            &["socketpair_type", "1"],                        // SOCK_STREAM
+            &["socketpair_type", "0x80005"],                  // SEQPACKET|CLOEXEC
+        ];
+        let run = sb.probe(&opts, ops);
+        run.assert_ran();
+        assert_errno(&run.probe(0), &["EPERM"], &run);
+        assert_errno(&run.probe(1), &["EPERM"], &run);
+        assert_eq!(run.probe(2)["value"], "ping", "{net}{}", run.ctx());
+        assert_eq!(run.probe(3)["value"], "ping", "{net}{}", run.ctx());
+        assert_eq!(
+            dgram_received(&host),
+            None,
+            "ESCAPE ({net}): a datagram pair reached the host's datagram socket{}",
+            run.ctx()
+        );
+    }
+
+    // Positive control: with allow_unix_sockets the same pair reaches the
+    // host's socket (the attack is real; the policy opened AF_UNIX).
+    let pol = sb.policy("version: 1\nnetwork:\n  allow_unix_sockets: true\n");
+    let run = sb.probe(
+        &["--policy", &pol, "--allow-read", &sb.p("sock")],
+        &[&["dgram_pair_sendto", &p, "arrived"]],
+    );
+    if run.code == Some(125) && run.stderr.contains("abstract Unix socket isolation") {
+        // allow_unix_sockets without a network namespace needs Landlock ABI 6.
+        skip("positive control: allow_unix_sockets is refused here (Landlock ABI < 6, no netns)");
+        return;
+    }
+    run.assert_ran();
+    assert_ok(&run.probe(0), &run);
+    assert_eq!(
+        dgram_received(&host).as_deref(),
+        Some("arrived"),
+        "{}",
+        run.ctx()
+    );
 }

@@ -683,3 +683,65 @@ fn exec_of_a_memfd_through_proc_self_fd_is_refused_or_reported() {
         assert_errno(&run.probe(0), &["EACCES", "EPERM"], &run);
     }
 }
+
+/// `open(path, 3)`: access mode 3 ("neither read nor write", a descriptor
+/// for ioctls only) asks Landlock for no right, so seccomp refuses it for
+/// `open`/`openat` in every mode and on every file, granted ones too (EPERM
+/// before the path is looked up); `openat2`, whose flags lie behind a
+/// pointer, answers ENOSYS. tests/escape_truncate.rs has the truncation and
+/// ioctl attacks at Landlock ABI 1-3; here the rule itself, with the host as
+/// the positive control.
+#[test]
+fn open_access_mode_3_is_refused_and_openat2_is_enosys() {
+    for mode in MODES {
+        let sb = sandbox(mode);
+        sb.write("rw/file.txt", "content");
+        let f = sb.p("rw/file.txt");
+        let run = sb.probe(
+            &["--allow-write", &sb.p("rw")],
+            &[
+                &["open_mode3", &f],
+                &["open_mode3", &f, "0o2000000"], // O_CLOEXEC
+                &["openat2", &f],
+                &["read", &f],
+            ],
+        );
+        run.assert_ran();
+        assert_errno(&run.probe(0), &["EPERM"], &run);
+        assert_errno(&run.probe(1), &["EPERM"], &run);
+        assert_errno(&run.probe(2), &["ENOSYS"], &run);
+        // Ordinary opens of the same file work.
+        assert_eq!(run.probe(3)["value"], "content", "{mode:?}{}", run.ctx());
+        let host = sb.host_probe(&[&["open_mode3", &f], &["openat2", &f]]);
+        assert_eq!(host[0]["ok"], true, "host control: {host:?}");
+        assert_eq!(host[1]["ok"], true, "host control: {host:?}");
+    }
+}
+
+/// `check` and `--dry-run` name the rules on access mode 3, openat2 and
+/// socket pairs (and what allow_unix_sockets changes about the pairs).
+#[test]
+fn check_and_dry_run_name_the_open_and_socketpair_rules() {
+    let sb = Sandbox::new();
+    let strict = sb.policy("version: 1\n");
+    let unix = sb.policy_named(
+        "unix.yaml",
+        "version: 1\nnetwork:\n  allow_unix_sockets: true\n",
+    );
+    let check = sb.run(&["check", "--policy", &strict]);
+    let dry = sb.run(&["exec", "--dry-run", "--", "/bin/true"]);
+    for out in [&check.stdout, &dry.stdout] {
+        assert!(out.contains("access mode 3"), "{out}");
+        assert!(out.contains("openat2"), "{out}");
+        assert!(out.contains("stream and seqpacket only"), "{out}");
+    }
+    let check = sb.run(&["check", "--policy", &unix, "--json"]);
+    let j: serde_json::Value = serde_json::from_str(check.stdout.trim()).expect("json");
+    assert!(
+        j["seccomp"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("AF_UNIX any type"),
+        "{j}"
+    );
+}

@@ -134,3 +134,70 @@ fn check_predicts_the_guard() {
         run.stdout
     );
 }
+
+/// `open(path, 3 | ...)`: access mode 3 opens for neither reading nor
+/// writing (the kernel checks read AND write permission, then hands out a
+/// descriptor for ioctls only). Landlock's open hook asks for no right for
+/// it, so below ABI 3 without the view `3 | O_TRUNC` empties any file the
+/// run's user may write, and at every ABI such a descriptor reaches ioctls
+/// (`FS_IOC_SETFLAGS`) on files outside every grant. seccomp refuses access
+/// mode 3 for `open`/`openat` in every mode, and `openat2` (whose flags lie
+/// behind a pointer) answers ENOSYS, so callers fall back to `openat`.
+#[test]
+fn open_access_mode_3_is_refused_in_every_mode() {
+    let abi = landlock_abi();
+    let mut configs: Vec<Option<&str>> = vec![None];
+    for a in ["1", "2", "3"] {
+        if abi >= a.parse::<i64>().unwrap() {
+            configs.push(Some(a));
+        }
+    }
+    for cfg in configs {
+        let mut sb = Sandbox::new();
+        if let Some(a) = cfg {
+            sb.set_env("CAPSULE_NO_NAMESPACES", "1");
+            sb.set_env("CAPSULE_LANDLOCK_ABI_MAX", a);
+        }
+        sb.write("outside/file.txt", "outside content");
+        sb.write("outside/control.txt", "control content");
+        sb.write("rw/file.txt", "rw content");
+        let (outside, rw) = (sb.p("outside/file.txt"), sb.p("rw/file.txt"));
+        let trunc = "0o1000"; // O_TRUNC
+        let ops: &[&[&str]] = &[
+            &["open_mode3", &outside, trunc],
+            &["open_mode3", &outside],
+            &["open_mode3", &rw],
+            &["open_mode3", &rw, "0o2001000"], // O_TRUNC|O_CLOEXEC
+            &["open_mode3_setflags", &outside],
+            &["openat2", &outside, trunc],
+            &["openat2", &rw],
+            &["read", &rw],
+        ];
+        // --allow-read of `outside`'s directory is NOT given: outside every grant.
+        let run = sb.probe(&["--allow-write", &sb.p("rw")], ops);
+        run.assert_ran();
+        let what = format!("(config {cfg:?})");
+        for i in 0..5 {
+            assert_errno(&run.probe(i), &["EPERM"], &run);
+        }
+        assert_errno(&run.probe(5), &["ENOSYS"], &run);
+        assert_errno(&run.probe(6), &["ENOSYS"], &run);
+        assert_eq!(run.probe(7)["value"], "rw content", "{what}{}", run.ctx());
+        assert_eq!(
+            sb.read("outside/file.txt"),
+            "outside content",
+            "ESCAPE {what}: emptied through access mode 3"
+        );
+        assert_eq!(sb.read("rw/file.txt"), "rw content", "{what}");
+
+        // Positive control: on the host, mode 3 | O_TRUNC opens and empties
+        // a file the user may write, and openat2 exists.
+        let host = sb.host_probe(&[
+            &["open_mode3", &sb.p("outside/control.txt"), trunc],
+            &["openat2", &rw],
+        ]);
+        assert_eq!(host[0]["ok"], true, "host control: {host:?}");
+        assert_eq!(sb.read("outside/control.txt"), "", "host control");
+        assert_eq!(host[1]["ok"], true, "host control: {host:?}");
+    }
+}

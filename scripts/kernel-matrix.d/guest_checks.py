@@ -355,7 +355,18 @@ except OSError as e:
            lambda res, o: ("SECRET-KEY-MATERIAL" in o, "secret %s" % ("READ" if "SECRET-KEY-MATERIAL" in o else "not read")),
            setup=mkssh)
 
-    # 5. network sockets (created only, never connected)
+    # 5. network sockets (created only, never connected). With the run's own
+    # loopback (its own network namespace: enforcement.loopback) TCP and UDP
+    # sockets exist and reach only the run; anything else created is an escape.
+    def net_truth(res, o):
+        made = o.split("CREATED ", 1)[1].split()[0].split(",") if "CREATED " in o else []
+        own = {"inet/tcp", "inet/udp", "inet6/tcp"} if (res.get("enforcement") or {}).get("loopback") else set()
+        bad = [m for m in made if m not in own]
+        note = ("created: " + ",".join(made)) if made else ""
+        if made and not bad:
+            note += " (the run's own loopback)"
+        return bool(bad), note
+
     escape("esc-net-socket", [], r"""
 import socket
 ok = []
@@ -366,7 +377,7 @@ for fam, typ, name in ((socket.AF_INET, socket.SOCK_STREAM, 'inet/tcp'), (socket
     except OSError as e:
         blocked(name, e)
 print('CREATED ' + ','.join(ok) if ok else 'NONE CREATED')
-""", lambda res, o: ("CREATED " in o, ("created: " + o.split("CREATED ", 1)[1].split()[0]) if "CREATED " in o else ""))
+""", net_truth)
 
     # 6. a signal to a process outside the sandbox (same user)
     holder = {}

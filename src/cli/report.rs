@@ -30,11 +30,24 @@ fn tmp_line(plan: &Plan, v: &ViewSummary) -> String {
     }
 }
 
-fn netns_line(mode: NetMode) -> &'static str {
-    match mode {
-        NetMode::None => "network namespace: the run's own, loopback only",
-        NetMode::Proxy => "network namespace: the run's own, holding only the proxy's endpoint",
-        NetMode::Unrestricted => "no network namespace: network is unrestricted (the host's)",
+fn netns_line(plan: &Plan) -> &'static str {
+    let loopback = crate::sandbox::own_loopback(&plan.net, true);
+    match (plan.net.mode, loopback) {
+        (NetMode::None, true) => {
+            "network namespace: the run's own, holding only its loopback (up: TCP and UDP on \
+             127.0.0.1/::1 reach the run itself, nothing outside it)"
+        }
+        (NetMode::None, false) => {
+            "network namespace: the run's own, loopback down (network.loopback: false: no IP socket)"
+        }
+        (NetMode::Proxy, true) => {
+            "network namespace: the run's own, holding only its loopback and the proxy's endpoint \
+             (TCP and UDP on 127.0.0.1/::1 reach the run itself, or the proxy)"
+        }
+        (NetMode::Proxy, false) => {
+            "network namespace: the run's own, holding only the proxy's endpoint (network.loopback: false)"
+        }
+        (NetMode::Unrestricted, _) => "no network namespace: network is unrestricted (the host's)",
     }
 }
 
@@ -71,7 +84,7 @@ fn view_lines(plan: &Plan, v: &ViewSummary) -> Vec<String> {
         "IPC namespace: the run's own (the host's SysV IPC and POSIX message queues are invisible)"
             .into(),
     );
-    out.push(netns_line(plan.net.mode).into());
+    out.push(netns_line(plan).into());
     if v.memfd_noexec {
         out.push("vm.memfd_noexec = 2 in the run's pid namespace".into());
     }
@@ -153,13 +166,16 @@ pub fn plan_json(plan: &Plan, k: &Probe, view: Option<&ViewSummary>) -> serde_js
             "mode": plan.net.mode.as_str(),
             "allow_hosts": plan.net.allow_hosts,
             "allow_unix_sockets": plan.net.allow_unix_sockets,
-            "layer": network_layer(plan.net.mode, k),
+            "loopback_policy": plan.net.loopback,
+            // As `enforcement.loopback` will say (if clone() grants the namespaces).
+            "loopback": crate::sandbox::own_loopback(&plan.net, k.namespaces),
+            "layer": network_layer(plan, k),
             // As `enforcement.network_path` will say (if clone() grants the namespaces).
             "path": (plan.net.mode == NetMode::Proxy).then(|| {
                 if k.namespaces { crate::proxy::ProxyPath::Netns } else { crate::proxy::ProxyPath::LandlockTcpFallback }.as_str()
             }),
         },
-        "seccomp": if k.seccomp { "allowlist (unknown syscalls ENOSYS), explicit EPERM denials, socket filter" } else { "NOT AVAILABLE" },
+        "seccomp": if k.seccomp { seccomp_line(plan) } else { "NOT AVAILABLE".into() },
         "tree_kill": if k.namespaces { "pid-namespace" } else { "subreaper" },
         "view": view_json(plan, view),
         "limits": {
@@ -175,8 +191,27 @@ pub fn plan_json(plan: &Plan, k: &Probe, view: Option<&ViewSummary>) -> serde_js
     })
 }
 
-fn network_layer(mode: NetMode, k: &Probe) -> String {
-    match mode {
+/// What the seccomp program refuses, in one line (the same for `check` and `--dry-run`).
+fn seccomp_line(plan: &Plan) -> String {
+    format!(
+        "syscall allowlist (unknown → ENOSYS, openat2 too: its flags lie behind a pointer), EPERM \
+         denials (open/openat with access mode 3 among them), socket filter (socketpair: AF_UNIX {})",
+        if plan.net.allow_unix_sockets {
+            "any type"
+        } else {
+            "stream and seqpacket only"
+        }
+    )
+}
+
+fn network_layer(plan: &Plan, k: &Probe) -> String {
+    let loopback = crate::sandbox::own_loopback(&plan.net, k.namespaces);
+    match plan.net.mode {
+        NetMode::None if loopback => {
+            "own network namespace with only its loopback (seccomp: TCP and UDP \
+                                      sockets only; no IP socket where the run has no namespace)"
+                .into()
+        }
         NetMode::None => format!(
             "seccomp (no IP sockets){}",
             if k.landlock_tcp() {
@@ -186,7 +221,9 @@ fn network_layer(mode: NetMode, k: &Probe) -> String {
             }
         ),
         NetMode::Proxy => {
-            if k.namespaces {
+            if k.namespaces && loopback {
+                "own network namespace with only its loopback and the proxy endpoint".into()
+            } else if k.namespaces {
                 "own network namespace with only the proxy endpoint".into()
             } else {
                 crate::sandbox::describe_host_proxy(k)
@@ -263,7 +300,7 @@ pub fn print_plan(plan: &Plan, k: &Probe, view: Option<&ViewSummary>) {
     println!(
         "network   {} — {}",
         plan.net.mode.as_str(),
-        network_layer(plan.net.mode, k)
+        network_layer(plan, k)
     );
     for h in &plan.net.allow_hosts {
         println!("  allow host {h}");
@@ -271,9 +308,9 @@ pub fn print_plan(plan: &Plan, k: &Probe, view: Option<&ViewSummary>) {
     println!(
         "seccomp   {}",
         if k.seccomp {
-            "architecture check, syscall allowlist (unknown → ENOSYS), EPERM denials, socket filter"
+            format!("architecture check, {}", seccomp_line(plan))
         } else {
-            "NOT AVAILABLE"
+            "NOT AVAILABLE".into()
         }
     );
     println!(

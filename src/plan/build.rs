@@ -440,6 +440,7 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
             mode: policy.network.mode,
             allow_hosts: policy.network.allow_hosts.clone(),
             allow_unix_sockets: policy.network.allow_unix_sockets,
+            loopback: policy.network.loopback,
             max_connections: policy.network.max_connections(),
         },
         limits: LimitsPlan {

@@ -176,6 +176,9 @@ pub struct NetPlan {
     pub mode: NetMode,
     pub allow_hosts: Vec<String>,
     pub allow_unix_sockets: bool,
+    /// `network.loopback`: None where the run has a network namespace of its
+    /// own, Some(true) required, Some(false) never (see `sandbox::own_loopback`).
+    pub loopback: Option<bool>,
     /// Proxy mode: concurrent connections the proxy holds (`network.max_connections`).
     pub max_connections: u32,
 }

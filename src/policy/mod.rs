@@ -164,9 +164,18 @@ pub struct Network {
     /// Proxy allowlist: `host`, `*.domain` (subdomains only), optionally `:port`.
     #[serde(default)]
     pub allow_hosts: Vec<String>,
-    /// Allow `socket(AF_UNIX)`; `socketpair` is always allowed.
+    /// Allow `socket(AF_UNIX)` and AF_UNIX datagram pairs; stream and seqpacket
+    /// `socketpair`s are always allowed.
     #[serde(default)]
     pub allow_unix_sockets: bool,
+    /// The run's own loopback (modes `none` and `proxy`): IP sockets that reach
+    /// only the run itself (bind, listen and connect on 127.0.0.1/::1 inside
+    /// it). Left out: wherever the run has a network namespace of its own;
+    /// `true`: required, a run that cannot have one is refused; `false`: no IP
+    /// socket in `none` mode and only the proxy in `proxy` mode, even with a
+    /// namespace. Ignored in `unrestricted` mode (the host's network).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loopback: Option<bool>,
     /// Proxy mode: connections the proxy holds at once for this run (default 256,
     /// 1..=4096); past it a new connection gets a 503 and is counted.
     #[serde(default, skip_serializing_if = "Option::is_none")]

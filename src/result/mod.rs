@@ -47,6 +47,9 @@ pub struct Enforcement {
     pub network: String,
     /// The child has its own network namespace.
     pub netns: bool,
+    /// The run may open IP sockets (TCP, UDP) on its own loopback
+    /// (`network.loopback`): only inside its own network namespace.
+    pub loopback: bool,
     /// Proxy mode only: how the child reaches the proxy, "netns" (its own network
     /// namespace holding only the proxy endpoint), "landlock-tcp-fallback" (the host's
     /// loopback, Landlock TCP port rule + seccomp TCP-only, and the network guard

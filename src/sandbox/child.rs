@@ -69,6 +69,9 @@ pub struct ChildSpec {
     /// The proxy's endpoint in the run's network namespace, made by init
     /// (proxy mode, netns path).
     pub net_setup: Option<NetSetup>,
+    /// Bring the run's loopback up (its own network namespace, the run's own
+    /// loopback allowed); proxy mode's `net_setup` does it as well.
+    pub loopback_up: bool,
     /// The run's view of the host, mounted by init in its new mount namespace.
     pub view: Option<crate::sandbox::view::View>,
     /// The child's end of the channel (set by `spawn`).
@@ -105,6 +108,7 @@ impl ChildSpec {
             wait_go: false,
             parent_pid: 0,
             net_setup: None,
+            loopback_up: false,
             view: None,
             chan: -1,
             command_stack: None,
@@ -214,6 +218,10 @@ pub(crate) fn init_main(spec: &'static ChildSpec) -> c_int {
     }
     if let Some(net) = &spec.net_setup {
         if let Err(e) = netns::setup(net, spec.chan) {
+            fail(spec, Stage::Network, e);
+        }
+    } else if spec.loopback_up {
+        if let Err(e) = netns::loopback_up() {
             fail(spec, Stage::Network, e);
         }
     }

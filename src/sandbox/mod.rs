@@ -39,6 +39,16 @@ pub enum SandboxError {
     NoView { what: String },
     #[error("{what} cannot be enforced here: {why} (run with --best-effort to accept this)")]
     Unavailable { what: String, why: String },
+    #[error("network.loopback: true needs the run's own network namespace, and this run has none ({why}): the run's own loopback would be the host's; leave `loopback` out (then the run has no IP socket here), or run where user namespaces are allowed")]
+    NoLoopback { why: &'static str },
+}
+
+/// Whether the run gets its own loopback (`network.loopback`): IP sockets
+/// that reach only the run, because it is in a network namespace of its own
+/// (`netns`: modes `none` and `proxy` with namespaces). One function for
+/// `exec` and the `check`/`--dry-run` report.
+pub fn own_loopback(net: &crate::plan::NetPlan, netns: bool) -> bool {
+    net.mode != NetMode::Unrestricted && netns && net.loopback != Some(false)
 }
 
 /// Which layer keeps the run's signals inside the run.
@@ -190,6 +200,13 @@ pub struct Layers {
     pub truncate_guard: Option<seccomp::TruncateGuard>,
     /// Whether a pid namespace is expected to be available.
     pub want_pidns: bool,
+    /// The run gets its own network namespace (modes `none` and `proxy`
+    /// with namespaces): the supervisor must clone with `CLONE_NEWNET`.
+    pub netns: bool,
+    /// IP sockets on the run's own loopback are allowed (seccomp
+    /// `own_loopback`, Landlock's TCP rules off): only with `netns`, and init
+    /// brings `lo` up.
+    pub own_loopback: bool,
     /// The run's private view of the host (mount, IPC and network
     /// namespaces), when namespaces are available.
     pub view: Option<view::View>,
@@ -381,6 +398,17 @@ pub fn prepare(
     // Abstract Unix sockets belong to a network namespace: the run's own
     // isolates them as well as Landlock's scope does.
     let netns = want_pidns && plan.net.mode != NetMode::Unrestricted;
+    let loopback = own_loopback(&plan.net, netns);
+    if plan.net.loopback == Some(true) && plan.net.mode != NetMode::Unrestricted && !netns {
+        // Not a weaker run but a different one: no --best-effort for this.
+        return Err(SandboxError::NoLoopback {
+            why: if kernel::probe().namespaces {
+                "clone() refused the namespaces"
+            } else {
+                "no user namespaces here, or CAPSULE_NO_NAMESPACES"
+            },
+        });
+    }
     if !k.landlock_scopes() && plan.net.allow_unix_sockets && !netns {
         unavailable(
             "abstract Unix socket isolation",
@@ -394,7 +422,10 @@ pub fn prepare(
     }
     // Who enforces the network: seccomp refuses every IP socket in `none`
     // mode, and in proxy mode the run's network namespace holds nothing but
-    // the proxy. Landlock's TCP rules are then a second layer, used where
+    // the proxy. With the run's own loopback, the namespace is the layer in
+    // both modes: IP sockets (TCP, UDP) reach only the run and the proxy's
+    // endpoint, so Landlock's TCP rules, which cannot tell the run's own
+    // 127.0.0.1 from another, are off. Landlock's TCP rules are then a second layer, used where
     // the kernel has them. On the host's network (no namespaces) the network
     // guard (`supervisor::netguard`) holds connect to the proxy and refuses
     // listen and TCP Fast Open, which no Landlock ABI sees; Landlock's TCP
@@ -426,7 +457,7 @@ pub fn prepare(
         tracing::info!("network guard unavailable ({why}): Landlock's TCP rules must hold connect");
     }
     let net = landlock::NetRules {
-        handle_tcp: plan.net.mode != NetMode::Unrestricted,
+        handle_tcp: plan.net.mode != NetMode::Unrestricted && !loopback,
         connect_ports: proxy_port.into_iter().collect(),
         tcp_required: plan.net.mode == NetMode::Proxy
             && !want_pidns
@@ -486,6 +517,7 @@ pub fn prepare(
             // `namespaces == false`, and so gets the strict program.
             private_ipc: want_pidns,
             private_pid: want_pidns,
+            own_loopback: loopback,
             memfd_noexec_seal: false,
         })?)
     } else {
@@ -646,6 +678,8 @@ pub fn prepare(
         limits,
         missing,
         want_pidns,
+        netns,
+        own_loopback: loopback,
         view,
     })
 }

@@ -13,6 +13,14 @@
 //! Everything init needs is a [`NetSetup`] in the child's spec, prepared by the
 //! supervisor before the clone: no statics, nothing read that the parent set up
 //! lazily.
+//!
+//! The run's own loopback (`network.loopback`, modes `none` and `proxy`): the
+//! namespace's `lo` is up (by [`setup`], or [`loopback_up`] in `none` mode),
+//! so the run may bind, listen and connect on 127.0.0.1 and ::1 among its own
+//! processes; seccomp lets TCP and UDP sockets be made there. Nothing else is
+//! in the namespace: no other interface, no route out, and the host's
+//! loopback is the host namespace's (the proxy's endpoint, accepted on by the
+//! supervisor, is the one door in proxy mode).
 
 use std::os::fd::RawFd;
 
@@ -32,6 +40,12 @@ pub struct NetSetup {
     /// The supervisor's own listener on the host's loopback (the fallback
     /// endpoint), which init closes.
     pub host_listener: Option<RawFd>,
+}
+
+/// Bring `lo` up in the run's network namespace (`none` mode with the run's
+/// own loopback). Runs in the init stage: raw system calls only.
+pub(crate) fn loopback_up() -> Result<(), i32> {
+    raw::interface_up(c"lo")
 }
 
 /// Bring `lo` up, listen on 127.0.0.1:port and send the socket to the supervisor.

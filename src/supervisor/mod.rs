@@ -375,8 +375,12 @@ fn spawn_child(
         pid: layers.want_pidns,
         // `none` gets its own (empty) network namespace too, so that the
         // private /proc shows nothing of the host's network.
+        // The run's own loopback holds only inside a namespace of its own:
+        // `layers.netns` (which `own_loopback` implies) asks for it too.
         net: layers.want_pidns
-            && (services.wants_netns() || (view && plan.net.mode == crate::policy::NetMode::None)),
+            && (services.wants_netns()
+                || layers.netns
+                || (view && plan.net.mode == crate::policy::NetMode::None)),
         view,
     };
     let cgroup = &layers.cgroup;
@@ -475,6 +479,7 @@ fn child_spec(
     } else {
         None
     };
+    spec.loopback_up = layers.own_loopback;
     spec.view = layers.view.take();
     spec.seal();
     Ok(spec)
@@ -494,6 +499,7 @@ fn enforcement(
         seccomp: layers.seccomp_enforced,
         network: plan.net.mode.as_str().to_string(),
         netns: spawned.netns,
+        loopback: layers.own_loopback && spawned.netns,
         network_path: services.network_path().map(|p| {
             if spawned.netns {
                 p

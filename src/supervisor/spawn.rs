@@ -72,6 +72,11 @@ pub enum SpawnError {
     /// prepares the no-namespace path and tries again.
     #[error("clone() refused the run's namespaces: {0}")]
     NamespacesRefused(Errno),
+    /// The seccomp program allows IP sockets for the run's own loopback,
+    /// which only a network namespace of its own keeps from the host's:
+    /// never spawned without one (fail closed).
+    #[error("the run's own loopback was prepared without a network namespace to hold it (refusing rather than open the host's network)")]
+    LoopbackWithoutNetns,
 }
 
 /// What the kernel should give the child.
@@ -146,6 +151,11 @@ pub fn spawn(
         (0, TreeMode::Subreaper)
     };
 
+    // Fail closed: the program that lets the run make IP sockets for its
+    // own loopback must never run in the host's network namespace.
+    if spec.loopback_up && flags & libc::CLONE_NEWNET == 0 {
+        return Err(SpawnError::LoopbackWithoutNetns);
+    }
     let parent_pid = nix::unistd::getpid().as_raw();
     let spec: &'static mut ChildSpec = Box::leak(Box::new(spec));
     let userns = flags & libc::CLONE_NEWUSER != 0;

@@ -55,6 +55,7 @@ NR = {
         "io_uring_enter": 426,
         "io_uring_register": 427,
         "open_tree": 428,
+        "openat2": 437,
         "move_mount": 429,
         "fsopen": 430,
         "fsmount": 432,
@@ -88,6 +89,7 @@ NR = {
         "io_uring_enter": 426,
         "io_uring_register": 427,
         "open_tree": 428,
+        "openat2": 437,
         "move_mount": 429,
         "fsopen": 430,
         "fsmount": 432,
@@ -646,6 +648,41 @@ def op_nosys(nr="1000"):
     return sc(num(nr))
 
 
+# ------------------------------------------------------------ open mode 3
+
+
+FS_IOC_GETFLAGS = 0x80086601
+FS_IOC_SETFLAGS = 0x40086602
+
+
+def op_open_mode3(path, extra="0"):
+    """open(PATH, 3 | EXTRA): access mode 3, neither reading nor writing."""
+    fd = os.open(path, 3 | num(extra))
+    os.close(fd)
+    return True
+
+
+def op_open_mode3_setflags(path):
+    """A mode-3 descriptor used for FS_IOC_GETFLAGS/SETFLAGS (set what it reads)."""
+    import fcntl
+    import struct
+    fd = os.open(path, 3)
+    try:
+        buf = fcntl.ioctl(fd, FS_IOC_GETFLAGS, struct.pack("l", 0))
+        fcntl.ioctl(fd, FS_IOC_SETFLAGS, buf)
+        return struct.unpack("l", buf)[0]
+    finally:
+        os.close(fd)
+
+
+def op_openat2(path, flags="0"):
+    """openat2(AT_FDCWD, PATH, {flags}): its flags lie behind a pointer."""
+    how = (ctypes.c_uint64 * 3)(num(flags), 0, 0)
+    fd = sc(NR["openat2"], -100, ctypes.c_char_p(path.encode()), ctypes.byref(how), 24)
+    os.close(fd)
+    return True
+
+
 # -------------------------------------------------------------------- network
 
 
@@ -662,6 +699,27 @@ def op_socketpair():
     a.close()
     b.close()
     return got.decode()
+
+
+def op_socketpair_type(stype):
+    """socketpair(AF_UNIX, TYPE) (flags included), then one message across."""
+    a, b = socket.socketpair(socket.AF_UNIX, num(stype))
+    try:
+        a.send(b"ping")
+        return b.recv(4).decode()
+    finally:
+        a.close()
+        b.close()
+
+
+def op_dgram_pair_sendto(path, payload="hello", stype="2"):
+    """A datagram socketpair re-aimed with sendto at PATH (a host datagram socket)."""
+    a, b = socket.socketpair(socket.AF_UNIX, num(stype))
+    try:
+        return a.sendto(payload.encode(), path)
+    finally:
+        a.close()
+        b.close()
 
 
 def op_socket_scan():

@@ -195,6 +195,13 @@ impl Run {
         assert_eq!(e["network"], "proxy", "{}", self.describe());
         assert_eq!(e["network_path"], v.path.name(), "{}", self.describe());
         assert_eq!(e["netns"], v.path == NetPath::Netns, "{}", self.describe());
+        // The run's own loopback comes with its own network namespace only.
+        assert_eq!(
+            e["loopback"],
+            v.path == NetPath::Netns,
+            "{}",
+            self.describe()
+        );
         self
     }
     pub fn describe(&self) -> String {

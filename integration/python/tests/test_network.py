@@ -75,6 +75,9 @@ def _require_proxy(doctor):
 
 def test_network_blocked_by_default(provider, tcp_listener):
     port, accepted = tcp_listener
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", port))  # the host's UDP side of the same port
+    udp.settimeout(0.3)
     code = (
         "import socket\n"
         "for fam, addr in ((socket.AF_INET, ('127.0.0.1', PORT)),):\n"
@@ -94,9 +97,21 @@ def test_network_blocked_by_default(provider, tcp_listener):
     ).replace("PORT", str(port))
     ex = provider.run_once("agent-1", code)
     assert "CONNECTED" not in ex.result.stdout
-    assert "UDP-SENT" not in ex.result.stdout
+    if ex.result.enforcement.get("loopback"):
+        # The run's own loopback (its own network namespace): the datagram
+        # went to the run's 127.0.0.1, the connect found nothing listening there.
+        assert "ConnectionRefusedError" in ex.result.stdout, ex.result
+    else:
+        assert "UDP-SENT" not in ex.result.stdout
     assert ex.result.stdout.startswith("blocked"), ex.result
     assert accepted == []
+    try:
+        got = udp.recv(64)
+    except OSError:
+        got = None
+    finally:
+        udp.close()
+    assert got is None, "a datagram reached the host's loopback"
     assert ex.result.enforcement.get("network") == "none"
 
 

@@ -6,7 +6,10 @@
 //!
 //! * left out, so they are denied by the EPERM filter (see `deny.rs`) or fail
 //!   with ENOSYS: `io_uring_*`, `name_to_handle_at`, `clone3` (ENOSYS, so
-//!   glibc and musl fall back to `clone`, whose flags a filter can read);
+//!   glibc and musl fall back to `clone`, whose flags a filter can read),
+//!   `openat2` (ENOSYS for the same reason: its flags lie behind a pointer,
+//!   and `open`/`openat` refuse access mode 3, see `deny.rs`; systemd, runc
+//!   and Go's x/sys callers fall back to `openat`);
 //! * added: syscalls newer than that profile or that common runtimes need:
 //!   `arch_prctl` and `modify_ldt` (x86_64, Docker allows them per arch),
 //!   `clone` and `personality` (Docker allows them with argument checks; here
@@ -188,7 +191,6 @@ pub(super) const ALLOWED: &[&str] = &[
     "newfstatat",
     "open",
     "openat",
-    "openat2",
     "pause",
     "personality",
     "pidfd_open",

@@ -45,9 +45,21 @@
 //!   and `renice -p` of another process of the run too.
 //! * With [`SeccompOptions::memfd_noexec_seal`]: `memfd_create` without
 //!   `MFD_NOEXEC_SEAL`, which makes every memfd unexecutable, also by path.
-//! * `socket` by domain, type and protocol, see `sockets.rs`.
+//! * `open` and `openat` with access mode 3 (`flags & O_ACCMODE == 3`), in
+//!   every mode. Linux reserves that mode for "check read and write
+//!   permission, give a descriptor for ioctls only"; the descriptor has
+//!   neither FMODE_READ nor FMODE_WRITE, so Landlock's open hook asks for no
+//!   right at all: with `O_TRUNC` it empties a file outside every grant below
+//!   Landlock ABI 3 (where the truncate right does not exist), and at every
+//!   ABI it reaches ioctls such as `FS_IOC_SETFLAGS` on such files. Only a
+//!   few device tools use the mode (old floppy and LILO utilities); no
+//!   runtime, shell or build tool does. `openat2` carries its flags behind a
+//!   pointer and fails with ENOSYS instead (not in the allowlist).
+//! * `socket` by domain, type and protocol, and `socketpair` by type, see
+//!   `sockets.rs`.
 
 use super::arg_check::ArgCheck;
+use super::truncate::{O_RDWR, O_WRONLY};
 use super::{sockets, SeccompOptions};
 
 /// Syscalls denied whole, by group: (what the group is, the syscalls).
@@ -229,6 +241,24 @@ pub(super) const PRIO_OWN: &[u32] = &[0, 1];
 /// `ioprio_set`'s `which` values allowed with who 0: IOPRIO_WHO_PROCESS, IOPRIO_WHO_PGRP.
 pub(super) const IOPRIO_OWN: &[u32] = &[1, 2];
 
+/// `open`'s and `openat`'s flags argument.
+pub(super) const OPEN_FLAGS_ARG: &[(&str, u8)] = &[("open", 1), ("openat", 2)];
+/// Refuses access mode 3 (both bits of `O_ACCMODE`, 0o3) in flags argument `arg`.
+fn no_access_mode_3(arg: u8) -> ArgCheck {
+    use ArgCheck::{Deny, Pass};
+    ArgCheck::AnyBit {
+        arg,
+        mask: O_WRONLY,
+        then: Box::new(ArgCheck::AnyBit {
+            arg,
+            mask: O_RDWR,
+            then: Box::new(Deny),
+            otherwise: Box::new(Pass),
+        }),
+        otherwise: Box::new(Pass),
+    }
+}
+
 /// The syscalls denied only for some arguments, by name, with their check.
 pub(super) fn arg_checks(opts: &SeccompOptions) -> Vec<(&'static str, ArgCheck)> {
     use ArgCheck::{Deny, Pass};
@@ -254,6 +284,7 @@ pub(super) fn arg_checks(opts: &SeccompOptions) -> Vec<(&'static str, ArgCheck)>
             ArgCheck::one_of(1, &[TIOCSTI, TIOCLINUX], Deny, Pass),
         ),
         ("socket", sockets::check(opts)),
+        ("socketpair", sockets::pair_check(opts)),
         (
             "execveat",
             ArgCheck::AnyBit {
@@ -264,6 +295,9 @@ pub(super) fn arg_checks(opts: &SeccompOptions) -> Vec<(&'static str, ArgCheck)>
             },
         ),
     ];
+    for &(name, arg) in OPEN_FLAGS_ARG {
+        checks.push((name, no_access_mode_3(arg)));
+    }
     for &(name, arg) in CHMOD_MODE_ARG {
         checks.push((
             name,

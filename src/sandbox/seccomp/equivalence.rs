@@ -115,6 +115,21 @@ fn interesting(name: &str, arg: usize) -> Vec<u32> {
             }
         }
         ("socket", 2) => v.extend([3, 6, 9, 15, 17, 41, 132, 136, 255, 256, 262, 263]),
+        ("socketpair", 0) => v.extend([3, 10, 16, 30, 0x1_0001]),
+        ("socketpair", 1) => {
+            for t in 0..=11u32 {
+                v.extend([t, t | 0x800, t | 0x8_0000, t | 0x8_0800, t | 0x100]);
+            }
+        }
+        ("open", 1) | ("openat", 2) => {
+            for base in [0u32, 1, 2, 3] {
+                // O_TRUNC, O_CREAT, O_CLOEXEC, O_PATH, O_DIRECTORY.
+                for extra in [0u32, 0o1000, 0o100, 0o2000000, 0o10000000, 0o200000] {
+                    v.push(base | extra);
+                }
+            }
+            v.extend([0xffff_fffc, 0xffff_fffd, 0xffff_fffe]);
+        }
         ("chmod" | "fchmod", 1) | ("fchmodat" | "fchmodat2", 2) => v.extend([
             0o644,
             0o755,
@@ -165,6 +180,9 @@ const CHECKED: &[(&str, &[usize])] = &[
     ("sched_setparam", &[0]),
     ("sched_setattr", &[0]),
     ("memfd_create", &[1]),
+    ("socketpair", &[0, 1]),
+    ("open", &[1]),
+    ("openat", &[2]),
 ];
 
 #[test]
@@ -249,8 +267,9 @@ fn compact_program_decides_like_the_three_filters() {
                 }
             }
             let socket = arch.nr("socket").expect("socket") as u32;
-            // The socket rules do not depend on the namespaces: their full
-            // matrix once per (network mode, allow_unix_sockets).
+            // The socket rules depend on the namespaces only through
+            // own_loopback: their full matrix once per (network mode,
+            // allow_unix_sockets, own_loopback).
             let full_sockets = !opts.private_ipc && !opts.private_pid && !opts.memfd_noexec_seal;
             let (d, t, pr) = (
                 interesting("socket", 0),
@@ -266,7 +285,15 @@ fn compact_program_decides_like_the_three_filters() {
                 }
             }
             // High words on each socket argument in turn, on the cases that matter.
-            for args in [[2u64, 1, 0], [10, 1, 6], [16, 3, 0], [1, 1, 0], [2, 2, 0]] {
+            for args in [
+                [2u64, 1, 0],
+                [10, 1, 6],
+                [16, 3, 0],
+                [1, 1, 0],
+                [2, 2, 0],
+                [2, 2, 17],
+                [10, 0x80802, 17],
+            ] {
                 for i in 0..3 {
                     for high in [1u64 << 32, 0xffff_ffff_0000_0000] {
                         let mut a = [args[0], args[1], args[2], 0, 0, 0];
@@ -298,12 +325,13 @@ fn compact_program_decides_like_the_three_filters() {
                 }
             }
             eprintln!(
-                "{} {:?} unix={} ipc={} pid={} memfd_seal={}: {} instructions, {} cases identical",
+                "{} {:?} unix={} ipc={} pid={} loopback={} memfd_seal={}: {} instructions, {} cases identical",
                 arch.name(),
                 opts.net,
                 opts.allow_unix_sockets,
                 opts.private_ipc,
                 opts.private_pid,
+                opts.own_loopback,
                 opts.memfd_noexec_seal,
                 p.compact.len(),
                 p.checked

@@ -82,6 +82,14 @@ pub struct SeccompOptions {
     /// itself (pid/who argument 0; see `deny.rs`): otherwise the child could
     /// prlimit capsule to RLIMIT_FSIZE 0 or renice it.
     pub private_pid: bool,
+    /// The child is in a network namespace of its own that holds nothing but
+    /// its loopback (and, in proxy mode, the proxy's endpoint), and the policy
+    /// did not turn the loopback off: AF_INET/AF_INET6 stream and datagram
+    /// sockets (TCP and UDP) are allowed, because the namespace itself keeps
+    /// them from reaching anything outside the run (see `sockets.rs`). Set
+    /// only when the clone that made the namespace is certain to carry
+    /// `CLONE_NEWNET`; `false` is the strict program.
+    pub own_loopback: bool,
     /// `memfd_create` must carry `MFD_NOEXEC_SEAL` (else EPERM), so no memfd
     /// can ever be executed, also through `execve("/proc/self/fd/N")`, which
     /// no filter can tell apart. For where `vm.memfd_noexec = 2` cannot be set
@@ -265,6 +273,7 @@ impl Filters {
         build(&SeccompOptions {
             private_ipc,
             private_pid,
+            own_loopback: self.opts.own_loopback && private_pid,
             ..self.opts
         })
     }

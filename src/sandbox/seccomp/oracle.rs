@@ -19,12 +19,18 @@ use seccompiler::{
 use super::bpf::SockFilter;
 use super::deny::{
     denied, AT_EMPTY_PATH, CHMOD_MODE_ARG, CLONE_NEW_FLAGS, EXECVEAT_FLAGS_ARG, IOPRIO_OWN,
-    MFD_HUGETLB, MFD_NOEXEC_SEAL, PERSONALITY_ALLOWED, PRIO_OWN, SETID_BITS, TIOCLINUX, TIOCSTI,
+    MFD_HUGETLB, MFD_NOEXEC_SEAL, OPEN_FLAGS_ARG, PERSONALITY_ALLOWED, PRIO_OWN, SETID_BITS,
+    TIOCLINUX, TIOCSTI,
 };
 use super::sockets::{
-    stream_types, AF_INET, AF_INET6, AF_NETLINK, AF_UNIX, IPPROTO_TCP, NETLINK_ROUTE,
+    dgram_types, pair_types, stream_types, AF_INET, AF_INET6, AF_NETLINK, AF_UNIX, IPPROTO_TCP,
+    IPPROTO_UDP, NETLINK_ROUTE,
 };
 use super::table::Arch;
+use super::truncate::{O_RDWR, O_WRONLY};
+
+/// Access mode 3: both bits of `O_ACCMODE`.
+const O_ACCMODE: u32 = O_WRONLY | O_RDWR;
 use super::{allowlist, arch, SeccompOptions};
 use crate::policy::NetMode;
 
@@ -89,7 +95,7 @@ fn allowed_domains(opts: &SeccompOptions) -> Vec<u32> {
     if opts.allow_unix_sockets {
         d.push(AF_UNIX);
     }
-    if opts.net != NetMode::None {
+    if opts.net != NetMode::None || opts.own_loopback {
         d.push(AF_INET);
         d.push(AF_INET6);
     }
@@ -102,13 +108,40 @@ fn socket_rules(opts: &SeccompOptions) -> Result<Vec<SeccompRule>, BackendError>
     let mut rules = not_in(0, &allowed_domains(opts), &[])?;
     let is = |domain: u32| cond(0, SeccompCmpOp::Eq, domain);
     rules.extend(not_in(2, &[NETLINK_ROUTE], &[is(AF_NETLINK)?])?);
-    if opts.net == NetMode::Proxy {
+    if opts.own_loopback && opts.net != NetMode::Unrestricted {
+        // The run's own loopback: TCP stream or UDP datagram sockets only.
+        let mut both: Vec<u32> = stream_types().into_iter().chain(dgram_types()).collect();
+        both.sort_unstable();
+        for domain in [AF_INET, AF_INET6] {
+            rules.extend(not_in(1, &both, &[is(domain)?])?);
+            for (types, protos) in [
+                (stream_types(), [0, IPPROTO_TCP]),
+                (dgram_types(), [0, IPPROTO_UDP]),
+            ] {
+                for t in types {
+                    let also = [is(domain)?, cond(1, SeccompCmpOp::Eq, t)?];
+                    rules.extend(not_in(2, &protos, &also)?);
+                }
+            }
+        }
+    } else if opts.net == NetMode::Proxy {
         let mut types = stream_types();
         types.sort_unstable();
         for domain in [AF_INET, AF_INET6] {
             rules.extend(not_in(1, &types, &[is(domain)?])?);
             rules.extend(not_in(2, &[0, IPPROTO_TCP], &[is(domain)?])?);
         }
+    }
+    Ok(rules)
+}
+
+/// The rules on `socketpair`'s arguments that make it fail with EPERM: a
+/// domain other than AF_UNIX; without `allow_unix_sockets`, a type other
+/// than stream or seqpacket.
+fn socketpair_rules(opts: &SeccompOptions) -> Result<Vec<SeccompRule>, BackendError> {
+    let mut rules = not_in(0, &[AF_UNIX], &[])?;
+    if !opts.allow_unix_sockets {
+        rules.extend(not_in(1, &pair_types(), &[])?);
     }
     Ok(rules)
 }
@@ -150,6 +183,16 @@ fn deny_rules(
     }
     if let Some(nr) = arch.nr("socket") {
         map.insert(nr, socket_rules(opts)?);
+    }
+    if let Some(nr) = arch.nr("socketpair") {
+        map.insert(nr, socketpair_rules(opts)?);
+    }
+    for &(name, arg) in OPEN_FLAGS_ARG {
+        if let Some(nr) = arch.nr(name) {
+            // Access mode 3: both bits of O_ACCMODE.
+            let mode3 = cond(arg, SeccompCmpOp::MaskedEq(u64::from(O_ACCMODE)), O_ACCMODE)?;
+            map.insert(nr, vec![SeccompRule::new(vec![mode3])?]);
+        }
     }
     // Any bit of `mask` set in 32-bit argument `arg`: one rule per bit.
     let any_bit = |arg: u8, mask: u32| -> Result<Vec<SeccompRule>, BackendError> {

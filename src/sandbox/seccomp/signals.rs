@@ -505,6 +505,7 @@ mod tests {
                 allow_unix_sockets: false,
                 private_ipc: false,
                 private_pid: false,
+                own_loopback: false,
                 memfd_noexec_seal: false,
             };
             let main = super::super::compile::compile(arch, &opts).unwrap().program;
@@ -558,6 +559,7 @@ mod tests {
             allow_unix_sockets: false,
             private_ipc: false,
             private_pid: false,
+            own_loopback: false,
             memfd_noexec_seal: false,
         };
         let main = super::super::build(&opts).unwrap();

@@ -15,12 +15,17 @@
 //! foreign ABI, x32 number                     KILL_PROCESS (as the main program)
 //! truncate(path, _)                           EPERM   seccomp cannot read the path
 //! open(_, flags), openat(_, _, flags)
-//!   with O_TRUNC and O_RDONLY                 EPERM   truncation without write access
+//!   with O_TRUNC and O_RDONLY or access
+//!   mode 3                                    EPERM   truncation without write access
 //! openat2                                     ENOSYS  the flags are behind a pointer
 //!                                                     (glibc and Python never call it;
 //!                                                     callers fall back to openat)
 //! anything else                               ALLOW   (the main program decides)
 //! ```
+//!
+//! (Access mode 3, "neither read nor write", asks Landlock for no right at
+//! all; the main program refuses it for every open in every mode, see
+//! `deny.rs`, and this guard refuses it with `O_TRUNC` on its own as well.)
 //!
 //! The price: `truncate()` by path fails even inside a write grant (use
 //! `ftruncate()` on a descriptor opened for writing, which coreutils'
@@ -34,9 +39,11 @@ use super::install::StackedFilter;
 use super::table::Arch;
 use super::SeccompError;
 
-/// `O_TRUNC` and `O_ACCMODE` (asm-generic/fcntl.h; the same on x86_64 and aarch64).
+/// `O_TRUNC`, `O_WRONLY` and `O_RDWR` (asm-generic/fcntl.h; the same on
+/// x86_64 and aarch64). Access mode 3 is both bits of `O_ACCMODE` (0o3).
 pub const O_TRUNC: u32 = 0o1000;
-pub const O_ACCMODE: u32 = 0o3;
+pub const O_WRONLY: u32 = 0o1;
+pub const O_RDWR: u32 = 0o2;
 
 /// What the result says when the guard is in force.
 pub const LIMITATION: &str =
@@ -68,10 +75,10 @@ pub(super) fn program(arch: Arch) -> Result<Vec<SockFilter>, SeccompError> {
         dispatch.push((*n, To::Check(i)));
     }
     // Layout after the prologue: the dispatch jumps, `return ALLOW`, one
-    // block of four per open call, then ALLOW, EPERM and ENOSYS.
+    // block of five per open call, then ALLOW, EPERM and ENOSYS.
     let d = dispatch.len();
-    let check_at = |i: usize| d + 1 + 4 * i;
-    let allow_at = d + 1 + 4 * opens.len();
+    let check_at = |i: usize| d + 1 + 5 * i;
+    let allow_at = d + 1 + 5 * opens.len();
     let eperm_at = allow_at + 1;
     let enosys_at = allow_at + 2;
     let off = |from: usize, to: usize| -> Result<u8, SeccompError> {
@@ -95,10 +102,23 @@ pub(super) fn program(arch: Arch) -> Result<Vec<SockFilter>, SeccompError> {
     for (_, arg) in &opens {
         let pc = code.len();
         code.push(stmt(LD_W_ABS, arg_low(*arg)));
-        // No O_TRUNC: allowed. O_TRUNC with write access: Landlock's write right decides.
+        // No O_TRUNC: allowed. O_TRUNC with write access (O_WRONLY 1,
+        // O_RDWR 2): Landlock's write right decides. O_RDONLY (0) and access
+        // mode 3 (both bits): EPERM.
         code.push(jump(JSET_K, O_TRUNC, 0, off(pc + 1, allow_at)?));
-        code.push(jump(JSET_K, O_ACCMODE, off(pc + 2, allow_at)?, 0));
-        code.push(stmt(RET_K, ret_errno(libc::EPERM)));
+        code.push(jump(JSET_K, O_RDWR, 0, 1)); // O_RDWR or 3; else O_RDONLY or O_WRONLY
+        code.push(jump(
+            JSET_K,
+            O_WRONLY,
+            off(pc + 3, eperm_at)?,
+            off(pc + 3, allow_at)?,
+        ));
+        code.push(jump(
+            JSET_K,
+            O_WRONLY,
+            off(pc + 4, allow_at)?,
+            off(pc + 4, eperm_at)?,
+        ));
     }
     code.push(stmt(RET_K, RET_ALLOW));
     code.push(stmt(RET_K, ret_errno(libc::EPERM)));
@@ -149,6 +169,14 @@ mod tests {
             assert_eq!(at(RDONLY | CLOEXEC | CREAT), RET_ALLOW);
             assert_eq!(at(WRONLY | TRUNC | CREAT), RET_ALLOW);
             assert_eq!(at(RDWR | TRUNC), RET_ALLOW);
+            // Access mode 3 (neither read nor write) asks Landlock for nothing.
+            assert_eq!(at(3 | TRUNC), EPERM);
+            assert_eq!(at(3 | TRUNC | CLOEXEC), EPERM);
+            assert_eq!(
+                at(3),
+                RET_ALLOW,
+                "without O_TRUNC: the main program's matter"
+            );
             // The kernel reads the flags as 32 bits: a high word changes nothing.
             assert_eq!(at((1 << 40) | RDONLY | TRUNC), EPERM);
             assert_eq!(at((1 << 40) | WRONLY | TRUNC), RET_ALLOW);
