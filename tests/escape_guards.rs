@@ -178,3 +178,153 @@ fn unix_sockets_connect_through_the_guard_by_path_never_by_abstract_name() {
         );
     }
 }
+
+const PRIVILEGE_PY: &str = r#"
+import os, socket, sys
+d = sys.argv[1]
+print("me", os.geteuid(), os.getegid())
+for name in ("own.sock", "locked.sock", "other.sock"):
+    p = os.path.join(d, name)
+    if not os.path.exists(p):
+        continue
+    c = socket.socket(socket.AF_UNIX)
+    try:
+        c.connect(p); print(name, "connected", c.recv(64).decode())
+    except OSError as e:
+        print(name, "errno", e.errno)
+for what, addr in (("netlink-peer", (4242, 0)), ("netlink-groups", (0, 1)), ("netlink-kernel", (0, 0))):
+    s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+    try:
+        s.connect(addr); print(what, "connected")
+    except OSError as e:
+        print(what, "errno", e.errno)
+"#;
+
+/// A Unix socket server in the test: answers each client with the SO_PEERCRED the
+/// kernel gave it ("pid uid gid").
+fn peercred_server(path: &std::path::Path, mode: u32) -> std::thread::JoinHandle<()> {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::PermissionsExt;
+    let l = std::os::unix::net::UnixListener::bind(path).expect("bind");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { return };
+            let mut cred = libc::ucred {
+                pid: 0,
+                uid: 0,
+                gid: 0,
+            };
+            let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+            // SAFETY: SO_PEERCRED writes one ucred into our local `cred`, its size in `len`.
+            let rc = unsafe {
+                libc::getsockopt(
+                    c.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    libc::SO_PEERCRED,
+                    std::ptr::addr_of_mut!(cred).cast(),
+                    &mut len,
+                )
+            };
+            let reply = if rc == 0 {
+                format!("{} {} {}", cred.pid, cred.uid, cred.gid)
+            } else {
+                "nocred".to_string()
+            };
+            let _ = c.write_all(reply.as_bytes());
+        }
+    })
+}
+
+/// The network guard makes the run's connects itself: it must never connect with more
+/// than the run could (finding 5 of issue 20). As root, capsule's CAP_DAC_OVERRIDE
+/// reached a mode-000 socket of its own uid and another user's 0600 socket, and its
+/// CAP_NET_ADMIN connected a NETLINK_ROUTE socket to another process's port (after
+/// which send() is unchecked). Each must fail as it fails for the run itself (EACCES;
+/// EPERM), and the server's SO_PEERCRED must carry the run's uid and gid.
+#[test]
+fn the_network_guard_connects_with_the_runs_privileges_not_capsules() {
+    for v in host_variants() {
+        let dir = shared_tempdir("capsule-guard-priv-");
+        let d = dir.path().display().to_string();
+        let _own = peercred_server(&dir.path().join("own.sock"), 0o777);
+        let _locked = peercred_server(&dir.path().join("locked.sock"), 0o000);
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        if root {
+            // Another user's private socket (a uid that is neither root nor nobody).
+            let other = dir.path().join("other.sock");
+            let _other = peercred_server(&other, 0o600);
+            std::os::unix::fs::chown(&other, Some(4242), Some(4242)).expect("chown");
+        }
+        let policy = dir.path().join("p.yaml");
+        std::fs::write(
+            &policy,
+            format!(
+                "version: 1\nfilesystem:\n  read: [{d}]\nnetwork:\n  mode: proxy\n  \
+                 allow_hosts: [127.0.0.1]\n  allow_unix_sockets: true\n"
+            ),
+        )
+        .unwrap();
+        let r = exec_in(
+            v,
+            &["--policy", &policy.display().to_string(), "--best-effort"],
+            &[proxy_support::PYTHON, "-c", PRIVILEGE_PY, &d],
+            &[],
+        );
+        assert_eq!(r.status, 0, "{v:?}: {}", r.describe());
+        let out = r.stdout().to_string();
+        let line = |name: &str| {
+            out.lines()
+                .find_map(|l| l.strip_prefix(&format!("{name} ")))
+                .unwrap_or_else(|| panic!("{v:?}: no line for {name}: {}", r.describe()))
+                .to_string()
+        };
+        let me = line("me");
+        let (uid, gid) = me.split_once(' ').unwrap();
+        // The server sees the run's uid and gid (the pid is capsule's: docs/guards.md).
+        let own = line("own.sock");
+        let cred: Vec<&str> = own
+            .strip_prefix("connected ")
+            .unwrap_or_else(|| panic!("{v:?}: own.sock refused: {}", r.describe()))
+            .split(' ')
+            .collect();
+        assert_eq!(
+            &cred[1..],
+            [uid, gid],
+            "{v:?}: SO_PEERCRED {own}: {}",
+            r.describe()
+        );
+        let eacces = format!("errno {}", libc::EACCES);
+        let eperm = format!("errno {}", libc::EPERM);
+        assert_eq!(
+            line("locked.sock"),
+            eacces,
+            "{v:?}: ESCAPE: a mode-000 socket connected with capsule's privileges: {}",
+            r.describe()
+        );
+        if root {
+            assert_eq!(
+                line("other.sock"),
+                eacces,
+                "{v:?}: ESCAPE: another user's 0600 socket connected with capsule's privileges: {}",
+                r.describe()
+            );
+        }
+        for what in ["netlink-peer", "netlink-groups"] {
+            assert_eq!(
+                line(what),
+                eperm,
+                "{v:?}: ESCAPE: {what}: a NETLINK_ROUTE connect that needs CAP_NET_ADMIN: {}",
+                r.describe()
+            );
+        }
+        assert_eq!(
+            line("netlink-kernel"),
+            "connected",
+            "{v:?}: {}",
+            r.describe()
+        );
+    }
+}

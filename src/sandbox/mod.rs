@@ -98,7 +98,9 @@ pub const NET_GUARD_UNIX_LIMITATION: &str =
     "network guard with allow_unix_sockets: capsule makes every connect of the run itself (never lets one \
      through after its check, which a thread could race by swapping an IP socket in), so a connect to an \
      abstract Unix socket fails with EACCES (only Landlock's scope could tell the run's own from the \
-     host's, and it does not bind capsule); pathname Unix sockets connect as usual";
+     host's, and it does not bind capsule); pathname Unix sockets connect as usual, with the run's uid, gid \
+     and no capability, but the server's SO_PEERCRED/SO_PEERPIDFD names capsule's pid (a server that judges \
+     its peer by that pid's /proc entry sees capsule, not the run)";
 
 /// Whether the network guard (`supervisor::netguard`) can serve a run on
 /// this machine: a seccomp listener, pidfd_getfd and ptrace access to the
