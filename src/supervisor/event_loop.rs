@@ -57,8 +57,8 @@ pub fn signal_run(sp: &Spawned, sig: libc::c_int) {
     match sp.tree {
         TreeMode::PidNamespace => sys::signal(sp.pid, sig),
         TreeMode::Subreaper => {
-            sys::signal(-sp.pid, sig);
-            sys::signal(sp.pid, sig);
+            sys::signal(-sp.command, sig);
+            sys::signal(sp.command, sig);
         }
     }
 }

@@ -263,7 +263,7 @@ fn run_prepared(
     // The run's signal filter sends its listener before exec; the guard
     // serving it needs to know the run (the command has not exec'd yet).
     let signal_tree = if layers.signals == sandbox::SignalLayer::SeccompNotify {
-        let tree = signals::Tree::for_run(spawned.pid, &spawned.inherited);
+        let tree = signals::Tree::for_run(spawned.command, keeper(&spawned), &spawned.inherited);
         if tree.is_none() {
             tracing::warn!(
                 "signal guard: /proc does not show capsule as itself; every checked signal call of the run fails"
@@ -287,7 +287,8 @@ fn run_prepared(
         let census = if spawned.tree == TreeMode::PidNamespace {
             Some(procguard::Census::PidNamespace { init: spawned.pid })
         } else {
-            signals::Tree::for_run(spawned.pid, &spawned.inherited).map(procguard::Census::Tree)
+            signals::Tree::for_run(spawned.command, keeper(&spawned), &spawned.inherited)
+                .map(procguard::Census::Tree)
         };
         if census.is_none() {
             tracing::warn!(
@@ -349,6 +350,11 @@ fn run_prepared(
     let verdict = result::classify(&sup.ending(), &context, || layers.cgroup.oom_killed());
     let reason = verdict.apply(&mut r);
     Attempt::Finished(Box::new(Finished { result: r, reason }))
+}
+
+/// The keeper of a run without a pid namespace (capsule's child there).
+fn keeper(spawned: &Spawned) -> Option<libc::pid_t> {
+    (spawned.tree == TreeMode::Subreaper).then_some(spawned.pid)
 }
 
 /// Spawn the child (`spec`) into its namespaces and cgroup, and pick how its
@@ -596,6 +602,8 @@ async fn supervise(
                 state.setup_failed = Some((stage, Errno::from_raw(errno)))
             }
             Msg::Exited { status } => state.status = Some(status),
+            // Read by `spawn` before the event loop; never again.
+            Msg::Command { pid } => tracing::warn!("a second command pid {pid} reported; ignored"),
             Msg::Fd { tag } if tag == signals::LISTENER_TAG => {
                 // Without a guard the listener closes here, and every
                 // notified call of the run fails (ENOSYS).
@@ -617,8 +625,9 @@ async fn supervise(
     tracing::debug!("supervisor: child exited");
     if sp.tree == TreeMode::Subreaper {
         state.status = state.status.or(init_status);
-        // Whatever the command left behind goes with it.
-        treekill::kill_descendants(Some(sp.pid), &sp.inherited, 64);
+        // The keeper killed whatever the command left behind; should it be
+        // gone, what it held was reparented to capsule and goes now.
+        treekill::kill_descendants(Some(sp.command), &sp.inherited, 64);
     }
     if let Some(g) = guard {
         g.stop();

@@ -25,8 +25,13 @@
 //!   terminal watchdog, whatever capsule's caller started);
 //! * otherwise the parent chain decides: reaching the command means of the
 //!   run; reaching pid 1 or another process outside means not. Without a pid
-//!   namespace capsule is the run's child subreaper, so a daemon of the run
-//!   whose parent exited is reparented to capsule: a child of capsule that is
+//!   namespace the keeper between capsule and the command
+//!   (`sandbox::child::keeper_main`) is the run's child subreaper, so a
+//!   daemon of the run whose parent exited is reparented to it: every child
+//!   of the keeper is of the run (it makes none but the command), the keeper
+//!   itself is not (while its pid is the keeper's: checked by its start
+//!   time). Should the keeper be gone, capsule (a child subreaper too)
+//!   inherits them: a child of capsule that is
 //!   not the command, not one capsule had before the run, and in a session of
 //!   its own counts as of the run when it carries the run's marks —
 //!   no_new_privs and at least as many seccomp filters as the command
@@ -66,9 +71,12 @@ type Pid = libc::pid_t;
 pub struct Tree {
     pub supervisor: Pid,
     pub supervisor_session: Pid,
-    /// The command (the direct child capsule created) and its start time.
+    /// The command and its start time.
     pub child: Pid,
     pub child_start: u64,
+    /// The keeper (no pid namespace: capsule's child, the command's parent)
+    /// and its start time.
+    pub keeper: Option<(Pid, u64)>,
     /// Children capsule had before the run: never of the run.
     pub inherited: Vec<Pid>,
     /// The fewest seccomp filters a process of the run can have.
@@ -76,10 +84,10 @@ pub struct Tree {
 }
 
 impl Tree {
-    /// The run of `child` (capsule's child, not yet reaped). None when
-    /// `/proc` does not show this process as itself (another pid
-    /// namespace's /proc): then no decision could be sound.
-    pub fn for_run(child: Pid, inherited: &[Pid]) -> Option<Tree> {
+    /// The run of `child` (the command, not yet reaped), under `keeper`
+    /// when there is one. None when `/proc` does not show this process as
+    /// itself (another pid namespace's /proc): then no decision could be sound.
+    pub fn for_run(child: Pid, keeper: Option<Pid>, inherited: &[Pid]) -> Option<Tree> {
         let me = nix::unistd::getpid().as_raw();
         let own = std::fs::read_link("/proc/self").ok()?;
         if own.to_str()?.parse::<Pid>().ok()? != me {
@@ -87,12 +95,17 @@ impl Tree {
         }
         let procs = ProcFs;
         let child_start = procs.stat(child)?.start;
+        let keeper = match keeper {
+            Some(k) => Some((k, procs.stat(k)?.start)),
+            None => None,
+        };
         let filters = procs.status(me)?.seccomp_filters.unwrap_or(0);
         Some(Tree {
             supervisor: me,
             supervisor_session: nix::unistd::getsid(None).ok()?.as_raw(),
             child,
             child_start,
+            keeper,
             inherited: inherited.to_vec(),
             tree_filters: filters + 2,
         })
@@ -204,7 +217,7 @@ impl<P: Procs> Judge<'_, P> {
     /// Whether the process (or thread) `target` belongs to the run.
     pub fn in_tree(&self, target: Pid) -> bool {
         let t = self.tree;
-        if target <= 0 || target == t.supervisor {
+        if target <= 0 || target == t.supervisor || t.keeper.is_some_and(|(k, _)| k == target) {
             return false;
         }
         let mut cur = target;
@@ -220,6 +233,11 @@ impl<P: Procs> Judge<'_, P> {
             }
             if st.session == t.supervisor_session {
                 return false;
+            }
+            if let Some((keeper, start)) = t.keeper {
+                if st.ppid == keeper {
+                    return self.procs.stat(keeper).is_some_and(|k| k.start == start);
+                }
             }
             if st.ppid == t.supervisor {
                 return self.orphan_of_run(cur);
@@ -523,9 +541,44 @@ mod tests {
             supervisor_session: SUP_SID,
             child: CHILD,
             child_start: 5000,
+            keeper: None,
             inherited: vec![150],
             tree_filters: 3,
         }
+    }
+
+    const KEEPER: Pid = 110;
+
+    /// The no-namespace path: capsule (100) -> keeper (110) -> command (200);
+    /// the run's orphans are the keeper's children.
+    #[test]
+    fn under_a_keeper_its_children_are_the_run_and_it_is_not() {
+        let t = Tree {
+            keeper: Some((KEEPER, 4000)),
+            ..tree()
+        };
+        let mut h = host();
+        h.0.insert(KEEPER, (SUP, SUP_SID, SUP_SID, 4000, false, 1));
+        h.0.insert(CHILD, (KEEPER, CHILD, CHILD, 5000, true, 3));
+        // A setsid'd orphan of the run, reparented to the keeper, and its child.
+        h.0.insert(210, (KEEPER, 210, 210, 5010, true, 3));
+        h.0.insert(211, (210, 210, 210, 5011, true, 3));
+        // Even without the run's marks (the keeper makes no other child).
+        h.0.insert(212, (KEEPER, 212, 212, 5012, false, 0));
+        let j = judge(&t, h);
+        for pid in [CHILD, 201, 202, 203, 210, 211, 212] {
+            assert!(j.in_tree(pid), "{pid} is of the run");
+        }
+        for pid in [KEEPER, SUP, 90, 150, 300, 301, 400, 500] {
+            assert!(!j.in_tree(pid), "{pid} is not of the run");
+        }
+        assert_eq!(j.group_in_tree(SUP_SID), Some(false));
+        // The keeper's pid reused by another process: its children are not the run's.
+        let mut h = host();
+        h.0.insert(KEEPER, (1, KEEPER, KEEPER, 9999, false, 0));
+        h.0.insert(210, (KEEPER, 210, 210, 5010, true, 3));
+        let j = judge(&t, h);
+        assert!(!j.in_tree(210));
     }
 
     /// A host with capsule (100) in the caller's session 90, the command 200
