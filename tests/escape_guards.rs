@@ -328,3 +328,143 @@ fn the_network_guard_connects_with_the_runs_privileges_not_capsules() {
         );
     }
 }
+
+/// capsule's own CPU time (user + system, all its threads, not its children's) from
+/// /proc/PID/stat, in seconds; None once it is gone.
+fn own_cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let f: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // After the comm: state is field 3, utime 14 and stime 15.
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Some(ticks as f64 / hz)
+}
+
+/// Run `capsule exec --json` with `env` and `args`, sampling capsule's own CPU time
+/// until it exits: (exit status, result, capsule's CPU seconds at the last sample).
+fn exec_measured(env: &[(&str, &str)], args: &[&str]) -> (i32, serde_json::Value, f64) {
+    let home = shared_tempdir("capsule-guard-cpu-");
+    let mut cmd = Command::new(proxy_support::capsule_bin());
+    cmd.env_clear()
+        .env("PATH", proxy_support::TEST_PATH)
+        .env("HOME", home.path())
+        .env("XDG_STATE_HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path())
+        .envs(env.iter().copied())
+        .current_dir(home.path())
+        .args(["exec", "--json", "--no-audit"])
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn capsule");
+    let pid = child.id();
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || std::io::read_to_string(stdout).unwrap_or_default());
+    let mut cpu = 0.0f64;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let status = loop {
+        if let Some(c) = own_cpu_seconds(pid) {
+            cpu = cpu.max(c);
+        }
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break child.wait().expect("wait");
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    };
+    let out = reader.join().unwrap();
+    let json = serde_json::from_str(out.lines().last().unwrap_or("{}")).unwrap_or_default();
+    (status.code().unwrap_or(-1), json, cpu)
+}
+
+/// kill() of a process group with no leader makes the signal guard scan /proc on every
+/// call; as root without a cgroup, every fork makes the process guard count the run's
+/// tasks in /proc. A run doing either in a loop kept capsule busy on a core, outside
+/// every limit of the run (issue 20, finding 10). The guards' CPU time is now a budget
+/// (a tenth of the wall-clock limit here: 2 s of 20 s): past it, the run is killed,
+/// and the result names the budget.
+const SIGNAL_LOOP_PY: &str = r#"
+import os
+while True:
+    try:
+        os.kill(-2147483000, 0)
+    except OSError:
+        pass
+"#;
+
+const FORK_LOOP_PY: &str = r#"
+import os
+while True:
+    try:
+        pid = os.fork()
+    except OSError:
+        continue
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+"#;
+
+#[test]
+fn a_run_cannot_make_capsule_burn_a_core_for_it() {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    /// What, capsule's environment, the loop, more options.
+    type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, &'a str, Vec<&'a str>);
+    let mut cases: Vec<Case> = vec![(
+        "signal guard",
+        vec![
+            ("CAPSULE_NO_NAMESPACES", "1"),
+            ("CAPSULE_LANDLOCK_ABI_MAX", "5"),
+        ],
+        SIGNAL_LOOP_PY,
+        vec![],
+    )];
+    let dir = shared_tempdir("capsule-guard-cpu-policy-");
+    let policy = dir.path().join("p.yaml");
+    std::fs::write(&policy, "version: 1\nlimits:\n  max_processes: 1000\n").unwrap();
+    let policy = policy.display().to_string();
+    if root {
+        cases.push((
+            "process guard",
+            vec![("CAPSULE_NO_NAMESPACES", "1"), ("CAPSULE_NO_CGROUPS", "1")],
+            FORK_LOOP_PY,
+            vec!["--policy", &policy],
+        ));
+    } else {
+        eprintln!("SKIP: the process guard runs as root only (RLIMIT_NPROC binds every other uid)");
+    }
+    for (what, env, code, extra) in cases {
+        let mut args: Vec<&str> = vec!["--best-effort", "--timeout", "20"];
+        args.extend(extra);
+        args.extend(["--", proxy_support::PYTHON, "-c", code]);
+        let started = Instant::now();
+        let (status, j, cpu) = exec_measured(&env, &args);
+        let took = started.elapsed();
+        eprintln!("{what}: capsule spent {cpu:.2} s of CPU; the run ended after {took:?}");
+        let ctx = format!("{what}: exit {status}, {took:?}, capsule's CPU {cpu:.2} s: {j}");
+        let e = &j["enforcement"];
+        match what {
+            "signal guard" => assert_eq!(e["signals"], "seccomp-notify", "{ctx}"),
+            _ => assert_eq!(e["limits"]["max_processes"], "seccomp-notify", "{ctx}"),
+        }
+        assert_eq!(j["killed"], true, "{ctx}");
+        assert!(
+            j["kill_reason"]
+                .as_str()
+                .unwrap_or("")
+                .contains("guards' CPU budget"),
+            "the run must be ended by the guards' budget, not by its timeout: {ctx}"
+        );
+        assert_eq!(status, 128 + libc::SIGKILL, "{ctx}");
+        // 2 s of budget, plus start-up and the last notifications' slack.
+        assert!(
+            cpu < 3.5,
+            "ESCAPE: the run made capsule spend {cpu:.2} s of CPU: {ctx}"
+        );
+    }
+}

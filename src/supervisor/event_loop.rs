@@ -86,15 +86,19 @@ pub struct Ended {
     pub timed_out: bool,
     /// The first of SIGINT/SIGTERM/SIGHUP/SIGQUIT capsule received.
     pub signal: Option<libc::c_int>,
+    /// The guards spent their CPU budget on the run's calls: killed.
+    pub guard_budget: bool,
 }
 
-/// Run until the child (init, or the command itself) has exited; returns its
-/// raw wait status. Messages from the child go to `on_msg`.
+/// Run until the child (init, or the keeper) has exited; returns its raw
+/// wait status. Messages from the child go to `on_msg`; when the guard
+/// thread says its CPU budget is spent (`exhausted`), the run is killed.
 pub async fn watch(
     sp: &Spawned,
     limit: Duration,
     grace: Duration,
     ended: &mut Ended,
+    exhausted: &tokio::sync::Notify,
     mut on_msg: impl FnMut(Msg, Option<OwnedFd>),
 ) -> Option<i32> {
     let pidfd = sys::pidfd_open(sp.pid)
@@ -164,7 +168,12 @@ pub async fn watch(
                     break None;
                 }
             }
-            _ = &mut deadline, if !ended.timed_out && ended.signal.is_none() => {
+            _ = exhausted.notified(), if !ended.guard_budget => {
+                ended.guard_budget = true;
+                tracing::warn!("the guards' CPU budget is spent; killing every process of the run");
+                kill_run(sp);
+            }
+            _ = &mut deadline, if !ended.timed_out && ended.signal.is_none() && !ended.guard_budget => {
                 ended.timed_out = true;
                 tracing::info!("wall-clock limit reached; sending SIGTERM to the run");
                 signal_run(sp, libc::SIGTERM);

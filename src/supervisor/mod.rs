@@ -541,6 +541,8 @@ struct Supervised {
     exec_failed: Option<Errno>,
     setup_failed: Option<(sys::channel::Stage, Errno)>,
     ended: event_loop::Ended,
+    /// The guards' CPU budget (`signals::cpu_budget`).
+    guard_budget: Duration,
 }
 
 impl Supervised {
@@ -550,6 +552,7 @@ impl Supervised {
             setup_failed: self.setup_failed,
             stop_signal: self.ended.signal,
             timed_out: self.ended.timed_out,
+            guard_budget: self.ended.guard_budget.then_some(self.guard_budget),
             exec_failed: self.exec_failed,
             status: self.status,
         }
@@ -589,13 +592,17 @@ async fn supervise(
         exec_failed: None,
         setup_failed: None,
         ended: event_loop::Ended::default(),
+        guard_budget: signals::cpu_budget(plan.limits.timeout, plan.limits.cpu_seconds),
     };
+    let budget = state.guard_budget;
+    let exhausted = signals::Exhausted::default();
     let mut guard: Option<signals::Guard> = None;
     let init_status = event_loop::watch(
         sp,
         plan.limits.timeout,
         grace,
         &mut state.ended,
+        &exhausted,
         |msg, fd| match msg {
             Msg::ExecFailed { errno } => state.exec_failed = Some(Errno::from_raw(errno)),
             Msg::SetupFailed { stage, errno } => {
@@ -610,8 +617,16 @@ async fn supervise(
                 let (tree, net, procs) = (signal_tree.take(), net_guard.take(), proc_guard.take());
                 let memfd = std::mem::take(&mut memfd_guard);
                 let wanted = tree.is_some() || net.is_some() || procs.is_some() || memfd;
+                let parts = signals::Parts {
+                    tree,
+                    net,
+                    procs,
+                    memfd,
+                    budget,
+                    exhausted: exhausted.clone(),
+                };
                 match (fd, guard.is_none() && wanted) {
-                    (Some(fd), true) => match signals::start(fd, tree, net, procs, memfd) {
+                    (Some(fd), true) => match signals::start(fd, parts) {
                         Ok(g) => guard = Some(g),
                         Err(e) => tracing::warn!("guard: cannot start: {e}"),
                     },

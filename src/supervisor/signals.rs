@@ -50,6 +50,7 @@
 //! redirect SIGIO.
 
 use std::os::fd::{AsFd, OwnedFd};
+use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -347,6 +348,28 @@ impl<P: Procs> Judge<'_, P> {
     }
 }
 
+/// The CPU time the guards may spend serving one run's notified calls.
+///
+/// Every notified call costs capsule work (a parent-chain walk, a `/proc`
+/// scan for a leaderless group, a census of the run's tasks per fork, a
+/// connect thread), on capsule's CPU, outside every limit of the run; a run
+/// that signals or forks in a loop would keep capsule busy on a core for as
+/// long as it runs. So the guards count as one more process of the run: they
+/// may use no more CPU time than one process of the run may (`cpu_seconds`,
+/// RLIMIT_CPU), and no more than a tenth of a core over the wall-clock limit;
+/// at least one second. Past it the run is killed (`kill_reason` names the
+/// budget); calls that arrive meanwhile are refused without any work.
+pub fn cpu_budget(timeout: Duration, cpu_seconds: Option<u64>) -> Duration {
+    let mut b = timeout / 10;
+    if let Some(c) = cpu_seconds {
+        b = b.min(Duration::from_secs(c));
+    }
+    b.max(Duration::from_secs(1))
+}
+
+/// What the guard thread tells the event loop: its CPU budget is spent.
+pub type Exhausted = std::sync::Arc<tokio::sync::Notify>;
+
 /// The thread serving the run's listener: the signal checks, the network
 /// guard, or both (one notify filter, one listener).
 pub struct Guard {
@@ -354,21 +377,26 @@ pub struct Guard {
     thread: std::thread::JoinHandle<(u64, u64)>,
 }
 
+/// The parts one guard thread serves, and what bounds it.
+pub struct Parts {
+    pub tree: Option<Tree>,
+    pub net: Option<super::netguard::NetGuard>,
+    pub procs: Option<super::procguard::ProcGuard>,
+    pub memfd: bool,
+    /// The thread's CPU budget ([`cpu_budget`]) and whom to tell when it is spent.
+    pub budget: Duration,
+    pub exhausted: Exhausted,
+}
+
 /// Serve `listener` on a thread of its own: signal calls are judged against
 /// `tree`, connect/listen by `net`, clone/fork/vfork by `procs`,
 /// memfd_create by the memfd guard with `memfd` (each refused without its judge).
-pub fn start(
-    listener: OwnedFd,
-    tree: Option<Tree>,
-    net: Option<super::netguard::NetGuard>,
-    procs: Option<super::procguard::ProcGuard>,
-    memfd: bool,
-) -> std::io::Result<Guard> {
+pub fn start(listener: OwnedFd, parts: Parts) -> std::io::Result<Guard> {
     let listener = std::sync::Arc::new(Listener::new(listener)?);
     let (stop_r, stop_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     let thread = std::thread::Builder::new()
         .name("capsule-guard".into())
-        .spawn(move || serve(&listener, &stop_r, tree.as_ref(), net, procs, memfd))?;
+        .spawn(move || serve(&listener, &stop_r, parts))?;
     Ok(Guard {
         stop: stop_w,
         thread,
@@ -387,22 +415,25 @@ impl Guard {
     }
 }
 
-fn serve(
-    listener: &std::sync::Arc<Listener>,
-    stop: &OwnedFd,
-    tree: Option<&Tree>,
-    net: Option<super::netguard::NetGuard>,
-    mut procs: Option<super::procguard::ProcGuard>,
-    memfd: bool,
-) -> (u64, u64) {
+fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (u64, u64) {
     use super::netguard::{self, Action, NetGuard};
     use super::procguard::ProcGuard;
+    let Parts {
+        tree,
+        net,
+        mut procs,
+        memfd,
+        budget,
+        exhausted,
+    } = parts;
     // Signals for capsule go to the event loop's thread, never here.
     let _ = crate::sys::block_all_signals();
-    let judge = tree.map(|tree| Judge {
+    let judge = tree.as_ref().map(|tree| Judge {
         tree,
         procs: ProcFs,
     });
+    // Spent: every call is refused at once, until the event loop has killed the run.
+    let mut spent = false;
     let in_flight = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let (mut allowed, mut refused) = (0u64, 0u64);
     loop {
@@ -432,7 +463,22 @@ fn serve(
                     break;
                 }
             };
-            let action = if super::memfdguard::handles(n.nr) {
+            if !spent && crate::sys::thread_cpu_time().is_none_or(|t| t > budget) {
+                spent = true;
+                tracing::warn!(
+                    "guard: {:.1} s of capsule's CPU spent on the run's checked calls: budget spent, the run is killed",
+                    budget.as_secs_f64()
+                );
+                exhausted.notify_one();
+            }
+            let action = if spent {
+                let errno = if ProcGuard::handles(n.nr) {
+                    libc::EAGAIN
+                } else {
+                    libc::EPERM
+                };
+                Action::Reply(Reply::Fail(errno))
+            } else if super::memfdguard::handles(n.nr) {
                 if memfd {
                     super::memfdguard::serve(listener, &n)
                 } else {
@@ -734,6 +780,16 @@ mod tests {
         let j = judge(&t, h);
         assert!(!j.in_tree(600));
         assert!(!j.in_tree(602));
+    }
+
+    #[test]
+    fn the_cpu_budget_is_a_tenth_of_the_timeout_at_most_cpu_seconds_at_least_a_second() {
+        let s = Duration::from_secs;
+        assert_eq!(cpu_budget(s(600), None), s(60));
+        assert_eq!(cpu_budget(s(600), Some(30)), s(30));
+        assert_eq!(cpu_budget(s(20), Some(300)), s(2));
+        assert_eq!(cpu_budget(s(3), None), s(1));
+        assert_eq!(cpu_budget(s(600), Some(0)), s(1));
     }
 
     #[test]

@@ -138,6 +138,17 @@ pub fn lower_this_thread(fsuid: u32, fsgid: u32) -> Result<(), Errno> {
     raw::clear_capabilities().map(drop).map_err(Errno::from_raw)
 }
 
+/// The calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID); None if unreadable.
+pub fn thread_cpu_time() -> Option<std::time::Duration> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into our local.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    (rc == 0).then(|| std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
+}
+
 /// Make `fd` non-blocking (and keep it open).
 pub fn set_nonblocking(fd: RawFd) -> Result<(), Errno> {
     // SAFETY: fcntl on a descriptor we own.
