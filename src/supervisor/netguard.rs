@@ -53,7 +53,7 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use nix::errno::Errno;
@@ -328,25 +328,34 @@ impl Connect {
     }
 }
 
+/// The connect threads in flight, and the CPU time (nanoseconds) the ended
+/// ones spent, which counts against the guards' CPU budget.
+#[derive(Default)]
+pub struct Threads {
+    pub in_flight: AtomicUsize,
+    pub cpu_nanos: AtomicU64,
+}
+
 /// Serve a connect on a thread of its own (at most [`MAX_BLOCKING`] at once).
-pub fn serve_connect(
-    listener: &Arc<Listener>,
-    id: u64,
-    conn: Connect,
-    in_flight: &Arc<AtomicUsize>,
-) {
+pub fn serve_connect(listener: &Arc<Listener>, id: u64, conn: Connect, threads: &Arc<Threads>) {
+    let in_flight = &threads.in_flight;
     if in_flight.fetch_add(1, Ordering::SeqCst) >= MAX_BLOCKING {
         in_flight.fetch_sub(1, Ordering::SeqCst);
         answer(listener, id, Reply::Fail(libc::EAGAIN));
         return;
     }
-    let (l, n) = (Arc::clone(listener), Arc::clone(in_flight));
+    let (l, t) = (Arc::clone(listener), Arc::clone(threads));
     let spawned = std::thread::Builder::new()
         .name("capsule-connect".into())
         .spawn(move || {
             let _ = crate::sys::block_all_signals();
             answer(&l, id, conn.run());
-            n.fetch_sub(1, Ordering::SeqCst);
+            let spent = crate::sys::thread_cpu_time().unwrap_or_default();
+            t.cpu_nanos.fetch_add(
+                u64::try_from(spent.as_nanos()).unwrap_or(u64::MAX),
+                Ordering::Relaxed,
+            );
+            t.in_flight.fetch_sub(1, Ordering::SeqCst);
         });
     if let Err(e) = spawned {
         in_flight.fetch_sub(1, Ordering::SeqCst);

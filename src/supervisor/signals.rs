@@ -434,7 +434,7 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
     });
     // Spent: every call is refused at once, until the event loop has killed the run.
     let mut spent = false;
-    let in_flight = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let threads = std::sync::Arc::new(netguard::Threads::default());
     let (mut allowed, mut refused) = (0u64, 0u64);
     loop {
         let mut fds = [
@@ -463,7 +463,13 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
                     break;
                 }
             };
-            if !spent && crate::sys::thread_cpu_time().is_none_or(|t| t > budget) {
+            // This thread's time and the ended connect threads'.
+            let used = crate::sys::thread_cpu_time().map(|t| {
+                t + Duration::from_nanos(
+                    threads.cpu_nanos.load(std::sync::atomic::Ordering::Relaxed),
+                )
+            });
+            if !spent && used.is_none_or(|t| t > budget) {
                 spent = true;
                 tracing::warn!(
                     "guard: {:.1} s of capsule's CPU spent on the run's checked calls: budget spent, the run is killed",
@@ -503,7 +509,7 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
             let reply = match action {
                 Action::Connect(conn) => {
                     allowed += 1;
-                    netguard::serve_connect(listener, n.id, conn, &in_flight);
+                    netguard::serve_connect(listener, n.id, conn, &threads);
                     continue;
                 }
                 Action::Answered => {
