@@ -57,8 +57,13 @@ pub fn signal_run(sp: &Spawned, sig: libc::c_int) {
     match sp.tree {
         TreeMode::PidNamespace => sys::signal(sp.pid, sig),
         TreeMode::Subreaper => {
-            sys::signal(-sp.command, sig);
-            sys::signal(sp.command, sig);
+            // Not reported yet: the command has not exec'd; kill_run's
+            // SIGKILL of the keeper still takes it down (PR_SET_PDEATHSIG).
+            let command = sp.command.get();
+            if command > 0 {
+                sys::signal(-command, sig);
+                sys::signal(command, sig);
+            }
         }
     }
 }
@@ -150,6 +155,10 @@ pub async fn watch(
 
     let status = loop {
         tokio::select! {
+            // In this order: the child's exit and its messages before any
+            // timer or signal, so that a signal is forwarded to the command
+            // the keeper's command stage already reported (`Msg::Command`).
+            biased;
             r = async { pidfd.as_ref().unwrap().readable().await }, if pidfd.is_some() => {
                 if let Ok(mut guard) = r {
                     if let Some(st) = try_wait(sp.pid) { break Some(st); }

@@ -245,6 +245,19 @@ fn run_prepared(
         }
     };
     tracing::debug!("supervisor: spawned");
+    // The signal and process guards judge by the command's pid: under the
+    // keeper, wait for its report (only then; it arrives before the
+    // listener they serve).
+    let tree_guard = layers.signals == sandbox::SignalLayer::SeccompNotify
+        || layers.limits.get("max_processes").map(String::as_str) == Some("seccomp-notify");
+    if spawned.tree == TreeMode::Subreaper && tree_guard {
+        if let Err(e) = spawn::await_command(&spawned) {
+            sys::signal(spawned.pid, libc::SIGKILL);
+            sys::wait_blocking(spawned.pid);
+            treekill::kill_children(&spawned.inherited, 64);
+            return fail("starting the run", &e);
+        }
+    }
 
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -263,7 +276,8 @@ fn run_prepared(
     // The run's signal filter sends its listener before exec; the guard
     // serving it needs to know the run (the command has not exec'd yet).
     let signal_tree = if layers.signals == sandbox::SignalLayer::SeccompNotify {
-        let tree = signals::Tree::for_run(spawned.command, keeper(&spawned), &spawned.inherited);
+        let tree =
+            signals::Tree::for_run(spawned.command.get(), keeper(&spawned), &spawned.inherited);
         if tree.is_none() {
             tracing::warn!(
                 "signal guard: /proc does not show capsule as itself; every checked signal call of the run fails"
@@ -287,7 +301,7 @@ fn run_prepared(
         let census = if spawned.tree == TreeMode::PidNamespace {
             Some(procguard::Census::PidNamespace { init: spawned.pid })
         } else {
-            signals::Tree::for_run(spawned.command, keeper(&spawned), &spawned.inherited)
+            signals::Tree::for_run(spawned.command.get(), keeper(&spawned), &spawned.inherited)
                 .map(procguard::Census::Tree)
         };
         if census.is_none() {
@@ -609,8 +623,12 @@ async fn supervise(
                 state.setup_failed = Some((stage, Errno::from_raw(errno)))
             }
             Msg::Exited { status } => state.status = Some(status),
-            // Read by `spawn` before the event loop; never again.
-            Msg::Command { pid } => tracing::warn!("a second command pid {pid} reported; ignored"),
+            // The command stage's first word under the keeper (unless
+            // `await_command` read it already): whom signals go to.
+            Msg::Command { pid } if pid > 0 && sp.command.get() == 0 => sp.command.set(pid),
+            Msg::Command { pid } => {
+                tracing::warn!("an unexpected command pid {pid} reported; ignored")
+            }
             Msg::Fd { tag } if tag == signals::LISTENER_TAG => {
                 // Without a guard the listener closes here, and every
                 // notified call of the run fails (ENOSYS).
@@ -642,7 +660,8 @@ async fn supervise(
         state.status = state.status.or(init_status);
         // The keeper killed whatever the command left behind; should it be
         // gone, what it held was reparented to capsule and goes now.
-        treekill::kill_descendants(Some(sp.command), &sp.inherited, 64);
+        let command = sp.command.get();
+        treekill::kill_descendants((command > 0).then_some(command), &sp.inherited, 64);
     }
     if let Some(g) = guard {
         g.stop();

@@ -97,9 +97,12 @@ pub struct NsRequest {
 pub struct Spawned {
     /// capsule's child: init, or the keeper (no pid namespace).
     pub pid: libc::pid_t,
-    /// The command stage's pid as capsule sees it (the keeper's child; in a
-    /// pid namespace, init's pid).
-    pub command: libc::pid_t,
+    /// The command stage's pid as capsule sees it: in a pid namespace,
+    /// init's pid; under the keeper, its child, 0 until the command stage
+    /// reports it (its first message: [`await_command`], or the event loop).
+    /// capsule never waits for it unless a guard needs it before the run
+    /// starts: the no-namespace path costs no more start-up than a clone.
+    pub command: std::cell::Cell<libc::pid_t>,
     pub tree: TreeMode,
     pub netns: bool,
     /// Supervisor's end of the typed channel.
@@ -193,21 +196,10 @@ pub fn spawn(
             if go_needed {
                 ours.send_go().map_err(SpawnError::Go)?;
             }
-            let command = if tree == TreeMode::Subreaper {
-                match command_of_keeper(&ours) {
-                    Ok(c) => c,
-                    Err(e) => {
-                        sys::signal(pid, libc::SIGKILL);
-                        let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
-                        return Err(e);
-                    }
-                }
-            } else {
-                pid
-            };
+            let command = if tree == TreeMode::Subreaper { 0 } else { pid };
             Ok(Spawned {
                 pid,
-                command,
+                command: std::cell::Cell::new(command),
                 tree,
                 netns: flags & libc::CLONE_NEWNET != 0,
                 chan: ours,
@@ -227,11 +219,15 @@ pub fn spawn(
     }
 }
 
-/// The command's pid: the first message of the command stage the keeper
-/// created (it comes before anything else the run sends). A keeper or
-/// command that failed first reports why instead.
-fn command_of_keeper(chan: &Channel) -> Result<libc::pid_t, SpawnError> {
+/// Wait for the command's pid under the keeper: the first message of the
+/// command stage (it comes before anything else the run sends). A keeper or
+/// command that failed first reports why instead (the run is then refused).
+pub fn await_command(sp: &Spawned) -> Result<libc::pid_t, SpawnError> {
     use std::os::fd::AsFd;
+    if sp.command.get() > 0 {
+        return Ok(sp.command.get());
+    }
+    let chan = &sp.chan;
     let fd = chan
         .try_clone_fd()
         .map_err(|e| SpawnError::NoCommand(e.to_string()))?;
@@ -246,7 +242,10 @@ fn command_of_keeper(chan: &Channel) -> Result<libc::pid_t, SpawnError> {
         Err(e) => return Err(SpawnError::NoCommand(e.to_string())),
     }
     match chan.recv() {
-        Ok(Some((Some(sys::channel::Msg::Command { pid }), _))) if pid > 0 => Ok(pid),
+        Ok(Some((Some(sys::channel::Msg::Command { pid }), _))) if pid > 0 => {
+            sp.command.set(pid);
+            Ok(pid)
+        }
         Ok(Some((Some(sys::channel::Msg::SetupFailed { stage, errno }), _))) => {
             Err(SpawnError::NoCommand(format!(
                 "{}: {}",
