@@ -25,6 +25,8 @@ pub struct Ending {
     pub stop_signal: Option<i32>,
     /// The wall-clock limit was reached and the run was ended.
     pub timed_out: bool,
+    /// The guards spent this CPU budget on the run's calls; the run was killed.
+    pub guard_budget: Option<Duration>,
     /// The command's execve failed with this errno.
     pub exec_failed: Option<Errno>,
     /// The command's raw wait status, when it was reported.
@@ -117,6 +119,18 @@ pub fn classify(e: &Ending, ctx: &Context<'_>, oom_killed: impl FnOnce() -> bool
                 ctx.grace.as_secs_f64()
             )),
             ..Verdict::signaled(Reason::Signaled, sig)
+        };
+    }
+    if let Some(budget) = e.guard_budget {
+        return Verdict {
+            killed: true,
+            kill_reason: Some(format!(
+                "the guards' CPU budget of {}s reached: capsule's time serving the run's checked system calls \
+                 (signal, process, network and memfd guards), at most a tenth of limits.timeout_seconds and \
+                 no more than limits.cpu_seconds; the process tree was killed",
+                budget.as_secs_f64()
+            )),
+            ..Verdict::signaled(Reason::GuardBudget, libc::SIGKILL)
         };
     }
     if e.timed_out {
@@ -232,6 +246,28 @@ mod tests {
     }
 
     #[test]
+    fn a_spent_guard_budget_is_a_kill_that_names_it() {
+        let v = judge(Ending {
+            guard_budget: Some(Duration::from_secs(2)),
+            timed_out: true,
+            status: killed_by(libc::SIGKILL),
+            ..Ending::default()
+        });
+        assert_eq!(v.reason, Reason::GuardBudget);
+        assert_eq!(v.termination, Termination::Signaled);
+        assert_eq!((v.exit_code, v.signal, v.killed), (137, Some(9), true));
+        let why = v.kill_reason.unwrap_or_default();
+        assert!(why.contains("guards' CPU budget of 2s"), "{why}");
+        // A signal to capsule still comes first.
+        let v = judge(Ending {
+            guard_budget: Some(Duration::from_secs(2)),
+            stop_signal: Some(libc::SIGTERM),
+            ..Ending::default()
+        });
+        assert_eq!(v.reason, Reason::Signaled);
+    }
+
+    #[test]
     fn a_signal_is_128_plus_n_and_oom_is_asked_only_for_sigkill() {
         let v = judge(Ending {
             status: killed_by(libc::SIGSEGV),
@@ -304,6 +340,7 @@ mod tests {
             setup_failed: Some((Stage::Landlock, Errno::EPERM)),
             stop_signal: Some(libc::SIGINT),
             timed_out: true,
+            guard_budget: Some(Duration::from_secs(1)),
             exec_failed: Some(Errno::ENOENT),
             status: exited(0),
         }));
@@ -375,11 +412,16 @@ mod tests {
             for exec_failed in errnos {
                 for timed_out in [false, true] {
                     for stop_signal in [None, Some(libc::SIGHUP)] {
-                        for oom in [false, true] {
+                        for (oom, guard_budget) in [
+                            (false, None),
+                            (true, None),
+                            (false, Some(Duration::from_secs(1))),
+                        ] {
                             let e = Ending {
                                 setup_failed: None,
                                 stop_signal,
                                 timed_out,
+                                guard_budget,
                                 exec_failed,
                                 status,
                             };

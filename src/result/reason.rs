@@ -50,6 +50,9 @@ reasons! {
     MemoryLimit = "memory_limit",
     /// The wall-clock limit was reached.
     Timeout = "timeout",
+    /// The guards spent their CPU budget serving the run's checked calls
+    /// (`supervisor::signals::cpu_budget`): the run was killed.
+    GuardBudget = "guard_budget",
     // The command could not start, or vanished.
     /// execve found no such file.
     CommandNotFound = "command_not_found",
@@ -81,7 +84,7 @@ impl Reason {
     pub const fn termination(self) -> Termination {
         match self {
             Reason::ExitZero | Reason::ExitNonzero => Termination::Exited,
-            Reason::Signaled | Reason::MemoryLimit => Termination::Signaled,
+            Reason::Signaled | Reason::MemoryLimit | Reason::GuardBudget => Termination::Signaled,
             Reason::Timeout => Termination::Timeout,
             Reason::CommandNotFound | Reason::CannotExecute | Reason::LostChild => {
                 Termination::Error
@@ -102,7 +105,9 @@ impl Reason {
     pub const fn exit_code(self) -> Option<i32> {
         match self {
             Reason::ExitZero => Some(0),
-            Reason::ExitNonzero | Reason::Signaled | Reason::MemoryLimit => None,
+            Reason::ExitNonzero | Reason::Signaled | Reason::MemoryLimit | Reason::GuardBudget => {
+                None
+            }
             Reason::Timeout => Some(exit::TIMEOUT),
             Reason::CommandNotFound => Some(exit::NOT_FOUND),
             Reason::CannotExecute => Some(exit::CANNOT_EXECUTE),
@@ -177,6 +182,8 @@ mod tests {
                 "signaled",
                 "memory_limit",
                 "timeout",
+                // Added with the guards' CPU budget (issue 20).
+                "guard_budget",
                 "command_not_found",
                 "cannot_execute",
                 "lost_child",
@@ -212,6 +219,8 @@ mod tests {
         assert_eq!(Reason::CannotExecute.exit_code(), Some(126));
         assert_eq!(Reason::ExitZero.termination(), Termination::Exited);
         assert_eq!(Reason::MemoryLimit.termination(), Termination::Signaled);
+        assert_eq!(Reason::GuardBudget.termination(), Termination::Signaled);
+        assert_eq!(Reason::GuardBudget.exit_code(), None);
         assert_eq!(Reason::LostChild.termination(), Termination::Error);
     }
 }

@@ -22,6 +22,13 @@
 //!   of the namespace, reaps orphans, and when the command ends kills
 //!   whatever is left, reports the wait status and exits. If the supervisor
 //!   dies, PR_SET_PDEATHSIG kills init and with it the whole namespace.
+//! * [`keeper_main`]: where the run has no pid namespace, the keeper sits
+//!   between capsule and the command: a child subreaper, so every orphan of
+//!   the run (a `setsid`'d daemon whose parent exited) is reparented to it,
+//!   not to capsule. It reports the command's wait status, and kills every
+//!   process left when the command ends — and when capsule dies, even by
+//!   SIGKILL (PR_SET_PDEATHSIG): so a SIGKILLed capsule leaves nothing of
+//!   the run behind on this path either.
 //! * [`command_main`]: confines this process and execs the command.
 
 use std::ffi::{c_char, c_int, CString};
@@ -74,6 +81,9 @@ pub struct ChildSpec {
     pub loopback_up: bool,
     /// The run's view of the host, mounted by init in its new mount namespace.
     pub view: Option<crate::sandbox::view::View>,
+    /// The first stage is the keeper ([`keeper_main`]; the no-namespace
+    /// path), which creates the command (set by `spawn`).
+    pub keeper: bool,
     /// The child's end of the channel (set by `spawn`).
     pub chan: RawFd,
     /// Top of the stack the command stage runs on when init creates it (set by `spawn`).
@@ -110,6 +120,7 @@ impl ChildSpec {
             net_setup: None,
             loopback_up: false,
             view: None,
+            keeper: false,
             chan: -1,
             command_stack: None,
         }
@@ -240,12 +251,38 @@ pub(crate) fn init_main(spec: &'static ChildSpec) -> c_int {
         Ok(pid) => pid,
         Err(e) => fail(spec, Stage::Fork, e),
     };
-    // Init keeps nothing but stdio and its channel: not the command's
-    // plumbing (end-of-file on the capture pipes and the RPC socket must mean
-    // that every process of the run is gone), nor the Landlock ruleset or the
-    // plan's O_PATH descriptors. The descriptor table is init's own copy (no
-    // CLONE_FILES). Where close_range is missing or filtered (an outer
-    // seccomp profile), at least the plumbing goes.
+    keep_only_channel(spec);
+    let mut waited = SigSet::of(&FORWARDED);
+    waited.0 |= SigSet::of(&[libc::SIGCHLD]).0;
+    loop {
+        match raw::sigwait(waited) {
+            Ok(s) if s as c_int == libc::SIGCHLD => {
+                if let Some(status) = reap(cmd) {
+                    // The command is done: nothing it left behind survives it.
+                    // Every process of the namespace descends from init, so
+                    // when init has no child left there is nothing to kill
+                    // (and kill(-1) walks every task of the system).
+                    if raw::wait4(-1, libc::WNOHANG | libc::__WALL) != Err(libc::ECHILD) {
+                        raw::kill(-1, libc::SIGKILL);
+                        while raw::wait4(-1, libc::__WALL).is_ok() {}
+                    }
+                    report(spec.chan, Msg::Exited { status });
+                    raw::exit_group(0);
+                }
+            }
+            Ok(s) => raw::kill(-1, s as c_int),
+            Err(_) => {}
+        }
+    }
+}
+
+/// Keep nothing but stdio and the channel (init, the keeper): not the
+/// command's plumbing (end-of-file on the capture pipes and the RPC socket
+/// must mean that every process of the run is gone), nor the Landlock
+/// ruleset or the plan's O_PATH descriptors. The descriptor table is the
+/// stage's own copy (no CLONE_FILES). Where close_range is missing or
+/// filtered (an outer seccomp profile), at least the plumbing goes.
+fn keep_only_channel(spec: &ChildSpec) {
     let below = if spec.chan > 3 {
         raw::close_range(3, (spec.chan - 1) as std::ffi::c_uint)
     } else {
@@ -269,28 +306,131 @@ pub(crate) fn init_main(spec: &'static ChildSpec) -> c_int {
             raw::close(fd.as_raw_fd());
         }
     }
-    let mut waited = SigSet::of(&FORWARDED);
-    waited.0 |= SigSet::of(&[libc::SIGCHLD]).0;
+}
+
+/// The signal the keeper asks for when capsule dies (PR_SET_PDEATHSIG). It
+/// is a notice, not a verdict: the keeper then asks whether its parent is
+/// still capsule, so the same signal from anyone else changes nothing.
+const KEEPER_DEATH_NOTICE: c_int = libc::SIGTERM;
+
+/// The keeper, capsule's child where the run has no pid namespace (see the
+/// module docs). Starts with every signal blocked, like init.
+pub(crate) fn keeper_main(spec: &'static ChildSpec) -> c_int {
+    if let Err(e) = raw::prctl(libc::PR_SET_PDEATHSIG, KEEPER_DEATH_NOTICE as usize) {
+        fail(spec, Stage::Session, e);
+    }
+    // capsule died before PR_SET_PDEATHSIG took effect: nothing of the run exists yet.
+    if raw::getppid() != spec.parent_pid {
+        raw::exit_group(125);
+    }
+    if let Err(e) = raw::prctl(libc::PR_SET_CHILD_SUBREAPER, 1) {
+        fail(spec, Stage::Session, e);
+    }
+    // The cgroup (if any) is joined by the keeper: the command inherits it.
+    if spec.wait_go {
+        wait_go(spec);
+    }
+    let Some(stack) = spec.command_stack else {
+        fail(spec, Stage::Fork, libc::EINVAL)
+    };
+    let cmd = match crate::sys::stage::clone_stage(
+        libc::CLONE_VFORK,
+        stack,
+        crate::sys::stage::Entry::Command,
+        spec,
+    ) {
+        Ok(pid) => pid,
+        Err(e) => fail(spec, Stage::Fork, e),
+    };
+    keep_only_channel(spec);
+    let waited = SigSet::of(&[libc::SIGCHLD, KEEPER_DEATH_NOTICE]);
     loop {
         match raw::sigwait(waited) {
             Ok(s) if s as c_int == libc::SIGCHLD => {
                 if let Some(status) = reap(cmd) {
-                    // The command is done: nothing it left behind survives it.
-                    // Every process of the namespace descends from init, so
-                    // when init has no child left there is nothing to kill
-                    // (and kill(-1) walks every task of the system).
-                    if raw::wait4(-1, libc::WNOHANG | libc::__WALL) != Err(libc::ECHILD) {
-                        raw::kill(-1, libc::SIGKILL);
-                        while raw::wait4(-1, libc::__WALL).is_ok() {}
-                    }
+                    kill_every_child();
                     report(spec.chan, Msg::Exited { status });
                     raw::exit_group(0);
                 }
             }
-            Ok(s) => raw::kill(-1, s as c_int),
+            Ok(_) => {
+                if raw::getppid() != spec.parent_pid {
+                    // capsule is gone: so is the run.
+                    kill_every_child();
+                    raw::exit_group(0);
+                }
+            }
             Err(_) => {}
         }
     }
+}
+
+/// SIGKILL every child of this process, round after round, reaping each,
+/// until none is left. The keeper is a child subreaper: a process of the run
+/// whose parent dies is reparented to it before that parent can be reaped, so
+/// once it has no child, nothing of the run is left. A fork racing the kill
+/// is bounded by the run's process limit and by capsule's absence (the
+/// process guard's listener is gone: a guarded fork fails).
+fn kill_every_child() {
+    loop {
+        if !kill_listed_children() {
+            // No list of children (no /proc here, or a kernel built without
+            // CONFIG_PROC_CHILDREN; planning reports it): reap what ended and
+            // never wait for a child nothing killed.
+            while let Ok((pid, _)) = raw::wait4(-1, libc::WNOHANG | libc::__WALL) {
+                if pid <= 0 {
+                    break;
+                }
+            }
+            return;
+        }
+        if raw::wait4(-1, libc::__WALL).is_err() {
+            // ECHILD: none left.
+            return;
+        }
+    }
+}
+
+/// The keeper's list of its children (single-threaded: its one thread's).
+pub const CHILDREN_FILE: &std::ffi::CStr = c"/proc/thread-self/children";
+
+/// SIGKILL each child [`CHILDREN_FILE`] lists (a child cannot be reused
+/// before it is reaped, so each pid is one of ours); false when the list
+/// cannot be read.
+fn kill_listed_children() -> bool {
+    let Ok(fd) = raw::openat(
+        libc::AT_FDCWD,
+        CHILDREN_FILE,
+        libc::O_RDONLY | libc::O_CLOEXEC,
+    ) else {
+        return false;
+    };
+    let fd = fd as c_int;
+    let mut buf = [0u8; 512];
+    let (mut pid, mut digits) = (0 as c_int, false);
+    let ok = loop {
+        let n = match raw::read(fd, &mut buf) {
+            Ok(0) => break true,
+            Ok(n) => n,
+            Err(_) => break false,
+        };
+        for &b in &buf[..n.min(buf.len())] {
+            if b.is_ascii_digit() {
+                pid = pid.saturating_mul(10).saturating_add(c_int::from(b - b'0'));
+                digits = true;
+            } else {
+                if digits && pid > 0 {
+                    raw::kill(pid, libc::SIGKILL);
+                }
+                (pid, digits) = (0, false);
+            }
+        }
+    };
+    if digits && pid > 0 {
+        raw::kill(pid, libc::SIGKILL);
+    }
+    raw::close(fd);
+    ok
 }
 
 /// Reap every exited child without blocking; the command's wait status if it was among them.
@@ -319,11 +459,21 @@ pub(crate) fn command_main(spec: &'static ChildSpec) -> c_int {
     if let Err(e) = raw::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as usize) {
         fail(spec, Stage::Session, e);
     }
-    // The supervisor may have died before PR_SET_PDEATHSIG took effect.
-    if spec.parent_pid != 0 && raw::getppid() != spec.parent_pid {
+    if spec.keeper {
+        // Created by the keeper: capsule (a child subreaper too) or init is
+        // its parent only if the keeper died before PR_SET_PDEATHSIG took
+        // effect. Then capsule learns the command's pid, the first word on
+        // the channel from this stage.
+        let parent = raw::getppid();
+        if parent == spec.parent_pid || parent == 1 {
+            raw::exit_group(125);
+        }
+        report(spec.chan, Msg::Command { pid: raw::getpid() });
+    } else if spec.parent_pid != 0 && raw::getppid() != spec.parent_pid {
+        // The supervisor may have died before PR_SET_PDEATHSIG took effect.
         raw::exit_group(125);
     }
-    if spec.wait_go && spec.parent_pid != 0 {
+    if spec.wait_go && spec.parent_pid != 0 && !spec.keeper {
         wait_go(spec);
     }
     if let Err(e) = raw::setsid() {

@@ -108,7 +108,16 @@ pub const NET_GUARD_UNIX_LIMITATION: &str =
     "network guard with allow_unix_sockets: capsule makes every connect of the run itself (never lets one \
      through after its check, which a thread could race by swapping an IP socket in), so a connect to an \
      abstract Unix socket fails with EACCES (only Landlock's scope could tell the run's own from the \
-     host's, and it does not bind capsule); pathname Unix sockets connect as usual";
+     host's, and it does not bind capsule); pathname Unix sockets connect as usual, with the run's uid, gid \
+     and no capability, but the server's SO_PEERCRED/SO_PEERPIDFD names capsule's pid (a server that judges \
+     its peer by that pid's /proc entry sees capsule, not the run)";
+
+/// Whether the keeper of a run without a pid namespace can list its
+/// children (`/proc/thread-self/children`), as it must to kill the run's
+/// tree when capsule dies.
+pub fn keeper_can_list_children() -> bool {
+    std::fs::File::open("/proc/thread-self/children").is_ok()
+}
 
 /// Whether the network guard (`supervisor::netguard`) can serve a run on
 /// this machine: a seccomp listener, pidfd_getfd and ptrace access to the
@@ -501,9 +510,16 @@ pub fn prepare(
         } else {
             missing.extend(NO_VIEW_GAPS.iter().map(|s| s.to_string()));
         }
-        missing.push(
-            "pid namespace: a setsid'd descendant can outlive capsule if capsule itself is SIGKILLed".into(),
-        );
+        // The keeper (`child::keeper_main`) kills the run's tree when capsule
+        // dies, by the list of its children, which only /proc gives.
+        if !keeper_can_list_children() {
+            missing.push(
+                "pid namespace: a setsid'd descendant can outlive capsule if capsule itself is SIGKILLed (the \
+                 keeper that takes the run down with capsule needs /proc/thread-self/children: /proc and a \
+                 kernel with CONFIG_PROC_CHILDREN)"
+                    .into(),
+            );
+        }
         None
     };
 
@@ -614,7 +630,8 @@ pub fn prepare(
         None
     };
     let nproc_base = if procs == Mechanism::Rlimit && !want_pidns {
-        rlimits::uid_process_count(nix::unistd::getuid().as_raw())
+        // And the keeper, one more process of the uid.
+        rlimits::uid_process_count(nix::unistd::getuid().as_raw()) + 1
     } else {
         0
     };

@@ -57,8 +57,13 @@ pub fn signal_run(sp: &Spawned, sig: libc::c_int) {
     match sp.tree {
         TreeMode::PidNamespace => sys::signal(sp.pid, sig),
         TreeMode::Subreaper => {
-            sys::signal(-sp.pid, sig);
-            sys::signal(sp.pid, sig);
+            // Not reported yet: the command has not exec'd; kill_run's
+            // SIGKILL of the keeper still takes it down (PR_SET_PDEATHSIG).
+            let command = sp.command.get();
+            if command > 0 {
+                sys::signal(-command, sig);
+                sys::signal(command, sig);
+            }
         }
     }
 }
@@ -86,15 +91,19 @@ pub struct Ended {
     pub timed_out: bool,
     /// The first of SIGINT/SIGTERM/SIGHUP/SIGQUIT capsule received.
     pub signal: Option<libc::c_int>,
+    /// The guards spent their CPU budget on the run's calls: killed.
+    pub guard_budget: bool,
 }
 
-/// Run until the child (init, or the command itself) has exited; returns its
-/// raw wait status. Messages from the child go to `on_msg`.
+/// Run until the child (init, or the keeper) has exited; returns its raw
+/// wait status. Messages from the child go to `on_msg`; when the guard
+/// thread says its CPU budget is spent (`exhausted`), the run is killed.
 pub async fn watch(
     sp: &Spawned,
     limit: Duration,
     grace: Duration,
     ended: &mut Ended,
+    exhausted: &tokio::sync::Notify,
     mut on_msg: impl FnMut(Msg, Option<OwnedFd>),
 ) -> Option<i32> {
     let pidfd = sys::pidfd_open(sp.pid)
@@ -146,6 +155,10 @@ pub async fn watch(
 
     let status = loop {
         tokio::select! {
+            // In this order: the child's exit and its messages before any
+            // timer or signal, so that a signal is forwarded to the command
+            // the keeper's command stage already reported (`Msg::Command`).
+            biased;
             r = async { pidfd.as_ref().unwrap().readable().await }, if pidfd.is_some() => {
                 if let Ok(mut guard) = r {
                     if let Some(st) = try_wait(sp.pid) { break Some(st); }
@@ -164,7 +177,12 @@ pub async fn watch(
                     break None;
                 }
             }
-            _ = &mut deadline, if !ended.timed_out && ended.signal.is_none() => {
+            _ = exhausted.notified(), if !ended.guard_budget => {
+                ended.guard_budget = true;
+                tracing::warn!("the guards' CPU budget is spent; killing every process of the run");
+                kill_run(sp);
+            }
+            _ = &mut deadline, if !ended.timed_out && ended.signal.is_none() && !ended.guard_budget => {
                 ended.timed_out = true;
                 tracing::info!("wall-clock limit reached; sending SIGTERM to the run");
                 signal_run(sp, libc::SIGTERM);

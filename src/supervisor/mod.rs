@@ -245,6 +245,19 @@ fn run_prepared(
         }
     };
     tracing::debug!("supervisor: spawned");
+    // The signal and process guards judge by the command's pid: under the
+    // keeper, wait for its report (only then; it arrives before the
+    // listener they serve).
+    let tree_guard = layers.signals == sandbox::SignalLayer::SeccompNotify
+        || layers.limits.get("max_processes").map(String::as_str) == Some("seccomp-notify");
+    if spawned.tree == TreeMode::Subreaper && tree_guard {
+        if let Err(e) = spawn::await_command(&spawned) {
+            sys::signal(spawned.pid, libc::SIGKILL);
+            sys::wait_blocking(spawned.pid);
+            treekill::kill_children(&spawned.inherited, 64);
+            return fail("starting the run", &e);
+        }
+    }
 
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -263,7 +276,8 @@ fn run_prepared(
     // The run's signal filter sends its listener before exec; the guard
     // serving it needs to know the run (the command has not exec'd yet).
     let signal_tree = if layers.signals == sandbox::SignalLayer::SeccompNotify {
-        let tree = signals::Tree::for_run(spawned.pid, &spawned.inherited);
+        let tree =
+            signals::Tree::for_run(spawned.command.get(), keeper(&spawned), &spawned.inherited);
         if tree.is_none() {
             tracing::warn!(
                 "signal guard: /proc does not show capsule as itself; every checked signal call of the run fails"
@@ -287,7 +301,8 @@ fn run_prepared(
         let census = if spawned.tree == TreeMode::PidNamespace {
             Some(procguard::Census::PidNamespace { init: spawned.pid })
         } else {
-            signals::Tree::for_run(spawned.pid, &spawned.inherited).map(procguard::Census::Tree)
+            signals::Tree::for_run(spawned.command.get(), keeper(&spawned), &spawned.inherited)
+                .map(procguard::Census::Tree)
         };
         if census.is_none() {
             tracing::warn!(
@@ -349,6 +364,11 @@ fn run_prepared(
     let verdict = result::classify(&sup.ending(), &context, || layers.cgroup.oom_killed());
     let reason = verdict.apply(&mut r);
     Attempt::Finished(Box::new(Finished { result: r, reason }))
+}
+
+/// The keeper of a run without a pid namespace (capsule's child there).
+fn keeper(spawned: &Spawned) -> Option<libc::pid_t> {
+    (spawned.tree == TreeMode::Subreaper).then_some(spawned.pid)
 }
 
 /// Spawn the child (`spec`) into its namespaces and cgroup, and pick how its
@@ -541,6 +561,8 @@ struct Supervised {
     exec_failed: Option<Errno>,
     setup_failed: Option<(sys::channel::Stage, Errno)>,
     ended: event_loop::Ended,
+    /// The guards' CPU budget (`signals::cpu_budget`).
+    guard_budget: Duration,
 }
 
 impl Supervised {
@@ -550,6 +572,7 @@ impl Supervised {
             setup_failed: self.setup_failed,
             stop_signal: self.ended.signal,
             timed_out: self.ended.timed_out,
+            guard_budget: self.ended.guard_budget.then_some(self.guard_budget),
             exec_failed: self.exec_failed,
             status: self.status,
         }
@@ -589,27 +612,45 @@ async fn supervise(
         exec_failed: None,
         setup_failed: None,
         ended: event_loop::Ended::default(),
+        guard_budget: signals::cpu_budget(plan.limits.timeout, plan.limits.cpu_seconds),
     };
+    let budget = state.guard_budget;
+    let exhausted = signals::Exhausted::default();
     let mut guard: Option<signals::Guard> = None;
     let init_status = event_loop::watch(
         sp,
         plan.limits.timeout,
         grace,
         &mut state.ended,
+        &exhausted,
         |msg, fd| match msg {
             Msg::ExecFailed { errno } => state.exec_failed = Some(Errno::from_raw(errno)),
             Msg::SetupFailed { stage, errno } => {
                 state.setup_failed = Some((stage, Errno::from_raw(errno)))
             }
             Msg::Exited { status } => state.status = Some(status),
+            // The command stage's first word under the keeper (unless
+            // `await_command` read it already): whom signals go to.
+            Msg::Command { pid } if pid > 0 && sp.command.get() == 0 => sp.command.set(pid),
+            Msg::Command { pid } => {
+                tracing::warn!("an unexpected command pid {pid} reported; ignored")
+            }
             Msg::Fd { tag } if tag == signals::LISTENER_TAG => {
                 // Without a guard the listener closes here, and every
                 // notified call of the run fails (ENOSYS).
                 let (tree, net, procs) = (signal_tree.take(), net_guard.take(), proc_guard.take());
                 let memfd = std::mem::take(&mut memfd_guard);
                 let wanted = tree.is_some() || net.is_some() || procs.is_some() || memfd;
+                let parts = signals::Parts {
+                    tree,
+                    net,
+                    procs,
+                    memfd,
+                    budget,
+                    exhausted: exhausted.clone(),
+                };
                 match (fd, guard.is_none() && wanted) {
-                    (Some(fd), true) => match signals::start(fd, tree, net, procs, memfd) {
+                    (Some(fd), true) => match signals::start(fd, parts) {
                         Ok(g) => guard = Some(g),
                         Err(e) => tracing::warn!("guard: cannot start: {e}"),
                     },
@@ -623,8 +664,10 @@ async fn supervise(
     tracing::debug!("supervisor: child exited");
     if sp.tree == TreeMode::Subreaper {
         state.status = state.status.or(init_status);
-        // Whatever the command left behind goes with it.
-        treekill::kill_descendants(Some(sp.pid), &sp.inherited, 64);
+        // The keeper killed whatever the command left behind; should it be
+        // gone, what it held was reparented to capsule and goes now.
+        let command = sp.command.get();
+        treekill::kill_descendants((command > 0).then_some(command), &sp.inherited, 64);
     }
     if let Some(g) = guard {
         g.stop();

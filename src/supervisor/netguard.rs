@@ -29,20 +29,31 @@
 //!   its own, `unshare(CLONE_FS)`; without namespaces the run has capsule's
 //!   root); an abstract Unix socket is refused (EACCES): only Landlock's
 //!   scope could tell the run's own abstract sockets from the host's, and it
-//!   does not bind capsule; netlink and AF_UNSPEC (disconnect) go as asked.
+//!   does not bind capsule; a netlink socket only to the kernel (port 0, no
+//!   groups; any other port or a group is EPERM, as for a run without
+//!   CAP_NET_ADMIN), AF_UNSPEC (disconnect) as asked.
 //! * `listen` on an IP socket: EACCES. On any other socket the supervisor
 //!   calls listen() on the caller's socket itself.
 //!
-//! Every connect runs on a short-lived thread of its own (at most
-//! [`MAX_BLOCKING`] at once, then EAGAIN), never on the guard's: whether it
-//! blocks is the caller's to change at any moment (O_NONBLOCK lives on the
-//! shared file), and a connect can wait for minutes (a dropped SYN).
+//! Every connect and listen runs on a short-lived thread of its own (at
+//! most [`MAX_BLOCKING`] at once, then EAGAIN), never on the guard's:
+//! whether it blocks is the caller's to change at any moment (O_NONBLOCK
+//! lives on the shared file), and a connect can wait for minutes (a dropped
+//! SYN). That thread first lowers itself to the caller's file-system uid and
+//! gid and no capabilities ([`crate::sys::lower_this_thread`], this thread
+//! only): the kernel then checks the path's permissions, a netlink
+//! destination and every LSM hook as it would for the run, never with
+//! capsule's CAP_DAC_OVERRIDE or CAP_NET_ADMIN. The caller's effective uid
+//! and gid must be capsule's (always so without namespaces: the run cannot
+//! change them), else the call is refused (EACCES), so a Unix server's
+//! SO_PEERCRED carries the run's uid and gid. Its pid is capsule's (the
+//! process that connected): the one residual, see docs/guards.md.
 //!
 //! [`NetPart::Guard`]: crate::sandbox::seccomp::NetPart::Guard
 
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use nix::errno::Errno;
@@ -64,10 +75,18 @@ pub struct NetGuard {
     pub proxy_port: u16,
 }
 
-/// A connect the supervisor makes on the caller's socket.
+/// A connect or listen the supervisor makes on the caller's socket, with
+/// the caller's file-system ids and no capabilities.
 pub struct Connect {
     sock: OwnedFd,
-    to: Target,
+    op: Op,
+    /// The caller's fsuid and fsgid.
+    ids: (u32, u32),
+}
+
+enum Op {
+    To(Target),
+    Listen(i32),
 }
 
 enum Target {
@@ -84,7 +103,7 @@ enum Target {
 /// A guard's answer to one notification (the guard thread sends it).
 pub enum Action {
     Reply(Reply),
-    /// Connect on a thread of its own and answer with the result.
+    /// Connect (or listen) on a thread of its own and answer with the result.
     Connect(Connect),
     /// Already answered (the memfd guard hands its descriptor over itself).
     Answered,
@@ -109,7 +128,20 @@ impl NetGuard {
     fn try_decide(&self, listener: &Listener, n: &Notification) -> Result<Action, Errno> {
         let tid = n.pid as libc::pid_t;
         let fd = n.args[0] as u32 as i32;
-        let tgid = thread_group(tid).ok_or(Errno::ESRCH)?;
+        let who = caller(tid).ok_or(Errno::ESRCH)?;
+        let tgid = who.tgid;
+        // Without namespaces the run has capsule's uid and gid and cannot
+        // change them: anything else is not a call this guard can make for it.
+        if (who.euid, who.egid)
+            != (
+                nix::unistd::geteuid().as_raw(),
+                nix::unistd::getegid().as_raw(),
+            )
+        {
+            tracing::warn!("network guard: pid {tgid} runs with other ids than capsule; its connect/listen is refused");
+            return Err(Errno::EACCES);
+        }
+        let ids = (who.fsuid, who.fsgid);
         let pidfd = crate::sys::pidfd_open(tgid)?;
         // The caller still waits in the call: `tid` and `tgid` are its own.
         if !listener.id_valid(n.id) {
@@ -139,10 +171,11 @@ impl NetGuard {
                 return Err(Errno::EACCES);
             }
             let backlog = n.args[1] as u32 as i32;
-            let backlog = nix::sys::socket::Backlog::new(backlog.clamp(0, libc::SOMAXCONN))
-                .map_err(|_| Errno::EINVAL)?;
-            nix::sys::socket::listen(&sock, backlog)?;
-            return Ok(Action::Reply(Reply::Value(0)));
+            return Ok(Action::Connect(Connect {
+                sock,
+                op: Op::Listen(backlog.clamp(0, libc::SOMAXCONN)),
+                ids,
+            }));
         }
         let len = n.args[2] as u32 as i32;
         if !(2..=MAX_ADDR as i32).contains(&len) {
@@ -157,7 +190,11 @@ impl NetGuard {
         } else {
             other_target(tid, domain, raw)?
         };
-        Ok(Action::Connect(Connect { sock, to }))
+        Ok(Action::Connect(Connect {
+            sock,
+            op: Op::To(to),
+            ids,
+        }))
     }
 
     /// The proxy's address in the family of the caller's socket, if the
@@ -196,6 +233,24 @@ impl NetGuard {
 /// docs): `raw` is the caller's address, `domain` its socket's family.
 fn other_target(tid: libc::pid_t, domain: i32, raw: &[u8]) -> Result<Target, Errno> {
     let family = i32::from(u16::from_ne_bytes([raw[0], raw[1]]));
+    if domain == libc::AF_NETLINK && family == libc::AF_NETLINK {
+        // struct sockaddr_nl: family, pad (2), nl_pid (4), nl_groups (4).
+        // The kernel (port 0, no groups) is what the run may reach; another
+        // process's port or a multicast group needs CAP_NET_ADMIN for
+        // NETLINK_ROUTE, and once connected send() goes there unchecked.
+        let word = |i: usize| {
+            raw.get(i..i + 4)
+                .map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+        };
+        return match (word(4), word(8)) {
+            (Some(0), Some(0)) => Ok(Target::Raw {
+                addr: raw.to_vec(),
+                cwd: None,
+            }),
+            (Some(_), Some(_)) => Err(Errno::EPERM),
+            _ => Err(Errno::EINVAL),
+        };
+    }
     if domain != libc::AF_UNIX || family != libc::AF_UNIX {
         // A disconnect, netlink and the like, or an address the socket's
         // family does not take (the kernel refuses it on this very socket):
@@ -230,12 +285,31 @@ fn other_target(tid: libc::pid_t, domain: i32, raw: &[u8]) -> Result<Target, Err
 }
 
 impl Connect {
-    /// Make the connect; the caller's answer. On a thread of its own: a
-    /// relative Unix path changes this thread's working directory.
+    /// Make the connect (or listen); the caller's answer. On a thread of its
+    /// own, which it lowers to the caller's ids and no capabilities for good,
+    /// and whose working directory a relative Unix path changes.
     pub fn run(self) -> Reply {
         use std::os::fd::AsRawFd;
+        if let Err(e) = crate::sys::lower_this_thread(self.ids.0, self.ids.1) {
+            tracing::warn!(
+                "network guard: cannot drop to the run's privileges: {e}; the call is refused"
+            );
+            return Reply::Fail(libc::EACCES);
+        }
         let fd = self.sock.as_raw_fd();
-        let r = match &self.to {
+        let to = match self.op {
+            Op::To(to) => to,
+            Op::Listen(backlog) => {
+                let r = nix::sys::socket::Backlog::new(backlog)
+                    .map_err(|_| Errno::EINVAL)
+                    .and_then(|b| nix::sys::socket::listen(&self.sock, b));
+                return match r {
+                    Ok(()) => Reply::Value(0),
+                    Err(e) => Reply::Fail(e as i32),
+                };
+            }
+        };
+        let r = match &to {
             Target::V4(a) => nix::sys::socket::connect(fd, a),
             Target::V6(a) => nix::sys::socket::connect(fd, a),
             Target::Raw { addr, cwd } => {
@@ -254,25 +328,34 @@ impl Connect {
     }
 }
 
+/// The connect threads in flight, and the CPU time (nanoseconds) the ended
+/// ones spent, which counts against the guards' CPU budget.
+#[derive(Default)]
+pub struct Threads {
+    pub in_flight: AtomicUsize,
+    pub cpu_nanos: AtomicU64,
+}
+
 /// Serve a connect on a thread of its own (at most [`MAX_BLOCKING`] at once).
-pub fn serve_connect(
-    listener: &Arc<Listener>,
-    id: u64,
-    conn: Connect,
-    in_flight: &Arc<AtomicUsize>,
-) {
+pub fn serve_connect(listener: &Arc<Listener>, id: u64, conn: Connect, threads: &Arc<Threads>) {
+    let in_flight = &threads.in_flight;
     if in_flight.fetch_add(1, Ordering::SeqCst) >= MAX_BLOCKING {
         in_flight.fetch_sub(1, Ordering::SeqCst);
         answer(listener, id, Reply::Fail(libc::EAGAIN));
         return;
     }
-    let (l, n) = (Arc::clone(listener), Arc::clone(in_flight));
+    let (l, t) = (Arc::clone(listener), Arc::clone(threads));
     let spawned = std::thread::Builder::new()
         .name("capsule-connect".into())
         .spawn(move || {
             let _ = crate::sys::block_all_signals();
             answer(&l, id, conn.run());
-            n.fetch_sub(1, Ordering::SeqCst);
+            let spent = crate::sys::thread_cpu_time().unwrap_or_default();
+            t.cpu_nanos.fetch_add(
+                u64::try_from(spent.as_nanos()).unwrap_or(u64::MAX),
+                Ordering::Relaxed,
+            );
+            t.in_flight.fetch_sub(1, Ordering::SeqCst);
         });
     if let Err(e) = spawned {
         in_flight.fetch_sub(1, Ordering::SeqCst);
@@ -289,13 +372,40 @@ pub fn answer(listener: &Listener, id: u64, reply: Reply) {
     }
 }
 
-/// The thread group of thread `tid` (`Tgid:` in /proc/TID/status).
-fn thread_group(tid: libc::pid_t) -> Option<libc::pid_t> {
-    std::fs::read_to_string(format!("/proc/{tid}/status"))
-        .ok()?
-        .lines()
-        .find_map(|l| l.strip_prefix("Tgid:"))
-        .and_then(|v| v.trim().parse().ok())
+/// Who a thread is, from its /proc/TID/status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Caller {
+    tgid: libc::pid_t,
+    euid: u32,
+    fsuid: u32,
+    egid: u32,
+    fsgid: u32,
+}
+
+/// The thread group and ids of thread `tid` (`Tgid:`, `Uid:` and `Gid:`
+/// of /proc/TID/status: real, effective, saved, file-system).
+fn caller(tid: libc::pid_t) -> Option<Caller> {
+    parse_caller(&std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?)
+}
+
+fn parse_caller(status: &str) -> Option<Caller> {
+    let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name));
+    let ids = |name: &str| -> Option<(u32, u32)> {
+        let v: Vec<u32> = field(name)?
+            .split_whitespace()
+            .map(|x| x.parse().ok())
+            .collect::<Option<_>>()?;
+        Some((*v.get(1)?, *v.get(3)?))
+    };
+    let (euid, fsuid) = ids("Uid:")?;
+    let (egid, fsgid) = ids("Gid:")?;
+    Some(Caller {
+        tgid: field("Tgid:")?.trim().parse().ok()?,
+        euid,
+        fsuid,
+        egid,
+        fsgid,
+    })
 }
 
 /// Whether descriptor `fd` of thread `tid` is the file `sock` (its inode,
@@ -431,11 +541,75 @@ mod tests {
             other_target(me, libc::AF_UNIX, &inet),
             Ok(Target::Raw { cwd: None, .. })
         ));
-        let netlink = (libc::AF_NETLINK as u16).to_ne_bytes().to_vec();
+        // Netlink: the kernel only (port 0, no groups).
+        let nl = |port: u32, groups: u32| {
+            let mut b = (libc::AF_NETLINK as u16).to_ne_bytes().to_vec();
+            b.extend_from_slice(&[0, 0]);
+            b.extend_from_slice(&port.to_ne_bytes());
+            b.extend_from_slice(&groups.to_ne_bytes());
+            b
+        };
         assert!(matches!(
-            other_target(me, libc::AF_NETLINK, &netlink),
+            other_target(me, libc::AF_NETLINK, &nl(0, 0)),
             Ok(Target::Raw { cwd: None, .. })
         ));
+        assert!(matches!(
+            other_target(me, libc::AF_NETLINK, &nl(4242, 0)),
+            Err(Errno::EPERM)
+        ));
+        assert!(matches!(
+            other_target(me, libc::AF_NETLINK, &nl(0, 1)),
+            Err(Errno::EPERM)
+        ));
+        assert!(matches!(
+            other_target(me, libc::AF_NETLINK, &nl(0, 0)[..8]),
+            Err(Errno::EINVAL)
+        ));
+        assert!(matches!(
+            other_target(me, libc::AF_NETLINK, &unspec),
+            Ok(Target::Raw { cwd: None, .. })
+        ));
+    }
+
+    #[test]
+    fn the_callers_ids_are_read_from_its_status() {
+        let c = parse_caller("Name:\tx\nTgid:\t41\nPid:\t42\nUid:\t1\t2\t3\t4\nGid:\t5\t6\t7\t8\n");
+        assert_eq!(
+            c,
+            Some(Caller {
+                tgid: 41,
+                euid: 2,
+                fsuid: 4,
+                egid: 6,
+                fsgid: 8
+            })
+        );
+        assert_eq!(parse_caller("Tgid:\t41\nUid:\t1\t2\n"), None);
+        let me = caller(std::process::id() as libc::pid_t).expect("own status");
+        assert_eq!(me.euid, nix::unistd::geteuid().as_raw());
+        assert_eq!(me.fsgid, nix::unistd::getegid().as_raw());
+    }
+
+    #[test]
+    fn a_thread_lowered_for_the_run_keeps_nothing_and_the_others_keep_theirs() {
+        let caps = || {
+            std::fs::read_to_string("/proc/thread-self/status")
+                .unwrap()
+                .lines()
+                .find_map(|l| l.strip_prefix("CapEff:").map(|v| v.trim().to_string()))
+                .unwrap()
+        };
+        let before = caps();
+        let (uid, gid) = (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        );
+        let lowered =
+            std::thread::spawn(move || crate::sys::lower_this_thread(uid, gid).map(|()| caps()))
+                .join()
+                .unwrap();
+        assert_eq!(lowered, Ok("0000000000000000".to_string()));
+        assert_eq!(caps(), before, "another thread's capabilities changed");
     }
 
     #[test]

@@ -25,8 +25,13 @@
 //!   terminal watchdog, whatever capsule's caller started);
 //! * otherwise the parent chain decides: reaching the command means of the
 //!   run; reaching pid 1 or another process outside means not. Without a pid
-//!   namespace capsule is the run's child subreaper, so a daemon of the run
-//!   whose parent exited is reparented to capsule: a child of capsule that is
+//!   namespace the keeper between capsule and the command
+//!   (`sandbox::child::keeper_main`) is the run's child subreaper, so a
+//!   daemon of the run whose parent exited is reparented to it: every child
+//!   of the keeper is of the run (it makes none but the command), the keeper
+//!   itself is not (while its pid is the keeper's: checked by its start
+//!   time). Should the keeper be gone, capsule (a child subreaper too)
+//!   inherits them: a child of capsule that is
 //!   not the command, not one capsule had before the run, and in a session of
 //!   its own counts as of the run when it carries the run's marks —
 //!   no_new_privs and at least as many seccomp filters as the command
@@ -45,6 +50,7 @@
 //! redirect SIGIO.
 
 use std::os::fd::{AsFd, OwnedFd};
+use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -66,9 +72,12 @@ type Pid = libc::pid_t;
 pub struct Tree {
     pub supervisor: Pid,
     pub supervisor_session: Pid,
-    /// The command (the direct child capsule created) and its start time.
+    /// The command and its start time.
     pub child: Pid,
     pub child_start: u64,
+    /// The keeper (no pid namespace: capsule's child, the command's parent)
+    /// and its start time.
+    pub keeper: Option<(Pid, u64)>,
     /// Children capsule had before the run: never of the run.
     pub inherited: Vec<Pid>,
     /// The fewest seccomp filters a process of the run can have.
@@ -76,10 +85,10 @@ pub struct Tree {
 }
 
 impl Tree {
-    /// The run of `child` (capsule's child, not yet reaped). None when
-    /// `/proc` does not show this process as itself (another pid
-    /// namespace's /proc): then no decision could be sound.
-    pub fn for_run(child: Pid, inherited: &[Pid]) -> Option<Tree> {
+    /// The run of `child` (the command, not yet reaped), under `keeper`
+    /// when there is one. None when `/proc` does not show this process as
+    /// itself (another pid namespace's /proc): then no decision could be sound.
+    pub fn for_run(child: Pid, keeper: Option<Pid>, inherited: &[Pid]) -> Option<Tree> {
         let me = nix::unistd::getpid().as_raw();
         let own = std::fs::read_link("/proc/self").ok()?;
         if own.to_str()?.parse::<Pid>().ok()? != me {
@@ -87,12 +96,17 @@ impl Tree {
         }
         let procs = ProcFs;
         let child_start = procs.stat(child)?.start;
+        let keeper = match keeper {
+            Some(k) => Some((k, procs.stat(k)?.start)),
+            None => None,
+        };
         let filters = procs.status(me)?.seccomp_filters.unwrap_or(0);
         Some(Tree {
             supervisor: me,
             supervisor_session: nix::unistd::getsid(None).ok()?.as_raw(),
             child,
             child_start,
+            keeper,
             inherited: inherited.to_vec(),
             tree_filters: filters + 2,
         })
@@ -204,7 +218,7 @@ impl<P: Procs> Judge<'_, P> {
     /// Whether the process (or thread) `target` belongs to the run.
     pub fn in_tree(&self, target: Pid) -> bool {
         let t = self.tree;
-        if target <= 0 || target == t.supervisor {
+        if target <= 0 || target == t.supervisor || t.keeper.is_some_and(|(k, _)| k == target) {
             return false;
         }
         let mut cur = target;
@@ -220,6 +234,11 @@ impl<P: Procs> Judge<'_, P> {
             }
             if st.session == t.supervisor_session {
                 return false;
+            }
+            if let Some((keeper, start)) = t.keeper {
+                if st.ppid == keeper {
+                    return self.procs.stat(keeper).is_some_and(|k| k.start == start);
+                }
             }
             if st.ppid == t.supervisor {
                 return self.orphan_of_run(cur);
@@ -329,6 +348,28 @@ impl<P: Procs> Judge<'_, P> {
     }
 }
 
+/// The CPU time the guards may spend serving one run's notified calls.
+///
+/// Every notified call costs capsule work (a parent-chain walk, a `/proc`
+/// scan for a leaderless group, a census of the run's tasks per fork, a
+/// connect thread), on capsule's CPU, outside every limit of the run; a run
+/// that signals or forks in a loop would keep capsule busy on a core for as
+/// long as it runs. So the guards count as one more process of the run: they
+/// may use no more CPU time than one process of the run may (`cpu_seconds`,
+/// RLIMIT_CPU), and no more than a tenth of a core over the wall-clock limit;
+/// at least one second. Past it the run is killed (`kill_reason` names the
+/// budget); calls that arrive meanwhile are refused without any work.
+pub fn cpu_budget(timeout: Duration, cpu_seconds: Option<u64>) -> Duration {
+    let mut b = timeout / 10;
+    if let Some(c) = cpu_seconds {
+        b = b.min(Duration::from_secs(c));
+    }
+    b.max(Duration::from_secs(1))
+}
+
+/// What the guard thread tells the event loop: its CPU budget is spent.
+pub type Exhausted = std::sync::Arc<tokio::sync::Notify>;
+
 /// The thread serving the run's listener: the signal checks, the network
 /// guard, or both (one notify filter, one listener).
 pub struct Guard {
@@ -336,21 +377,26 @@ pub struct Guard {
     thread: std::thread::JoinHandle<(u64, u64)>,
 }
 
+/// The parts one guard thread serves, and what bounds it.
+pub struct Parts {
+    pub tree: Option<Tree>,
+    pub net: Option<super::netguard::NetGuard>,
+    pub procs: Option<super::procguard::ProcGuard>,
+    pub memfd: bool,
+    /// The thread's CPU budget ([`cpu_budget`]) and whom to tell when it is spent.
+    pub budget: Duration,
+    pub exhausted: Exhausted,
+}
+
 /// Serve `listener` on a thread of its own: signal calls are judged against
 /// `tree`, connect/listen by `net`, clone/fork/vfork by `procs`,
 /// memfd_create by the memfd guard with `memfd` (each refused without its judge).
-pub fn start(
-    listener: OwnedFd,
-    tree: Option<Tree>,
-    net: Option<super::netguard::NetGuard>,
-    procs: Option<super::procguard::ProcGuard>,
-    memfd: bool,
-) -> std::io::Result<Guard> {
+pub fn start(listener: OwnedFd, parts: Parts) -> std::io::Result<Guard> {
     let listener = std::sync::Arc::new(Listener::new(listener)?);
     let (stop_r, stop_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     let thread = std::thread::Builder::new()
         .name("capsule-guard".into())
-        .spawn(move || serve(&listener, &stop_r, tree.as_ref(), net, procs, memfd))?;
+        .spawn(move || serve(&listener, &stop_r, parts))?;
     Ok(Guard {
         stop: stop_w,
         thread,
@@ -369,23 +415,26 @@ impl Guard {
     }
 }
 
-fn serve(
-    listener: &std::sync::Arc<Listener>,
-    stop: &OwnedFd,
-    tree: Option<&Tree>,
-    net: Option<super::netguard::NetGuard>,
-    mut procs: Option<super::procguard::ProcGuard>,
-    memfd: bool,
-) -> (u64, u64) {
+fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (u64, u64) {
     use super::netguard::{self, Action, NetGuard};
     use super::procguard::ProcGuard;
+    let Parts {
+        tree,
+        net,
+        mut procs,
+        memfd,
+        budget,
+        exhausted,
+    } = parts;
     // Signals for capsule go to the event loop's thread, never here.
     let _ = crate::sys::block_all_signals();
-    let judge = tree.map(|tree| Judge {
+    let judge = tree.as_ref().map(|tree| Judge {
         tree,
         procs: ProcFs,
     });
-    let in_flight = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    // Spent: every call is refused at once, until the event loop has killed the run.
+    let mut spent = false;
+    let threads = std::sync::Arc::new(netguard::Threads::default());
     let (mut allowed, mut refused) = (0u64, 0u64);
     loop {
         let mut fds = [
@@ -414,7 +463,28 @@ fn serve(
                     break;
                 }
             };
-            let action = if super::memfdguard::handles(n.nr) {
+            // This thread's time and the ended connect threads'.
+            let used = crate::sys::thread_cpu_time().map(|t| {
+                t + Duration::from_nanos(
+                    threads.cpu_nanos.load(std::sync::atomic::Ordering::Relaxed),
+                )
+            });
+            if !spent && used.is_none_or(|t| t > budget) {
+                spent = true;
+                tracing::warn!(
+                    "guard: {:.1} s of capsule's CPU spent on the run's checked calls: budget spent, the run is killed",
+                    budget.as_secs_f64()
+                );
+                exhausted.notify_one();
+            }
+            let action = if spent {
+                let errno = if ProcGuard::handles(n.nr) {
+                    libc::EAGAIN
+                } else {
+                    libc::EPERM
+                };
+                Action::Reply(Reply::Fail(errno))
+            } else if super::memfdguard::handles(n.nr) {
                 if memfd {
                     super::memfdguard::serve(listener, &n)
                 } else {
@@ -439,7 +509,7 @@ fn serve(
             let reply = match action {
                 Action::Connect(conn) => {
                     allowed += 1;
-                    netguard::serve_connect(listener, n.id, conn, &in_flight);
+                    netguard::serve_connect(listener, n.id, conn, &threads);
                     continue;
                 }
                 Action::Answered => {
@@ -523,9 +593,44 @@ mod tests {
             supervisor_session: SUP_SID,
             child: CHILD,
             child_start: 5000,
+            keeper: None,
             inherited: vec![150],
             tree_filters: 3,
         }
+    }
+
+    const KEEPER: Pid = 110;
+
+    /// The no-namespace path: capsule (100) -> keeper (110) -> command (200);
+    /// the run's orphans are the keeper's children.
+    #[test]
+    fn under_a_keeper_its_children_are_the_run_and_it_is_not() {
+        let t = Tree {
+            keeper: Some((KEEPER, 4000)),
+            ..tree()
+        };
+        let mut h = host();
+        h.0.insert(KEEPER, (SUP, SUP_SID, SUP_SID, 4000, false, 1));
+        h.0.insert(CHILD, (KEEPER, CHILD, CHILD, 5000, true, 3));
+        // A setsid'd orphan of the run, reparented to the keeper, and its child.
+        h.0.insert(210, (KEEPER, 210, 210, 5010, true, 3));
+        h.0.insert(211, (210, 210, 210, 5011, true, 3));
+        // Even without the run's marks (the keeper makes no other child).
+        h.0.insert(212, (KEEPER, 212, 212, 5012, false, 0));
+        let j = judge(&t, h);
+        for pid in [CHILD, 201, 202, 203, 210, 211, 212] {
+            assert!(j.in_tree(pid), "{pid} is of the run");
+        }
+        for pid in [KEEPER, SUP, 90, 150, 300, 301, 400, 500] {
+            assert!(!j.in_tree(pid), "{pid} is not of the run");
+        }
+        assert_eq!(j.group_in_tree(SUP_SID), Some(false));
+        // The keeper's pid reused by another process: its children are not the run's.
+        let mut h = host();
+        h.0.insert(KEEPER, (1, KEEPER, KEEPER, 9999, false, 0));
+        h.0.insert(210, (KEEPER, 210, 210, 5010, true, 3));
+        let j = judge(&t, h);
+        assert!(!j.in_tree(210));
     }
 
     /// A host with capsule (100) in the caller's session 90, the command 200
@@ -681,6 +786,16 @@ mod tests {
         let j = judge(&t, h);
         assert!(!j.in_tree(600));
         assert!(!j.in_tree(602));
+    }
+
+    #[test]
+    fn the_cpu_budget_is_a_tenth_of_the_timeout_at_most_cpu_seconds_at_least_a_second() {
+        let s = Duration::from_secs;
+        assert_eq!(cpu_budget(s(600), None), s(60));
+        assert_eq!(cpu_budget(s(600), Some(30)), s(30));
+        assert_eq!(cpu_budget(s(20), Some(300)), s(2));
+        assert_eq!(cpu_budget(s(3), None), s(1));
+        assert_eq!(cpu_budget(s(600), Some(0)), s(1));
     }
 
     #[test]

@@ -24,9 +24,13 @@
 //! process of the run — also ones that called setsid or double-forked — and
 //! PR_SET_PDEATHSIG kills it when capsule dies. Where the kernel refuses
 //! namespaces (no unprivileged user namespaces, or `CAPSULE_NO_NAMESPACES=1`),
-//! capsule creates the command stage directly, becomes a child subreaper and
-//! kills every descendant it can find instead; the result reports which is
-//! used.
+//! capsule creates a keeper (`sandbox::child::keeper_main`, the same kind of
+//! CLONE_VM stage) that creates the command: the keeper is a child subreaper,
+//! so the run's orphans are reparented to it; when the command ends, or when
+//! capsule dies (PR_SET_PDEATHSIG, even a SIGKILLed capsule), it kills every
+//! process of the run it holds, round after round. capsule is a child
+//! subreaper too, and kills every descendant it can find, should the keeper
+//! be gone; the result reports `subreaper` for this mode.
 
 use nix::errno::Errno;
 use thiserror::Error;
@@ -40,7 +44,8 @@ use crate::sys::{self, channel::Channel};
 pub enum TreeMode {
     /// The child is init of its own pid namespace.
     PidNamespace,
-    /// capsule is a child subreaper and kills descendants it finds.
+    /// The keeper (and capsule behind it) is a child subreaper and kills
+    /// the descendants it holds.
     Subreaper,
 }
 
@@ -67,6 +72,8 @@ pub enum SpawnError {
     Go(Errno),
     #[error("preparing the child's cgroup: {0}")]
     BeforeGo(String),
+    #[error("the keeper did not report the command ({0})")]
+    NoCommand(String),
     /// clone() refused the namespaces that the sysctls promised (an outer
     /// seccomp profile, a container without CAP_SYS_ADMIN): the supervisor
     /// prepares the no-namespace path and tries again.
@@ -93,7 +100,14 @@ pub struct NsRequest {
 /// A running child.
 #[derive(Debug)]
 pub struct Spawned {
+    /// capsule's child: init, or the keeper (no pid namespace).
     pub pid: libc::pid_t,
+    /// The command stage's pid as capsule sees it: in a pid namespace,
+    /// init's pid; under the keeper, its child, 0 until the command stage
+    /// reports it (its first message: [`await_command`], or the event loop).
+    /// capsule never waits for it unless a guard needs it before the run
+    /// starts: the no-namespace path costs no more start-up than a clone.
+    pub command: std::cell::Cell<libc::pid_t>,
     pub tree: TreeMode,
     pub netns: bool,
     /// Supervisor's end of the typed channel.
@@ -129,8 +143,8 @@ pub fn spawn(
     spec.chan = theirs.raw();
     let command_stack = stack()?;
     spec.command_stack = Some(command_stack);
-    // The subreaper path runs the command stage directly, on its own stack.
-    let init_stack = if ns.pid { stack()? } else { command_stack };
+    // Init or the keeper, on a stack of its own.
+    let init_stack = stack()?;
 
     // `ns.pid` already reflects `kernel::namespaces_available()` (and thus
     // CAPSULE_NO_NAMESPACES); when clone() refuses anyway, the supervisor
@@ -161,15 +175,17 @@ pub fn spawn(
     let userns = flags & libc::CLONE_NEWUSER != 0;
     let go_needed = userns || spec.wait_go;
     spec.wait_go = go_needed;
-    let (entry, stack) = if tree == TreeMode::Subreaper {
-        // Orphaned descendants come to us, so we can find and kill them.
+    let entry = if tree == TreeMode::Subreaper {
+        // Orphaned descendants go to the keeper; to us should it be gone.
         let _ = sys::set_child_subreaper();
         spec.parent_pid = parent_pid;
-        (Entry::Command, command_stack)
+        spec.keeper = true;
+        Entry::Keeper
     } else {
         spec.parent_pid = 0;
-        (Entry::Init, init_stack)
+        Entry::Init
     };
+    let stack = init_stack;
     // From here on the stages read the spec: nobody writes it any more.
     let spec: &'static ChildSpec = spec;
     let mask = sys::block_all_signals();
@@ -190,8 +206,10 @@ pub fn spawn(
             if go_needed {
                 ours.send_go().map_err(SpawnError::Go)?;
             }
+            let command = if tree == TreeMode::Subreaper { 0 } else { pid };
             Ok(Spawned {
                 pid,
+                command: std::cell::Cell::new(command),
                 tree,
                 netns: flags & libc::CLONE_NEWNET != 0,
                 chan: ours,
@@ -208,6 +226,48 @@ pub fn spawn(
             Err(SpawnError::NamespacesRefused(Errno::from_raw(e)))
         }
         Err(e) => Err(SpawnError::Clone(Errno::from_raw(e))),
+    }
+}
+
+/// Wait for the command's pid under the keeper: the first message of the
+/// command stage (it comes before anything else the run sends). A keeper or
+/// command that failed first reports why instead (the run is then refused).
+pub fn await_command(sp: &Spawned) -> Result<libc::pid_t, SpawnError> {
+    use std::os::fd::AsFd;
+    if sp.command.get() > 0 {
+        return Ok(sp.command.get());
+    }
+    let chan = &sp.chan;
+    let fd = chan
+        .try_clone_fd()
+        .map_err(|e| SpawnError::NoCommand(e.to_string()))?;
+    let mut polled = [nix::poll::PollFd::new(
+        fd.as_fd(),
+        nix::poll::PollFlags::POLLIN,
+    )];
+    // Set-up takes well under a millisecond; ten seconds means a stuck stage.
+    match nix::poll::poll(&mut polled, nix::poll::PollTimeout::from(10_000u16)) {
+        Ok(1..) => {}
+        Ok(_) => return Err(SpawnError::NoCommand("no word from it in 10 s".into())),
+        Err(e) => return Err(SpawnError::NoCommand(e.to_string())),
+    }
+    match chan.recv() {
+        Ok(Some((Some(sys::channel::Msg::Command { pid }), _))) if pid > 0 => {
+            sp.command.set(pid);
+            Ok(pid)
+        }
+        Ok(Some((Some(sys::channel::Msg::SetupFailed { stage, errno }), _))) => {
+            Err(SpawnError::NoCommand(format!(
+                "{}: {}",
+                stage.describe(),
+                Errno::from_raw(errno).desc()
+            )))
+        }
+        Ok(Some((other, _))) => Err(SpawnError::NoCommand(format!(
+            "unexpected message {other:?}"
+        ))),
+        Ok(None) => Err(SpawnError::NoCommand("it exited".into())),
+        Err(e) => Err(SpawnError::NoCommand(e.to_string())),
     }
 }
 

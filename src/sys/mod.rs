@@ -113,6 +113,42 @@ pub fn signal(pid: libc::pid_t, sig: libc::c_int) {
     unsafe { libc::kill(pid, sig) };
 }
 
+/// Lower the calling thread, and only it, to file-system ids `fsuid` and
+/// `fsgid` and no capabilities at all (effective, permitted, inheritable):
+/// a thread that acts for the run then has no more than the run. The kernel
+/// keeps credentials per thread; glibc's (and nix's) set*id wrappers would
+/// broadcast the change to every thread of capsule (setxid), these raw
+/// calls do not. There is no way back: only for a thread that ends after
+/// the call it makes for the run.
+pub fn lower_this_thread(fsuid: u32, fsgid: u32) -> Result<(), Errno> {
+    // SAFETY: setfsgid/setfsuid take an integer and change this thread's
+    // credentials only; each returns the previous id, never an error, so
+    // the id is read back (-1 changes nothing) to see that it took.
+    let (gid_now, uid_now) = unsafe {
+        libc::syscall(libc::SYS_setfsgid, fsgid);
+        libc::syscall(libc::SYS_setfsuid, fsuid);
+        (
+            libc::syscall(libc::SYS_setfsgid, u32::MAX),
+            libc::syscall(libc::SYS_setfsuid, u32::MAX),
+        )
+    };
+    if gid_now as u32 != fsgid || uid_now as u32 != fsuid {
+        return Err(Errno::EPERM);
+    }
+    raw::clear_capabilities().map(drop).map_err(Errno::from_raw)
+}
+
+/// The calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID); None if unreadable.
+pub fn thread_cpu_time() -> Option<std::time::Duration> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into our local.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    (rc == 0).then(|| std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
+}
+
 /// Make `fd` non-blocking (and keep it open).
 pub fn set_nonblocking(fd: RawFd) -> Result<(), Errno> {
     // SAFETY: fcntl on a descriptor we own.

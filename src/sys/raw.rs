@@ -65,6 +65,13 @@ pub fn setsid() -> Ret {
     map(unsafe { syscall!(Sysno::setsid) })
 }
 
+pub fn getpid() -> c_int {
+    // SAFETY: no arguments; getpid cannot fail.
+    unsafe { syscall!(Sysno::getpid) }
+        .map(|p| p as c_int)
+        .unwrap_or(0)
+}
+
 pub fn getppid() -> c_int {
     // SAFETY: no arguments; getppid cannot fail.
     unsafe { syscall!(Sysno::getppid) }
@@ -127,7 +134,8 @@ pub fn cloexec_range(first: c_int) -> Ret {
     })
 }
 
-/// `capset` with a v3 header and all-zero sets.
+/// `capset` with a v3 header and all-zero sets: the calling thread's
+/// capabilities (the kernel keeps them per thread).
 pub fn clear_capabilities() -> Ret {
     let header: [u32; 2] = [0x2008_0522, 0]; // _LINUX_CAPABILITY_VERSION_3, this process
     let data = [0u32; 6]; // two {effective, permitted, inheritable} structs

@@ -17,6 +17,9 @@ pub enum Entry {
     Init,
     /// The command's pre-exec stage.
     Command,
+    /// The keeper between capsule and the command where there is no pid
+    /// namespace.
+    Keeper,
 }
 
 extern "C" fn init_entry(arg: *mut c_void) -> c_int {
@@ -24,6 +27,12 @@ extern "C" fn init_entry(arg: *mut c_void) -> c_int {
     // (leaked by the supervisor, never written after the clone).
     let spec: &'static ChildSpec = unsafe { &*(arg as *const ChildSpec) };
     child::init_main(spec)
+}
+
+extern "C" fn keeper_entry(arg: *mut c_void) -> c_int {
+    // SAFETY: as in `init_entry`.
+    let spec: &'static ChildSpec = unsafe { &*(arg as *const ChildSpec) };
+    child::keeper_main(spec)
 }
 
 extern "C" fn command_entry(arg: *mut c_void) -> c_int {
@@ -44,6 +53,7 @@ pub fn clone_stage(
     let f = match entry {
         Entry::Init => init_entry as extern "C" fn(*mut c_void) -> c_int,
         Entry::Command => command_entry,
+        Entry::Keeper => keeper_entry,
     };
     let arg = (spec as *const ChildSpec).cast_mut().cast::<c_void>();
     // SAFETY: both entries run the stages of `sandbox::child`, which follow
