@@ -160,6 +160,29 @@ pub const PROCESS_GUARD_LIMITATION: &str =
      with EAGAIN at the limit; each fork costs a scan of the run's processes (of the host's without a pid \
      namespace), and a fork whose child has not appeared yet is counted until its caller returns";
 
+/// The limitation the memory watchdog brings (see `supervisor::memwatch`).
+pub const MEMORY_WATCHDOG_LIMITATION: &str =
+    "memory_mb without a cgroup: RLIMIT_DATA bounds each process's private memory, and capsule's memory \
+     watchdog samples the whole run every 100 ms and kills it (kill_reason names limits.memory_mb) when it \
+     holds more: the proportional share of its processes' anonymous and shared memory (smaps_rollup), every \
+     memfd it made (capsule makes each one and keeps it: a memfd the run closed counts until the run ends), \
+     the view's private /dev/shm and tmpfs /tmp, and the files of a private TMPDIR that lies on a host tmpfs \
+     (more than 50000 entries there count as over the limit). What remains: memory taken within one 100 ms \
+     interval before the kill; a memfd or tmpfs file that is also mapped counts twice; a TMPDIR file on a host \
+     tmpfs that the run unlinked while holding it open, and files in write grants on a host tmpfs, are not \
+     counted; nor are kernel memory (page tables, socket and pipe buffers) and SysV shared memory no process \
+     has attached; a process of the run whose memory capsule cannot read (made non-dumpable) ends the run";
+
+/// The memory watchdog's plan: `limits.memory_mb` where no cgroup holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryWatchPlan {
+    pub limit: u64,
+    /// The view's private tmpfs mounts, as paths inside the run's root.
+    pub view_tmpfs: Vec<std::path::PathBuf>,
+    /// Host directories on a shared tmpfs whose files are the run's.
+    pub host_tmpfs: Vec<std::path::PathBuf>,
+}
+
 /// Layers ready for the child.
 pub struct Layers {
     pub landlock: Option<landlock::Prepared>,
@@ -186,6 +209,11 @@ pub struct Layers {
     /// What keeps a memfd from being executed: "pid-namespace-sysctl",
     /// "seccomp-notify" (the memfd guard) or "none" (listed in `missing`).
     pub memfd_exec: &'static str,
+    /// Whether the memfd guard serves the run's memfd_create, and whether
+    /// it seals each memfd against execution (6.3+).
+    pub memfd_guard: Option<bool>,
+    /// The memory watchdog (memory_mb without a cgroup).
+    pub memory_watch: Option<MemoryWatchPlan>,
     /// The seccomp truncate guard (Landlock ABI 1-2 without the view).
     pub truncate_guard: Option<seccomp::TruncateGuard>,
     /// Whether a pid namespace is expected to be available.
@@ -559,13 +587,49 @@ pub fn prepare(
     // with the view); elsewhere on 6.3+ the memfd guard makes every memfd of
     // the run itself, sealed against execution (`supervisor::memfdguard`).
     let memfd_sysctl = view.as_ref().is_some_and(|v| v.summary.memfd_noexec);
-    let memfd_guard = !memfd_sysctl
-        && filters.is_some()
-        && k.memfd_noexec_known
-        && seccomp::listener_available().is_ok();
+    let listener = filters.is_some() && seccomp::listener_available().is_ok();
+    let memfd_seal = !memfd_sysctl && k.memfd_noexec_known && listener;
+    // memory_mb without a cgroup: RLIMIT_DATA counts no shared memory, so
+    // the memory watchdog (`supervisor::memwatch`) samples the run, and the
+    // memfd guard makes every memfd of the run so that it can count them.
+    let memory_watch = (memory == Mechanism::Rlimit).then(|| MemoryWatchPlan {
+        limit: l.memory_bytes.unwrap_or(u64::MAX),
+        view_tmpfs: view
+            .as_ref()
+            .map(|v| {
+                let mut t = Vec::new();
+                if v.summary.private_shm {
+                    t.push("/dev/shm".into());
+                }
+                if v.summary.private_tmp && plan.limits.tmp_size_mb.is_some() {
+                    t.push("/tmp".into());
+                }
+                t
+            })
+            .unwrap_or_default(),
+        host_tmpfs: plan
+            .tmpdir
+            .iter()
+            .filter(|t| {
+                nix::sys::statfs::statfs(t.as_path())
+                    .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)
+            })
+            .cloned()
+            .collect(),
+    });
+    let count_memfds = memory_watch.is_some() && listener;
+    if memory_watch.is_some() && filters.is_none() {
+        unavailable(
+            "limits.memory_mb (shared memory)",
+            "without a cgroup RLIMIT_DATA does not count memfds, and without seccomp capsule can neither make \
+             them itself (to count them) nor refuse them",
+            &mut missing,
+        )?;
+    }
+    let memfd_guard = (memfd_seal || count_memfds).then_some(memfd_seal);
     let memfd_exec = if memfd_sysctl {
         "pid-namespace-sysctl"
-    } else if memfd_guard {
+    } else if memfd_seal {
         "seccomp-notify"
     } else {
         "none"
@@ -574,7 +638,9 @@ pub fn prepare(
         signals: signals == SignalLayer::SeccompNotify,
         net: net_part,
         procs: procs == Mechanism::ProcessGuard,
-        memfd: memfd_guard,
+        memfd: memfd_guard.is_some(),
+        // No listener to count memfds with: memfd_create fails (ENOSYS).
+        memfd_enosys: memory_watch.is_some() && !listener,
     };
     let notify_filter = if parts.any() && filters.is_some() {
         Some((seccomp::notify_filter(parts)?, parts.notifies()))
@@ -588,7 +654,7 @@ pub fn prepare(
     };
     let mut limits = BTreeMap::new();
     if l.memory_bytes.is_some() {
-        limits.insert("memory_mb".into(), memory.label("rlimit-data"));
+        limits.insert("memory_mb".into(), memory.label("rlimit-data+watchdog"));
     }
     if l.max_processes.is_some() {
         limits.insert("max_processes".into(), procs.label("rlimit-nproc"));
@@ -617,6 +683,16 @@ pub fn prepare(
     if parts.procs {
         limitations.push(PROCESS_GUARD_LIMITATION.to_string());
     }
+    if memory_watch.is_some() {
+        limitations.push(MEMORY_WATCHDOG_LIMITATION.to_string());
+        if parts.memfd_enosys {
+            limitations.push(
+                "memory_mb without a cgroup and without a seccomp listener: memfd_create fails with ENOSYS \
+                 (capsule could not count the memfds)"
+                    .to_string(),
+            );
+        }
+    }
     if net_part == seccomp::NetPart::Guard && plan.net.allow_unix_sockets {
         limitations.push(NET_GUARD_UNIX_LIMITATION.to_string());
     }
@@ -640,6 +716,8 @@ pub fn prepare(
         notify_filter,
         net_part,
         memfd_exec,
+        memfd_guard,
+        memory_watch,
         truncate_guard,
         rlimits: rlimits::plan(l, memory, procs, nproc_base),
         cgroup: cg,

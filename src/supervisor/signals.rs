@@ -344,7 +344,7 @@ pub fn start(
     tree: Option<Tree>,
     net: Option<super::netguard::NetGuard>,
     procs: Option<super::procguard::ProcGuard>,
-    memfd: bool,
+    memfd: Option<super::memfdguard::MemfdGuard>,
 ) -> std::io::Result<Guard> {
     let listener = std::sync::Arc::new(Listener::new(listener)?);
     let (stop_r, stop_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
@@ -375,7 +375,7 @@ fn serve(
     tree: Option<&Tree>,
     net: Option<super::netguard::NetGuard>,
     mut procs: Option<super::procguard::ProcGuard>,
-    memfd: bool,
+    memfd: Option<super::memfdguard::MemfdGuard>,
 ) -> (u64, u64) {
     use super::netguard::{self, Action, NetGuard};
     use super::procguard::ProcGuard;
@@ -415,10 +415,9 @@ fn serve(
                 }
             };
             let action = if super::memfdguard::handles(n.nr) {
-                if memfd {
-                    super::memfdguard::serve(listener, &n)
-                } else {
-                    Action::Reply(Reply::Fail(libc::EPERM))
+                match &memfd {
+                    Some(g) => super::memfdguard::serve(listener, &n, g),
+                    None => Action::Reply(Reply::Fail(libc::EPERM)),
                 }
             } else if NetGuard::handles(n.nr) {
                 match &net {

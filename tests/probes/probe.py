@@ -417,6 +417,43 @@ def op_alloc(mb):
     return len(b)
 
 
+def op_shmem(kind, mb, hold="4"):
+    """Hold MB MiB that RLIMIT_DATA does not count, then wait HOLD seconds:
+    'anon' (MAP_SHARED|MAP_ANONYMOUS, touched), 'memfd' (written, never
+    mapped), 'memfd_parked' (written, sent into a socket pair and closed: in
+    flight, in no descriptor table) or 'tmpfs' (a file in $TMPDIR)."""
+    size = int(mb) << 20
+    chunk = b"m" * (1 << 20)
+    keep = []
+    if kind == "anon":
+        import mmap
+
+        m = mmap.mmap(-1, size)
+        for i in range(0, size, 4096):
+            m[i] = 1
+        keep.append(m)
+    elif kind in ("memfd", "memfd_parked"):
+        fd = os.memfd_create("hold")
+        for _ in range(int(mb)):
+            os.write(fd, chunk)
+        if kind == "memfd_parked":
+            a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+            socket.send_fds(a, [b"x"], [fd])
+            os.close(fd)
+            keep.extend([a, b])
+        else:
+            keep.append(fd)
+    elif kind == "tmpfs":
+        with open(os.path.join(os.environ["TMPDIR"], "hold"), "wb") as f:
+            for _ in range(int(mb)):
+                f.write(chunk)
+    else:
+        raise ValueError(kind)
+    emit({"op": "shmem_held", "kind": kind})
+    time.sleep(float(hold))
+    return size
+
+
 def op_fsize(path, mb):
     chunk = b"z" * 65536
     total = 0

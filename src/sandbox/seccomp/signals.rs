@@ -29,7 +29,9 @@
 //! connect, listen                             USER_NOTIF (NetPart::Guard)
 //! listen                                      EACCES  (NetPart::NoListen)
 //! memfd part (6.3+ where vm.memfd_noexec = 2 cannot be set for the run):
-//! memfd_create                                USER_NOTIF (the supervisor makes it sealed)
+//! memfd_create                                USER_NOTIF (the supervisor makes it sealed,
+//!                                                         and keeps it for the memory watchdog)
+//!                                             ENOSYS  (memory_mb without a cgroup nor a listener)
 //! process part (max_processes as root without a cgroup):
 //! clone, fork, vfork                          USER_NOTIF (the supervisor counts the run's tasks)
 //! anything else                               ALLOW   (the main program decides)
@@ -110,6 +112,9 @@ pub struct Parts {
     /// memfd itself with MFD_NOEXEC_SEAL and hands it over (Linux 6.3+, where
     /// `vm.memfd_noexec = 2` cannot be set for the run; a listener is needed).
     pub memfd: bool,
+    /// memfd_create fails with ENOSYS: memory_mb without a cgroup where no
+    /// listener can be had (the memory watchdog could not count memfds).
+    pub memfd_enosys: bool,
 }
 
 impl Parts {
@@ -118,6 +123,7 @@ impl Parts {
         net: NetPart::None,
         procs: false,
         memfd: false,
+        memfd_enosys: false,
     };
 
     /// Whether the program notifies, and so needs a listener.
@@ -127,7 +133,7 @@ impl Parts {
 
     /// Whether there is anything to install.
     pub fn any(self) -> bool {
-        self.notifies() || self.net != NetPart::None
+        self.notifies() || self.net != NetPart::None || self.memfd_enosys
     }
 }
 
@@ -224,6 +230,8 @@ pub(super) fn program(arch: Arch, parts: Parts) -> Result<Vec<SockFilter>, Secco
     }
     if parts.memfd {
         jumps.push(("memfd_create", Label::Notify));
+    } else if parts.memfd_enosys {
+        jumps.push(("memfd_create", Label::Enosys));
     }
     if parts.procs {
         jumps.extend([
@@ -392,6 +400,7 @@ mod tests {
                         net,
                         procs: false,
                         memfd: false,
+                        memfd_enosys: false,
                     },
                 )
                 .unwrap();
@@ -436,9 +445,28 @@ mod tests {
                     net: NetPart::Guard,
                     procs: true,
                     memfd: true,
+                    memfd_enosys: false,
                 },
             )
             .unwrap();
+            // memory_mb without a cgroup nor a listener: memfd_create refused.
+            let refuse = Parts {
+                memfd_enosys: true,
+                ..Parts {
+                    signals: false,
+                    net: NetPart::None,
+                    procs: false,
+                    memfd: false,
+                    memfd_enosys: false,
+                }
+            };
+            assert!(refuse.any() && !refuse.notifies());
+            let p = program(arch, refuse).unwrap();
+            assert_eq!(
+                answer(&p, arch, "memfd_create", a(&[0x1000, 0])),
+                ret_errno(libc::ENOSYS)
+            );
+            assert_eq!(answer(&p, arch, "kill", a(&[1234, 9])), RET_ALLOW);
             let d = |name: &str, args: [u64; 6]| answer(&both, arch, name, args);
             assert_eq!(d("kill", a(&[1234, 9])), RET_USER_NOTIF);
             assert_eq!(d("kill", a(&[NEG1, 9])), EPERM);
