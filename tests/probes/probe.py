@@ -208,6 +208,29 @@ def op_link(src, dst):
     return True
 
 
+def op_meta(how, path):
+    """Change PATH's metadata one way, by path or through a descriptor opened
+    for reading only: utime_path, utime_fd, xattr_path, xattr_fd, chmod_path,
+    chmod_fd."""
+    if how.endswith("_path"):
+        target = path
+    else:
+        target = os.open(path, os.O_RDONLY)
+    try:
+        if how.startswith("utime"):
+            os.utime(target, (1, 1))
+        elif how.startswith("xattr"):
+            os.setxattr(target, "user.capsule", b"x")
+        elif how.startswith("chmod"):
+            os.chmod(target, 0o604)
+        else:
+            raise ValueError(how)
+    finally:
+        if not how.endswith("_path"):
+            os.close(target)
+    return True
+
+
 def op_chmodx(path):
     os.chmod(path, 0o755)
     return True
