@@ -173,6 +173,25 @@ pub const MEMORY_WATCHDOG_LIMITATION: &str =
      counted; nor are kernel memory (page tables, socket and pipe buffers) and SysV shared memory no process \
      has attached; a process of the run whose memory capsule cannot read (made non-dumpable) ends the run";
 
+/// The limitation the metadata guard brings (see `supervisor::metaguard`).
+pub const META_GUARD_LIMITATION: &str =
+    "metadata guard (no mount namespace, so no read-only view of the host): every chmod, chown, utime(s), \
+     futimesat, utimensat and setxattr/removexattr of the run waits while capsule resolves its target once \
+     (from the caller's working directory or descriptor) and makes the call itself on that object, with the \
+     run's credentials and no capabilities, only where a write grant covers it (and no deny): elsewhere \
+     EACCES. setxattrat, removexattrat and file_setattr fail with ENOSYS, and the FS_IOC_SETFLAGS and \
+     FS_IOC_FSSETXATTR ioctls (chattr) with EPERM, inside write grants too; devices (/dev/null, a granted \
+     device) and an object whose opened name was deleted while another name still reaches it are refused \
+     (EACCES)";
+
+/// What the metadata guard may let change: the plan's write grants, less
+/// its carve-outs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetaGuardPlan {
+    pub write: Vec<std::path::PathBuf>,
+    pub deny: Vec<std::path::PathBuf>,
+}
+
 /// The memory watchdog's plan: `limits.memory_mb` where no cgroup holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemoryWatchPlan {
@@ -214,6 +233,8 @@ pub struct Layers {
     pub memfd_guard: Option<bool>,
     /// The memory watchdog (memory_mb without a cgroup).
     pub memory_watch: Option<MemoryWatchPlan>,
+    /// The metadata guard (no mount namespace, a listener to be had).
+    pub meta_guard: Option<MetaGuardPlan>,
     /// The seccomp truncate guard (Landlock ABI 1-2 without the view).
     pub truncate_guard: Option<seccomp::TruncateGuard>,
     /// Whether a pid namespace is expected to be available.
@@ -490,14 +511,9 @@ pub fn prepare(
                 what: format!("mounting {} at {}", m.src.display(), m.dst.display()),
             });
         }
-        if nix::unistd::getuid().is_root() {
-            // uid 0 owns the host's system files: owner checks do not need
-            // the capabilities the run lacks.
-            missing.push(ROOT_NO_VIEW_GAP.to_string());
-            missing.extend(NO_VIEW_GAPS.iter().skip(1).map(|s| s.to_string()));
-        } else {
-            missing.extend(NO_VIEW_GAPS.iter().map(|s| s.to_string()));
-        }
+        // The first gap (metadata outside write grants) is decided below:
+        // the metadata guard closes it where a listener can be had.
+        missing.extend(NO_VIEW_GAPS.iter().skip(1).map(|s| s.to_string()));
         missing.push(
             "pid namespace: a setsid'd descendant can outlive capsule if capsule itself is SIGKILLed".into(),
         );
@@ -618,6 +634,36 @@ pub fn prepare(
             .collect(),
     });
     let count_memfds = memory_watch.is_some() && listener;
+    // Without the view's read-only host, the metadata guard
+    // (`supervisor::metaguard`) makes every chmod/chown/utime/setxattr of
+    // the run itself, only where a write grant covers the target.
+    let meta_guard =
+        (view.is_none() && listener && crate::sys::meta::openat2_available()).then(|| {
+            MetaGuardPlan {
+                write: plan
+                    .fs
+                    .grants
+                    .iter()
+                    // The system grants' writable devices are given for their data.
+                    .filter(|g| g.access.write && g.origin != crate::plan::Origin::System)
+                    .map(|g| g.path.clone())
+                    .collect(),
+                deny: plan.fs.deny.iter().map(|d| d.path.clone()).collect(),
+            }
+        });
+    if view.is_none() && meta_guard.is_none() {
+        // uid 0 owns the host's system files: owner checks do not need the
+        // capabilities the run lacks.
+        missing.insert(
+            0,
+            if nix::unistd::getuid().is_root() {
+                ROOT_NO_VIEW_GAP
+            } else {
+                NO_VIEW_GAPS[0]
+            }
+            .to_string(),
+        );
+    }
     if memory_watch.is_some() && filters.is_none() {
         unavailable(
             "limits.memory_mb (shared memory)",
@@ -641,6 +687,7 @@ pub fn prepare(
         memfd: memfd_guard.is_some(),
         // No listener to count memfds with: memfd_create fails (ENOSYS).
         memfd_enosys: memory_watch.is_some() && !listener,
+        meta: meta_guard.is_some(),
     };
     let notify_filter = if parts.any() && filters.is_some() {
         Some((seccomp::notify_filter(parts)?, parts.notifies()))
@@ -683,6 +730,9 @@ pub fn prepare(
     if parts.procs {
         limitations.push(PROCESS_GUARD_LIMITATION.to_string());
     }
+    if meta_guard.is_some() {
+        limitations.push(META_GUARD_LIMITATION.to_string());
+    }
     if memory_watch.is_some() {
         limitations.push(MEMORY_WATCHDOG_LIMITATION.to_string());
         if parts.memfd_enosys {
@@ -718,6 +768,7 @@ pub fn prepare(
         memfd_exec,
         memfd_guard,
         memory_watch,
+        meta_guard,
         truncate_guard,
         rlimits: rlimits::plan(l, memory, procs, nproc_base),
         cgroup: cg,

@@ -13,6 +13,7 @@ pub mod cleanup;
 pub mod event_loop;
 pub mod memfdguard;
 pub mod memwatch;
+pub mod metaguard;
 pub mod netguard;
 pub mod procguard;
 pub mod pty;
@@ -325,6 +326,19 @@ fn run_prepared(
         seal,
         keep: memory_watch.as_ref().map(|w| w.memfds.clone()),
     });
+    // The metadata guard: no view of the host.
+    let meta_guard = layers.meta_guard.as_ref().and_then(|m| {
+        metaguard::MetaGuard::start(metaguard::Grants {
+            write: m.write.clone(),
+            deny: m.deny.clone(),
+        })
+        .map_err(|e| {
+            tracing::warn!(
+                "metadata guard: cannot start: {e}; every metadata call of the run fails"
+            )
+        })
+        .ok()
+    });
     let mut sup = rt.block_on(supervise(
         &spawned,
         out_r,
@@ -333,7 +347,7 @@ fn run_prepared(
         plan,
         grace,
         services,
-        (signal_tree, net_guard, proc_guard, memfd_guard),
+        (signal_tree, net_guard, proc_guard, memfd_guard, meta_guard),
         memory_watch,
     ));
     let duration = start.elapsed();
@@ -589,6 +603,15 @@ impl Supervised {
     }
 }
 
+/// What the guard thread serves once the run's listener arrives.
+type GuardParts = (
+    Option<signals::Tree>,
+    Option<netguard::NetGuard>,
+    Option<procguard::ProcGuard>,
+    Option<memfdguard::MemfdGuard>,
+    Option<metaguard::MetaGuard>,
+);
+
 #[allow(clippy::too_many_arguments)]
 async fn supervise(
     sp: &Spawned,
@@ -598,12 +621,7 @@ async fn supervise(
     plan: &Plan,
     grace: Duration,
     services: &mut services::Services,
-    (mut signal_tree, mut net_guard, mut proc_guard, mut memfd_guard): (
-        Option<signals::Tree>,
-        Option<netguard::NetGuard>,
-        Option<procguard::ProcGuard>,
-        Option<memfdguard::MemfdGuard>,
-    ),
+    (mut signal_tree, mut net_guard, mut proc_guard, mut memfd_guard, mut meta_guard): GuardParts,
     memory_watch: Option<memwatch::Watch>,
 ) -> Supervised {
     let limit = plan.limits.max_output_bytes;
@@ -652,10 +670,14 @@ async fn supervise(
                 // Without a guard the listener closes here, and every
                 // notified call of the run fails (ENOSYS).
                 let (tree, net, procs) = (signal_tree.take(), net_guard.take(), proc_guard.take());
-                let memfd = memfd_guard.take();
-                let wanted = tree.is_some() || net.is_some() || procs.is_some() || memfd.is_some();
+                let (memfd, meta) = (memfd_guard.take(), meta_guard.take());
+                let wanted = tree.is_some()
+                    || net.is_some()
+                    || procs.is_some()
+                    || memfd.is_some()
+                    || meta.is_some();
                 match (fd, guard.is_none() && wanted) {
-                    (Some(fd), true) => match signals::start(fd, tree, net, procs, memfd) {
+                    (Some(fd), true) => match signals::start(fd, tree, net, procs, memfd, meta) {
                         Ok(g) => guard = Some(g),
                         Err(e) => tracing::warn!("guard: cannot start: {e}"),
                     },

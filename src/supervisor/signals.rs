@@ -345,12 +345,13 @@ pub fn start(
     net: Option<super::netguard::NetGuard>,
     procs: Option<super::procguard::ProcGuard>,
     memfd: Option<super::memfdguard::MemfdGuard>,
+    meta: Option<super::metaguard::MetaGuard>,
 ) -> std::io::Result<Guard> {
     let listener = std::sync::Arc::new(Listener::new(listener)?);
     let (stop_r, stop_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     let thread = std::thread::Builder::new()
         .name("capsule-guard".into())
-        .spawn(move || serve(&listener, &stop_r, tree.as_ref(), net, procs, memfd))?;
+        .spawn(move || serve(&listener, &stop_r, tree.as_ref(), net, procs, memfd, meta))?;
     Ok(Guard {
         stop: stop_w,
         thread,
@@ -376,6 +377,7 @@ fn serve(
     net: Option<super::netguard::NetGuard>,
     mut procs: Option<super::procguard::ProcGuard>,
     memfd: Option<super::memfdguard::MemfdGuard>,
+    meta: Option<super::metaguard::MetaGuard>,
 ) -> (u64, u64) {
     use super::netguard::{self, Action, NetGuard};
     use super::procguard::ProcGuard;
@@ -414,7 +416,12 @@ fn serve(
                     break;
                 }
             };
-            let action = if super::memfdguard::handles(n.nr) {
+            let action = if super::metaguard::MetaGuard::handles(n.nr) {
+                match &meta {
+                    Some(g) => Action::Reply(g.serve(listener, &n)),
+                    None => Action::Reply(Reply::Fail(libc::EPERM)),
+                }
+            } else if super::memfdguard::handles(n.nr) {
                 match &memfd {
                     Some(g) => super::memfdguard::serve(listener, &n, g),
                     None => Action::Reply(Reply::Fail(libc::EPERM)),

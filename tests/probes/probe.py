@@ -211,11 +211,16 @@ def op_link(src, dst):
 def op_meta(how, path):
     """Change PATH's metadata one way, by path or through a descriptor opened
     for reading only: utime_path, utime_fd, xattr_path, xattr_fd, chmod_path,
-    chmod_fd."""
+    chmod_fd; or *_procfd (by "/proc/self/fd/N" of an O_PATH descriptor, as
+    glibc's lchmod fallback does)."""
+    fd = None
     if how.endswith("_path"):
         target = path
+    elif how.endswith("_procfd"):
+        fd = os.open(path, os.O_PATH)
+        target = "/proc/self/fd/%d" % fd
     else:
-        target = os.open(path, os.O_RDONLY)
+        fd = target = os.open(path, os.O_RDONLY)
     try:
         if how.startswith("utime"):
             os.utime(target, (1, 1))
@@ -226,8 +231,8 @@ def op_meta(how, path):
         else:
             raise ValueError(how)
     finally:
-        if not how.endswith("_path"):
-            os.close(target)
+        if fd is not None:
+            os.close(fd)
     return True
 
 

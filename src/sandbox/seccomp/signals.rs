@@ -32,6 +32,13 @@
 //! memfd_create                                USER_NOTIF (the supervisor makes it sealed,
 //!                                                         and keeps it for the memory watchdog)
 //!                                             ENOSYS  (memory_mb without a cgroup nor a listener)
+//! metadata part (no mount namespace, see `supervisor::metaguard`):
+//! utime(s), futimesat, utimensat, the chmod,
+//!   chown, setxattr and removexattr families  USER_NOTIF (the supervisor makes the call where a
+//!                                                         write grant covers the target)
+//! setxattrat, removexattrat, file_setattr     ENOSYS  arguments behind a struct
+//! ioctl(_, FS_IOC_SETFLAGS | FS_IOC32_SETFLAGS
+//!   | FS_IOC_FSSETXATTR, _)                   EPERM   chattr outside write grants
 //! process part (max_processes as root without a cgroup):
 //! clone, fork, vfork                          USER_NOTIF (the supervisor counts the run's tasks)
 //! anything else                               ALLOW   (the main program decides)
@@ -115,7 +122,43 @@ pub struct Parts {
     /// memfd_create fails with ENOSYS: memory_mb without a cgroup where no
     /// listener can be had (the memory watchdog could not count memfds).
     pub memfd_enosys: bool,
+    /// The metadata guard (no mount namespace): the chmod, chown, utime and
+    /// setxattr/removexattr families go to the supervisor, which makes each
+    /// call itself where a write grant covers the target
+    /// (`supervisor::metaguard`; a listener is needed). setxattrat,
+    /// removexattrat and file_setattr fail with ENOSYS, the
+    /// FS_IOC_SETFLAGS/FS_IOC_FSSETXATTR ioctls with EPERM.
+    pub meta: bool,
 }
+
+/// The metadata guard's notified calls (`supervisor::metaguard::NOTIFIED`).
+pub const META_NOTIFIED: &[&str] = &[
+    "utime",
+    "utimes",
+    "futimesat",
+    "utimensat",
+    "chmod",
+    "fchmod",
+    "fchmodat",
+    "fchmodat2",
+    "chown",
+    "lchown",
+    "fchown",
+    "fchownat",
+    "setxattr",
+    "lsetxattr",
+    "fsetxattr",
+    "removexattr",
+    "lremovexattr",
+    "fremovexattr",
+];
+
+/// Metadata calls whose arguments lie behind a struct: refused (ENOSYS).
+pub const META_REFUSED: &[&str] = &["setxattrat", "removexattrat", "file_setattr"];
+
+/// ioctls that change a file's attributes (chattr): refused (EPERM) with
+/// the metadata guard. FS_IOC_SETFLAGS, FS_IOC32_SETFLAGS, FS_IOC_FSSETXATTR.
+pub const META_IOCTLS: &[u32] = &[0x4008_6602, 0x4004_6602, 0x401c_5820];
 
 impl Parts {
     pub const SIGNALS: Parts = Parts {
@@ -124,11 +167,12 @@ impl Parts {
         procs: false,
         memfd: false,
         memfd_enosys: false,
+        meta: false,
     };
 
     /// Whether the program notifies, and so needs a listener.
     pub fn notifies(self) -> bool {
-        self.signals || self.procs || self.memfd || self.net == NetPart::Guard
+        self.signals || self.procs || self.memfd || self.meta || self.net == NetPart::Guard
     }
 
     /// Whether there is anything to install.
@@ -207,11 +251,17 @@ pub(super) fn program(arch: Arch, parts: Parts) -> Result<Vec<SockFilter>, Secco
     let mut code: Vec<Insn> = Vec::new();
     // With A = the syscall number:
     let mut jumps: Vec<(&str, Label)> = Vec::new();
+    if parts.signals || parts.meta {
+        jumps.push(("ioctl", Label::Ioctl));
+    }
+    if parts.meta {
+        jumps.extend(META_NOTIFIED.iter().map(|n| (*n, Label::Notify)));
+        jumps.extend(META_REFUSED.iter().map(|n| (*n, Label::Enosys)));
+    }
     if parts.signals {
         jumps.extend([
             ("kill", Label::Kill),
             ("fcntl", Label::Fcntl),
-            ("ioctl", Label::Ioctl),
             ("pidfd_send_signal", Label::Enosys),
         ]);
         jumps.extend(
@@ -263,12 +313,20 @@ pub(super) fn program(arch: Arch, parts: Parts) -> Result<Vec<SockFilter>, Secco
             JeqTo(F_SETOWN, Label::Notify),
             JeqTo(F_SETOWN_EX, Label::Eperm),
             Ret(RET_ALLOW),
-            Here(Label::Ioctl),
-            Load(arg_low(1)),
-            JeqTo(FIOSETOWN, Label::Eperm),
-            JeqTo(SIOCSPGRP, Label::Eperm),
-            Ret(RET_ALLOW),
         ]);
+    }
+    if parts.signals || parts.meta {
+        code.extend([Here(Label::Ioctl), Load(arg_low(1))]);
+        if parts.signals {
+            code.extend([
+                JeqTo(FIOSETOWN, Label::Eperm),
+                JeqTo(SIOCSPGRP, Label::Eperm),
+            ]);
+        }
+        if parts.meta {
+            code.extend(META_IOCTLS.iter().map(|c| JeqTo(*c, Label::Eperm)));
+        }
+        code.push(Ret(RET_ALLOW));
     }
     if parts.net != NetPart::None {
         code.extend([
@@ -401,6 +459,7 @@ mod tests {
                         procs: false,
                         memfd: false,
                         memfd_enosys: false,
+                        meta: false,
                     },
                 )
                 .unwrap();
@@ -446,6 +505,7 @@ mod tests {
                     procs: true,
                     memfd: true,
                     memfd_enosys: false,
+                    meta: true,
                 },
             )
             .unwrap();
@@ -458,6 +518,7 @@ mod tests {
                     procs: false,
                     memfd: false,
                     memfd_enosys: false,
+                    meta: false,
                 }
             };
             assert!(refuse.any() && !refuse.notifies());
