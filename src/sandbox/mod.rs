@@ -182,7 +182,9 @@ pub const META_GUARD_LIMITATION: &str =
      EACCES. setxattrat, removexattrat and file_setattr fail with ENOSYS, and the FS_IOC_SETFLAGS and \
      FS_IOC_FSSETXATTR ioctls (chattr) with EPERM, inside write grants too; devices (/dev/null, a granted \
      device) and an object whose opened name was deleted while another name still reaches it are refused \
-     (EACCES)";
+     (EACCES), and so is every such call of a process that made itself non-dumpable (unless capsule runs as \
+     root); a path through a magic link other than the caller's /proc/self/fd/N, /dev/fd/N or /dev/stdin \
+     fails with ELOOP";
 
 /// What the metadata guard may let change: the plan's write grants, less
 /// its carve-outs.
@@ -246,7 +248,8 @@ pub struct Layers {
 
 /// What the no-namespace path cannot give, listed in `enforcement.missing`
 /// of every run on it (they do not refuse the run: no layer there can give
-/// them, and the default policy must run on such hosts).
+/// them, and the default policy must run on such hosts). The first (and
+/// [`ROOT_NO_VIEW_GAP`]) only where the metadata guard cannot run.
 pub const NO_VIEW_GAPS: &[&str] = &[
     "read-only view of the host (needs a mount namespace): the mode, owner, times and xattrs of the \
      caller's own files outside write grants can be changed (Landlock has no hook for them)",
