@@ -328,15 +328,24 @@ fn shared_memory_is_bounded_by_memory_mb() {
     for no_cgroups in [true] {
         let sb = shmem_sandbox(no_cgroups);
         let pol = sb.policy("version: 1\nlimits:\n  memory_mb: 64\n  timeout_seconds: 60\n");
-        for kind in ["anon", "memfd", "memfd_parked", "tmpfs"] {
+        for kind in ["anon", "memfd", "memfd_parked", "sysv", "tmpfs"] {
             let run = sb.probe(&["--policy", &pol], &[&["shmem", kind, "512", "6"]]);
             let j = run.json();
-            let held = run.probes().iter().any(|l| l["op"] == "shmem");
+            let lines = run.probes();
+            let held = lines.iter().any(|l| l["op"] == "shmem" && l["ok"] == true);
             assert!(
                 !held,
                 "{kind}: held 512 MiB under memory_mb: 64 (no_cgroups={no_cgroups}){}",
                 run.ctx()
             );
+            if kind == "sysv" && lines.iter().any(|l| l["op"] == "shmem") {
+                // Refused outright: without the run's own IPC namespace
+                // seccomp refuses SysV IPC (EPERM), and within it the
+                // namespace's kernel.shmall (memory_mb) refuses the segment.
+                let v = lines.iter().find(|l| l["op"] == "shmem").unwrap();
+                assert_errno(v, &["EPERM", "ENOSPC", "ENOMEM", "EINVAL"], &run);
+                continue;
+            }
             assert_eq!(
                 j["termination_reason"],
                 "signaled",

@@ -170,8 +170,10 @@ pub const MEMORY_WATCHDOG_LIMITATION: &str =
      (more than 50000 entries there count as over the limit). What remains: memory taken within one 100 ms \
      interval before the kill; a memfd or tmpfs file that is also mapped counts twice; a TMPDIR file on a host \
      tmpfs that the run unlinked while holding it open, and files in write grants on a host tmpfs, are not \
-     counted; nor are kernel memory (page tables, socket and pipe buffers) and SysV shared memory no process \
-     has attached; a process of the run whose memory capsule cannot read (made non-dumpable) ends the run";
+     counted; nor is kernel memory (page tables, socket and pipe buffers); SysV shared memory (the view's own \
+     IPC namespace) is bounded by kernel.shmall = memory_mb there as root, and refused (shmget: ENOSPC) for an \
+     unprivileged capsule; a process of the run whose memory capsule cannot read (made non-dumpable) ends the \
+     run";
 
 /// The limitation the metadata guard brings (see `supervisor::metaguard`).
 pub const META_GUARD_LIMITATION: &str =
@@ -505,6 +507,7 @@ pub fn prepare(
             tmp_size_mb: plan.limits.tmp_size_mb,
             rights: ll.view_rights(),
             memfd_noexec: k.memfd_noexec,
+            shm_pages: plan.limits.memory_bytes.map(|b| b.div_ceil(4096)),
         };
         Some(view::View::plan(plan, &input)?)
     } else {
@@ -691,6 +694,10 @@ pub fn prepare(
         // No listener to count memfds with: memfd_create fails (ENOSYS).
         memfd_enosys: memory_watch.is_some() && !listener,
         meta: meta_guard.is_some(),
+        // The view's IPC namespace bounds SysV segments with kernel.shmall
+        // = memory_mb only where capsule may set it (as root); else they
+        // are refused, as no process's memory shows one nobody maps.
+        sysv_refuse: memory_watch.is_some() && view.is_some() && !root,
     };
     let notify_filter = if parts.any() && filters.is_some() {
         Some((seccomp::notify_filter(parts)?, parts.notifies()))

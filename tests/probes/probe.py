@@ -449,7 +449,8 @@ def op_shmem(kind, mb, hold="4"):
     """Hold MB MiB that RLIMIT_DATA does not count, then wait HOLD seconds:
     'anon' (MAP_SHARED|MAP_ANONYMOUS, touched), 'memfd' (written, never
     mapped), 'memfd_parked' (written, sent into a socket pair and closed: in
-    flight, in no descriptor table) or 'tmpfs' (a file in $TMPDIR)."""
+    flight, in no descriptor table), 'sysv' (a SysV segment touched and
+    detached) or 'tmpfs' (a file in $TMPDIR)."""
     size = int(mb) << 20
     chunk = b"m" * (1 << 20)
     keep = []
@@ -471,6 +472,25 @@ def op_shmem(kind, mb, hold="4"):
             keep.extend([a, b])
         else:
             keep.append(fd)
+    elif kind == "sysv":
+        # A SysV segment, touched, then detached and never removed: held by
+        # the IPC namespace, mapped by no process.
+        # In 16 MiB segments, each attached only while it is filled: at no
+        # moment does a process map more than one.
+        libc.shmget.restype = ctypes.c_int
+        libc.shmat.restype = ctypes.c_void_p
+        step = 16 << 20
+        for _ in range(0, size, step):
+            shmid = libc.shmget(0, ctypes.c_size_t(step), 0o1600)
+            if shmid < 0:
+                e = ctypes.get_errno()
+                raise OSError(e, os.strerror(e))
+            addr = libc.shmat(shmid, None, 0)
+            if addr in (None, ctypes.c_void_p(-1).value):
+                e = ctypes.get_errno()
+                raise OSError(e, os.strerror(e))
+            ctypes.memset(addr, 1, step)
+            libc.shmdt(ctypes.c_void_p(addr))
     elif kind == "tmpfs":
         with open(os.path.join(os.environ["TMPDIR"], "hold"), "wb") as f:
             for _ in range(int(mb)):

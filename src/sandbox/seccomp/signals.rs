@@ -39,6 +39,8 @@
 //! setxattrat, removexattrat, file_setattr     ENOSYS  arguments behind a struct
 //! ioctl(_, FS_IOC_SETFLAGS | FS_IOC32_SETFLAGS
 //!   | FS_IOC_FSSETXATTR, _)                   EPERM   chattr outside write grants
+//! SysV part (memory_mb without a cgroup, an unprivileged capsule's view):
+//! shmget                                      ENOSPC  kernel.shmall cannot bound it there
 //! process part (max_processes as root without a cgroup):
 //! clone, fork, vfork                          USER_NOTIF (the supervisor counts the run's tasks)
 //! anything else                               ALLOW   (the main program decides)
@@ -129,6 +131,11 @@ pub struct Parts {
     /// removexattrat and file_setattr fail with ENOSYS, the
     /// FS_IOC_SETFLAGS/FS_IOC_FSSETXATTR ioctls with EPERM.
     pub meta: bool,
+    /// shmget fails with ENOSPC: memory_mb without a cgroup in the run's own
+    /// IPC namespace where capsule cannot bound it with kernel.shmall (an
+    /// unprivileged capsule): segments no process maps are in no process's
+    /// memory, and the memory watchdog could not see them.
+    pub sysv_refuse: bool,
 }
 
 /// The metadata guard's notified calls (`supervisor::metaguard::NOTIFIED`).
@@ -168,6 +175,7 @@ impl Parts {
         memfd: false,
         memfd_enosys: false,
         meta: false,
+        sysv_refuse: false,
     };
 
     /// Whether the program notifies, and so needs a listener.
@@ -177,7 +185,7 @@ impl Parts {
 
     /// Whether there is anything to install.
     pub fn any(self) -> bool {
-        self.notifies() || self.net != NetPart::None || self.memfd_enosys
+        self.notifies() || self.net != NetPart::None || self.memfd_enosys || self.sysv_refuse
     }
 }
 
@@ -203,6 +211,7 @@ enum Label {
     Eperm,
     Eacces,
     Enosys,
+    Enospc,
     FastOpen2,
     FastOpen3,
 }
@@ -283,6 +292,9 @@ pub(super) fn program(arch: Arch, parts: Parts) -> Result<Vec<SockFilter>, Secco
     } else if parts.memfd_enosys {
         jumps.push(("memfd_create", Label::Enosys));
     }
+    if parts.sysv_refuse {
+        jumps.push(("shmget", Label::Enospc));
+    }
     if parts.procs {
         jumps.extend([
             ("clone", Label::Notify),
@@ -351,6 +363,8 @@ pub(super) fn program(arch: Arch, parts: Parts) -> Result<Vec<SockFilter>, Secco
         Ret(ret_errno(libc::EACCES)),
         Here(Label::Enosys),
         Ret(ret_errno(libc::ENOSYS)),
+        Here(Label::Enospc),
+        Ret(ret_errno(libc::ENOSPC)),
     ]);
     let mut prog = prologue(arch);
     prog.extend(assemble(&code)?);
@@ -460,6 +474,7 @@ mod tests {
                         memfd: false,
                         memfd_enosys: false,
                         meta: false,
+                        sysv_refuse: false,
                     },
                 )
                 .unwrap();
@@ -506,12 +521,14 @@ mod tests {
                     memfd: true,
                     memfd_enosys: false,
                     meta: true,
+                    sysv_refuse: false,
                 },
             )
             .unwrap();
             // memory_mb without a cgroup nor a listener: memfd_create refused.
             let refuse = Parts {
                 memfd_enosys: true,
+                sysv_refuse: true,
                 ..Parts {
                     signals: false,
                     net: NetPart::None,
@@ -519,6 +536,7 @@ mod tests {
                     memfd: false,
                     memfd_enosys: false,
                     meta: false,
+                    sysv_refuse: false,
                 }
             };
             assert!(refuse.any() && !refuse.notifies());
@@ -526,6 +544,10 @@ mod tests {
             assert_eq!(
                 answer(&p, arch, "memfd_create", a(&[0x1000, 0])),
                 ret_errno(libc::ENOSYS)
+            );
+            assert_eq!(
+                answer(&p, arch, "shmget", a(&[0, 1 << 20, 0o1600])),
+                ret_errno(libc::ENOSPC)
             );
             assert_eq!(answer(&p, arch, "kill", a(&[1234, 9])), RET_ALLOW);
             let d = |name: &str, args: [u64; 6]| answer(&both, arch, name, args);
