@@ -328,7 +328,14 @@ fn shared_memory_is_bounded_by_memory_mb() {
     for no_cgroups in [true] {
         let sb = shmem_sandbox(no_cgroups);
         let pol = sb.policy("version: 1\nlimits:\n  memory_mb: 64\n  timeout_seconds: 60\n");
-        for kind in ["anon", "memfd", "memfd_parked", "sysv", "tmpfs"] {
+        for kind in [
+            "anon",
+            "memfd",
+            "memfd_parked",
+            "sysv",
+            "tmpfs",
+            "tmpfs_unlinked",
+        ] {
             let run = sb.probe(&["--policy", &pol], &[&["shmem", kind, "512", "6"]]);
             let j = run.json();
             let lines = run.probes();

@@ -169,8 +169,8 @@ pub const MEMORY_WATCHDOG_LIMITATION: &str =
      the view's private /dev/shm and tmpfs /tmp, and the files of a private TMPDIR that lies on a host tmpfs \
      (more than 50000 entries there count as over the limit). What remains: memory taken within one 100 ms \
      interval before the kill; a memfd or tmpfs file that is also mapped counts twice; a TMPDIR file on a host \
-     tmpfs that the run unlinked while holding it open, and files in write grants on a host tmpfs, are not \
-     counted; nor is kernel memory (page tables, socket and pipe buffers); SysV shared memory (the view's own \
+     tmpfs that the run unlinked and holds only in flight in a Unix socket, and files in write grants on a \
+     host tmpfs, are not counted; nor is kernel memory (page tables, socket and pipe buffers); SysV shared memory (the view's own \
      IPC namespace) is bounded by kernel.shmall = memory_mb there as root, and refused (shmget: ENOSPC) for an \
      unprivileged capsule; a process of the run whose memory capsule cannot read (made non-dumpable) ends the \
      run";
@@ -204,6 +204,9 @@ pub struct MemoryWatchPlan {
     pub view_tmpfs: Vec<std::path::PathBuf>,
     /// Host directories on a shared tmpfs whose files are the run's.
     pub host_tmpfs: Vec<std::path::PathBuf>,
+    /// Where the run sees those directories (the view shows the private
+    /// TMPDIR at /tmp): its unlinked files there are found by these names.
+    pub unlinked_in: Vec<std::path::PathBuf>,
 }
 
 /// Layers ready for the child.
@@ -614,30 +617,40 @@ pub fn prepare(
     // memory_mb without a cgroup: RLIMIT_DATA counts no shared memory, so
     // the memory watchdog (`supervisor::memwatch`) samples the run, and the
     // memfd guard makes every memfd of the run so that it can count them.
-    let memory_watch = (memory == Mechanism::Rlimit).then(|| MemoryWatchPlan {
-        limit: l.memory_bytes.unwrap_or(u64::MAX),
-        view_tmpfs: view
-            .as_ref()
-            .map(|v| {
-                let mut t = Vec::new();
-                if v.summary.private_shm {
-                    t.push("/dev/shm".into());
-                }
-                if v.summary.private_tmp && plan.limits.tmp_size_mb.is_some() {
-                    t.push("/tmp".into());
-                }
-                t
-            })
-            .unwrap_or_default(),
-        host_tmpfs: plan
-            .tmpdir
-            .iter()
-            .filter(|t| {
-                nix::sys::statfs::statfs(t.as_path())
-                    .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)
-            })
-            .cloned()
-            .collect(),
+    let memory_watch = (memory == Mechanism::Rlimit).then(|| {
+        let mut w = MemoryWatchPlan {
+            limit: l.memory_bytes.unwrap_or(u64::MAX),
+            view_tmpfs: view
+                .as_ref()
+                .map(|v| {
+                    let mut t = Vec::new();
+                    if v.summary.private_shm {
+                        t.push("/dev/shm".into());
+                    }
+                    if v.summary.private_tmp && plan.limits.tmp_size_mb.is_some() {
+                        t.push("/tmp".into());
+                    }
+                    t
+                })
+                .unwrap_or_default(),
+            host_tmpfs: plan
+                .tmpdir
+                .iter()
+                .filter(|t| {
+                    nix::sys::statfs::statfs(t.as_path())
+                        .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)
+                })
+                .cloned()
+                .collect(),
+            unlinked_in: Vec::new(),
+        };
+        w.unlinked_in = w.host_tmpfs.clone();
+        let tmp_bound = view.as_ref().is_some_and(|v| v.summary.private_tmp)
+            && plan.limits.tmp_size_mb.is_none();
+        if tmp_bound && !w.host_tmpfs.is_empty() {
+            w.unlinked_in.push("/tmp".into());
+        }
+        w
     });
     let count_memfds = memory_watch.is_some() && listener;
     // Without the view's read-only host, the metadata guard

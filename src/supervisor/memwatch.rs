@@ -20,7 +20,8 @@
 //! * the run's tmpfs: the view's private `/dev/shm` and tmpfs `/tmp`
 //!   (statfs: exactly the run's), and the private TMPDIR when it lies on a
 //!   tmpfs of the host (its files' blocks, walked; more than [`MAX_ENTRIES`]
-//!   entries there count as over the limit).
+//!   entries there count as over the limit; and the files there the run
+//!   unlinked but holds open, through its processes' descriptors).
 //!
 //! Who is of the run: with a pid namespace, the processes of its own
 //! `/proc`; without one, those of the host's that `signals::Judge` places in
@@ -30,8 +31,10 @@
 //! What remains: memory taken between two samples (a burst of at most
 //! [`INTERVAL`] of page faulting before the kill); a memfd or tmpfs file that
 //! is also mapped counts twice; kernel memory (page tables, socket and pipe
-//! buffers) is not counted; SysV shared memory that no process has attached
-//! (the view's private IPC namespace only) is not counted.
+//! buffers) is not counted, nor is a TMPDIR file on a host tmpfs that the
+//! run unlinked and holds only in flight in a Unix socket. SysV segments no
+//! process maps are bounded by the view (`kernel.shmall`, or shmget
+//! refused: `sandbox::prepare`).
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -109,44 +112,79 @@ pub struct Watch {
     /// Host directories on a shared tmpfs whose files are the run's (the
     /// private TMPDIR there).
     pub host_tmpfs: Vec<PathBuf>,
+    /// Those directories as the run names them (the view's /tmp too).
+    pub unlinked_in: Vec<PathBuf>,
 }
 
 /// One sample: the bytes the run holds, or None when something of the run
 /// could not be read (then it counts as over the limit).
 fn sample(w: &Watch) -> Option<u64> {
     let mut total = w.memfds.bytes();
-    match &w.census {
-        Census::PidNamespace { init } => {
-            let pids = descendants(*init)?;
-            for pid in &pids {
-                total = total.saturating_add(process_bytes("/proc", *pid)?);
-            }
-            // The view's tmpfs, through the root of a process of the run
-            // (init shares capsule's memory and is not dumpable: its root is
-            // out of an unprivileged capsule's reach).
-            if let Some(pid) = pids.first() {
-                for p in &w.view_tmpfs {
-                    let at = format!("/proc/{pid}/root{}", p.display());
-                    if let Ok(s) = nix::sys::statfs::statfs(at.as_str()) {
-                        let used = s.blocks().saturating_sub(s.blocks_free());
-                        total = total.saturating_add(used.saturating_mul(s.block_size() as u64));
-                    }
-                }
-            }
-        }
+    let pids = match &w.census {
+        Census::PidNamespace { init } => descendants(*init)?,
         Census::Tree(tree) => {
             let judge = Judge {
                 tree,
                 procs: ProcFs,
             };
-            total = total.saturating_add(sum_dir("/proc", |pid| judge.in_tree(pid))?);
+            list_dir("/proc", |pid| judge.in_tree(pid))?
         }
         Census::Unknown => return None,
+    };
+    for pid in &pids {
+        total = total.saturating_add(process_bytes("/proc", *pid)?);
+    }
+    if let (Census::PidNamespace { .. }, Some(pid)) = (&w.census, pids.first()) {
+        // The view's tmpfs, through the root of a process of the run (init
+        // shares capsule's memory and is not dumpable: its root is out of an
+        // unprivileged capsule's reach).
+        for p in &w.view_tmpfs {
+            let at = format!("/proc/{pid}/root{}", p.display());
+            if let Ok(s) = nix::sys::statfs::statfs(at.as_str()) {
+                let used = s.blocks().saturating_sub(s.blocks_free());
+                total = total.saturating_add(used.saturating_mul(s.block_size() as u64));
+            }
+        }
     }
     for d in &w.host_tmpfs {
         total = total.saturating_add(tree_bytes(d)?);
     }
+    if !w.unlinked_in.is_empty() {
+        total = total.saturating_add(unlinked_bytes(&pids, &w.unlinked_in));
+    }
     Some(total)
+}
+
+/// The files under `dirs` that the run unlinked but holds open (no walk
+/// finds them any more): through the descriptors of its processes, each
+/// file once.
+fn unlinked_bytes(pids: &[libc::pid_t], dirs: &[PathBuf]) -> u64 {
+    let mut seen = std::collections::HashSet::new();
+    let mut total = 0u64;
+    for pid in pids {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        for e in fds.flatten() {
+            let Ok(target) = std::fs::read_link(e.path()) else {
+                continue;
+            };
+            let target = target.to_string_lossy();
+            let Some(name) = target.strip_suffix(" (deleted)") else {
+                continue;
+            };
+            if !dirs.iter().any(|d| Path::new(name).starts_with(d)) {
+                continue;
+            }
+            let Ok(st) = nix::sys::stat::stat(&e.path()) else {
+                continue;
+            };
+            if st.st_nlink == 0 && seen.insert((st.st_dev, st.st_ino)) {
+                total = total.saturating_add((st.st_blocks as u64).saturating_mul(512));
+            }
+        }
+    }
+    total
 }
 
 /// The processes below `init` (not init itself), through the kernel's
@@ -205,23 +243,16 @@ fn process_bytes(dir: &str, pid: libc::pid_t) -> Option<u64> {
     }
 }
 
-/// The memory of the processes listed in the procfs `dir` that `keep` accepts.
-fn sum_dir(dir: &str, keep: impl Fn(libc::pid_t) -> bool) -> Option<u64> {
-    let mut total = 0u64;
-    for entry in std::fs::read_dir(dir).ok()?.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<libc::pid_t>().ok())
-        else {
-            continue;
-        };
-        if !keep(pid) {
-            continue;
-        }
-        total = total.saturating_add(process_bytes(dir, pid)?);
-    }
-    Some(total)
+/// The processes listed in the procfs `dir` that `keep` accepts.
+fn list_dir(dir: &str, keep: impl Fn(libc::pid_t) -> bool) -> Option<Vec<libc::pid_t>> {
+    Some(
+        std::fs::read_dir(dir)
+            .ok()?
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+            .filter(|pid| keep(*pid))
+            .collect(),
+    )
 }
 
 /// What one process holds, from its `smaps_rollup` (values in kB).

@@ -320,6 +320,7 @@ fn run_prepared(
             memfds: memwatch::Memfds::default(),
             view_tmpfs: w.view_tmpfs.clone(),
             host_tmpfs: w.host_tmpfs.clone(),
+            unlinked_in: w.unlinked_in.clone(),
         }
     });
     let memfd_guard = layers.memfd_guard.map(|seal| memfdguard::MemfdGuard {

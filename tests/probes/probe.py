@@ -450,7 +450,8 @@ def op_shmem(kind, mb, hold="4"):
     'anon' (MAP_SHARED|MAP_ANONYMOUS, touched), 'memfd' (written, never
     mapped), 'memfd_parked' (written, sent into a socket pair and closed: in
     flight, in no descriptor table), 'sysv' (a SysV segment touched and
-    detached) or 'tmpfs' (a file in $TMPDIR)."""
+    detached), 'tmpfs' (a file in $TMPDIR) or 'tmpfs_unlinked' (one unlinked
+    while held open)."""
     size = int(mb) << 20
     chunk = b"m" * (1 << 20)
     keep = []
@@ -495,6 +496,17 @@ def op_shmem(kind, mb, hold="4"):
         with open(os.path.join(os.environ["TMPDIR"], "hold"), "wb") as f:
             for _ in range(int(mb)):
                 f.write(chunk)
+    elif kind == "tmpfs_unlinked":
+        # 16 MiB files, each unlinked as soon as it is written: at no moment
+        # does a name reach more than one.
+        for i in range(0, int(mb), 16):
+            path = os.path.join(os.environ["TMPDIR"], "hold%d" % i)
+            f = open(path, "wb")
+            for _ in range(16):
+                f.write(chunk)
+            f.flush()
+            os.unlink(path)
+            keep.append(f)
     else:
         raise ValueError(kind)
     emit({"op": "shmem_held", "kind": kind})
