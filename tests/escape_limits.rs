@@ -330,6 +330,7 @@ fn shared_memory_is_bounded_by_memory_mb() {
         let pol = sb.policy("version: 1\nlimits:\n  memory_mb: 64\n  timeout_seconds: 60\n");
         for kind in [
             "anon",
+            "anon_orphan",
             "memfd",
             "memfd_parked",
             "sysv",

@@ -164,7 +164,8 @@ pub const PROCESS_GUARD_LIMITATION: &str =
 pub const MEMORY_WATCHDOG_LIMITATION: &str =
     "memory_mb without a cgroup: RLIMIT_DATA bounds each process's private memory, and capsule's memory \
      watchdog samples the whole run every 100 ms and kills it (kill_reason names limits.memory_mb) when it \
-     holds more: the proportional share of its processes' anonymous and shared memory (smaps_rollup), every \
+     holds more: its processes' anonymous and shared memory (a quick bound from /proc/PID/status, and where \
+     that is over the limit their proportional shares from smaps_rollup; swap not counted), every \
      memfd it made (capsule makes each one and keeps it: a memfd the run closed counts until the run ends), \
      the view's private /dev/shm and tmpfs /tmp, and the files of a private TMPDIR that lies on a host tmpfs \
      (more than 50000 entries there count as over the limit). What remains: memory taken within one 100 ms \
@@ -172,8 +173,8 @@ pub const MEMORY_WATCHDOG_LIMITATION: &str =
      tmpfs that the run unlinked and holds only in flight in a Unix socket, and files in write grants on a \
      host tmpfs, are not counted; nor is kernel memory (page tables, socket and pipe buffers); SysV shared memory (the view's own \
      IPC namespace) is bounded by kernel.shmall = memory_mb there as root, and refused (shmget: ENOSPC) for an \
-     unprivileged capsule; a process of the run whose memory capsule cannot read (made non-dumpable) ends the \
-     run";
+     unprivileged capsule; a process of the run whose share capsule needs but cannot read (made \
+     non-dumpable) ends the run";
 
 /// The limitation the metadata guard brings (see `supervisor::metaguard`).
 pub const META_GUARD_LIMITATION: &str =

@@ -7,10 +7,13 @@
 //! the limit the event loop kills the whole run (`kill_reason` names
 //! `limits.memory_mb`). The sum, an upper bound, never an estimate from below:
 //!
-//! * every process of the run: `/proc/PID/smaps_rollup`'s `Pss_Anon +
-//!   Pss_Shmem + Swap` (private and shared anonymous memory, shared pages
-//!   divided among the processes mapping them; `Pss` where the kernel has no
-//!   `Pss_Anon`, before 5.14) plus hugetlb pages;
+//! * every process of the run: first a quick upper bound from the counters
+//!   of `/proc/PID/status` (`RssAnon + RssShmem + HugetlbPages`: no page
+//!   walk, a shared page counted in every process mapping it); only when
+//!   the sum is over the limit, `/proc/PID/smaps_rollup`'s `Pss_Anon +
+//!   Pss_Shmem` (shared pages divided among the processes mapping them;
+//!   `Pss` where the kernel has no `Pss_Anon`, before 5.14) plus hugetlb
+//!   pages. Swap is not counted (nor does a cgroup's `memory.max`);
 //! * every memfd the run made: the memfd guard (`memfdguard`) makes each one
 //!   itself and keeps a duplicate, whose allocated blocks count whether or
 //!   not any process maps it or still holds it (a memfd parked in flight in a
@@ -23,10 +26,14 @@
 //!   entries there count as over the limit; and the files there the run
 //!   unlinked but holds open, through its processes' descriptors).
 //!
-//! Who is of the run: with a pid namespace, the processes of its own
-//! `/proc`; without one, those of the host's that `signals::Judge` places in
-//! the run's tree. A process of the run whose memory cannot be read (it made
-//! itself non-dumpable) counts as over the limit: fail closed.
+//! Who is of the run (`/proc/PID/task/TID/children`, at most
+//! [`MAX_PROCESSES`]): with a pid namespace, the descendants of its init
+//! (orphans are reparented to it); without one, the command's descendants
+//! and those of capsule's children (orphans of the run are reparented to
+//! capsule, a subreaper) that `signals::Judge` places in the run. A process
+//! that moves in the tree during a sample is seen at the next one. A process of the run whose `smaps_rollup` cannot be read
+//! when it is needed (it made itself non-dumpable) counts as over the limit:
+//! fail closed.
 //!
 //! What remains: memory taken between two samples (a burst of at most
 //! [`INTERVAL`] of page faulting before the kill); a memfd or tmpfs file that
@@ -122,18 +129,9 @@ fn sample(w: &Watch) -> Option<u64> {
     let mut total = w.memfds.bytes();
     let pids = match &w.census {
         Census::PidNamespace { init } => descendants(*init)?,
-        Census::Tree(tree) => {
-            let judge = Judge {
-                tree,
-                procs: ProcFs,
-            };
-            list_dir("/proc", |pid| judge.in_tree(pid))?
-        }
+        Census::Tree(tree) => tree_pids(tree)?,
         Census::Unknown => return None,
     };
-    for pid in &pids {
-        total = total.saturating_add(process_bytes("/proc", *pid)?);
-    }
     if let (Census::PidNamespace { .. }, Some(pid)) = (&w.census, pids.first()) {
         // The view's tmpfs, through the root of a process of the run (init
         // shares capsule's memory and is not dumpable: its root is out of an
@@ -152,7 +150,41 @@ fn sample(w: &Watch) -> Option<u64> {
     if !w.unlinked_in.is_empty() {
         total = total.saturating_add(unlinked_bytes(&pids, &w.unlinked_in));
     }
+    // The processes: first a quick upper bound from their counters (no
+    // page walk); only when it is over the limit, the proportional shares.
+    let quick = pids
+        .iter()
+        .fold(0u64, |t, pid| t.saturating_add(status_bytes(*pid)));
+    if total.saturating_add(quick) <= w.limit {
+        return Some(total.saturating_add(quick));
+    }
+    for pid in &pids {
+        total = total.saturating_add(process_bytes("/proc", *pid)?);
+    }
     Some(total)
+}
+
+/// A quick upper bound of what process `pid` holds, from the counters of
+/// `/proc/PID/status` (no page walk, readable for every process):
+/// `RssAnon + RssShmem + HugetlbPages`, a shared page counted in full in
+/// every process that maps it. 0 when it is gone.
+fn status_bytes(pid: libc::pid_t) -> u64 {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return 0;
+    };
+    kb_fields(&text, &["RssAnon:", "RssShmem:", "HugetlbPages:"]).saturating_mul(1024)
+}
+
+/// The sum of the `NAME: N kB` fields `names` of a /proc text.
+fn kb_fields(text: &str, names: &[&str]) -> u64 {
+    names
+        .iter()
+        .filter_map(|name| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .sum()
 }
 
 /// The files under `dirs` that the run unlinked but holds open (no walk
@@ -193,8 +225,17 @@ fn unlinked_bytes(pids: &[libc::pid_t], dirs: &[PathBuf]) -> u64 {
 /// [`MAX_PROCESSES`]; None when a list cannot be read.
 fn descendants(init: libc::pid_t) -> Option<Vec<libc::pid_t>> {
     let mut out = Vec::new();
-    let mut queue = vec![init];
-    while let Some(pid) = queue.pop() {
+    walk(init, &mut out, usize::MAX)?;
+    Some(out)
+}
+
+/// Add the processes below `top` to `out` (at most `depth` levels).
+fn walk(top: libc::pid_t, out: &mut Vec<libc::pid_t>, depth: usize) -> Option<()> {
+    let mut queue = vec![(top, 0usize)];
+    while let Some((pid, level)) = queue.pop() {
+        if level >= depth {
+            continue;
+        }
         let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
             // Exited meanwhile (its children are reparented: seen next time).
             continue;
@@ -214,10 +255,32 @@ fn descendants(init: libc::pid_t) -> Option<Vec<libc::pid_t>> {
                     return None;
                 }
                 out.push(c);
-                queue.push(c);
+                queue.push((c, level + 1));
             }
         }
     }
+    Some(())
+}
+
+/// Without a pid namespace: the command and its descendants, and the
+/// children of capsule (a subreaper: orphans of the run are reparented to
+/// it) that `signals::Judge` places in the run, with theirs.
+fn tree_pids(tree: &Tree) -> Option<Vec<libc::pid_t>> {
+    let judge = Judge {
+        tree,
+        procs: ProcFs,
+    };
+    let mut mine = Vec::new();
+    walk(tree.supervisor, &mut mine, 1)?;
+    let mut out = Vec::new();
+    for root in mine {
+        if root == tree.child || judge.in_tree(root) {
+            out.push(root);
+            walk(root, &mut out, usize::MAX)?;
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
     Some(out)
 }
 
@@ -243,34 +306,18 @@ fn process_bytes(dir: &str, pid: libc::pid_t) -> Option<u64> {
     }
 }
 
-/// The processes listed in the procfs `dir` that `keep` accepts.
-fn list_dir(dir: &str, keep: impl Fn(libc::pid_t) -> bool) -> Option<Vec<libc::pid_t>> {
-    Some(
-        std::fs::read_dir(dir)
-            .ok()?
-            .flatten()
-            .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
-            .filter(|pid| keep(*pid))
-            .collect(),
-    )
-}
-
-/// What one process holds, from its `smaps_rollup` (values in kB).
+/// What one process holds, from its `smaps_rollup` (values in kB): its
+/// proportional share of anonymous and shared memory, and hugetlb pages.
 pub fn rollup_bytes(text: &str) -> u64 {
-    let field = |name: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+    let resident = if text.contains("Pss_Anon:") {
+        kb_fields(text, &["Pss_Anon:", "Pss_Shmem:"])
+    } else {
+        // Before 5.14: all of Pss (file pages too: more, never less).
+        kb_fields(text, &["Pss:"])
     };
-    let resident = match (field("Pss_Anon:"), field("Pss_Shmem:")) {
-        (Some(a), Some(s)) => a + s,
-        _ => field("Pss:").unwrap_or(0),
-    };
-    let kb = resident
-        + field("Swap:").unwrap_or(0)
-        + field("Shared_Hugetlb:").unwrap_or(0)
-        + field("Private_Hugetlb:").unwrap_or(0);
-    kb.saturating_mul(1024)
+    resident
+        .saturating_add(kb_fields(text, &["Shared_Hugetlb:", "Private_Hugetlb:"]))
+        .saturating_mul(1024)
 }
 
 /// The bytes allocated to the files under `dir` (not following links).
@@ -355,10 +402,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_rollup_counts_anonymous_shared_swapped_and_huge_pages() {
+    fn a_rollup_counts_anonymous_shared_and_huge_pages() {
         let modern = "Rss: 9000 kB\nPss: 5000 kB\nPss_Anon: 100 kB\nPss_File: 4000 kB\n\
                       Pss_Shmem: 900 kB\nSwap: 10 kB\nShared_Hugetlb: 2048 kB\nPrivate_Hugetlb: 0 kB\n";
-        assert_eq!(rollup_bytes(modern), (100 + 900 + 10 + 2048) * 1024);
+        assert_eq!(rollup_bytes(modern), (100 + 900 + 2048) * 1024);
         // Before 5.14: all of Pss (file pages too: more, never less).
         let old = "Rss: 9000 kB\nPss: 5000 kB\nSwap: 0 kB\n";
         assert_eq!(rollup_bytes(old), 5000 * 1024);
@@ -369,6 +416,8 @@ mod tests {
     fn this_process_is_counted_and_a_tree_is_walked() {
         let me = std::fs::read_to_string("/proc/self/smaps_rollup").expect("rollup");
         assert!(rollup_bytes(&me) > 0);
+        // The quick bound is never below the proportional share.
+        assert!(status_bytes(std::process::id() as libc::pid_t) >= rollup_bytes(&me) / 2);
         let dir = tempfile::tempdir().expect("tmp");
         std::fs::create_dir(dir.path().join("d")).unwrap();
         std::fs::write(dir.path().join("d/f"), vec![1u8; 1 << 20]).unwrap();

@@ -447,7 +447,8 @@ def op_alloc(mb):
 
 def op_shmem(kind, mb, hold="4"):
     """Hold MB MiB that RLIMIT_DATA does not count, then wait HOLD seconds:
-    'anon' (MAP_SHARED|MAP_ANONYMOUS, touched), 'memfd' (written, never
+    'anon' (MAP_SHARED|MAP_ANONYMOUS, touched; 'anon_orphan': in an orphaned
+    setsid'd grandchild), 'memfd' (written, never
     mapped), 'memfd_parked' (written, sent into a socket pair and closed: in
     flight, in no descriptor table), 'sysv' (a SysV segment touched and
     detached), 'tmpfs' (a file in $TMPDIR) or 'tmpfs_unlinked' (one unlinked
@@ -455,13 +456,26 @@ def op_shmem(kind, mb, hold="4"):
     size = int(mb) << 20
     chunk = b"m" * (1 << 20)
     keep = []
-    if kind == "anon":
+    if kind in ("anon", "anon_orphan"):
         import mmap
 
+        if kind == "anon_orphan" and os.fork() != 0:
+            # The memory lives in a setsid'd grandchild whose parent exits:
+            # an orphan (reparented to capsule without a pid namespace).
+            emit({"op": "shmem_held", "kind": kind})
+            time.sleep(float(hold) + 2)
+            return size
+        if kind == "anon_orphan":
+            os.setsid()
+            if os.fork() != 0:
+                os._exit(0)
         m = mmap.mmap(-1, size)
         for i in range(0, size, 4096):
             m[i] = 1
         keep.append(m)
+        if kind == "anon_orphan":
+            time.sleep(float(hold) + 2)
+            os._exit(0)
     elif kind in ("memfd", "memfd_parked"):
         fd = os.memfd_create("hold")
         for _ in range(int(mb)):
