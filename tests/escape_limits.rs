@@ -300,3 +300,87 @@ fn as_root_without_a_cgroup_concurrent_forks_stay_within_max_processes() {
         );
     }
 }
+
+/// A sandbox for the shared-memory cases: TMPDIR on a tmpfs (/dev/shm, as on
+/// hosts whose /tmp is one), and with `no_cgroups` no cgroup capsule may
+/// make (the default of an unprivileged user on a host without delegation,
+/// and of pods): there `memory_mb` was RLIMIT_DATA alone.
+fn shmem_sandbox(no_cgroups: bool) -> Sandbox {
+    let mut sb = Sandbox::new();
+    if no_cgroups {
+        sb.set_env("CAPSULE_NO_CGROUPS", "1");
+    }
+    sb.set_env("TMPDIR", "/dev/shm");
+    sb
+}
+
+/// Issue 20, finding 6: RLIMIT_DATA does not count shared memory. With
+/// `memory_mb: 64` a run held 512 MiB through MAP_SHARED|MAP_ANONYMOUS, a
+/// memfd (one the memfd guard itself made) or a tmpfs file. Without a
+/// cgroup (the memory watchdog) each must end the run with `memory_limit`,
+/// and a run under a limit it stays below must be left alone.
+#[test]
+fn shared_memory_is_bounded_by_memory_mb() {
+    if !std::path::Path::new("/dev/shm").is_dir() {
+        skip("no /dev/shm tmpfs for the TMPDIR case");
+        return;
+    }
+    for no_cgroups in [true] {
+        let sb = shmem_sandbox(no_cgroups);
+        let pol = sb.policy("version: 1\nlimits:\n  memory_mb: 64\n  timeout_seconds: 60\n");
+        for kind in [
+            "anon",
+            "anon_orphan",
+            "memfd",
+            "memfd_parked",
+            "sysv",
+            "tmpfs",
+            "tmpfs_unlinked",
+        ] {
+            let run = sb.probe(&["--policy", &pol], &[&["shmem", kind, "512", "6"]]);
+            let j = run.json();
+            let lines = run.probes();
+            let held = lines.iter().any(|l| l["op"] == "shmem" && l["ok"] == true);
+            assert!(
+                !held,
+                "{kind}: held 512 MiB under memory_mb: 64 (no_cgroups={no_cgroups}){}",
+                run.ctx()
+            );
+            if kind == "sysv" && lines.iter().any(|l| l["op"] == "shmem") {
+                // Refused outright: without the run's own IPC namespace
+                // seccomp refuses SysV IPC (EPERM), and within it the
+                // namespace's kernel.shmall (memory_mb) refuses the segment.
+                let v = lines.iter().find(|l| l["op"] == "shmem").unwrap();
+                assert_errno(v, &["EPERM", "ENOSPC", "ENOMEM", "EINVAL"], &run);
+                continue;
+            }
+            assert_eq!(
+                j["termination_reason"],
+                "signaled",
+                "{kind} (no_cgroups={no_cgroups}){}",
+                run.ctx()
+            );
+            assert_eq!(j["signal"], 9, "{kind}{}", run.ctx());
+            assert!(
+                j["kill_reason"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("limits.memory_mb")),
+                "{kind}: kill_reason must name memory_mb{}",
+                run.ctx()
+            );
+            assert_eq!(run.code, Some(137), "{kind}{}", run.ctx());
+        }
+        // Positive control: the same 512 MiB fits under memory_mb: 2048.
+        let pol = sb.policy("version: 1\nlimits:\n  memory_mb: 2048\n  timeout_seconds: 60\n");
+        for kind in ["anon", "memfd", "tmpfs"] {
+            let run = sb.probe(&["--policy", &pol], &[&["shmem", kind, "512", "1"]]);
+            run.assert_ran();
+            let v = run
+                .probes()
+                .into_iter()
+                .find(|l| l["op"] == "shmem")
+                .expect("shmem result");
+            assert_eq!(v["value"], 512 << 20, "{kind}{}", run.ctx());
+        }
+    }
+}

@@ -1,11 +1,11 @@
-//! Root without namespaces: the gap no layer there closes is said, loudly.
-//!
-//! uid 0 owns the host's system files, and an owner needs no capability to
-//! change a file's mode: without a mount namespace (no read-only view) a run
-//! as root can chmod any root-owned file outside its grants, and Landlock has
-//! no hook for it. capsule cannot stop that there; it must say so in the
-//! result (`enforcement.missing`) and on stderr, in words that name the whole
-//! host, not "the caller's own files".
+//! Root without namespaces: uid 0 owns the host's system files, and an
+//! owner needs no capability to change a file's mode: without a mount
+//! namespace (no read-only view) Landlock has no hook for it. The metadata
+//! guard (issue 20, finding 7; `supervisor::metaguard`) now makes every
+//! chmod/chown/utime/setxattr of the run itself, only where a write grant
+//! covers the target, so a run as root can no longer chmod a root-owned file
+//! outside its grants; only where no seccomp listener can be had is the gap
+//! said, in words that name the whole host.
 
 mod common;
 
@@ -14,7 +14,7 @@ use std::os::unix::fs::PermissionsExt;
 use common::{capsule_bin, is_root, skip};
 
 #[test]
-fn root_without_namespaces_is_told_every_root_file_is_reachable() {
+fn root_without_namespaces_cannot_chmod_root_files_outside_grants() {
     if !is_root() {
         skip("needs root: the gap is root's");
         return;
@@ -36,27 +36,33 @@ fn root_without_namespaces_is_told_every_root_file_is_reachable() {
     let result: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json result");
     let stderr = String::from_utf8_lossy(&out.stderr);
     let missing = result["enforcement"]["missing"].to_string();
-    // The gap is real on this path (this is what the words must match) ...
     let mode = std::fs::metadata(&file).expect("stat").permissions().mode() & 0o777;
-    assert_eq!(mode, 0o666, "the chmod ran: {result}");
-    // ... and said as what it is, in the result and on stderr.
-    assert!(missing.contains("EVERY root-owned file"), "{missing}");
-    assert!(!missing.contains("caller's own files"), "{missing}");
+    assert_eq!(
+        mode, 0o644,
+        "ESCAPE: a run as root chmod'ed a root-owned file outside its grants: {result}"
+    );
+    assert_ne!(result["exit_code"], 0, "chmod reported success: {result}");
+    assert!(
+        result["enforcement"]["limitations"]
+            .to_string()
+            .contains("metadata guard"),
+        "{result}"
+    );
+    assert!(!missing.contains("EVERY root-owned file"), "{missing}");
+    assert!(
+        !stderr.contains("EVERY root-owned file"),
+        "stderr: {stderr}"
+    );
     // The keeper takes a setsid'd daemon down with a SIGKILLed capsule
     // (exec_kill tests it on this path): no gap there any more.
     assert!(
         !missing.contains("setsid'd descendant can outlive capsule"),
         "{missing}"
     );
-    assert!(
-        stderr.contains("capsule: warning: not enforced on this host")
-            && stderr.contains("EVERY root-owned file"),
-        "stderr: {stderr}"
-    );
 }
 
 #[test]
-fn an_unprivileged_run_without_namespaces_keeps_the_narrower_words() {
+fn an_unprivileged_run_without_namespaces_has_the_metadata_guard() {
     if is_root() {
         skip("runs as the invoking unprivileged user only");
         return;
@@ -69,8 +75,14 @@ fn an_unprivileged_run_without_namespaces_keeps_the_narrower_words() {
         .expect("capsule");
     let result: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json result");
     let missing = result["enforcement"]["missing"].to_string();
-    assert!(missing.contains("caller's own files"), "{missing}");
+    assert!(!missing.contains("caller's own files"), "{missing}");
     assert!(!missing.contains("EVERY root-owned file"), "{missing}");
+    assert!(
+        result["enforcement"]["limitations"]
+            .to_string()
+            .contains("metadata guard"),
+        "{result}"
+    );
     assert!(
         !missing.contains("setsid'd descendant can outlive capsule"),
         "{missing}"

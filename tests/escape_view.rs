@@ -82,13 +82,41 @@ fn metadata_outside_write_grants_cannot_change() {
             run.ctx()
         );
         if !view_expected() {
-            // No layer can stop this here: it must be reported, not silent.
-            let missing = run.json()["enforcement"]["missing"].to_string();
+            // No view: the metadata guard (issue 20, finding 7) holds, or,
+            // where no listener can be had, the gap is reported.
+            let e = run.json()["enforcement"].clone();
+            if e["missing"]
+                .to_string()
+                .contains("read-only view of the host")
+            {
+                continue;
+            }
             assert!(
-                missing.contains("read-only view of the host"),
+                e["limitations"].to_string().contains("metadata guard"),
                 "{}",
                 run.ctx()
             );
+            let after = fs::metadata(file).unwrap();
+            assert_eq!(
+                (before.permissions().mode(), before.modified().unwrap()),
+                (after.permissions().mode(), after.modified().unwrap()),
+                "ESCAPE: the mode or mtime of {} changed{}",
+                file.display(),
+                run.ctx()
+            );
+            for (name, res) in &lines {
+                assert_ne!(
+                    res,
+                    "ok",
+                    "{name} succeeded on {}{}",
+                    file.display(),
+                    run.ctx()
+                );
+            }
+            for op in ["chmod", "utime", "xattr", "chown"] {
+                let e = lines.iter().find(|(k, _)| k == op).map(|(_, v)| v.as_str());
+                assert_eq!(e, Some("Permission denied"), "{op}{}", run.ctx());
+            }
             continue;
         }
         let after = fs::metadata(file).unwrap();
@@ -449,8 +477,17 @@ fn without_namespaces_the_gaps_are_reported() {
     let v = run.json();
     assert!(v["enforcement"]["view"].is_null(), "{}", run.ctx());
     let missing = v["enforcement"]["missing"].to_string();
+    // The metadata outside write grants is held by the metadata guard
+    // (issue 20, finding 7) where a seccomp listener can be had, as here.
     assert!(
-        missing.contains("read-only view of the host"),
+        !missing.contains("read-only view of the host"),
+        "{}",
+        run.ctx()
+    );
+    assert!(
+        v["enforcement"]["limitations"]
+            .to_string()
+            .contains("metadata guard"),
         "{}",
         run.ctx()
     );
@@ -499,10 +536,18 @@ fn clone_refusal_falls_back_to_the_no_namespace_path_safely() {
         so.contains("rc=1"),
         "ESCAPE: /etc/shadow readable on the fallback path: {v}"
     );
+    // The fallback path's gaps are reported; the metadata outside write
+    // grants is held by the metadata guard (issue 20, finding 7).
     assert!(
         v["enforcement"]["missing"]
             .to_string()
-            .contains("read-only view"),
+            .contains("private /proc"),
+        "{v}"
+    );
+    assert!(
+        v["enforcement"]["limitations"]
+            .to_string()
+            .contains("metadata guard"),
         "{v}"
     );
 }

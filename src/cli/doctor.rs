@@ -69,7 +69,7 @@ pub fn run(a: DoctorArgs) -> i32 {
             "cgroup_v2": v2.is_some(),
             "cgroup": cg,
             "limits": {
-                "memory_mb": "cgroup where capsule owns one (beneath its own, delegated to it), else RLIMIT_DATA",
+                "memory_mb": "cgroup where capsule owns one (beneath its own, delegated to it), else RLIMIT_DATA + capsule's memory watchdog (shared memory: smaps_rollup, memfds, private tmpfs; every 100 ms)",
                 "max_processes": if root {
                     "cgroup pids beneath capsule's cgroup, in its delegated cgroup, or in a delegated systemd scope capsule asks for; else capsule's process guard (seccomp user notification counting the run's tasks)"
                 } else {

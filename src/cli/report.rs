@@ -335,7 +335,7 @@ pub fn print_plan(plan: &Plan, k: &Probe, view: Option<&ViewSummary>) {
     opt(
         "memory_bytes",
         l.memory_bytes,
-        "cgroup where capsule may create one, else RLIMIT_DATA",
+        "cgroup where capsule may create one, else RLIMIT_DATA + capsule's memory watchdog (shared memory)",
     );
     opt(
         "max_processes",

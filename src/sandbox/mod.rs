@@ -179,6 +179,56 @@ pub const PROCESS_GUARD_LIMITATION: &str =
      with EAGAIN at the limit; each fork costs a scan of the run's processes (of the host's without a pid \
      namespace), and a fork whose child has not appeared yet is counted until its caller returns";
 
+/// The limitation the memory watchdog brings (see `supervisor::memwatch`).
+pub const MEMORY_WATCHDOG_LIMITATION: &str =
+    "memory_mb without a cgroup: RLIMIT_DATA bounds each process's private memory, and capsule's memory \
+     watchdog samples the whole run every 100 ms and kills it (kill_reason names limits.memory_mb) when it \
+     holds more: its processes' anonymous and shared memory (a quick bound from /proc/PID/status, and where \
+     that is over the limit their proportional shares from smaps_rollup; swap not counted), every \
+     memfd it made (capsule makes each one and keeps it: a memfd the run closed counts until the run ends), \
+     the view's private /dev/shm and tmpfs /tmp, and the files of a private TMPDIR that lies on a host tmpfs \
+     (more than 50000 entries there count as over the limit). What remains: memory taken within one 100 ms \
+     interval before the kill; a memfd or tmpfs file that is also mapped counts twice; a TMPDIR file on a host \
+     tmpfs that the run unlinked and holds only in flight in a Unix socket, and files in write grants on a \
+     host tmpfs, are not counted; nor is kernel memory (page tables, socket and pipe buffers); SysV shared memory (the view's own \
+     IPC namespace) is bounded by kernel.shmall = memory_mb there as root, and refused (shmget: ENOSPC) for an \
+     unprivileged capsule; a process of the run whose share capsule needs but cannot read (made \
+     non-dumpable) ends the run";
+
+/// The limitation the metadata guard brings (see `supervisor::metaguard`).
+pub const META_GUARD_LIMITATION: &str =
+    "metadata guard (no mount namespace, so no read-only view of the host): every chmod, chown, utime(s), \
+     futimesat, utimensat and setxattr/removexattr of the run waits while capsule resolves its target once \
+     (from the caller's working directory or descriptor) and makes the call itself on that object, with the \
+     run's credentials and no capabilities, only where a write grant covers it (and no deny): elsewhere \
+     EACCES. setxattrat, removexattrat and file_setattr fail with ENOSYS, and the FS_IOC_SETFLAGS and \
+     FS_IOC_FSSETXATTR ioctls (chattr) with EPERM, inside write grants too; devices (/dev/null, a granted \
+     device) and an object whose opened name was deleted while another name still reaches it are refused \
+     (EACCES), and so is every such call of a process that made itself non-dumpable (unless capsule runs as \
+     root); a path through a magic link other than the caller's /proc/self/fd/N, /dev/fd/N or /dev/stdin \
+     fails with ELOOP";
+
+/// What the metadata guard may let change: the plan's write grants, less
+/// its carve-outs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetaGuardPlan {
+    pub write: Vec<std::path::PathBuf>,
+    pub deny: Vec<std::path::PathBuf>,
+}
+
+/// The memory watchdog's plan: `limits.memory_mb` where no cgroup holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryWatchPlan {
+    pub limit: u64,
+    /// The view's private tmpfs mounts, as paths inside the run's root.
+    pub view_tmpfs: Vec<std::path::PathBuf>,
+    /// Host directories on a shared tmpfs whose files are the run's.
+    pub host_tmpfs: Vec<std::path::PathBuf>,
+    /// Where the run sees those directories (the view shows the private
+    /// TMPDIR at /tmp): its unlinked files there are found by these names.
+    pub unlinked_in: Vec<std::path::PathBuf>,
+}
+
 /// Layers ready for the child.
 pub struct Layers {
     pub landlock: Option<landlock::Prepared>,
@@ -205,6 +255,13 @@ pub struct Layers {
     /// What keeps a memfd from being executed: "pid-namespace-sysctl",
     /// "seccomp-notify" (the memfd guard) or "none" (listed in `missing`).
     pub memfd_exec: &'static str,
+    /// Whether the memfd guard serves the run's memfd_create, and whether
+    /// it seals each memfd against execution (6.3+).
+    pub memfd_guard: Option<bool>,
+    /// The memory watchdog (memory_mb without a cgroup).
+    pub memory_watch: Option<MemoryWatchPlan>,
+    /// The metadata guard (no mount namespace, a listener to be had).
+    pub meta_guard: Option<MetaGuardPlan>,
     /// The seccomp truncate guard (Landlock ABI 1-2 without the view).
     pub truncate_guard: Option<seccomp::TruncateGuard>,
     /// Whether a pid namespace is expected to be available.
@@ -223,7 +280,8 @@ pub struct Layers {
 
 /// What the no-namespace path cannot give, listed in `enforcement.missing`
 /// of every run on it (they do not refuse the run: no layer there can give
-/// them, and the default policy must run on such hosts).
+/// them, and the default policy must run on such hosts). The first (and
+/// [`ROOT_NO_VIEW_GAP`]) only where the metadata guard cannot run.
 pub const NO_VIEW_GAPS: &[&str] = &[
     "read-only view of the host (needs a mount namespace): the mode, owner, times and xattrs of the \
      caller's own files outside write grants can be changed (Landlock has no hook for them)",
@@ -493,6 +551,7 @@ pub fn prepare(
             tmp_size_mb: plan.limits.tmp_size_mb,
             rights: ll.view_rights(),
             memfd_noexec: k.memfd_noexec,
+            shm_pages: plan.limits.memory_bytes.map(|b| b.div_ceil(4096)),
         };
         Some(view::View::plan(plan, &input)?)
     } else {
@@ -502,14 +561,9 @@ pub fn prepare(
                 what: format!("mounting {} at {}", m.src.display(), m.dst.display()),
             });
         }
-        if nix::unistd::getuid().is_root() {
-            // uid 0 owns the host's system files: owner checks do not need
-            // the capabilities the run lacks.
-            missing.push(ROOT_NO_VIEW_GAP.to_string());
-            missing.extend(NO_VIEW_GAPS.iter().skip(1).map(|s| s.to_string()));
-        } else {
-            missing.extend(NO_VIEW_GAPS.iter().map(|s| s.to_string()));
-        }
+        // The first gap (metadata outside write grants) is decided below:
+        // the metadata guard closes it where a listener can be had.
+        missing.extend(NO_VIEW_GAPS.iter().skip(1).map(|s| s.to_string()));
         // The keeper (`child::keeper_main`) kills the run's tree when capsule
         // dies, by the list of its children, which only /proc gives.
         if !keeper_can_list_children() {
@@ -607,13 +661,89 @@ pub fn prepare(
     // with the view); elsewhere on 6.3+ the memfd guard makes every memfd of
     // the run itself, sealed against execution (`supervisor::memfdguard`).
     let memfd_sysctl = view.as_ref().is_some_and(|v| v.summary.memfd_noexec);
-    let memfd_guard = !memfd_sysctl
-        && filters.is_some()
-        && k.memfd_noexec_known
-        && seccomp::listener_available().is_ok();
+    let listener = filters.is_some() && seccomp::listener_available().is_ok();
+    let memfd_seal = !memfd_sysctl && k.memfd_noexec_known && listener;
+    // memory_mb without a cgroup: RLIMIT_DATA counts no shared memory, so
+    // the memory watchdog (`supervisor::memwatch`) samples the run, and the
+    // memfd guard makes every memfd of the run so that it can count them.
+    let memory_watch = (memory == Mechanism::Rlimit).then(|| {
+        let mut w = MemoryWatchPlan {
+            limit: l.memory_bytes.unwrap_or(u64::MAX),
+            view_tmpfs: view
+                .as_ref()
+                .map(|v| {
+                    let mut t = Vec::new();
+                    if v.summary.private_shm {
+                        t.push("/dev/shm".into());
+                    }
+                    if v.summary.private_tmp && plan.limits.tmp_size_mb.is_some() {
+                        t.push("/tmp".into());
+                    }
+                    t
+                })
+                .unwrap_or_default(),
+            host_tmpfs: plan
+                .tmpdir
+                .iter()
+                .filter(|t| {
+                    nix::sys::statfs::statfs(t.as_path())
+                        .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)
+                })
+                .cloned()
+                .collect(),
+            unlinked_in: Vec::new(),
+        };
+        w.unlinked_in = w.host_tmpfs.clone();
+        let tmp_bound = view.as_ref().is_some_and(|v| v.summary.private_tmp)
+            && plan.limits.tmp_size_mb.is_none();
+        if tmp_bound && !w.host_tmpfs.is_empty() {
+            w.unlinked_in.push("/tmp".into());
+        }
+        w
+    });
+    let count_memfds = memory_watch.is_some() && listener;
+    // Without the view's read-only host, the metadata guard
+    // (`supervisor::metaguard`) makes every chmod/chown/utime/setxattr of
+    // the run itself, only where a write grant covers the target.
+    let meta_guard =
+        (view.is_none() && listener && crate::sys::meta::openat2_available()).then(|| {
+            MetaGuardPlan {
+                write: plan
+                    .fs
+                    .grants
+                    .iter()
+                    // The system grants' writable devices are given for their data.
+                    .filter(|g| g.access.write && g.origin != crate::plan::Origin::System)
+                    .map(|g| g.path.clone())
+                    .collect(),
+                deny: plan.fs.deny.iter().map(|d| d.path.clone()).collect(),
+            }
+        });
+    if view.is_none() && meta_guard.is_none() {
+        // uid 0 owns the host's system files: owner checks do not need the
+        // capabilities the run lacks.
+        missing.insert(
+            0,
+            if nix::unistd::getuid().is_root() {
+                ROOT_NO_VIEW_GAP
+            } else {
+                NO_VIEW_GAPS[0]
+            }
+            .to_string(),
+        );
+    }
+    if memory_watch.is_some() && filters.is_none() {
+        unavailable(
+            "limits.memory_mb (shared memory)",
+            "without a cgroup RLIMIT_DATA does not count memfds, and without seccomp capsule can neither make \
+             them itself (to count them) nor refuse them",
+            &mut missing,
+        )?;
+    }
+    let memfd_guard = (memfd_seal || count_memfds).then_some(memfd_seal);
     let memfd_exec = if memfd_sysctl {
         "pid-namespace-sysctl"
-    } else if memfd_guard {
+    } else if memfd_seal {
         "seccomp-notify"
     } else {
         "none"
@@ -622,7 +752,14 @@ pub fn prepare(
         signals: signals == SignalLayer::SeccompNotify,
         net: net_part,
         procs: procs == Mechanism::ProcessGuard,
-        memfd: memfd_guard,
+        memfd: memfd_guard.is_some(),
+        // No listener to count memfds with: memfd_create fails (ENOSYS).
+        memfd_enosys: memory_watch.is_some() && !listener,
+        meta: meta_guard.is_some(),
+        // The view's IPC namespace bounds SysV segments with kernel.shmall
+        // = memory_mb only where capsule may set it (as root); else they
+        // are refused, as no process's memory shows one nobody maps.
+        sysv_refuse: memory_watch.is_some() && view.is_some() && !root,
     };
     let notify_filter = if parts.any() && filters.is_some() {
         Some((seccomp::notify_filter(parts)?, parts.notifies()))
@@ -637,7 +774,7 @@ pub fn prepare(
     };
     let mut limits = BTreeMap::new();
     if l.memory_bytes.is_some() {
-        limits.insert("memory_mb".into(), memory.label("rlimit-data"));
+        limits.insert("memory_mb".into(), memory.label("rlimit-data+watchdog"));
     }
     if l.max_processes.is_some() {
         limits.insert("max_processes".into(), procs.label("rlimit-nproc"));
@@ -666,6 +803,19 @@ pub fn prepare(
     if parts.procs {
         limitations.push(PROCESS_GUARD_LIMITATION.to_string());
     }
+    if meta_guard.is_some() {
+        limitations.push(META_GUARD_LIMITATION.to_string());
+    }
+    if memory_watch.is_some() {
+        limitations.push(MEMORY_WATCHDOG_LIMITATION.to_string());
+        if parts.memfd_enosys {
+            limitations.push(
+                "memory_mb without a cgroup and without a seccomp listener: memfd_create fails with ENOSYS \
+                 (capsule could not count the memfds)"
+                    .to_string(),
+            );
+        }
+    }
     if net_part == seccomp::NetPart::Guard && plan.net.allow_unix_sockets {
         limitations.push(NET_GUARD_UNIX_LIMITATION.to_string());
     }
@@ -689,6 +839,9 @@ pub fn prepare(
         notify_filter,
         net_part,
         memfd_exec,
+        memfd_guard,
+        memory_watch,
+        meta_guard,
         truncate_guard,
         rlimits: rlimits::plan(l, memory, procs, nproc_base),
         cgroup: cg,

@@ -112,7 +112,7 @@ enum Op {
     /// Write `value` into a sysctl of the run's namespaces; failure tolerated.
     Sysctl {
         path: &'static std::ffi::CStr,
-        value: &'static [u8],
+        value: std::borrow::Cow<'static, [u8]>,
     },
     /// A Landlock rule for a path of the view (`access`: rights bits).
     Rule { path: CString, access: u64 },
@@ -199,6 +199,9 @@ pub struct ViewInput {
     pub rights: Option<ViewRights>,
     /// Set vm.memfd_noexec = 2 in the run's pid namespace.
     pub memfd_noexec: bool,
+    /// Set kernel.shmall to this many pages in the run's IPC namespace
+    /// (`limits.memory_mb`).
+    pub shm_pages: Option<u64>,
 }
 
 impl View {
@@ -568,9 +571,19 @@ impl View {
         if input.memfd_noexec {
             ops.push(Op::Sysctl {
                 path: crate::kernel::MEMFD_NOEXEC,
-                value: b"2",
+                value: b"2".as_slice().into(),
             });
             summary.memfd_noexec = true;
+        }
+        if let Some(pages) = input.shm_pages {
+            // memory_mb: SysV segments no process maps are in no process's
+            // memory; the run's IPC namespace holds at most this many pages
+            // of them (kernel.shmall, where the kernel lets the namespace's
+            // root set it: Linux 5.19+ unprivileged).
+            ops.push(Op::Sysctl {
+                path: c"/proc/sys/kernel/shmall",
+                value: pages.to_string().into_bytes().into(),
+            });
         }
         // After the sysctl above: it is written through /proc/sys.
         for p in PROC_READ_ONLY {
@@ -701,7 +714,7 @@ impl View {
                     if let Ok(fd) =
                         raw::openat(libc::AT_FDCWD, path, libc::O_WRONLY | libc::O_CLOEXEC)
                     {
-                        let _ = raw::write(fd as c_int, value);
+                        let _ = raw::write(fd as c_int, value.as_ref());
                         raw::close(fd as c_int);
                     }
                     Ok(())

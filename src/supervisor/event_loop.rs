@@ -93,6 +93,9 @@ pub struct Ended {
     pub signal: Option<libc::c_int>,
     /// The guards spent their CPU budget on the run's calls: killed.
     pub guard_budget: bool,
+    /// The memory watchdog found the run over memory_mb (the bytes it held;
+    /// `u64::MAX`: its memory could not be read) and the run was killed.
+    pub memory: Option<u64>,
 }
 
 /// Run until the child (init, or the keeper) has exited; returns its raw
@@ -104,6 +107,7 @@ pub async fn watch(
     grace: Duration,
     ended: &mut Ended,
     exhausted: &tokio::sync::Notify,
+    mut memory_over: Option<tokio::sync::oneshot::Receiver<u64>>,
     mut on_msg: impl FnMut(Msg, Option<OwnedFd>),
 ) -> Option<i32> {
     let pidfd = sys::pidfd_open(sp.pid)
@@ -188,6 +192,14 @@ pub async fn watch(
                 signal_run(sp, libc::SIGTERM);
                 kill_at.as_mut().reset(tokio::time::Instant::now() + grace);
                 kill_armed = true;
+            }
+            held = async { memory_over.as_mut().unwrap().await }, if memory_over.is_some() => {
+                memory_over = None;
+                if let Ok(held) = held {
+                    ended.memory = Some(held);
+                    tracing::info!("memory limit reached; killing every process of the run");
+                    kill_run(sp);
+                }
             }
             _ = &mut kill_at, if kill_armed => {
                 kill_armed = false;

@@ -12,6 +12,11 @@
 //! for MFD_EXEC fails with EACCES, as under `vm.memfd_noexec = 2`. Nothing of
 //! the caller's is trusted but bytes: the name is copied, the flags are
 //! checked by the kernel in capsule's own memfd_create.
+//!
+//! Where `limits.memory_mb` has no cgroup, the same part makes every memfd
+//! of the run (sealed only where the kernel knows the seal, 6.3+), and the
+//! guard keeps a duplicate for the memory watchdog (`memwatch`), which counts
+//! its blocks: a memfd's pages are in no process's RLIMIT_DATA.
 
 use nix::errno::Errno;
 
@@ -29,23 +34,38 @@ pub fn handles(nr: i32) -> bool {
     i64::from(nr) == libc::SYS_memfd_create
 }
 
+/// What the guard does for one run.
+#[derive(Default, Clone)]
+pub struct MemfdGuard {
+    /// Seal every memfd against execution (MFD_NOEXEC_SEAL, Linux 6.3+).
+    pub seal: bool,
+    /// Keep a duplicate of every memfd for the memory watchdog.
+    pub keep: Option<super::memwatch::Memfds>,
+}
+
 /// Serve one memfd_create: answered here with the descriptor, or the
 /// answer the caller still needs.
-pub fn serve(listener: &Listener, n: &Notification) -> Action {
-    match hand_over(listener, n) {
+pub fn serve(listener: &Listener, n: &Notification, guard: &MemfdGuard) -> Action {
+    match hand_over(listener, n, guard) {
         Ok(()) => Action::Answered,
         Err(reply) => Action::Reply(reply),
     }
 }
 
-fn hand_over(listener: &Listener, n: &Notification) -> Result<(), Reply> {
+fn hand_over(listener: &Listener, n: &Notification, guard: &MemfdGuard) -> Result<(), Reply> {
     let flags = n.args[1] as u32;
-    if flags & MFD_EXEC != 0 {
+    if flags & MFD_EXEC != 0 && guard.seal {
         return Err(Reply::Fail(libc::EACCES));
     }
     let name = read_name(n.pid as libc::pid_t, n.args[0]).map_err(|e| Reply::Fail(e as i32))?;
-    let fd =
-        notify::memfd_create(&name, flags | MFD_NOEXEC_SEAL).map_err(|e| Reply::Fail(e as i32))?;
+    let seal = if guard.seal { MFD_NOEXEC_SEAL } else { 0 };
+    let fd = notify::memfd_create(&name, flags | seal).map_err(|e| Reply::Fail(e as i32))?;
+    // Counted from its birth, or not made at all.
+    if let Some(keep) = &guard.keep {
+        if !keep.keep(&fd) {
+            return Err(Reply::Fail(libc::EMFILE));
+        }
+    }
     let cloexec = flags & libc::MFD_CLOEXEC != 0;
     match listener.reply_with_fd(n.id, std::os::fd::AsFd::as_fd(&fd), cloexec) {
         Ok(_) | Err(Errno::ENOENT) => Ok(()),

@@ -12,6 +12,8 @@ pub mod capture;
 pub mod cleanup;
 pub mod event_loop;
 pub mod memfdguard;
+pub mod memwatch;
+pub mod metaguard;
 pub mod netguard;
 pub mod procguard;
 pub mod pty;
@@ -311,6 +313,43 @@ fn run_prepared(
         }
         census.map(|c| procguard::ProcGuard::new(max, c))
     });
+    // memory_mb without a cgroup: the memory watchdog, which also counts
+    // the memfds the memfd guard makes for the run.
+    let memory_watch = layers.memory_watch.as_ref().map(|w| {
+        let census = if spawned.tree == TreeMode::PidNamespace {
+            memwatch::Census::PidNamespace { init: spawned.pid }
+        } else {
+            // The keeper's descendants: orphans of the run are handed to it.
+            memwatch::Census::Keeper {
+                keeper: spawned.pid,
+            }
+        };
+        memwatch::Watch {
+            limit: w.limit,
+            census,
+            memfds: memwatch::Memfds::default(),
+            view_tmpfs: w.view_tmpfs.clone(),
+            host_tmpfs: w.host_tmpfs.clone(),
+            unlinked_in: w.unlinked_in.clone(),
+        }
+    });
+    let memfd_guard = layers.memfd_guard.map(|seal| memfdguard::MemfdGuard {
+        seal,
+        keep: memory_watch.as_ref().map(|w| w.memfds.clone()),
+    });
+    // The metadata guard: no view of the host.
+    let meta_guard = layers.meta_guard.as_ref().and_then(|m| {
+        metaguard::MetaGuard::start(metaguard::Grants {
+            write: m.write.clone(),
+            deny: m.deny.clone(),
+        })
+        .map_err(|e| {
+            tracing::warn!(
+                "metadata guard: cannot start: {e}; every metadata call of the run fails"
+            )
+        })
+        .ok()
+    });
     let mut sup = rt.block_on(supervise(
         &spawned,
         out_r,
@@ -319,12 +358,8 @@ fn run_prepared(
         plan,
         grace,
         services,
-        (
-            signal_tree,
-            net_guard,
-            proc_guard,
-            layers.memfd_exec == "seccomp-notify",
-        ),
+        (signal_tree, net_guard, proc_guard, memfd_guard, meta_guard),
+        memory_watch,
     ));
     let duration = start.elapsed();
     rt.block_on(relay.finish(Duration::from_secs(2), &mut sup.stdout, &mut sup.stderr));
@@ -361,8 +396,22 @@ fn run_prepared(
         timeout: plan.limits.timeout,
         grace,
     };
-    let verdict = result::classify(&sup.ending(), &context, || layers.cgroup.oom_killed());
+    let watchdog = sup.ended.memory;
+    let verdict = result::classify(&sup.ending(), &context, || {
+        layers.cgroup.oom_killed() || watchdog.is_some()
+    });
     let reason = verdict.apply(&mut r);
+    if let (Some(held), Some(_)) = (watchdog, &r.kill_reason) {
+        r.kill_reason = Some(if held == u64::MAX {
+            "memory limit reached (limits.memory_mb): capsule's memory watchdog could not read the run's memory"
+                .into()
+        } else {
+            format!(
+                "memory limit reached (limits.memory_mb): the run held {} MiB (capsule's memory watchdog)",
+                held >> 20
+            )
+        });
+    }
     Attempt::Finished(Box::new(Finished { result: r, reason }))
 }
 
@@ -579,6 +628,15 @@ impl Supervised {
     }
 }
 
+/// What the guard thread serves once the run's listener arrives.
+type GuardParts = (
+    Option<signals::Tree>,
+    Option<netguard::NetGuard>,
+    Option<procguard::ProcGuard>,
+    Option<memfdguard::MemfdGuard>,
+    Option<metaguard::MetaGuard>,
+);
+
 #[allow(clippy::too_many_arguments)]
 async fn supervise(
     sp: &Spawned,
@@ -588,12 +646,8 @@ async fn supervise(
     plan: &Plan,
     grace: Duration,
     services: &mut services::Services,
-    (mut signal_tree, mut net_guard, mut proc_guard, mut memfd_guard): (
-        Option<signals::Tree>,
-        Option<netguard::NetGuard>,
-        Option<procguard::ProcGuard>,
-        bool,
-    ),
+    (mut signal_tree, mut net_guard, mut proc_guard, mut memfd_guard, mut meta_guard): GuardParts,
+    memory_watch: Option<memwatch::Watch>,
 ) -> Supervised {
     let limit = plan.limits.max_output_bytes;
     let (so, se) = if json {
@@ -617,12 +671,24 @@ async fn supervise(
     let budget = state.guard_budget;
     let exhausted = signals::Exhausted::default();
     let mut guard: Option<signals::Guard> = None;
+    let (over_tx, over_rx) = tokio::sync::oneshot::channel();
+    let watchdog = memory_watch.and_then(|w| match memwatch::start(w, over_tx) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            // Fail closed: a run whose memory cannot be watched is killed.
+            tracing::warn!("memory watchdog: cannot start: {e}");
+            event_loop::kill_run(sp);
+            None
+        }
+    });
+    let over_rx = watchdog.as_ref().map(|_| over_rx);
     let init_status = event_loop::watch(
         sp,
         plan.limits.timeout,
         grace,
         &mut state.ended,
         &exhausted,
+        over_rx,
         |msg, fd| match msg {
             Msg::ExecFailed { errno } => state.exec_failed = Some(Errno::from_raw(errno)),
             Msg::SetupFailed { stage, errno } => {
@@ -639,13 +705,18 @@ async fn supervise(
                 // Without a guard the listener closes here, and every
                 // notified call of the run fails (ENOSYS).
                 let (tree, net, procs) = (signal_tree.take(), net_guard.take(), proc_guard.take());
-                let memfd = std::mem::take(&mut memfd_guard);
-                let wanted = tree.is_some() || net.is_some() || procs.is_some() || memfd;
+                let (memfd, meta) = (memfd_guard.take(), meta_guard.take());
+                let wanted = tree.is_some()
+                    || net.is_some()
+                    || procs.is_some()
+                    || memfd.is_some()
+                    || meta.is_some();
                 let parts = signals::Parts {
                     tree,
                     net,
                     procs,
                     memfd,
+                    meta,
                     budget,
                     exhausted: exhausted.clone(),
                 };
@@ -661,7 +732,13 @@ async fn supervise(
         },
     )
     .await;
+    drop(watchdog);
     tracing::debug!("supervisor: child exited");
+    if state.ended.memory.is_some() && state.status.is_none() {
+        // The watchdog SIGKILLed the run (in a pid namespace: its init,
+        // which could report nothing): the run ended by that signal.
+        state.status = Some(libc::SIGKILL);
+    }
     if sp.tree == TreeMode::Subreaper {
         state.status = state.status.or(init_status);
         // The keeper killed whatever the command left behind; should it be

@@ -382,7 +382,8 @@ pub struct Parts {
     pub tree: Option<Tree>,
     pub net: Option<super::netguard::NetGuard>,
     pub procs: Option<super::procguard::ProcGuard>,
-    pub memfd: bool,
+    pub memfd: Option<super::memfdguard::MemfdGuard>,
+    pub meta: Option<super::metaguard::MetaGuard>,
     /// The thread's CPU budget ([`cpu_budget`]) and whom to tell when it is spent.
     pub budget: Duration,
     pub exhausted: Exhausted,
@@ -423,6 +424,7 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
         net,
         mut procs,
         memfd,
+        meta,
         budget,
         exhausted,
     } = parts;
@@ -484,11 +486,15 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
                     libc::EPERM
                 };
                 Action::Reply(Reply::Fail(errno))
+            } else if super::metaguard::MetaGuard::handles(n.nr) {
+                match &meta {
+                    Some(g) => Action::Reply(g.serve(listener, &n)),
+                    None => Action::Reply(Reply::Fail(libc::EPERM)),
+                }
             } else if super::memfdguard::handles(n.nr) {
-                if memfd {
-                    super::memfdguard::serve(listener, &n)
-                } else {
-                    Action::Reply(Reply::Fail(libc::EPERM))
+                match &memfd {
+                    Some(g) => super::memfdguard::serve(listener, &n, g),
+                    None => Action::Reply(Reply::Fail(libc::EPERM)),
                 }
             } else if NetGuard::handles(n.nr) {
                 match &net {

@@ -3,6 +3,7 @@
 //! lives here, each with the reason it holds.
 
 pub mod channel;
+pub mod meta;
 pub mod notify;
 pub mod raw;
 pub mod stage;

@@ -210,6 +210,34 @@ def op_link(src, dst):
     return True
 
 
+def op_meta(how, path):
+    """Change PATH's metadata one way, by path or through a descriptor opened
+    for reading only: utime_path, utime_fd, xattr_path, xattr_fd, chmod_path,
+    chmod_fd; or *_procfd (by "/proc/self/fd/N" of an O_PATH descriptor, as
+    glibc's lchmod fallback does)."""
+    fd = None
+    if how.endswith("_path"):
+        target = path
+    elif how.endswith("_procfd"):
+        fd = os.open(path, os.O_PATH)
+        target = "/proc/self/fd/%d" % fd
+    else:
+        fd = target = os.open(path, os.O_RDONLY)
+    try:
+        if how.startswith("utime"):
+            os.utime(target, (1, 1))
+        elif how.startswith("xattr"):
+            os.setxattr(target, "user.capsule", b"x")
+        elif how.startswith("chmod"):
+            os.chmod(target, 0o604)
+        else:
+            raise ValueError(how)
+    finally:
+        if fd is not None:
+            os.close(fd)
+    return True
+
+
 def op_chmodx(path):
     os.chmod(path, 0o755)
     return True
@@ -417,6 +445,89 @@ def op_alloc(mb):
     for i in range(0, len(b), 4096):
         b[i] = 1
     return len(b)
+
+
+def op_shmem(kind, mb, hold="4"):
+    """Hold MB MiB that RLIMIT_DATA does not count, then wait HOLD seconds:
+    'anon' (MAP_SHARED|MAP_ANONYMOUS, touched; 'anon_orphan': in an orphaned
+    setsid'd grandchild), 'memfd' (written, never
+    mapped), 'memfd_parked' (written, sent into a socket pair and closed: in
+    flight, in no descriptor table), 'sysv' (a SysV segment touched and
+    detached), 'tmpfs' (a file in $TMPDIR) or 'tmpfs_unlinked' (one unlinked
+    while held open)."""
+    size = int(mb) << 20
+    chunk = b"m" * (1 << 20)
+    keep = []
+    if kind in ("anon", "anon_orphan"):
+        import mmap
+
+        if kind == "anon_orphan" and os.fork() != 0:
+            # The memory lives in a setsid'd grandchild whose parent exits:
+            # an orphan (reparented to capsule without a pid namespace).
+            emit({"op": "shmem_held", "kind": kind})
+            time.sleep(float(hold) + 2)
+            return size
+        if kind == "anon_orphan":
+            os.setsid()
+            if os.fork() != 0:
+                os._exit(0)
+        m = mmap.mmap(-1, size)
+        for i in range(0, size, 4096):
+            m[i] = 1
+        keep.append(m)
+        if kind == "anon_orphan":
+            time.sleep(float(hold) + 2)
+            os._exit(0)
+    elif kind in ("memfd", "memfd_parked"):
+        fd = os.memfd_create("hold")
+        for _ in range(int(mb)):
+            os.write(fd, chunk)
+        if kind == "memfd_parked":
+            a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+            socket.send_fds(a, [b"x"], [fd])
+            os.close(fd)
+            keep.extend([a, b])
+        else:
+            keep.append(fd)
+    elif kind == "sysv":
+        # A SysV segment, touched, then detached and never removed: held by
+        # the IPC namespace, mapped by no process.
+        # In 16 MiB segments, each attached only while it is filled: at no
+        # moment does a process map more than one.
+        libc.shmget.restype = ctypes.c_int
+        libc.shmat.restype = ctypes.c_void_p
+        step = 16 << 20
+        for _ in range(0, size, step):
+            shmid = libc.shmget(0, ctypes.c_size_t(step), 0o1600)
+            if shmid < 0:
+                e = ctypes.get_errno()
+                raise OSError(e, os.strerror(e))
+            addr = libc.shmat(shmid, None, 0)
+            if addr in (None, ctypes.c_void_p(-1).value):
+                e = ctypes.get_errno()
+                raise OSError(e, os.strerror(e))
+            ctypes.memset(addr, 1, step)
+            libc.shmdt(ctypes.c_void_p(addr))
+    elif kind == "tmpfs":
+        with open(os.path.join(os.environ["TMPDIR"], "hold"), "wb") as f:
+            for _ in range(int(mb)):
+                f.write(chunk)
+    elif kind == "tmpfs_unlinked":
+        # 16 MiB files, each unlinked as soon as it is written: at no moment
+        # does a name reach more than one.
+        for i in range(0, int(mb), 16):
+            path = os.path.join(os.environ["TMPDIR"], "hold%d" % i)
+            f = open(path, "wb")
+            for _ in range(16):
+                f.write(chunk)
+            f.flush()
+            os.unlink(path)
+            keep.append(f)
+    else:
+        raise ValueError(kind)
+    emit({"op": "shmem_held", "kind": kind})
+    time.sleep(float(hold))
+    return size
 
 
 def op_fsize(path, mb):

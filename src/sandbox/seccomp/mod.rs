@@ -57,6 +57,11 @@ use self::table::Arch;
 pub use self::compile::CompileError;
 pub use self::signals::{listener_available, notify_filter, NetPart, NotifyFilter, Parts};
 pub use self::truncate::{truncate_guard, TruncateGuard};
+
+/// The number of syscall `name` on this machine's architecture.
+pub fn native_nr(name: &str) -> Option<i64> {
+    table::Arch::native().and_then(|a| a.nr(name))
+}
 pub use nix::errno::Errno;
 
 /// The kernel's limit on one classic-BPF program (BPF_MAXINSNS).

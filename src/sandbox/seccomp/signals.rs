@@ -29,7 +29,18 @@
 //! connect, listen                             USER_NOTIF (NetPart::Guard)
 //! listen                                      EACCES  (NetPart::NoListen)
 //! memfd part (6.3+ where vm.memfd_noexec = 2 cannot be set for the run):
-//! memfd_create                                USER_NOTIF (the supervisor makes it sealed)
+//! memfd_create                                USER_NOTIF (the supervisor makes it sealed,
+//!                                                         and keeps it for the memory watchdog)
+//!                                             ENOSYS  (memory_mb without a cgroup nor a listener)
+//! metadata part (no mount namespace, see `supervisor::metaguard`):
+//! utime(s), futimesat, utimensat, the chmod,
+//!   chown, setxattr and removexattr families  USER_NOTIF (the supervisor makes the call where a
+//!                                                         write grant covers the target)
+//! setxattrat, removexattrat, file_setattr     ENOSYS  arguments behind a struct
+//! ioctl(_, FS_IOC_SETFLAGS | FS_IOC32_SETFLAGS
+//!   | FS_IOC_FSSETXATTR, _)                   EPERM   chattr outside write grants
+//! SysV part (memory_mb without a cgroup, an unprivileged capsule's view):
+//! shmget                                      ENOSPC  kernel.shmall cannot bound it there
 //! process part (max_processes as root without a cgroup):
 //! clone, fork, vfork                          USER_NOTIF (the supervisor counts the run's tasks)
 //! anything else                               ALLOW   (the main program decides)
@@ -110,7 +121,51 @@ pub struct Parts {
     /// memfd itself with MFD_NOEXEC_SEAL and hands it over (Linux 6.3+, where
     /// `vm.memfd_noexec = 2` cannot be set for the run; a listener is needed).
     pub memfd: bool,
+    /// memfd_create fails with ENOSYS: memory_mb without a cgroup where no
+    /// listener can be had (the memory watchdog could not count memfds).
+    pub memfd_enosys: bool,
+    /// The metadata guard (no mount namespace): the chmod, chown, utime and
+    /// setxattr/removexattr families go to the supervisor, which makes each
+    /// call itself where a write grant covers the target
+    /// (`supervisor::metaguard`; a listener is needed). setxattrat,
+    /// removexattrat and file_setattr fail with ENOSYS, the
+    /// FS_IOC_SETFLAGS/FS_IOC_FSSETXATTR ioctls with EPERM.
+    pub meta: bool,
+    /// shmget fails with ENOSPC: memory_mb without a cgroup in the run's own
+    /// IPC namespace where capsule cannot bound it with kernel.shmall (an
+    /// unprivileged capsule): segments no process maps are in no process's
+    /// memory, and the memory watchdog could not see them.
+    pub sysv_refuse: bool,
 }
+
+/// The metadata guard's notified calls (`supervisor::metaguard::NOTIFIED`).
+pub const META_NOTIFIED: &[&str] = &[
+    "utime",
+    "utimes",
+    "futimesat",
+    "utimensat",
+    "chmod",
+    "fchmod",
+    "fchmodat",
+    "fchmodat2",
+    "chown",
+    "lchown",
+    "fchown",
+    "fchownat",
+    "setxattr",
+    "lsetxattr",
+    "fsetxattr",
+    "removexattr",
+    "lremovexattr",
+    "fremovexattr",
+];
+
+/// Metadata calls whose arguments lie behind a struct: refused (ENOSYS).
+pub const META_REFUSED: &[&str] = &["setxattrat", "removexattrat", "file_setattr"];
+
+/// ioctls that change a file's attributes (chattr): refused (EPERM) with
+/// the metadata guard. FS_IOC_SETFLAGS, FS_IOC32_SETFLAGS, FS_IOC_FSSETXATTR.
+pub const META_IOCTLS: &[u32] = &[0x4008_6602, 0x4004_6602, 0x401c_5820];
 
 impl Parts {
     pub const SIGNALS: Parts = Parts {
@@ -118,16 +173,19 @@ impl Parts {
         net: NetPart::None,
         procs: false,
         memfd: false,
+        memfd_enosys: false,
+        meta: false,
+        sysv_refuse: false,
     };
 
     /// Whether the program notifies, and so needs a listener.
     pub fn notifies(self) -> bool {
-        self.signals || self.procs || self.memfd || self.net == NetPart::Guard
+        self.signals || self.procs || self.memfd || self.meta || self.net == NetPart::Guard
     }
 
     /// Whether there is anything to install.
     pub fn any(self) -> bool {
-        self.notifies() || self.net != NetPart::None
+        self.notifies() || self.net != NetPart::None || self.memfd_enosys || self.sysv_refuse
     }
 }
 
@@ -153,6 +211,7 @@ enum Label {
     Eperm,
     Eacces,
     Enosys,
+    Enospc,
     FastOpen2,
     FastOpen3,
 }
@@ -201,11 +260,17 @@ pub(super) fn program(arch: Arch, parts: Parts) -> Result<Vec<SockFilter>, Secco
     let mut code: Vec<Insn> = Vec::new();
     // With A = the syscall number:
     let mut jumps: Vec<(&str, Label)> = Vec::new();
+    if parts.signals || parts.meta {
+        jumps.push(("ioctl", Label::Ioctl));
+    }
+    if parts.meta {
+        jumps.extend(META_NOTIFIED.iter().map(|n| (*n, Label::Notify)));
+        jumps.extend(META_REFUSED.iter().map(|n| (*n, Label::Enosys)));
+    }
     if parts.signals {
         jumps.extend([
             ("kill", Label::Kill),
             ("fcntl", Label::Fcntl),
-            ("ioctl", Label::Ioctl),
             ("pidfd_send_signal", Label::Enosys),
         ]);
         jumps.extend(
@@ -224,6 +289,11 @@ pub(super) fn program(arch: Arch, parts: Parts) -> Result<Vec<SockFilter>, Secco
     }
     if parts.memfd {
         jumps.push(("memfd_create", Label::Notify));
+    } else if parts.memfd_enosys {
+        jumps.push(("memfd_create", Label::Enosys));
+    }
+    if parts.sysv_refuse {
+        jumps.push(("shmget", Label::Enospc));
     }
     if parts.procs {
         jumps.extend([
@@ -255,12 +325,20 @@ pub(super) fn program(arch: Arch, parts: Parts) -> Result<Vec<SockFilter>, Secco
             JeqTo(F_SETOWN, Label::Notify),
             JeqTo(F_SETOWN_EX, Label::Eperm),
             Ret(RET_ALLOW),
-            Here(Label::Ioctl),
-            Load(arg_low(1)),
-            JeqTo(FIOSETOWN, Label::Eperm),
-            JeqTo(SIOCSPGRP, Label::Eperm),
-            Ret(RET_ALLOW),
         ]);
+    }
+    if parts.signals || parts.meta {
+        code.extend([Here(Label::Ioctl), Load(arg_low(1))]);
+        if parts.signals {
+            code.extend([
+                JeqTo(FIOSETOWN, Label::Eperm),
+                JeqTo(SIOCSPGRP, Label::Eperm),
+            ]);
+        }
+        if parts.meta {
+            code.extend(META_IOCTLS.iter().map(|c| JeqTo(*c, Label::Eperm)));
+        }
+        code.push(Ret(RET_ALLOW));
     }
     if parts.net != NetPart::None {
         code.extend([
@@ -285,6 +363,8 @@ pub(super) fn program(arch: Arch, parts: Parts) -> Result<Vec<SockFilter>, Secco
         Ret(ret_errno(libc::EACCES)),
         Here(Label::Enosys),
         Ret(ret_errno(libc::ENOSYS)),
+        Here(Label::Enospc),
+        Ret(ret_errno(libc::ENOSPC)),
     ]);
     let mut prog = prologue(arch);
     prog.extend(assemble(&code)?);
@@ -392,6 +472,9 @@ mod tests {
                         net,
                         procs: false,
                         memfd: false,
+                        memfd_enosys: false,
+                        meta: false,
+                        sysv_refuse: false,
                     },
                 )
                 .unwrap();
@@ -436,9 +519,37 @@ mod tests {
                     net: NetPart::Guard,
                     procs: true,
                     memfd: true,
+                    memfd_enosys: false,
+                    meta: true,
+                    sysv_refuse: false,
                 },
             )
             .unwrap();
+            // memory_mb without a cgroup nor a listener: memfd_create refused.
+            let refuse = Parts {
+                memfd_enosys: true,
+                sysv_refuse: true,
+                ..Parts {
+                    signals: false,
+                    net: NetPart::None,
+                    procs: false,
+                    memfd: false,
+                    memfd_enosys: false,
+                    meta: false,
+                    sysv_refuse: false,
+                }
+            };
+            assert!(refuse.any() && !refuse.notifies());
+            let p = program(arch, refuse).unwrap();
+            assert_eq!(
+                answer(&p, arch, "memfd_create", a(&[0x1000, 0])),
+                ret_errno(libc::ENOSYS)
+            );
+            assert_eq!(
+                answer(&p, arch, "shmget", a(&[0, 1 << 20, 0o1600])),
+                ret_errno(libc::ENOSPC)
+            );
+            assert_eq!(answer(&p, arch, "kill", a(&[1234, 9])), RET_ALLOW);
             let d = |name: &str, args: [u64; 6]| answer(&both, arch, name, args);
             assert_eq!(d("kill", a(&[1234, 9])), RET_USER_NOTIF);
             assert_eq!(d("kill", a(&[NEG1, 9])), EPERM);

@@ -1,0 +1,399 @@
+//! The memory watchdog: `limits.memory_mb` where capsule has no cgroup.
+//!
+//! Without a memory cgroup the child's RLIMIT_DATA holds the run's private
+//! memory, but it does not count shared memory: a MAP_SHARED|MAP_ANONYMOUS
+//! mapping, a memfd, a tmpfs file. So here a thread of the supervisor
+//! samples, every [`INTERVAL`], what the run holds, and when the sum is over
+//! the limit the event loop kills the whole run (`kill_reason` names
+//! `limits.memory_mb`). The sum, an upper bound, never an estimate from below:
+//!
+//! * every process of the run: first a quick upper bound from the counters
+//!   of `/proc/PID/status` (`RssAnon + RssShmem + HugetlbPages`: no page
+//!   walk, a shared page counted in every process mapping it); only when
+//!   the sum is over the limit, `/proc/PID/smaps_rollup`'s `Pss_Anon +
+//!   Pss_Shmem` (shared pages divided among the processes mapping them;
+//!   `Pss` where the kernel has no `Pss_Anon`, before 5.14) plus hugetlb
+//!   pages. Swap is not counted (nor does a cgroup's `memory.max`);
+//! * every memfd the run made: the memfd guard (`memfdguard`) makes each one
+//!   itself and keeps a duplicate, whose allocated blocks count whether or
+//!   not any process maps it or still holds it (a memfd parked in flight in a
+//!   Unix socket is in no descriptor table; capsule cannot tell it from a
+//!   closed one, so a closed memfd keeps counting until the run ends, held by
+//!   capsule);
+//! * the run's tmpfs: the view's private `/dev/shm` and tmpfs `/tmp`
+//!   (statfs: exactly the run's), and the private TMPDIR when it lies on a
+//!   tmpfs of the host (its files' blocks, walked; more than [`MAX_ENTRIES`]
+//!   entries there count as over the limit; and the files there the run
+//!   unlinked but holds open, through its processes' descriptors).
+//!
+//! Who is of the run (`/proc/PID/task/TID/children`, at most
+//! [`MAX_PROCESSES`]): with a pid namespace, the descendants of its init
+//! (orphans are reparented to it); without one, the command's descendants
+//! and those of capsule's children (orphans of the run are reparented to
+//! capsule, a subreaper) that `signals::Judge` places in the run. A process
+//! that moves in the tree during a sample is seen at the next one. A process of the run whose `smaps_rollup` cannot be read
+//! when it is needed (it made itself non-dumpable) counts as over the limit:
+//! fail closed.
+//!
+//! What remains: memory taken between two samples (a burst of at most
+//! [`INTERVAL`] of page faulting before the kill); a memfd or tmpfs file that
+//! is also mapped counts twice; kernel memory (page tables, socket and pipe
+//! buffers) is not counted, nor is a TMPDIR file on a host tmpfs that the
+//! run unlinked and holds only in flight in a Unix socket. SysV segments no
+//! process maps are bounded by the view (`kernel.shmall`, or shmget
+//! refused: `sandbox::prepare`).
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How often the run is sampled.
+pub const INTERVAL: Duration = Duration::from_millis(100);
+/// The most entries of a host-tmpfs TMPDIR walked per sample.
+pub const MAX_ENTRIES: usize = 50_000;
+/// The most processes of a run in a pid namespace the watchdog walks (more
+/// count as over the limit; the namespace's pid_max is the real bound).
+pub const MAX_PROCESSES: usize = 1 << 16;
+/// The most memfds the guard keeps for one run (then memfd_create fails with EMFILE).
+pub const MAX_MEMFDS: usize = 4096;
+
+/// The memfds of the run, as the memfd guard made them.
+#[derive(Default, Clone)]
+pub struct Memfds(Arc<Mutex<Vec<OwnedFd>>>);
+
+impl Memfds {
+    /// Keep a duplicate of `fd`; false when [`MAX_MEMFDS`] are kept already.
+    pub fn keep(&self, fd: &OwnedFd) -> bool {
+        let Ok(mut held) = self.0.lock() else {
+            return false;
+        };
+        if held.len() >= MAX_MEMFDS {
+            return false;
+        }
+        match fd.try_clone() {
+            Ok(dup) => {
+                held.push(dup);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// The bytes allocated to every memfd kept.
+    fn bytes(&self) -> u64 {
+        let Ok(held) = self.0.lock() else {
+            return u64::MAX;
+        };
+        held.iter()
+            .map(|fd| {
+                nix::sys::stat::fstat(fd.as_fd())
+                    .map(|st| (st.st_blocks as u64).saturating_mul(512))
+                    .unwrap_or(0)
+            })
+            .sum()
+    }
+}
+
+/// Who the run's processes are.
+pub enum Census {
+    /// The run's pid namespace: its own `/proc`, through its init's root.
+    PidNamespace { init: libc::pid_t },
+    /// No pid namespace: the host's `/proc`, below the keeper (the run's
+    /// subreaper, which shares capsule's memory and is not counted).
+    Keeper { keeper: libc::pid_t },
+}
+
+/// What the watchdog sums for one run.
+pub struct Watch {
+    pub limit: u64,
+    pub census: Census,
+    pub memfds: Memfds,
+    /// Private tmpfs mounts of the view, as paths inside the run's root
+    /// (e.g. "/dev/shm"): reached through `/proc/INIT/root`.
+    pub view_tmpfs: Vec<PathBuf>,
+    /// Host directories on a shared tmpfs whose files are the run's (the
+    /// private TMPDIR there).
+    pub host_tmpfs: Vec<PathBuf>,
+    /// Those directories as the run names them (the view's /tmp too).
+    pub unlinked_in: Vec<PathBuf>,
+}
+
+/// One sample: the bytes the run holds, or None when something of the run
+/// could not be read (then it counts as over the limit).
+fn sample(w: &Watch) -> Option<u64> {
+    let mut total = w.memfds.bytes();
+    let pids = match &w.census {
+        Census::PidNamespace { init } => descendants(*init)?,
+        Census::Keeper { keeper } => descendants(*keeper)?,
+    };
+    if let (Census::PidNamespace { .. }, Some(pid)) = (&w.census, pids.first()) {
+        // The view's tmpfs, through the root of a process of the run (init
+        // shares capsule's memory and is not dumpable: its root is out of an
+        // unprivileged capsule's reach).
+        for p in &w.view_tmpfs {
+            let at = format!("/proc/{pid}/root{}", p.display());
+            if let Ok(s) = nix::sys::statfs::statfs(at.as_str()) {
+                let used = s.blocks().saturating_sub(s.blocks_free());
+                total = total.saturating_add(used.saturating_mul(s.block_size() as u64));
+            }
+        }
+    }
+    for d in &w.host_tmpfs {
+        total = total.saturating_add(tree_bytes(d)?);
+    }
+    if !w.unlinked_in.is_empty() {
+        total = total.saturating_add(unlinked_bytes(&pids, &w.unlinked_in));
+    }
+    // The processes: first a quick upper bound from their counters (no
+    // page walk); only when it is over the limit, the proportional shares.
+    let quick = pids
+        .iter()
+        .fold(0u64, |t, pid| t.saturating_add(status_bytes(*pid)));
+    if total.saturating_add(quick) <= w.limit {
+        return Some(total.saturating_add(quick));
+    }
+    for pid in &pids {
+        total = total.saturating_add(process_bytes("/proc", *pid)?);
+    }
+    Some(total)
+}
+
+/// A quick upper bound of what process `pid` holds, from the counters of
+/// `/proc/PID/status` (no page walk, readable for every process):
+/// `RssAnon + RssShmem + HugetlbPages`, a shared page counted in full in
+/// every process that maps it. 0 when it is gone.
+fn status_bytes(pid: libc::pid_t) -> u64 {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return 0;
+    };
+    kb_fields(&text, &["RssAnon:", "RssShmem:", "HugetlbPages:"]).saturating_mul(1024)
+}
+
+/// The sum of the `NAME: N kB` fields `names` of a /proc text.
+fn kb_fields(text: &str, names: &[&str]) -> u64 {
+    names
+        .iter()
+        .filter_map(|name| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .sum()
+}
+
+/// The files under `dirs` that the run unlinked but holds open (no walk
+/// finds them any more): through the descriptors of its processes, each
+/// file once.
+fn unlinked_bytes(pids: &[libc::pid_t], dirs: &[PathBuf]) -> u64 {
+    let mut seen = std::collections::HashSet::new();
+    let mut total = 0u64;
+    for pid in pids {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        for e in fds.flatten() {
+            let Ok(target) = std::fs::read_link(e.path()) else {
+                continue;
+            };
+            let target = target.to_string_lossy();
+            let Some(name) = target.strip_suffix(" (deleted)") else {
+                continue;
+            };
+            if !dirs.iter().any(|d| Path::new(name).starts_with(d)) {
+                continue;
+            }
+            let Ok(st) = nix::sys::stat::stat(&e.path()) else {
+                continue;
+            };
+            if st.st_nlink == 0 && seen.insert((st.st_dev, st.st_ino)) {
+                total = total.saturating_add((st.st_blocks as u64).saturating_mul(512));
+            }
+        }
+    }
+    total
+}
+
+/// The processes below `init` (not init itself), through the kernel's
+/// `/proc/PID/task/TID/children` lists: in a pid namespace every process of
+/// the run descends from its init (orphans are reparented to it). At most
+/// [`MAX_PROCESSES`]; None when a list cannot be read.
+fn descendants(init: libc::pid_t) -> Option<Vec<libc::pid_t>> {
+    let mut out = Vec::new();
+    walk(init, &mut out, usize::MAX)?;
+    Some(out)
+}
+
+/// Add the processes below `top` to `out` (at most `depth` levels).
+fn walk(top: libc::pid_t, out: &mut Vec<libc::pid_t>, depth: usize) -> Option<()> {
+    let mut queue = vec![(top, 0usize)];
+    while let Some((pid, level)) = queue.pop() {
+        if level >= depth {
+            continue;
+        }
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            // Exited meanwhile (its children are reparented: seen next time).
+            continue;
+        };
+        for t in tasks.flatten() {
+            let path = t.path().join("children");
+            let text = match std::fs::read_to_string(&path) {
+                Ok(text) => text,
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) && !t.path().exists() => continue,
+                Err(e) => {
+                    tracing::warn!("memory watchdog: {}: {e}", path.display());
+                    return None;
+                }
+            };
+            for c in text.split_whitespace().filter_map(|c| c.parse().ok()) {
+                if out.len() >= MAX_PROCESSES {
+                    return None;
+                }
+                out.push(c);
+                queue.push((c, level + 1));
+            }
+        }
+    }
+    Some(())
+}
+
+/// What process `pid` of the procfs `dir` holds; Some(0) when it is gone,
+/// None when it is there but unreadable.
+fn process_bytes(dir: &str, pid: libc::pid_t) -> Option<u64> {
+    match std::fs::read_to_string(format!("{dir}/{pid}/smaps_rollup")) {
+        Ok(text) => Some(rollup_bytes(&text)),
+        Err(e)
+            if e.raw_os_error() == Some(libc::ENOENT) || e.raw_os_error() == Some(libc::ESRCH) =>
+        {
+            Some(0)
+        }
+        Err(e) => {
+            // Gone between the listing and the read: fine; still there: fail closed.
+            if Path::new(&format!("{dir}/{pid}")).exists() {
+                tracing::warn!("memory watchdog: cannot read the memory of pid {pid}: {e}");
+                None
+            } else {
+                Some(0)
+            }
+        }
+    }
+}
+
+/// What one process holds, from its `smaps_rollup` (values in kB): its
+/// proportional share of anonymous and shared memory, and hugetlb pages.
+pub fn rollup_bytes(text: &str) -> u64 {
+    let resident = if text.contains("Pss_Anon:") {
+        kb_fields(text, &["Pss_Anon:", "Pss_Shmem:"])
+    } else {
+        // Before 5.14: all of Pss (file pages too: more, never less).
+        kb_fields(text, &["Pss:"])
+    };
+    resident
+        .saturating_add(kb_fields(text, &["Shared_Hugetlb:", "Private_Hugetlb:"]))
+        .saturating_mul(1024)
+}
+
+/// The bytes allocated to the files under `dir` (not following links).
+/// None: more than [`MAX_ENTRIES`] entries (counts as over the limit).
+fn tree_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0u64;
+    let mut seen = 0usize;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            seen += 1;
+            if seen > MAX_ENTRIES {
+                tracing::warn!(
+                    "memory watchdog: more than {MAX_ENTRIES} entries in {}",
+                    dir.display()
+                );
+                return None;
+            }
+            let Ok(md) = e.metadata() else { continue };
+            total = total.saturating_add(md.blocks().saturating_mul(512));
+            if md.is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+    Some(total)
+}
+
+/// The running watchdog: dropping it stops the thread.
+pub struct Watchdog {
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Start sampling `w`; the first sample over the limit is sent on `over`
+/// (the bytes held, `u64::MAX` when something could not be read), and the
+/// thread ends.
+pub fn start(w: Watch, over: tokio::sync::oneshot::Sender<u64>) -> std::io::Result<Watchdog> {
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let thread = std::thread::Builder::new()
+        .name("capsule-memwatch".into())
+        .spawn(move || {
+            let _ = crate::sys::block_all_signals();
+            loop {
+                let held = sample(&w).unwrap_or(u64::MAX);
+                if held > w.limit {
+                    tracing::info!(
+                        "memory watchdog: the run holds {} bytes, over memory_mb ({} bytes)",
+                        held,
+                        w.limit
+                    );
+                    let _ = over.send(held);
+                    return;
+                }
+                match stop_rx.recv_timeout(INTERVAL) {
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                    _ => return,
+                }
+            }
+        })?;
+    Ok(Watchdog {
+        stop: Some(stop_tx),
+        thread: Some(thread),
+    })
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rollup_counts_anonymous_shared_and_huge_pages() {
+        let modern = "Rss: 9000 kB\nPss: 5000 kB\nPss_Anon: 100 kB\nPss_File: 4000 kB\n\
+                      Pss_Shmem: 900 kB\nSwap: 10 kB\nShared_Hugetlb: 2048 kB\nPrivate_Hugetlb: 0 kB\n";
+        assert_eq!(rollup_bytes(modern), (100 + 900 + 2048) * 1024);
+        // Before 5.14: all of Pss (file pages too: more, never less).
+        let old = "Rss: 9000 kB\nPss: 5000 kB\nSwap: 0 kB\n";
+        assert_eq!(rollup_bytes(old), 5000 * 1024);
+        assert_eq!(rollup_bytes(""), 0);
+    }
+
+    #[test]
+    fn this_process_is_counted_and_a_tree_is_walked() {
+        let me = std::fs::read_to_string("/proc/self/smaps_rollup").expect("rollup");
+        assert!(rollup_bytes(&me) > 0);
+        // The quick bound is never below the proportional share.
+        assert!(status_bytes(std::process::id() as libc::pid_t) >= rollup_bytes(&me) / 2);
+        let dir = tempfile::tempdir().expect("tmp");
+        std::fs::create_dir(dir.path().join("d")).unwrap();
+        std::fs::write(dir.path().join("d/f"), vec![1u8; 1 << 20]).unwrap();
+        assert!(tree_bytes(dir.path()).expect("walked") >= 1 << 20);
+    }
+}
