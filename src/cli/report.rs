@@ -268,6 +268,20 @@ pub fn print_plan(plan: &Plan, k: &Probe, view: Option<&ViewSummary>) {
     for h in &plan.net.allow_hosts {
         println!("  allow host {h}");
     }
+    for t in plan.tools.iter().flat_map(|t| &t.allow) {
+        if let Some(argv) = &t.command {
+            println!(
+                "tool      {}: {} in {} ({}); none of it where the run can write",
+                t.name,
+                argv.join(" "),
+                plan.policy_dir.display(),
+                match &t.policy {
+                    Some(p) => format!("under policy {p}"),
+                    None => "on the host, outside the sandbox".into(),
+                }
+            );
+        }
+    }
     println!(
         "seccomp   {}",
         if k.seccomp {

@@ -44,6 +44,8 @@ pub enum PlanError {
     Timeout(f64),
     #[error(transparent)]
     Mount(#[from] super::mounts::MountError),
+    #[error(transparent)]
+    Tool(#[from] super::tools::Refusal),
 }
 
 /// What the command line adds to the policy.
@@ -420,6 +422,16 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         &access,
     )?;
 
+    // Host tools: none may run code or policy the run can write.
+    let mut tools = policy.tools.clone();
+    let writable_places = super::tools::writable_places(&grants);
+    super::tools::check(
+        &mut tools,
+        &loaded.base_dir,
+        &writable_places,
+        host_path.as_deref(),
+    )?;
+
     let l = &policy.limits;
     let mib = |v: u64| v.saturating_mul(1024 * 1024);
     Ok(Plan {
@@ -454,7 +466,7 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         },
         best_effort,
         policy_sha256: loaded.sha256.clone(),
-        tools: policy.tools.clone(),
+        tools,
         llm: policy.llm_access.clone(),
         policy_dir: loaded.base_dir.clone(),
     })

@@ -12,6 +12,7 @@ pub mod credentials;
 pub mod env;
 pub mod mounts;
 pub mod system;
+pub mod tools;
 
 use std::path::PathBuf;
 use std::time::Duration;
