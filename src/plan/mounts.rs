@@ -4,7 +4,8 @@
 //! Each mount becomes a Landlock grant on its source (the bind keeps the
 //! inode, so the rule holds at the destination): read+exec for a read-only
 //! mount (the run cannot write there, so executing from it is safe), read
-//! and write for a read-write one. A mount whose destination differs from
+//! and write for a read-write one. A source reached through a symlink a run
+//! may have planted is refused (`resolve::follow`). A mount whose destination differs from
 //! its source needs the view (a mount namespace): without one it is refused.
 
 use std::path::{Path, PathBuf};
@@ -60,17 +61,28 @@ fn resolve_one(
         key: key.to_string(),
         why,
     };
-    let src_path = if let Some(name) = src.strip_prefix("volume:") {
-        crate::volume::volume_path(name).map_err(|e| {
+    // A volume is capsule's own directory; a host source is resolved like a
+    // grant, through no link a run may have planted (`resolve::follow`).
+    let mut literal = PathBuf::new();
+    let (src_path, via_link) = if let Some(name) = src.strip_prefix("volume:") {
+        let v = crate::volume::volume_path(name).map_err(|e| {
             bad(format!(
                 "{e} (create it with `capsule volume create {name}`)"
             ))
-        })?
+        })?;
+        let c =
+            std::fs::canonicalize(&v).map_err(|e| bad(format!("source {}: {e}", v.display())))?;
+        (c, None)
     } else {
-        resolve::expand(src, base, home).map_err(bad)?
+        let abs = resolve::expand(src, base, home).map_err(bad)?;
+        literal.clone_from(&abs);
+        resolve::follow(&abs).map_err(|e| bad(format!("source {}: {e}", abs.display())))?
     };
-    let src_path = std::fs::canonicalize(&src_path)
-        .map_err(|e| bad(format!("source {}: {e}", src_path.display())))?;
+    if let Some(why) =
+        super::credentials::linked_into_secret(&src_path, via_link.as_deref(), &literal, home)
+    {
+        return Err(bad(format!("source {}: {why}", src_path.display())));
+    }
     let dst_path = PathBuf::from(dst);
     if !dst_path.is_absolute() {
         return Err(bad(format!("destination `{dst}` must be an absolute path")));
