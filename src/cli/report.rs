@@ -148,6 +148,7 @@ pub fn plan_json(plan: &Plan, k: &Probe, view: Option<&ViewSummary>) -> serde_js
             "deny": fs.deny.iter().map(|d| json!({"path": d.path, "origin": d.origin.to_string()})).collect::<Vec<_>>(),
             "proc_self": fs.proc_self,
             "command_notes": plan.command_notes,
+            "notes": plan.fs_notes,
         },
         "network": {
             "mode": plan.net.mode.as_str(),
@@ -242,7 +243,7 @@ pub fn print_plan(plan: &Plan, k: &Probe, view: Option<&ViewSummary>) {
     for d in &fs.deny {
         println!("  deny {}  — {}", d.path.display(), d.origin);
     }
-    for n in &plan.command_notes {
+    for n in plan.command_notes.iter().chain(&plan.fs_notes) {
         println!("  note {n}");
     }
     match view {

@@ -234,6 +234,9 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         PathBuf::from("/")
     };
 
+    // Every writable place is known now: a read-only mount over one gets no exec.
+    let fs_notes = super::mounts::withhold_exec(&mut grants, &mounts);
+
     if policy.filesystem.system {
         grants.extend(system::grants());
     }
@@ -442,6 +445,7 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         cwd,
         tmpdir,
         command_notes,
+        fs_notes,
         fs: FsPlan {
             grants,
             deny,

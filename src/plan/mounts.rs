@@ -4,7 +4,11 @@
 //! Each mount becomes a Landlock grant on its source (the bind keeps the
 //! inode, so the rule holds at the destination): read+exec for a read-only
 //! mount (the run cannot write there, so executing from it is safe), read
-//! and write for a read-write one. A source reached through a symlink a run
+//! and write for a read-write one. When a place the run can write (a write
+//! grant, a read-write mount, the TMPDIR, the workspace's output) lies inside
+//! a read-only mount's source, or holds it, the run could write a program
+//! there and execute it through the mount: the mount then gets read only
+//! ([`withhold_exec`]), and `check` says so. A source reached through a symlink a run
 //! may have planted is refused (`resolve::follow`). A mount whose destination differs from
 //! its source needs the view (a mount namespace): without one it is refused.
 
@@ -144,6 +148,50 @@ pub fn resolve(
         binds.push(b);
     }
     Ok((binds, grants))
+}
+
+/// Take exec away from each read-only mount's grant that overlaps a place
+/// the run can write (Landlock rules attach to inodes: exec on the source
+/// covers the writable place beneath it by every path). One note each.
+pub fn withhold_exec(grants: &mut [FsGrant], binds: &[Bind]) -> Vec<String> {
+    let writable: Vec<(PathBuf, Origin)> = grants
+        .iter()
+        .filter(|g| g.access.write)
+        .filter(|g| std::fs::metadata(&g.path).is_ok_and(|m| m.is_dir() || m.is_file()))
+        .map(|g| (g.path.clone(), g.origin.clone()))
+        .collect();
+    let mut notes = Vec::new();
+    for g in grants.iter_mut() {
+        let from_mount = match &g.origin {
+            Origin::Policy { key, .. } => key.starts_with("mounts["),
+            Origin::Cli(flag) => *flag == "--mount",
+            _ => false,
+        };
+        if !from_mount || g.access != Access::EXEC {
+            continue;
+        }
+        let Some((w, o)) = writable
+            .iter()
+            .find(|(w, _)| w.starts_with(&g.path) || g.path.starts_with(w))
+        else {
+            continue;
+        };
+        g.access = Access::READ;
+        let at = binds
+            .iter()
+            .find(|b| b.src == g.path && b.read_only)
+            .map(|b| format!(" (seen at {})", b.dst.display()))
+            .unwrap_or_default();
+        notes.push(format!(
+            "{}{at} ({}): read-only mount, exec withheld: {} ({o}) is writable and {} it, so a program the run \
+             wrote there could be executed through the mount (grant exec where it is meant with filesystem.exec)",
+            g.path.display(),
+            g.origin,
+            w.display(),
+            if w.starts_with(&g.path) { "inside" } else { "holds" }
+        ));
+    }
+    notes
 }
 
 fn grant(b: &Bind, origin: Origin) -> FsGrant {
