@@ -167,9 +167,16 @@ fn a_tool_out_of_the_runs_reach_still_runs() {
             && text.contains("none of it where the run can write"),
         "check shows the tool and the absolute program it runs: {text}"
     );
-    let (_, a) = w.drive(
+    let (r, a) = w.drive(
         &["--policy", &p],
         &[json!({"method": "tools/call", "params": {"name": "t", "arguments": {}}})],
     );
     assert_eq!(a[0]["result"]["content"][0]["text"], "fine\n", "{}", a[0]);
+    // What the check cannot see is said.
+    assert!(
+        r["enforcement"]["limitations"].as_array().is_some_and(|l| l
+            .iter()
+            .any(|m| m.as_str().unwrap_or("").contains("inline script"))),
+        "{r}"
+    );
 }

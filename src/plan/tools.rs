@@ -24,6 +24,18 @@ use std::path::{Component, Path, PathBuf};
 use super::{FsGrant, Origin};
 use crate::policy::Tools;
 
+/// `enforcement.limitations` of a run with host `command` tools.
+pub const LIMITATION: &str =
+    "host command tools run outside the sandbox: capsule refuses one whose program, #! interpreter, path \
+     arguments, working directory or policy: file lies where the run can write, but it cannot see paths \
+     inside an inline script (sh -c '...') or files the tool opens by itself (its configuration, modules on \
+     its own search path): keep those out of the run's write grants too";
+
+/// Whether `tools` has a host `command` tool (one [`LIMITATION`] applies to).
+pub fn has_command_tools(tools: Option<&Tools>) -> bool {
+    tools.is_some_and(|t| t.allow.iter().any(|t| t.command.is_some()))
+}
+
 /// One way a tool reaches a place the run can write.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
