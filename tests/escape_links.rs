@@ -182,3 +182,35 @@ fn a_link_beneath_a_grant_still_leaves_the_grant_usable() {
         run.ctx()
     );
 }
+
+/// The workspace's own directories too: a run that could write the
+/// workspace's parent replaces `scripts/` (read+exec for the next run) with a
+/// link to the credential store.
+#[test]
+fn a_planted_link_does_not_redirect_the_workspace() {
+    let sb = Sandbox::new();
+    let target = ssh_key(&sb);
+    sb.mkdir("parent/ws");
+    let parent = sb.p("parent");
+    let run = sb.exec_json(
+        &["--allow-write", &parent],
+        &["/bin/ln", "-s", &target, &sb.p("parent/ws/scripts")],
+    );
+    run.assert_code(0);
+    let ws = sb.p("parent/ws");
+    let run = sb.exec_json(
+        &["--workspace", &ws],
+        &strs(&cat_both(
+            &sb,
+            "parent/ws/scripts/id_rsa",
+            "home/.ssh/id_rsa",
+        )),
+    );
+    assert!(
+        !run.stdout.contains("PLANTED-LINK-SSH-KEY"),
+        "ESCAPE: a link planted by an earlier run made ~/.ssh the workspace's scripts{}",
+        run.ctx()
+    );
+    run.assert_code(125);
+    assert!(run.stderr.contains("symbolic link"), "{}", run.ctx());
+}

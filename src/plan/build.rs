@@ -187,11 +187,19 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
                 source,
             })?;
         }
-        let canon = |p: &Path| {
-            std::fs::canonicalize(p).map_err(|source| PlanError::Workspace {
+        // Through no link a run may have planted (`resolve::follow`): a run
+        // that could write the workspace's parent could have replaced
+        // `scripts` with a link to anywhere.
+        let canon = |p: &Path| match resolve::follow(p) {
+            Ok((c, _)) => Ok(c),
+            Err(resolve::FollowError::Io(source)) => Err(PlanError::Workspace {
                 path: p.to_path_buf(),
                 source,
-            })
+            }),
+            Err(e) => Err(PlanError::Workspace {
+                path: p.to_path_buf(),
+                source: std::io::Error::other(e.to_string()),
+            }),
         };
         let (scripts, output) = (canon(&scripts)?, canon(&output)?);
         grants.push(FsGrant {
@@ -433,6 +441,7 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         &loaded.base_dir,
         &writable_places,
         host_path.as_deref(),
+        std::env::var_os("HOME").map(PathBuf::from).as_deref(),
     )?;
 
     let l = &policy.limits;

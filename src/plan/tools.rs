@@ -140,6 +140,7 @@ pub fn check(
     policy_dir: &Path,
     writable: &[(PathBuf, Origin)],
     path_env: Option<&str>,
+    home: Option<&Path>,
 ) -> Result<(), Refusal> {
     let Some(tools) = tools else { return Ok(()) };
     for (i, tool) in tools.allow.iter_mut().enumerate() {
@@ -175,25 +176,32 @@ pub fn check(
         let Some(first) = argv.first().cloned() else {
             continue;
         };
+        // The tool inherits capsule's PATH and HOME: a command it (or its
+        // `#!/usr/bin/env` line, or a script it runs) looks up by name, or
+        // an interpreter's per-user files (~/.local), must not come from a
+        // place the run can write.
+        for d in path_env.unwrap_or("").split(':') {
+            let d = if d.is_empty() { "." } else { d };
+            if let Some(w) = reached(&policy_dir.join(d), writable) {
+                return Err(refuse(format!(
+                    "the PATH it inherits holds {d}, which lies in {}, which the run can write",
+                    place(w)
+                )));
+            }
+        }
+        if let Some(h) = home {
+            if let Some(w) = reached(h, writable) {
+                return Err(refuse(format!(
+                    "the HOME it inherits ({}) lies in {}, which the run can write",
+                    h.display(),
+                    place(w)
+                )));
+            }
+        }
         let program = if first.contains('/') {
             Some(policy_dir.join(&first))
         } else {
-            let found = path_env.and_then(|p| on_path(&first, p));
-            if found.is_none() {
-                // Not there now: a directory of PATH the run can write could
-                // hold it by the time the tool is called.
-                let dirs = path_env.unwrap_or("").split(':').filter(|d| !d.is_empty());
-                for d in dirs {
-                    if let Some(w) = reached(&policy_dir.join(d), writable) {
-                        return Err(refuse(format!(
-                            "its program `{first}` is not on PATH now, and PATH's {d} lies in {}, which the run \
-                             can write",
-                            place(w)
-                        )));
-                    }
-                }
-            }
-            found
+            path_env.and_then(|p| on_path(&first, p))
         };
         if let Some(prog) = &program {
             if let Some(w) = reached(prog, writable) {
@@ -268,7 +276,7 @@ mod tests {
         std::os::unix::fs::symlink(&out, root.join("link")).unwrap();
         let w = vec![(out.clone(), Origin::Tmp)];
         let why = |c: &[&str], p: Option<&str>, dir: &Path| {
-            check(&mut one(c, p), dir, &w, Some("/usr/bin:/bin")).map_err(|r| r.why)
+            check(&mut one(c, p), dir, &w, Some("/usr/bin:/bin"), None).map_err(|r| r.why)
         };
         assert!(why(&["./out/x"], None, &root)
             .unwrap_err()
@@ -296,7 +304,19 @@ mod tests {
             .starts_with("its working directory"));
         // Out of reach: fine, and a bare name is made absolute.
         let mut t = one(&["sh", "-c", "echo out/x"], None);
-        check(&mut t, &root, &w, Some("/usr/bin:/bin")).unwrap();
+        let path = format!("/usr/bin:/bin:{}", out.display());
+        let e = check(&mut t.clone(), &root, &w, Some(&path), None).unwrap_err();
+        assert!(e.why.starts_with("the PATH it inherits"), "{e}");
+        let e = check(
+            &mut t.clone(),
+            &root,
+            &w,
+            Some("/usr/bin"),
+            Some(&out.join("h")),
+        )
+        .unwrap_err();
+        assert!(e.why.starts_with("the HOME it inherits"), "{e}");
+        check(&mut t, &root, &w, Some("/usr/bin:/bin"), None).unwrap();
         let argv0 = t.unwrap().allow[0].command.clone().unwrap()[0].clone();
         assert!(argv0.starts_with('/') && argv0.ends_with("/sh"), "{argv0}");
     }
