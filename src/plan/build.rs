@@ -145,7 +145,7 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
 
     let mut grants: Vec<FsGrant> = Vec::new();
     let from_policy = |r: &ResolvedPath, access: Access| FsGrant {
-        opened: Opened::NONE,
+        opened: r.opened.clone(),
         path: r.path.clone(),
         access,
         origin: match r.flag {

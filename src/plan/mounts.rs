@@ -60,7 +60,7 @@ fn resolve_one(
     read_only: bool,
     base: &Path,
     home: &Path,
-) -> Result<Bind, MountError> {
+) -> Result<(Bind, Opened), MountError> {
     let bad = |why: String| MountError::Bad {
         key: key.to_string(),
         why,
@@ -82,6 +82,8 @@ fn resolve_one(
         literal.clone_from(&abs);
         resolve::follow(&abs).map_err(|e| bad(format!("source {}: {e}", abs.display())))?
     };
+    let opened =
+        resolve::pin(&src_path).map_err(|e| bad(format!("source {}: {e}", src_path.display())))?;
     if let Some(why) =
         super::credentials::linked_into_secret(&src_path, via_link.as_deref(), &literal, home)
     {
@@ -114,11 +116,14 @@ fn resolve_one(
     };
     validate::check_grant(&src_path, kind)
         .map_err(|why| bad(format!("source {}: {why}", src_path.display())))?;
-    Ok(Bind {
-        src: src_path,
-        dst: clean,
-        read_only,
-    })
+    Ok((
+        Bind {
+            src: src_path,
+            dst: clean,
+            read_only,
+        },
+        opened,
+    ))
 }
 
 /// Resolve the policy's `mounts:` and the `--mount` flags; the binds and
@@ -133,9 +138,9 @@ pub fn resolve(
     let mut grants = Vec::new();
     for (i, m) in loaded.policy.mounts.iter().enumerate() {
         let key = format!("mounts[{i}]");
-        let b = resolve_one(&key, &m.src, &m.dst, m.read_only, &loaded.base_dir, home)?;
+        let (b, opened) = resolve_one(&key, &m.src, &m.dst, m.read_only, &loaded.base_dir, home)?;
         let line = loaded.lines.get(&key).copied();
-        grants.push(grant(&b, Origin::Policy { key, line }));
+        grants.push(grant(&b, Origin::Policy { key, line }, opened));
         binds.push(b);
     }
     for raw in flags {
@@ -143,8 +148,8 @@ pub fn resolve(
             key: format!("--mount {raw}"),
             why,
         })?;
-        let b = resolve_one(&format!("--mount {raw}"), &src, &dst, ro, here, home)?;
-        grants.push(grant(&b, Origin::Cli("--mount")));
+        let (b, opened) = resolve_one(&format!("--mount {raw}"), &src, &dst, ro, here, home)?;
+        grants.push(grant(&b, Origin::Cli("--mount"), opened));
         binds.push(b);
     }
     Ok((binds, grants))
@@ -194,7 +199,7 @@ pub fn withhold_exec(grants: &mut [FsGrant], binds: &[Bind]) -> Vec<String> {
     notes
 }
 
-fn grant(b: &Bind, origin: Origin) -> FsGrant {
+fn grant(b: &Bind, origin: Origin, opened: Opened) -> FsGrant {
     FsGrant {
         path: b.src.clone(),
         access: if b.read_only {
@@ -203,7 +208,7 @@ fn grant(b: &Bind, origin: Origin) -> FsGrant {
             Access::WRITE
         },
         origin,
-        opened: Opened::NONE,
+        opened,
     }
 }
 

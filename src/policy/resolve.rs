@@ -34,6 +34,9 @@ pub struct ResolvedPath {
     pub line: Option<usize>,
     /// The command-line flag that added it (None: the policy file).
     pub flag: Option<&'static str>,
+    /// `path` opened while resolving ([`pin`]): Landlock's rule lands on
+    /// this inode, whatever is put at the path later.
+    pub opened: crate::plan::Opened,
 }
 
 /// The policy's filesystem grants, resolved. Optional entries that do not
@@ -159,6 +162,36 @@ fn link_trusted(link: &Path) -> bool {
     })
 }
 
+/// The canonical `path` ([`follow`]'s result) opened `O_PATH|O_NOFOLLOW`
+/// and checked to be the one resolved (the kernel's name of the opened
+/// inode): a run that swaps a component for a link after the walk gets the
+/// grant refused, not redirected. Landlock takes the rule from this
+/// descriptor.
+pub fn pin(path: &Path) -> Result<crate::plan::Opened, FollowError> {
+    use nix::fcntl::{open, OFlag};
+    use nix::sys::stat::Mode;
+    use std::os::fd::AsRawFd;
+    let fd = open(
+        path,
+        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| FollowError::Io(e.into()))?;
+    let named =
+        std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).map_err(FollowError::Io)?;
+    let is_link = nix::sys::stat::fstat(&fd)
+        .map(|st| st.st_mode & libc::S_IFMT == libc::S_IFLNK)
+        .map_err(|e| FollowError::Io(e.into()))?;
+    if named != path || is_link {
+        return Err(FollowError::Io(std::io::Error::other(format!(
+            "{} changed while it was being resolved (now {}): a link was put on the way",
+            path.display(),
+            named.display()
+        ))));
+    }
+    Ok(crate::plan::Opened(Some(std::sync::Arc::new(fd))))
+}
+
 /// `abs` made canonical like `canonicalize`, following only trusted links
 /// (see the module's documentation). The path, and the first link followed.
 pub fn follow(abs: &Path) -> Result<(PathBuf, Option<PathBuf>), FollowError> {
@@ -218,13 +251,13 @@ fn resolve_path(
     base: &Path,
     home: &Path,
     optional: bool,
-) -> Result<Option<PathBuf>, String> {
+) -> Result<Option<(PathBuf, crate::plan::Opened)>, String> {
     let abs = expand(raw, base, home)?;
-    match follow(&abs) {
-        Ok((p, via)) => {
+    match follow(&abs).and_then(|(p, via)| Ok((pin(&p)?, p, via))) {
+        Ok((opened, p, via)) => {
             match crate::plan::credentials::linked_into_secret(&p, via.as_deref(), &abs, home) {
                 Some(why) => Err(format!("`{raw}` ({}) {why}", abs.display())),
-                None => Ok(Some(p)),
+                None => Ok(Some((p, opened))),
             }
         }
         Err(FollowError::Link { link, target }) => Err(format!(
@@ -263,8 +296,9 @@ pub fn resolve_one(
         key: key.to_string(),
         message,
     })?;
-    Ok(path.map(|path| ResolvedPath {
+    Ok(path.map(|(path, opened)| ResolvedPath {
         path,
+        opened,
         key: key.to_string(),
         line: None,
         flag: None,
@@ -280,8 +314,9 @@ pub fn resolve_fs(lp: &LoadedPolicy, home: &Path) -> Result<ResolvedFs, PolicyEr
         for (i, entry) in entries.iter().enumerate() {
             let key = format!("filesystem.{section}[{i}]");
             match resolve_path(entry.raw(), &lp.base_dir, home, entry.optional()) {
-                Ok(Some(path)) => out.push(ResolvedPath {
+                Ok(Some((path, opened))) => out.push(ResolvedPath {
                     path,
+                    opened,
                     line: lp.line_of(&key),
                     key,
                     flag: None,
@@ -374,6 +409,24 @@ mod tests {
             )),
             "{e}"
         );
+        // A link swapped in after the walk: the pin refuses, naming the change.
+        std::fs::create_dir(root.join("data")).unwrap();
+        let (p, _) = follow(&root.join("data")).unwrap();
+        assert!(pin(&p).is_ok());
+        std::fs::remove_dir(root.join("data")).unwrap();
+        std::os::unix::fs::symlink("/etc", root.join("data")).unwrap();
+        let e = pin(&p).err().expect("refused").to_string();
+        assert!(
+            e.contains("changed while it was being resolved") || e.contains("symbolic link"),
+            "{e}"
+        );
+        std::fs::remove_file(root.join("data")).unwrap();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        let (p, _) = follow(&root.join("a/b")).unwrap();
+        std::fs::rename(root.join("a"), root.join("a2")).unwrap();
+        std::os::unix::fs::symlink(root.join("a2"), root.join("a")).unwrap();
+        let e = pin(&p).err().expect("refused").to_string();
+        assert!(e.contains("changed while it was being resolved"), "{e}");
         // `..` after a followed link is the target's parent, as the kernel has it.
         let sys = Path::new("/proc/self/../self");
         if nix::unistd::geteuid().is_root() {
