@@ -415,7 +415,7 @@ mod tests {
         assert!(pin(&p).is_ok());
         std::fs::remove_dir(root.join("data")).unwrap();
         std::os::unix::fs::symlink("/etc", root.join("data")).unwrap();
-        let e = pin(&p).err().expect("refused").to_string();
+        let e = pin(&p).expect_err("refused").to_string();
         assert!(
             e.contains("changed while it was being resolved") || e.contains("symbolic link"),
             "{e}"
@@ -425,7 +425,7 @@ mod tests {
         let (p, _) = follow(&root.join("a/b")).unwrap();
         std::fs::rename(root.join("a"), root.join("a2")).unwrap();
         std::os::unix::fs::symlink(root.join("a2"), root.join("a")).unwrap();
-        let e = pin(&p).err().expect("refused").to_string();
+        let e = pin(&p).expect_err("refused").to_string();
         assert!(e.contains("changed while it was being resolved"), "{e}");
         // `..` after a followed link is the target's parent, as the kernel has it.
         let sys = Path::new("/proc/self/../self");
