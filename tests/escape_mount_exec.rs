@@ -79,3 +79,34 @@ fn a_read_only_mount_without_a_writable_place_inside_still_executes() {
     run.assert_code(0);
     assert_eq!(run.child_stdout(), "built\n", "{}", run.ctx());
 }
+
+/// The same hole through `filesystem.system`: its read+exec of /usr covers a
+/// write grant beneath /usr (root can have one), so a program the run writes
+/// there would execute. Refused at planning, naming both.
+#[test]
+fn a_write_grant_beneath_the_systems_exec_dirs_is_refused() {
+    if !is_root() {
+        return skip("only root has a writable directory beneath /usr to grant");
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("capsule-test-usr-")
+        .tempdir_in("/usr/local/share")
+        .expect("a directory beneath /usr/local/share");
+    let d = dir.path().to_string_lossy().into_owned();
+    let sb = Sandbox::new();
+    let script = "cp /usr/bin/id \"$0/prog\" && chmod +x \"$0/prog\" || exit 9; \"$0/prog\" && echo EXEC-RAN; exit 0";
+    let run = sb.exec_json(&["--allow-write", &d], &["/bin/sh", "-c", script, &d]);
+    assert!(
+        !run.stdout.contains("EXEC-RAN"),
+        "ESCAPE: a program the run wrote beneath /usr ran through filesystem.system's exec right{}",
+        run.ctx()
+    );
+    run.assert_code(125);
+    let pol = sb.policy(&format!("version: 1\nfilesystem:\n  write: [{d}]\n"));
+    let check = sb.run(&["check", "--policy", &pol]);
+    assert!(
+        check.code != Some(0) && check.stderr.contains(&d) && check.stderr.contains("/usr"),
+        "check does not refuse it{}",
+        check.ctx()
+    );
+}

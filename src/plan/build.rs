@@ -46,6 +46,8 @@ pub enum PlanError {
     Mount(#[from] super::mounts::MountError),
     #[error(transparent)]
     Tool(#[from] super::tools::Refusal),
+    #[error("{0}")]
+    ExecOverWrite(String),
 }
 
 /// What the command line adds to the policy.
@@ -247,6 +249,25 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
 
     if policy.filesystem.system {
         grants.extend(system::grants());
+        // Its read+exec of /usr, /lib... must not cover a place the run can
+        // write: a program written there would execute (root can grant
+        // /usr/local/x). Refused rather than silently weakened.
+        let sys_exec: Vec<PathBuf> = grants
+            .iter()
+            .filter(|g| g.origin == Origin::System && g.access.exec)
+            .filter_map(|g| std::fs::canonicalize(&g.path).ok())
+            .collect();
+        for (w, o) in super::tools::writable_places(&grants) {
+            if let Some(x) = sys_exec.iter().find(|x| w.starts_with(x)) {
+                return Err(PlanError::ExecOverWrite(format!(
+                    "{} ({o}) is writable, and filesystem.system grants read+exec of {} around it: a program the \
+                     run wrote there could be executed (grant a place outside {} instead)",
+                    w.display(),
+                    x.display(),
+                    x.display()
+                )));
+            }
+        }
     }
 
     // The command, resolved on the host. Places the child can write are
@@ -306,9 +327,19 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
             }
             return;
         }
-        // The checks policy grants get, and no credential location.
+        // The checks policy grants get, no credential location, and nothing
+        // that holds a place the run can write (exec would cover it).
+        let holds_writable = writable.iter().find(|w| w.starts_with(&a.path));
         let refused = validate::check_grant(&a.path, GrantKind::Exec)
             .err()
+            .or_else(|| {
+                holds_writable.map(|w| {
+                    format!(
+                        "it holds {}, which the run can write (a program written there could be executed)",
+                        w.display()
+                    )
+                })
+            })
             .or_else(|| {
                 a.path
                     .ancestors()

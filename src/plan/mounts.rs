@@ -159,12 +159,7 @@ pub fn resolve(
 /// the run can write (Landlock rules attach to inodes: exec on the source
 /// covers the writable place beneath it by every path). One note each.
 pub fn withhold_exec(grants: &mut [FsGrant], binds: &[Bind]) -> Vec<String> {
-    let writable: Vec<(PathBuf, Origin)> = grants
-        .iter()
-        .filter(|g| g.access.write)
-        .filter(|g| std::fs::metadata(&g.path).is_ok_and(|m| m.is_dir() || m.is_file()))
-        .map(|g| (g.path.clone(), g.origin.clone()))
-        .collect();
+    let writable = super::tools::writable_places(grants);
     let mut notes = Vec::new();
     for g in grants.iter_mut() {
         let from_mount = match &g.origin {
