@@ -470,4 +470,31 @@ mod tests {
         assert_eq!(found.len(), 2, "{found:?}");
         assert!(existing(&locs, |_| false).is_empty());
     }
+
+    /// "Names it exactly" is judged on the path as written: reached through
+    /// a link, a credential store or /etc secret is refused; named, it is not.
+    #[test]
+    fn a_link_never_names_a_secret_exactly() {
+        let home = Path::new("/home/u");
+        let ssh = home.join(".ssh");
+        let link = Path::new("/srv/ws/data");
+        let why = linked_into_secret(&ssh, Some(link), link, home).expect("refused");
+        assert!(
+            why.contains("/home/u/.ssh") && why.contains("/srv/ws/data"),
+            "{why}"
+        );
+        assert!(linked_into_secret(&ssh.join("id_rsa"), Some(link), link, home).is_some());
+        assert!(linked_into_secret(Path::new("/etc/shadow"), Some(link), link, home).is_some());
+        // Named as written (a home reached through /home -> /var/home).
+        assert_eq!(
+            linked_into_secret(&ssh, Some(Path::new("/home")), &ssh, home),
+            None
+        );
+        // No link followed, or not a secret: nothing to say.
+        assert_eq!(linked_into_secret(&ssh, None, link, home), None);
+        assert_eq!(
+            linked_into_secret(Path::new("/srv/x"), Some(link), link, home),
+            None
+        );
+    }
 }
