@@ -108,6 +108,33 @@ fn anthropic_completion_sends_x_api_key_and_version() {
     );
 }
 
+/// The host's `llm.max_tokens` is a ceiling on what reaches the provider, not
+/// a default the run may raise: a request for more is sent capped (a request
+/// for less is sent as asked).
+#[test]
+fn the_hosts_max_tokens_caps_what_the_run_asks_for() {
+    let fake = FakeProvider::start(200, anthropic_answer("ok"), Duration::ZERO);
+    let mut w = World::new();
+    bind_llm(&mut w, "anthropic", &fake.base, "claude-test", KEY);
+    w.host_config("llm:\n  anthropic_version: \"2023-06-01\"\n  max_tokens: 77\n");
+    let p = policy(&w, "llm_access:\n  enabled: true\n  max_calls: 5\n");
+    let ask = |n: u64| json!({"method": "llm/complete", "params": {"messages": [{"role": "user", "content": "hi"}], "max_tokens": n}});
+    let (_, a) = w.drive(&["--policy", &p], &[ask(1_000_000), ask(78), ask(20)]);
+    for x in &a {
+        assert!(x.get("result").is_some(), "{x}");
+    }
+    let sent: Vec<_> = fake
+        .requests()
+        .iter()
+        .map(|r| r.body["max_tokens"].clone())
+        .collect();
+    assert_eq!(
+        sent,
+        vec![json!(77), json!(77), json!(20)],
+        "the host's max_tokens is a ceiling"
+    );
+}
+
 #[test]
 fn absent_or_disabled_llm_access_is_not_allowed_and_sends_nothing() {
     let (w, fake) = openai(200, openai_answer("x"), Duration::ZERO);

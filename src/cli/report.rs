@@ -161,6 +161,7 @@ pub fn plan_json(plan: &Plan, k: &Probe, view: Option<&ViewSummary>) -> serde_js
             "deny": fs.deny.iter().map(|d| json!({"path": d.path, "origin": d.origin.to_string()})).collect::<Vec<_>>(),
             "proc_self": fs.proc_self,
             "command_notes": plan.command_notes,
+            "notes": plan.fs_notes,
         },
         "network": {
             "mode": plan.net.mode.as_str(),
@@ -279,7 +280,7 @@ pub fn print_plan(plan: &Plan, k: &Probe, view: Option<&ViewSummary>) {
     for d in &fs.deny {
         println!("  deny {}  — {}", d.path.display(), d.origin);
     }
-    for n in &plan.command_notes {
+    for n in plan.command_notes.iter().chain(&plan.fs_notes) {
         println!("  note {n}");
     }
     match view {
@@ -304,6 +305,20 @@ pub fn print_plan(plan: &Plan, k: &Probe, view: Option<&ViewSummary>) {
     );
     for h in &plan.net.allow_hosts {
         println!("  allow host {h}");
+    }
+    for t in plan.tools.iter().flat_map(|t| &t.allow) {
+        if let Some(argv) = &t.command {
+            println!(
+                "tool      {}: {} in {} ({}); none of it where the run can write",
+                t.name,
+                argv.join(" "),
+                plan.policy_dir.display(),
+                match &t.policy {
+                    Some(p) => format!("under policy {p}"),
+                    None => "on the host, outside the sandbox".into(),
+                }
+            );
+        }
     }
     println!(
         "seccomp   {}",

@@ -44,6 +44,10 @@ pub enum PlanError {
     Timeout(f64),
     #[error(transparent)]
     Mount(#[from] super::mounts::MountError),
+    #[error(transparent)]
+    Tool(#[from] super::tools::Refusal),
+    #[error("{0}")]
+    ExecOverWrite(String),
 }
 
 /// What the command line adds to the policy.
@@ -143,7 +147,7 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
 
     let mut grants: Vec<FsGrant> = Vec::new();
     let from_policy = |r: &ResolvedPath, access: Access| FsGrant {
-        opened: Opened::NONE,
+        opened: r.opened.clone(),
         path: r.path.clone(),
         access,
         origin: match r.flag {
@@ -185,11 +189,19 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
                 source,
             })?;
         }
-        let canon = |p: &Path| {
-            std::fs::canonicalize(p).map_err(|source| PlanError::Workspace {
+        // Through no link a run may have planted (`resolve::follow`): a run
+        // that could write the workspace's parent could have replaced
+        // `scripts` with a link to anywhere.
+        let canon = |p: &Path| match resolve::follow(p) {
+            Ok((c, _)) => Ok(c),
+            Err(resolve::FollowError::Io(source)) => Err(PlanError::Workspace {
                 path: p.to_path_buf(),
                 source,
-            })
+            }),
+            Err(e) => Err(PlanError::Workspace {
+                path: p.to_path_buf(),
+                source: std::io::Error::other(e.to_string()),
+            }),
         };
         let (scripts, output) = (canon(&scripts)?, canon(&output)?);
         grants.push(FsGrant {
@@ -232,8 +244,30 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         PathBuf::from("/")
     };
 
+    // Every writable place is known now: a read-only mount over one gets no exec.
+    let fs_notes = super::mounts::withhold_exec(&mut grants, &mounts);
+
     if policy.filesystem.system {
         grants.extend(system::grants());
+        // Its read+exec of /usr, /lib... must not cover a place the run can
+        // write: a program written there would execute (root can grant
+        // /usr/local/x). Refused rather than silently weakened.
+        let sys_exec: Vec<PathBuf> = grants
+            .iter()
+            .filter(|g| g.origin == Origin::System && g.access.exec)
+            .filter_map(|g| std::fs::canonicalize(&g.path).ok())
+            .collect();
+        for (w, o) in super::tools::writable_places(&grants) {
+            if let Some(x) = sys_exec.iter().find(|x| w.starts_with(x)) {
+                return Err(PlanError::ExecOverWrite(format!(
+                    "{} ({o}) is writable, and filesystem.system grants read+exec of {} around it: a program the \
+                     run wrote there could be executed (grant a place outside {} instead)",
+                    w.display(),
+                    x.display(),
+                    x.display()
+                )));
+            }
+        }
     }
 
     // The command, resolved on the host. Places the child can write are
@@ -293,9 +327,19 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
             }
             return;
         }
-        // The checks policy grants get, and no credential location.
+        // The checks policy grants get, no credential location, and nothing
+        // that holds a place the run can write (exec would cover it).
+        let holds_writable = writable.iter().find(|w| w.starts_with(&a.path));
         let refused = validate::check_grant(&a.path, GrantKind::Exec)
             .err()
+            .or_else(|| {
+                holds_writable.map(|w| {
+                    format!(
+                        "it holds {}, which the run can write (a program written there could be executed)",
+                        w.display()
+                    )
+                })
+            })
             .or_else(|| {
                 a.path
                     .ancestors()
@@ -420,6 +464,17 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         &access,
     )?;
 
+    // Host tools: none may run code or policy the run can write.
+    let mut tools = policy.tools.clone();
+    let writable_places = super::tools::writable_places(&grants);
+    super::tools::check(
+        &mut tools,
+        &loaded.base_dir,
+        &writable_places,
+        host_path.as_deref(),
+        std::env::var_os("HOME").map(PathBuf::from).as_deref(),
+    )?;
+
     let l = &policy.limits;
     let mib = |v: u64| v.saturating_mul(1024 * 1024);
     Ok(Plan {
@@ -430,6 +485,7 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         cwd,
         tmpdir,
         command_notes,
+        fs_notes,
         fs: FsPlan {
             grants,
             deny,
@@ -455,7 +511,7 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         },
         best_effort,
         policy_sha256: loaded.sha256.clone(),
-        tools: policy.tools.clone(),
+        tools,
         llm: policy.llm_access.clone(),
         policy_dir: loaded.base_dir.clone(),
     })

@@ -314,6 +314,40 @@ pub fn is_credential(locations: &[Location], path: &Path) -> bool {
     })
 }
 
+/// Why a grant or mount source `path`, reached through the (trusted) link
+/// `via`, is refused: it is, or lies in, a credential location or a system
+/// secret that the path as written (`literal`) does not name. "A grant
+/// names it exactly" is judged on the path as written, never on a followed
+/// link.
+pub fn linked_into_secret(
+    path: &Path,
+    via: Option<&Path>,
+    literal: &Path,
+    home: &Path,
+) -> Option<String> {
+    let via = via?;
+    let creds = patterns(home, &[]);
+    let secrets = system_secrets();
+    let literal: PathBuf = literal.components().collect();
+    if is_credential(&creds, &literal) || secrets.iter().any(|s| s.path == literal) {
+        return None; // named as written (a home reached through /home -> /var/home)
+    }
+    let hit = path.ancestors().find_map(|a| {
+        if is_credential(&creds, a) {
+            Some(a.to_path_buf())
+        } else {
+            secrets.iter().find(|s| s.path == a).map(|s| s.path.clone())
+        }
+    })?;
+    Some(format!(
+        "reaches the credential or system secret {} through the symbolic link {}: a grant names such a place \
+         only by its own path, never through a link (write {} itself if it is meant)",
+        hit.display(),
+        via.display(),
+        path.display()
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -435,5 +469,32 @@ mod tests {
         let found = existing(&locs, |p| p.starts_with(&cargo) && p != cargo);
         assert_eq!(found.len(), 2, "{found:?}");
         assert!(existing(&locs, |_| false).is_empty());
+    }
+
+    /// "Names it exactly" is judged on the path as written: reached through
+    /// a link, a credential store or /etc secret is refused; named, it is not.
+    #[test]
+    fn a_link_never_names_a_secret_exactly() {
+        let home = Path::new("/home/u");
+        let ssh = home.join(".ssh");
+        let link = Path::new("/srv/ws/data");
+        let why = linked_into_secret(&ssh, Some(link), link, home).expect("refused");
+        assert!(
+            why.contains("/home/u/.ssh") && why.contains("/srv/ws/data"),
+            "{why}"
+        );
+        assert!(linked_into_secret(&ssh.join("id_rsa"), Some(link), link, home).is_some());
+        assert!(linked_into_secret(Path::new("/etc/shadow"), Some(link), link, home).is_some());
+        // Named as written (a home reached through /home -> /var/home).
+        assert_eq!(
+            linked_into_secret(&ssh, Some(Path::new("/home")), &ssh, home),
+            None
+        );
+        // No link followed, or not a secret: nothing to say.
+        assert_eq!(linked_into_secret(&ssh, None, link, home), None);
+        assert_eq!(
+            linked_into_secret(Path::new("/srv/x"), Some(link), link, home),
+            None
+        );
     }
 }

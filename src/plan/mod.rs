@@ -12,6 +12,7 @@ pub mod credentials;
 pub mod env;
 pub mod mounts;
 pub mod system;
+pub mod tools;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -213,6 +214,9 @@ pub struct Plan {
     pub fs: FsPlan,
     /// What the command would have added but did not, or did not need to, and why.
     pub command_notes: Vec<String>,
+    /// Rights the planner withheld from a grant, and why (a read-only mount
+    /// over a writable place gets no exec).
+    pub fs_notes: Vec<String>,
     pub net: NetPlan,
     pub limits: LimitsPlan,
     pub best_effort: bool,

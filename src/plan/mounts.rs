@@ -4,7 +4,12 @@
 //! Each mount becomes a Landlock grant on its source (the bind keeps the
 //! inode, so the rule holds at the destination): read+exec for a read-only
 //! mount (the run cannot write there, so executing from it is safe), read
-//! and write for a read-write one. A mount whose destination differs from
+//! and write for a read-write one. When a place the run can write (a write
+//! grant, a read-write mount, the TMPDIR, the workspace's output) lies inside
+//! a read-only mount's source, or holds it, the run could write a program
+//! there and execute it through the mount: the mount then gets read only
+//! ([`withhold_exec`]), and `check` says so. A source reached through a symlink a run
+//! may have planted is refused (`resolve::follow`). A mount whose destination differs from
 //! its source needs the view (a mount namespace): without one it is refused.
 
 use std::path::{Path, PathBuf};
@@ -55,22 +60,35 @@ fn resolve_one(
     read_only: bool,
     base: &Path,
     home: &Path,
-) -> Result<Bind, MountError> {
+) -> Result<(Bind, Opened), MountError> {
     let bad = |why: String| MountError::Bad {
         key: key.to_string(),
         why,
     };
-    let src_path = if let Some(name) = src.strip_prefix("volume:") {
-        crate::volume::volume_path(name).map_err(|e| {
+    // A volume is capsule's own directory; a host source is resolved like a
+    // grant, through no link a run may have planted (`resolve::follow`).
+    let mut literal = PathBuf::new();
+    let (src_path, via_link) = if let Some(name) = src.strip_prefix("volume:") {
+        let v = crate::volume::volume_path(name).map_err(|e| {
             bad(format!(
                 "{e} (create it with `capsule volume create {name}`)"
             ))
-        })?
+        })?;
+        let c =
+            std::fs::canonicalize(&v).map_err(|e| bad(format!("source {}: {e}", v.display())))?;
+        (c, None)
     } else {
-        resolve::expand(src, base, home).map_err(bad)?
+        let abs = resolve::expand(src, base, home).map_err(bad)?;
+        literal.clone_from(&abs);
+        resolve::follow(&abs).map_err(|e| bad(format!("source {}: {e}", abs.display())))?
     };
-    let src_path = std::fs::canonicalize(&src_path)
-        .map_err(|e| bad(format!("source {}: {e}", src_path.display())))?;
+    let opened =
+        resolve::pin(&src_path).map_err(|e| bad(format!("source {}: {e}", src_path.display())))?;
+    if let Some(why) =
+        super::credentials::linked_into_secret(&src_path, via_link.as_deref(), &literal, home)
+    {
+        return Err(bad(format!("source {}: {why}", src_path.display())));
+    }
     let dst_path = PathBuf::from(dst);
     if !dst_path.is_absolute() {
         return Err(bad(format!("destination `{dst}` must be an absolute path")));
@@ -98,11 +116,14 @@ fn resolve_one(
     };
     validate::check_grant(&src_path, kind)
         .map_err(|why| bad(format!("source {}: {why}", src_path.display())))?;
-    Ok(Bind {
-        src: src_path,
-        dst: clean,
-        read_only,
-    })
+    Ok((
+        Bind {
+            src: src_path,
+            dst: clean,
+            read_only,
+        },
+        opened,
+    ))
 }
 
 /// Resolve the policy's `mounts:` and the `--mount` flags; the binds and
@@ -117,9 +138,9 @@ pub fn resolve(
     let mut grants = Vec::new();
     for (i, m) in loaded.policy.mounts.iter().enumerate() {
         let key = format!("mounts[{i}]");
-        let b = resolve_one(&key, &m.src, &m.dst, m.read_only, &loaded.base_dir, home)?;
+        let (b, opened) = resolve_one(&key, &m.src, &m.dst, m.read_only, &loaded.base_dir, home)?;
         let line = loaded.lines.get(&key).copied();
-        grants.push(grant(&b, Origin::Policy { key, line }));
+        grants.push(grant(&b, Origin::Policy { key, line }, opened));
         binds.push(b);
     }
     for raw in flags {
@@ -127,14 +148,53 @@ pub fn resolve(
             key: format!("--mount {raw}"),
             why,
         })?;
-        let b = resolve_one(&format!("--mount {raw}"), &src, &dst, ro, here, home)?;
-        grants.push(grant(&b, Origin::Cli("--mount")));
+        let (b, opened) = resolve_one(&format!("--mount {raw}"), &src, &dst, ro, here, home)?;
+        grants.push(grant(&b, Origin::Cli("--mount"), opened));
         binds.push(b);
     }
     Ok((binds, grants))
 }
 
-fn grant(b: &Bind, origin: Origin) -> FsGrant {
+/// Take exec away from each read-only mount's grant that overlaps a place
+/// the run can write (Landlock rules attach to inodes: exec on the source
+/// covers the writable place beneath it by every path). One note each.
+pub fn withhold_exec(grants: &mut [FsGrant], binds: &[Bind]) -> Vec<String> {
+    let writable = super::tools::writable_places(grants);
+    let mut notes = Vec::new();
+    for g in grants.iter_mut() {
+        let from_mount = match &g.origin {
+            Origin::Policy { key, .. } => key.starts_with("mounts["),
+            Origin::Cli(flag) => *flag == "--mount",
+            _ => false,
+        };
+        if !from_mount || g.access != Access::EXEC {
+            continue;
+        }
+        let Some((w, o)) = writable
+            .iter()
+            .find(|(w, _)| w.starts_with(&g.path) || g.path.starts_with(w))
+        else {
+            continue;
+        };
+        g.access = Access::READ;
+        let at = binds
+            .iter()
+            .find(|b| b.src == g.path && b.read_only)
+            .map(|b| format!(" (seen at {})", b.dst.display()))
+            .unwrap_or_default();
+        notes.push(format!(
+            "{}{at} ({}): read-only mount, exec withheld: {} ({o}) is writable and {} it, so a program the run \
+             wrote there could be executed through the mount (grant exec where it is meant with filesystem.exec)",
+            g.path.display(),
+            g.origin,
+            w.display(),
+            if w.starts_with(&g.path) { "inside" } else { "holds" }
+        ));
+    }
+    notes
+}
+
+fn grant(b: &Bind, origin: Origin, opened: Opened) -> FsGrant {
     FsGrant {
         path: b.src.clone(),
         access: if b.read_only {
@@ -143,7 +203,7 @@ fn grant(b: &Bind, origin: Origin) -> FsGrant {
             Access::WRITE
         },
         origin,
-        opened: Opened::NONE,
+        opened,
     }
 }
 

@@ -3,9 +3,22 @@
 //! (the cwd for CLI flags), `~` → the invoking user's home, then symlinks and
 //! `..` resolved so the fail-closed rules see the real target (a symlink to
 //! `/etc` is `/etc`).
+//!
+//! A symlink met on the way is followed only when no run of this user can
+//! have planted it: the link lies in a directory that neither this user nor
+//! any of its ancestors' owners-as-this-user can change (every directory
+//! from `/` down to the link is not owned by and not writable by this
+//! user). Any other link is refused with an error naming it ([`follow`]):
+//! a run that can write `ws` could have replaced `ws/data` with a link to
+//! `~/.ssh` (or, as root, `/etc/shadow`), and the next run's grant of
+//! `ws/data` would be a grant of that target. As root every directory is
+//! writable, so root's grants go through no link at all. Links beneath a
+//! granted directory are not this module's business: Landlock checks where
+//! they lead at each access.
 
+use std::ffi::OsString;
 use std::io::ErrorKind;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use super::error::{PolicyError, Position};
 use super::{LoadedPolicy, PathEntry};
@@ -21,6 +34,9 @@ pub struct ResolvedPath {
     pub line: Option<usize>,
     /// The command-line flag that added it (None: the policy file).
     pub flag: Option<&'static str>,
+    /// `path` opened while resolving ([`pin`]): Landlock's rule lands on
+    /// this inode, whatever is put at the path later.
+    pub opened: crate::plan::Opened,
 }
 
 /// The policy's filesystem grants, resolved. Optional entries that do not
@@ -104,17 +120,154 @@ pub fn expand(raw: &str, base: &Path, home: &Path) -> Result<PathBuf, String> {
     Ok(p)
 }
 
+/// Why [`follow`] could not resolve a path.
+#[derive(Debug)]
+pub enum FollowError {
+    /// A link a run of this user could have planted.
+    Link {
+        link: PathBuf,
+        target: PathBuf,
+    },
+    Io(std::io::Error),
+}
+
+impl std::fmt::Display for FollowError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FollowError::Link { link, target } => write!(
+                f,
+                "passes through the symbolic link {} (-> {}) in a directory this user can write, where an \
+                 earlier run may have planted it; a grant or mount is never taken through such a link (name \
+                 the target itself if it is meant)",
+                link.display(),
+                target.display()
+            ),
+            FollowError::Io(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// Whether no run of this user can have made `link`: every directory from
+/// `/` to the one holding it is neither owned by nor writable by this user
+/// (an owner can chmod its directory writable again). Never for root.
+fn link_trusted(link: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let uid = nix::unistd::geteuid();
+    if uid.is_root() {
+        return false;
+    }
+    link.ancestors().skip(1).all(|dir| {
+        std::fs::metadata(dir).is_ok_and(|m| m.uid() != uid.as_raw())
+            && nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK).is_err()
+    })
+}
+
+/// The canonical `path` ([`follow`]'s result) opened `O_PATH|O_NOFOLLOW`
+/// and checked to be the one resolved (the kernel's name of the opened
+/// inode): a run that swaps a component for a link after the walk gets the
+/// grant refused, not redirected. Landlock takes the rule from this
+/// descriptor.
+pub fn pin(path: &Path) -> Result<crate::plan::Opened, FollowError> {
+    use nix::fcntl::{open, OFlag};
+    use nix::sys::stat::Mode;
+    use std::os::fd::AsRawFd;
+    let fd = open(
+        path,
+        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| FollowError::Io(e.into()))?;
+    let named =
+        std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).map_err(FollowError::Io)?;
+    let is_link = nix::sys::stat::fstat(&fd)
+        .map(|st| st.st_mode & libc::S_IFMT == libc::S_IFLNK)
+        .map_err(|e| FollowError::Io(e.into()))?;
+    if named != path || is_link {
+        return Err(FollowError::Io(std::io::Error::other(format!(
+            "{} changed while it was being resolved (now {}): a link was put on the way",
+            path.display(),
+            named.display()
+        ))));
+    }
+    Ok(crate::plan::Opened(Some(std::sync::Arc::new(fd))))
+}
+
+/// `abs` made canonical like `canonicalize`, following only trusted links
+/// (see the module's documentation). The path, and the first link followed.
+pub fn follow(abs: &Path) -> Result<(PathBuf, Option<PathBuf>), FollowError> {
+    let mut todo: Vec<OsString> = Vec::new();
+    let push_front = |todo: &mut Vec<OsString>, p: &Path| {
+        for c in p.components().rev() {
+            match c {
+                Component::Normal(n) => todo.push(n.to_os_string()),
+                Component::ParentDir => todo.push("..".into()),
+                _ => {}
+            }
+        }
+    };
+    push_front(&mut todo, abs);
+    let mut cur = PathBuf::from("/");
+    let mut via = None;
+    let mut hops = 0;
+    while let Some(name) = todo.pop() {
+        if name == ".." {
+            // `cur` is canonical: its parent is the real one.
+            cur.pop();
+            continue;
+        }
+        let next = cur.join(&name);
+        let meta = std::fs::symlink_metadata(&next).map_err(FollowError::Io)?;
+        if !meta.file_type().is_symlink() {
+            if !todo.is_empty() && !meta.is_dir() {
+                return Err(FollowError::Io(std::io::Error::from(
+                    ErrorKind::NotADirectory,
+                )));
+            }
+            cur = next;
+            continue;
+        }
+        let target = std::fs::read_link(&next).map_err(FollowError::Io)?;
+        if !link_trusted(&next) {
+            return Err(FollowError::Link { link: next, target });
+        }
+        hops += 1;
+        if hops > 40 {
+            return Err(FollowError::Io(std::io::Error::from_raw_os_error(
+                libc::ELOOP,
+            )));
+        }
+        via.get_or_insert(next);
+        if target.is_absolute() {
+            cur = PathBuf::from("/");
+        }
+        push_front(&mut todo, &target);
+    }
+    Ok((cur, via))
+}
+
 /// Resolve one path. `Ok(None)`: it does not exist and `optional` is set.
 fn resolve_path(
     raw: &str,
     base: &Path,
     home: &Path,
     optional: bool,
-) -> Result<Option<PathBuf>, String> {
+) -> Result<Option<(PathBuf, crate::plan::Opened)>, String> {
     let abs = expand(raw, base, home)?;
-    match abs.canonicalize() {
-        Ok(p) => Ok(Some(p)),
-        Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
+    match follow(&abs).and_then(|(p, via)| Ok((pin(&p)?, p, via))) {
+        Ok((opened, p, via)) => {
+            match crate::plan::credentials::linked_into_secret(&p, via.as_deref(), &abs, home) {
+                Some(why) => Err(format!("`{raw}` ({}) {why}", abs.display())),
+                None => Ok(Some((p, opened))),
+            }
+        }
+        Err(FollowError::Link { link, target }) => Err(format!(
+            "`{raw}` ({}) {}",
+            abs.display(),
+            FollowError::Link { link, target }
+        )),
+        Err(FollowError::Io(e))
+            if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) =>
+        {
             if optional {
                 tracing::debug!(path = %abs.display(), "optional grant path missing, skipped");
                 Ok(None)
@@ -125,7 +278,7 @@ fn resolve_path(
                 ))
             }
         }
-        Err(e) => Err(format!("`{raw}` ({}): cannot resolve: {e}", abs.display())),
+        Err(FollowError::Io(e)) => Err(format!("`{raw}` ({}): cannot resolve: {e}", abs.display())),
     }
 }
 
@@ -143,8 +296,9 @@ pub fn resolve_one(
         key: key.to_string(),
         message,
     })?;
-    Ok(path.map(|path| ResolvedPath {
+    Ok(path.map(|(path, opened)| ResolvedPath {
         path,
+        opened,
         key: key.to_string(),
         line: None,
         flag: None,
@@ -160,8 +314,9 @@ pub fn resolve_fs(lp: &LoadedPolicy, home: &Path) -> Result<ResolvedFs, PolicyEr
         for (i, entry) in entries.iter().enumerate() {
             let key = format!("filesystem.{section}[{i}]");
             match resolve_path(entry.raw(), &lp.base_dir, home, entry.optional()) {
-                Ok(Some(path)) => out.push(ResolvedPath {
+                Ok(Some((path, opened))) => out.push(ResolvedPath {
                     path,
+                    opened,
                     line: lp.line_of(&key),
                     key,
                     flag: None,
@@ -220,19 +375,69 @@ mod tests {
         let policy = root.join("p.yaml");
         std::fs::write(
             &policy,
-            "version: 1\nfilesystem:\n  read:\n    - ./data/../data\n    - ./etc-link\n    - ./gone?\n    - {path: ./gone2, optional: true}\n    - \"~\"\n",
+            "version: 1\nfilesystem:\n  read:\n    - ./data/../data\n    - ./gone?\n    - {path: ./gone2, optional: true}\n    - \"~\"\n",
         )
         .unwrap();
         let lp = load_file(&policy).unwrap();
         let fs = resolve_fs(&lp, &home).unwrap();
         let paths: Vec<_> = fs.read.iter().map(|r| r.path.clone()).collect();
-        assert_eq!(
-            paths,
-            vec![root.join("data"), PathBuf::from("/etc"), home.clone()]
+        assert_eq!(paths, vec![root.join("data"), home.clone()]);
+        assert_eq!(fs.read[1].key, "filesystem.read[3]");
+        assert_eq!(fs.read[1].line, Some(7));
+    }
+
+    /// A link in a directory this user can write (here: its own temp dir)
+    /// may have been planted by a run: refused, named. Links in directories
+    /// only root can change are followed for other users, never for root.
+    #[test]
+    fn links_a_run_may_have_planted_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::os::unix::fs::symlink("/etc", root.join("etc-link")).unwrap();
+        let policy = root.join("p.yaml");
+        std::fs::write(
+            &policy,
+            "version: 1\nfilesystem:\n  read: [./etc-link/ssl]\n",
+        )
+        .unwrap();
+        let lp = load_file(&policy).unwrap();
+        let e = resolve_fs(&lp, &root).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!(
+                "symbolic link {} (-> /etc)",
+                root.join("etc-link").display()
+            )),
+            "{e}"
         );
-        assert_eq!(fs.read[1].key, "filesystem.read[1]");
-        assert_eq!(fs.read[1].line, Some(5));
-        assert_eq!(fs.read[2].key, "filesystem.read[4]");
+        // A link swapped in after the walk: the pin refuses, naming the change.
+        std::fs::create_dir(root.join("data")).unwrap();
+        let (p, _) = follow(&root.join("data")).unwrap();
+        assert!(pin(&p).is_ok());
+        std::fs::remove_dir(root.join("data")).unwrap();
+        std::os::unix::fs::symlink("/etc", root.join("data")).unwrap();
+        let e = pin(&p).expect_err("refused").to_string();
+        assert!(
+            e.contains("changed while it was being resolved") || e.contains("symbolic link"),
+            "{e}"
+        );
+        std::fs::remove_file(root.join("data")).unwrap();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        let (p, _) = follow(&root.join("a/b")).unwrap();
+        std::fs::rename(root.join("a"), root.join("a2")).unwrap();
+        std::os::unix::fs::symlink(root.join("a2"), root.join("a")).unwrap();
+        let e = pin(&p).expect_err("refused").to_string();
+        assert!(e.contains("changed while it was being resolved"), "{e}");
+        // `..` after a followed link is the target's parent, as the kernel has it.
+        let sys = Path::new("/proc/self/../self");
+        if nix::unistd::geteuid().is_root() {
+            assert!(matches!(follow(sys), Err(FollowError::Link { .. })));
+        } else {
+            let (p, via) = follow(sys).unwrap();
+            assert!(
+                p.starts_with("/proc") && via == Some(PathBuf::from("/proc/self")),
+                "{p:?}"
+            );
+        }
     }
 
     #[test]

@@ -140,7 +140,11 @@ fn forbidden_write_and_exec_grants() {
     fails("version: 1\nfilesystem:\n  write: [/proc/self/attr]\n");
     fails("version: 1\nfilesystem:\n  write: [/sys/kernel]\n");
     let e = fails("version: 1\nfilesystem:\n  read: [/proc/self]\n");
-    assert!(e.contains("per-process"), "{e}");
+    // As root no link is followed at all (see `resolve::follow`).
+    assert!(
+        e.contains("per-process") || e.contains("symbolic link /proc/self"),
+        "{e}"
+    );
     fails("version: 1\nfilesystem:\n  read: [/proc/1]\n");
     check("version: 1\nfilesystem:\n  read: [/proc/cpuinfo, /etc, /usr]\n").unwrap();
     check("version: 1\nfilesystem:\n  exec: [/usr/bin]\n").unwrap();
@@ -151,21 +155,19 @@ fn forbidden_grants_are_caught_through_dotdot_and_symlinks() {
     let d = dir();
     std::os::unix::fs::symlink("/etc", d.root.join("conf")).unwrap();
     std::os::unix::fs::symlink("/", d.root.join("rootlink")).unwrap();
+    // A link in a directory this user can write is refused before anything
+    // else (a run may have planted it: `resolve::follow`).
     let e = check_in(&d, "version: 1\nfilesystem:\n  write: [./conf]\n").unwrap_err();
     assert!(
-        e.contains("filesystem.write[0]: `write` grant of /etc is refused"),
+        e.contains("filesystem.write[0]: `./conf`") && e.contains("symbolic link"),
         "{e}"
     );
-    let e = check_in(
-        &d,
-        "version: 1\nfilesystem:\n  exec: [./rootlink/usr/../usr]\n",
-    )
-    .unwrap_err();
+    let e = check_in(&d, "version: 1\nfilesystem:\n  read: [./rootlink/proc]\n").unwrap_err();
+    assert!(e.contains("symbolic link"), "{e}");
+    let e = check_in(&d, "version: 1\nfilesystem:\n  exec: [/usr/../usr]\n").unwrap_err();
     assert!(e.contains("grant of /usr is refused"), "{e}");
     let e = check_in(&d, "version: 1\nfilesystem:\n  write: [/etc/../etc]\n").unwrap_err();
     assert!(e.contains("grant of /etc is refused"), "{e}");
-    let e = check_in(&d, "version: 1\nfilesystem:\n  read: [./rootlink/proc]\n").unwrap_err();
-    assert!(e.contains("`read` grant of /proc is refused"), "{e}");
 }
 
 #[test]

@@ -822,6 +822,9 @@ pub fn prepare(
     if truncate_guard.is_some() {
         limitations.push(seccomp::truncate::LIMITATION.to_string());
     }
+    if crate::plan::tools::has_command_tools(plan.tools.as_ref()) {
+        limitations.push(crate::plan::tools::LIMITATION.to_string());
+    }
     if abi == LANDLOCK_FS {
         limitations.push(format!(
             "Landlock ABI {LANDLOCK_FS} (Linux {}) has no refer right: renaming or linking a file between two \

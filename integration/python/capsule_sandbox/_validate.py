@@ -159,18 +159,79 @@ def _beneath(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def mount_path(value: object, field_name: str, *, write: bool) -> str:
-    """Validate a host directory granted to the sandbox; return it resolved.
+def _link_trusted(link: str) -> bool:
+    """Whether no run of this user can have made ``link`` (capsule's rule,
+    ``resolve::follow``): every directory from ``/`` down to it is neither
+    owned by nor writable by this user. Never for root."""
+    uid = os.geteuid()
+    if uid == 0:
+        return False
+    d = os.path.dirname(link)
+    while True:
+        try:
+            st = os.stat(d)
+        except OSError:
+            return False
+        if st.st_uid == uid or os.access(d, os.W_OK):
+            return False
+        if d == "/":
+            return True
+        d = os.path.dirname(d)
 
-    Symlinks are resolved first, so a link to ``/etc`` is refused like ``/etc``.
+
+def planted_link(path: str) -> tuple[str, str] | None:
+    """The first symlink on the way to absolute ``path`` that a run of this
+    user could have planted (a link in a directory this user can write), as
+    (link, target); None when there is none. Such a path is never granted:
+    an earlier run that could write ``ws`` may have replaced ``ws/data`` with
+    a link to ``~/.ssh``."""
+    todo = [c for c in path.split("/") if c and c != "."][::-1]
+    cur = "/"
+    hops = 0
+    while todo:
+        name = todo.pop()
+        if name == "..":
+            cur = os.path.dirname(cur)
+            continue
+        nxt = os.path.join(cur, name)
+        if not os.path.islink(nxt):
+            cur = nxt
+            continue
+        target = os.readlink(nxt)
+        if not _link_trusted(nxt):
+            return nxt, target
+        hops += 1
+        if hops > 40:
+            return nxt, target
+        if target.startswith("/"):
+            cur = "/"
+        todo.extend([c for c in target.split("/") if c and c != "."][::-1])
+    return None
+
+
+def mount_path(value: object, field_name: str, *, write: bool) -> str:
+    """Validate a host directory granted to the sandbox; return it absolute,
+    as written (capsule resolves it again, by the same rules).
+
+    Symlinks are resolved for the checks, so a link to ``/etc`` is refused
+    like ``/etc``; a link a run of this user could have planted (in a
+    directory this user can write; any link, as root) is refused outright.
     """
     if not isinstance(value, (str, os.PathLike)) or str(value) == "":
         raise ValueError(f"{field_name} must be a non-empty path")
     raw = os.fspath(value)
     if "\x00" in str(raw):
         raise ValueError(f"{field_name} contains a NUL byte")
-    resolved = os.path.realpath(os.path.expanduser(str(raw)))
-    candidates = {os.path.normpath(os.path.abspath(os.path.expanduser(str(raw)))), resolved}
+    literal = os.path.join(os.getcwd(), os.path.expanduser(str(raw)))
+    planted = planted_link(literal)
+    if planted is not None:
+        raise ValueError(
+            f"{field_name} {raw!r} passes through the symbolic link {planted[0]} (-> {planted[1]}) in a "
+            "directory this user can write, where an earlier run may have planted it; it is never "
+            "granted through such a link (name the target itself if it is meant)"
+        )
+    resolved = os.path.realpath(literal)
+    candidates = {os.path.normpath(literal), resolved}
     for path in candidates:
         if path in _PROTECTED_EXACT:
             raise ValueError(f"{field_name} {raw!r} is a protected system directory")
@@ -190,4 +251,6 @@ def mount_path(value: object, field_name: str, *, write: bool) -> str:
         for cred in _CREDENTIAL_DIRS:
             if _beneath(path, os.path.join(home, cred)):
                 raise ValueError(f"{field_name} {raw!r} is a credential store")
-    return resolved
+    # As written, so capsule judges any (trusted) link on it itself: a path
+    # names a credential or secret only by its own name, never by a link.
+    return os.path.normpath(literal)

@@ -338,9 +338,7 @@ def plan_spec(
             )
         if is_volume and not features.volume:
             raise SandboxRequiredError(f"mount of volume {src!r} needs `capsule volume` (this capsule has none)")
-        if not is_volume:
-            _validate.mount_path(src, "mounts", write=not read_only)
-        source = f"volume:{src}" if is_volume else os.path.realpath(src)
+        source = f"volume:{src}" if is_volume else _validate.mount_path(src, "mounts", write=not read_only)
         plan.args += ["--mount", f"{source}:{os.path.normpath(dst)}:{'ro' if read_only else 'rw'}"]
         if is_volume:
             plan.volumes.append((src, read_only))

@@ -244,12 +244,10 @@ fn read_key(b: &LlmBinding) -> Option<Secret> {
         .map(Secret)
 }
 
-/// `{"messages": [{"role", "content"}], "max_tokens"?}`; content is a string
+/// `{"messages": [{"role", "content"}], "max_tokens"?}` (at most the host's
+/// `llm.max_tokens`, which is also the default); content is a string
 /// or a list of `{"type": "text", "text"}` parts.
-fn parse_params(
-    params: &Value,
-    default_max_tokens: u32,
-) -> Result<(Vec<ChatMessage>, u32), RpcFault> {
+fn parse_params(params: &Value, host_max_tokens: u32) -> Result<(Vec<ChatMessage>, u32), RpcFault> {
     let bad = |m: &str| RpcFault::bad_params(format!("llm/complete: {m}"));
     let Some(obj) = params.as_object() else {
         return Err(bad("params must be an object"));
@@ -286,9 +284,11 @@ fn parse_params(
         messages.push(ChatMessage { role, content });
     }
     let max_tokens = match obj.get("max_tokens") {
-        None | Some(Value::Null) => default_max_tokens,
+        None | Some(Value::Null) => host_max_tokens,
         Some(v) => match v.as_u64() {
-            Some(n) if (1..=MAX_TOKENS_LIMIT).contains(&n) => n as u32,
+            // The host's value is a ceiling on the request, not a default
+            // the run may raise: the provider bills what it is asked for.
+            Some(n) if (1..=MAX_TOKENS_LIMIT).contains(&n) => (n as u32).min(host_max_tokens),
             _ => return Err(bad("max_tokens must be a positive integer")),
         },
     };
