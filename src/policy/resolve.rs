@@ -147,11 +147,22 @@ impl std::fmt::Display for FollowError {
     }
 }
 
-/// Whether no run of this user can have made `link`: every directory from
-/// `/` to the one holding it is neither owned by nor writable by this user
-/// (an owner can chmod its directory writable again). Never for root.
+/// Whether no run of this user can have made `link`: it lies directly in
+/// a directory that no policy may grant write in (`/`, `/usr`, `/etc`, ...:
+/// a write grant or read-write mount of one of them, or of anything above
+/// it, is refused), as the merged-/usr links `/bin` and `/lib64` do; or
+/// every directory from `/` to the one holding it is neither owned by nor
+/// writable by this user (an owner can chmod its directory writable again),
+/// which is never so for root.
 fn link_trusted(link: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
+    if link.parent().is_some_and(|dir| {
+        super::validate::NO_WRITE_EXEC
+            .iter()
+            .any(|d| dir == Path::new(d))
+    }) {
+        return true;
+    }
     let uid = nix::unistd::geteuid();
     if uid.is_root() {
         return false;
@@ -390,6 +401,19 @@ mod tests {
     /// may have been planted by a run: refused, named. Links in directories
     /// only root can change are followed for other users, never for root.
     #[test]
+    fn links_no_policy_could_have_planted_are_followed_as_root_too() {
+        // Directly in `/` or `/usr`: no write grant reaches there.
+        assert!(link_trusted(Path::new("/lib64")));
+        assert!(link_trusted(Path::new("/usr/sbin")));
+        // One level down a write grant may reach (as root, every directory
+        // is writable by DAC).
+        if nix::unistd::geteuid().is_root() {
+            assert!(!link_trusted(Path::new("/var/run")));
+            assert!(!link_trusted(Path::new("/usr/local/x")));
+        }
+    }
+
+    #[test]
     fn links_a_run_may_have_planted_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
@@ -428,16 +452,14 @@ mod tests {
         let e = pin(&p).expect_err("refused").to_string();
         assert!(e.contains("changed while it was being resolved"), "{e}");
         // `..` after a followed link is the target's parent, as the kernel has it.
+        // (/proc/self lies directly in /proc, where no run can make a link:
+        // followed as root too.)
         let sys = Path::new("/proc/self/../self");
-        if nix::unistd::geteuid().is_root() {
-            assert!(matches!(follow(sys), Err(FollowError::Link { .. })));
-        } else {
-            let (p, via) = follow(sys).unwrap();
-            assert!(
-                p.starts_with("/proc") && via == Some(PathBuf::from("/proc/self")),
-                "{p:?}"
-            );
-        }
+        let (p, via) = follow(sys).unwrap();
+        assert!(
+            p.starts_with("/proc") && via == Some(PathBuf::from("/proc/self")),
+            "{p:?}"
+        );
     }
 
     #[test]
