@@ -184,6 +184,22 @@ pub fn audit_log_reachable(log: &std::path::Path, plan: &plan::Plan) -> Result<(
     Ok(())
 }
 
+/// A policy file that cannot be loaded, for the user: a missing file names
+/// the command that writes a starter policy.
+pub fn policy_load_error(e: &policy::PolicyError) -> String {
+    match e {
+        policy::PolicyError::Read { source, .. }
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            format!(
+                "{e} (write a starter policy with `capsule policy init NAME > FILE`, NAME one of: {})",
+                crate::policy::starter::names().join(", ")
+            )
+        }
+        _ => e.to_string(),
+    }
+}
+
 /// The policy of a run without `--policy`: `version: 1` with system and tmp.
 pub fn default_policy() -> LoadedPolicy {
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
@@ -282,7 +298,7 @@ pub fn run(a: ExecArgs) -> i32 {
     let loaded = match &a.policy {
         Some(p) => match policy::load_file(p) {
             Ok(lp) => lp,
-            Err(e) => return refuse(Reason::PolicyInvalid, e.to_string()),
+            Err(e) => return refuse(Reason::PolicyInvalid, policy_load_error(&e)),
         },
         None => default_policy(),
     };
@@ -314,6 +330,7 @@ pub fn run(a: ExecArgs) -> i32 {
             mounts: a.mounts,
             tmp_size_mb: a.tmp_size,
             audit_log: audit_path.clone(),
+            implied_cwd: a.policy.is_none(),
         },
         argv: a.command,
         best_effort: a.best_effort,
@@ -348,6 +365,11 @@ pub fn run(a: ExecArgs) -> i32 {
     if a.dry_run {
         return super::report::dry_run(&plan, json);
     }
+    if !json {
+        for n in plan.notices.iter().filter(|n| n.on_exec) {
+            error_line(format!("note: {}", n.text));
+        }
+    }
     let opts = ExecOptions {
         json,
         grace: Duration::from_millis(1000),
@@ -355,7 +377,86 @@ pub fn run(a: ExecArgs) -> i32 {
         no_tty: a.no_tty,
     };
     let f = supervisor::run(&plan, opts);
+    if !json {
+        for line in streaming_summary(&f.result, plan.limits.max_output_bytes) {
+            error_line(line);
+        }
+    }
     finish(f, true)
+}
+
+/// What a streaming run must not hide (issue 25), one line each, said on
+/// stderr after the run: output dropped at the byte limit, and what
+/// capsule itself refused (proxy connections, tool and LLM calls). With
+/// `--json` the result carries both (`*_truncated`, `*_bytes`,
+/// `denied_hosts`, `usage`).
+pub fn streaming_summary(r: &RunResult, limit: u64) -> Vec<String> {
+    let mut out = Vec::new();
+    for (name, cut, total) in [
+        ("stdout", r.stdout_truncated, r.stdout_bytes),
+        ("stderr", r.stderr_truncated, r.stderr_bytes),
+    ] {
+        if cut {
+            out.push(format!(
+                "{name} was cut at the byte limit: {limit} of {total} bytes written, {} dropped \
+                 (raise it with --max-output BYTES or limits.max_output_bytes)",
+                total.saturating_sub(limit)
+            ));
+        }
+    }
+    let mut refused: Vec<String> = Vec::new();
+    let usage = r.usage.as_ref();
+    let count = |v: Option<&serde_json::Value>| v.and_then(serde_json::Value::as_u64).unwrap_or(0);
+    let proxy_denied = count(usage.and_then(|u| u.pointer("/proxy/denied")));
+    if proxy_denied > 0 || !r.denied_hosts.is_empty() {
+        refused.push(format!(
+            "{} proxy connection(s) to hosts not in allow_hosts ({}; allow one with --allow-host HOST)",
+            proxy_denied.max(r.denied_hosts.len() as u64),
+            r.denied_hosts.join(", ")
+        ));
+    }
+    let at_capacity = count(usage.and_then(|u| u.pointer("/proxy/refused_at_capacity")));
+    if at_capacity > 0 {
+        refused.push(format!(
+            "{at_capacity} proxy connection(s) over network.max_connections"
+        ));
+    }
+    if r.tool_refusals > 0 {
+        let by = usage
+            .and_then(|u| u.get("tool_refusals_by_reason"))
+            .and_then(serde_json::Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .filter(|(_, v)| v.as_u64().unwrap_or(0) > 0)
+                    .map(|(k, v)| format!("{k}: {v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default();
+        refused.push(format!("{} tool call(s) ({by})", r.tool_refusals));
+    }
+    let llm_refused: u64 = usage
+        .and_then(|u| u.get("llm"))
+        .and_then(serde_json::Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter(|(k, _)| k.starts_with("refused_"))
+                .filter_map(|(_, v)| v.as_u64())
+                .sum()
+        })
+        .unwrap_or(0);
+    if llm_refused > 0 {
+        refused.push(format!("{llm_refused} LLM request(s)"));
+    }
+    if !refused.is_empty() {
+        out.push(format!(
+            "the sandbox refused {} during this run; `--json` has the details (denied_hosts, usage); \
+             `capsule exec --explain`, which will list every refusal with its layer and policy key, is not built yet. \
+             File and syscall refusals by the kernel are not counted here (the program sees EACCES/EPERM/EROFS)",
+            refused.join("; ")
+        ));
+    }
+    out
 }
 
 #[cfg(test)]

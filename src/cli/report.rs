@@ -138,6 +138,7 @@ pub fn plan_json(plan: &Plan, k: &Probe, view: Option<&ViewSummary>) -> serde_js
         "program": plan.program,
         "argv": plan.argv,
         "cwd": plan.cwd,
+        "notices": plan.notices.iter().map(|n| n.text.as_str()).collect::<Vec<_>>(),
         "env": plan.env.iter().map(|(k, _)| k).collect::<Vec<_>>(),
         "tmpdir": plan.tmpdir,
         "filesystem": {
@@ -219,6 +220,9 @@ pub fn print_plan(plan: &Plan, k: &Probe, view: Option<&ViewSummary>) {
         );
     }
     println!("cwd       {}", plan.cwd.display());
+    for n in &plan.notices {
+        println!("note      {}", n.text);
+    }
     println!(
         "env       {}",
         plan.env

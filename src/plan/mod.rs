@@ -11,6 +11,7 @@ pub mod command;
 pub mod credentials;
 pub mod env;
 pub mod mounts;
+pub mod notices;
 pub mod system;
 
 use std::path::PathBuf;
@@ -210,6 +211,8 @@ pub struct Plan {
     pub fs: FsPlan,
     /// What the command would have added but did not, or did not need to, and why.
     pub command_notes: Vec<String>,
+    /// What the user must be told (the working directory, skipped grants, ignored settings).
+    pub notices: Vec<notices::Notice>,
     pub net: NetPlan,
     pub limits: LimitsPlan,
     pub best_effort: bool,

@@ -1,0 +1,262 @@
+//! The first hour of a new user (issue 25): what `capsule exec` does with
+//! the current directory, and the messages a user sees when something is
+//! cut, refused or mistyped. Every test runs the real binary and checks the
+//! words on stderr.
+
+mod common;
+
+use common::*;
+
+/// A project directory: a script, an executable, nothing else.
+fn project(sb: &Sandbox) -> std::path::PathBuf {
+    let proj = sb.mkdir("proj");
+    sb.write("proj/agent.py", "print('agent ran')\n");
+    sb.write_exec("proj/run.sh", "#!/bin/sh\necho run.sh ran\n");
+    proj
+}
+
+#[test]
+fn without_a_policy_the_current_directory_is_read_only_and_the_cwd() {
+    let sb = Sandbox::new();
+    let proj = project(&sb);
+    let run = sb.run_in(&["exec", "--", "python3", "agent.py"], &proj, b"");
+    run.assert_code(0);
+    assert_eq!(run.stdout, "agent ran\n", "{}", run.ctx());
+    assert!(!run.stderr.contains("note:"), "{}", run.ctx());
+
+    let run = sb.run_in(&["exec", "--", "./run.sh"], &proj, b"");
+    run.assert_code(0);
+    assert_eq!(run.stdout, "run.sh ran\n", "{}", run.ctx());
+
+    // Read-only: a write fails where the user sees it, and nothing appears.
+    let run = sb.run_in(
+        &["exec", "--", "/bin/sh", "-c", "echo x > here.txt"],
+        &proj,
+        b"",
+    );
+    assert_ne!(run.code, Some(0), "{}", run.ctx());
+    assert!(
+        run.stderr.contains("Read-only file system") || run.stderr.contains("Permission denied"),
+        "{}",
+        run.ctx()
+    );
+    assert!(!proj.join("here.txt").exists());
+
+    // --dry-run says where the grant comes from.
+    let run = sb.run_in(&["exec", "--dry-run", "--", "true"], &proj, b"");
+    run.assert_code(0);
+    assert!(
+        run.stdout.contains(&format!(
+            "{}  — command line --allow-read . (implied: no --policy)",
+            proj.display()
+        )),
+        "{}",
+        run.ctx()
+    );
+}
+
+#[test]
+fn the_home_directory_is_not_granted_and_the_run_says_so() {
+    let sb = Sandbox::new();
+    sb.write_exec("home/run.sh", "#!/bin/sh\necho ran\n");
+    let run = sb.run_in(&["exec", "--", "/bin/pwd"], &sb.home, b"");
+    run.assert_code(0);
+    assert!(
+        run.stderr.contains(&format!(
+            "capsule: note: the current directory {} is not granted to the run (it is your home directory)",
+            sb.home.display()
+        )) && run.stderr.contains("--allow-read ."),
+        "{}",
+        run.ctx()
+    );
+    // A relative command names the real cause, not PATH.
+    let run = sb.run_in(&["exec", "--", "./run.sh"], &sb.home, b"");
+    run.assert_code(127);
+    assert!(
+        run.stderr
+            .contains("command not found: ./run.sh: no such file")
+            && run
+                .stderr
+                .contains("is not granted, because it is your home directory")
+            && !run.stderr.contains("searched PATH"),
+        "{}",
+        run.ctx()
+    );
+    // --json callers get no note on stderr (the plan is in --dry-run).
+    let run = sb.run_in(&["exec", "--json", "--", "/bin/true"], &sb.home, b"");
+    run.assert_code(0);
+    assert!(!run.stderr.contains("note:"), "{}", run.ctx());
+}
+
+#[test]
+fn a_policy_that_does_not_grant_the_cwd_says_where_its_paths_resolve() {
+    let sb = Sandbox::new();
+    let proj = project(&sb);
+    sb.mkdir("conf");
+    let pol = sb.policy_named(
+        "conf/agent.yaml",
+        "version: 1\nfilesystem:\n  read: [\".\"]\n  write: [\"./out?\"]\n",
+    );
+    let run = sb.run_in(&["exec", "-p", &pol, "--", "/bin/true"], &proj, b"");
+    run.assert_code(0);
+    assert!(
+        run.stderr.contains(&format!(
+            "the current directory {} is not granted to the run ({pol} does not grant it; its relative paths \
+             resolve against {}, not the current directory)",
+            proj.display(),
+            sb.path("conf").display()
+        )),
+        "{}",
+        run.ctx()
+    );
+    // check shows the skipped optional grant.
+    let run = sb.run_in(&["check", "-p", &pol], &proj, b"");
+    run.assert_code(0);
+    assert!(
+        run.stdout.contains(&format!(
+            "note      filesystem.write[0] `./out?` ({}) does not exist: skipped (not granted: create it before the run to grant it)",
+            sb.path("conf/out").display()
+        )),
+        "{}",
+        run.ctx()
+    );
+}
+
+#[test]
+fn a_missing_absolute_command_is_not_searched_on_path() {
+    let sb = Sandbox::new();
+    let run = sb.run(&["exec", "--", "/nope/x"]);
+    run.assert_code(127);
+    assert!(
+        run.stderr
+            .contains("capsule: command not found: /nope/x: no such file\n"),
+        "{}",
+        run.ctx()
+    );
+}
+
+#[test]
+fn output_cut_at_the_byte_limit_is_said_at_the_end() {
+    let sb = Sandbox::new();
+    let run = sb.run(&[
+        "exec",
+        "--max-output",
+        "10",
+        "--",
+        "/bin/sh",
+        "-c",
+        "seq 1 100",
+    ]);
+    // The command's own status: it did exit 0.
+    run.assert_code(0);
+    assert!(run.stdout.ends_with(MARKER), "{}", run.ctx());
+    assert!(
+        run.stderr.contains(
+            "capsule: stdout was cut at the byte limit: 10 of 292 bytes written, 282 dropped \
+             (raise it with --max-output BYTES or limits.max_output_bytes)"
+        ),
+        "{}",
+        run.ctx()
+    );
+    let run = sb.run(&["exec", "--", "/bin/sh", "-c", "seq 1 100"]);
+    assert!(!run.stderr.contains("cut at"), "{}", run.ctx());
+}
+
+#[test]
+fn what_the_proxy_refused_is_said_at_the_end_of_a_streaming_run() {
+    let sb = Sandbox::new();
+    // The proxy refuses the host by name: nothing leaves the machine.
+    let code = "import urllib.request\ntry:\n    urllib.request.urlopen('http://denied.invalid/', timeout=20)\nexcept Exception as e:\n    print('child:', e)\n";
+    let run = sb.run(&[
+        "exec",
+        "--net",
+        "proxy",
+        "--allow-host",
+        "allowed.invalid",
+        "--",
+        "python3",
+        "-c",
+        code,
+    ]);
+    run.assert_code(0);
+    assert!(run.stdout.contains("403"), "{}", run.ctx());
+    assert!(
+        run.stderr.contains(
+            "capsule: the sandbox refused 1 proxy connection(s) to hosts not in allow_hosts (denied.invalid; \
+             allow one with --allow-host HOST) during this run"
+        ) && run.stderr.contains("--explain"),
+        "{}",
+        run.ctx()
+    );
+    let run = sb.run(&["exec", "--", "/bin/true"]);
+    assert!(!run.stderr.contains("refused"), "{}", run.ctx());
+}
+
+#[test]
+fn errors_point_the_right_way() {
+    let sb = Sandbox::new();
+    let cases: Vec<(Vec<String>, String)> = vec![
+        (
+            vec!["exec".into(), "--allow-read".into(), sb.p("nope"), "--".into(), "true".into()],
+            format!("capsule: --allow-read {}: does not exist ({}); create it first\n", sb.p("nope"), sb.p("nope")),
+        ),
+        (
+            vec!["exec".into(), "--net".into(), "proxy".into(), "--".into(), "true".into()],
+            "capsule: --net proxy: name the hosts the command may reach with --allow-host HOST".into(),
+        ),
+        (
+            vec!["exec".into(), "-p".into(), sb.p("missing.yaml"), "--".into(), "true".into()],
+            "(write a starter policy with `capsule policy init NAME > FILE`, NAME one of: python-agent, ci-build, read-only-review)".into(),
+        ),
+        (
+            vec!["exec".into(), "--workspace".into(), sb.p("typo/ws"), "--".into(), "true".into()],
+            format!("capsule: --workspace {}: {} does not exist", sb.p("typo/ws"), sb.p("typo")),
+        ),
+    ];
+    for (args, want) in cases {
+        let run = sb.run(&args);
+        run.assert_code(125);
+        assert!(run.stderr.contains(&want), "want {want:?}{}", run.ctx());
+        assert!(!run.stderr.contains("nope?"), "{}", run.ctx());
+    }
+    assert!(
+        !sb.path("typo").exists(),
+        "--workspace created the typo'd path"
+    );
+
+    // A YAML bracket left open: the error names the line it was opened on.
+    let pol = sb
+        .policy("version: 1\nfilesystem:\n  read: [\".\",\n  write: []\nnetwork:\n  mode: none\n");
+    let run = sb.run(&["check", "-p", &pol]);
+    run.assert_code(125);
+    assert!(
+        run.stderr
+            .contains("(the `[` opened on line 3 is not closed"),
+        "{}",
+        run.ctx()
+    );
+}
+
+#[test]
+fn check_says_when_allow_hosts_does_nothing() {
+    let sb = Sandbox::new();
+    let pol = sb.policy("version: 1\nnetwork:\n  mode: none\n  allow_hosts: [api.github.com]\n");
+    let run = sb.run(&["check", "-p", &pol]);
+    run.assert_code(0);
+    assert!(
+        run.stdout.contains(
+            "note      network.allow_hosts (api.github.com) does nothing under network.mode none: the run has no network at all"
+        ),
+        "{}",
+        run.ctx()
+    );
+    // exec says it too, on stderr.
+    let run = sb.run(&["exec", "-p", &pol, "--", "/bin/true"]);
+    run.assert_code(0);
+    assert!(
+        run.stderr
+            .contains("network.allow_hosts (api.github.com) does nothing"),
+        "{}",
+        run.ctx()
+    );
+}
