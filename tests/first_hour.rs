@@ -260,3 +260,56 @@ fn check_says_when_allow_hosts_does_nothing() {
         run.ctx()
     );
 }
+
+#[test]
+fn env_flags_set_and_pass_under_the_policy_refusals() {
+    let mut sb = Sandbox::new();
+    sb.set_env("CAPSULE_T_HOSTVAR", "from-host");
+    sb.set_env("LD_PRELOAD", "");
+    let run = sb.run(&[
+        "exec",
+        "-e",
+        "CARGO_HOME=/opt/cargo",
+        "--env",
+        "CAPSULE_T_HOSTVAR",
+        "-e",
+        "CAPSULE_T_UNSET",
+        "-e",
+        "EQ=a=b",
+        "--",
+        "/usr/bin/env",
+    ]);
+    run.assert_code(0);
+    for want in [
+        "CARGO_HOME=/opt/cargo\n",
+        "CAPSULE_T_HOSTVAR=from-host\n",
+        "EQ=a=b\n",
+    ] {
+        assert!(run.stdout.contains(want), "{want}{}", run.ctx());
+    }
+    assert!(!run.stdout.contains("CAPSULE_T_UNSET"), "{}", run.ctx());
+    // The refusals of env.set / env.pass, naming the flag.
+    for (arg, want) in [
+        (
+            "LD_PRELOAD=/x.so",
+            "env.set.LD_PRELOAD: `LD_PRELOAD` is refused",
+        ),
+        ("LD_PRELOAD", "env.pass[0]: `LD_PRELOAD` is refused"),
+        ("PYTHONPATH=/tmp", "module search paths must be read-only"),
+    ] {
+        let run = sb.run(&["exec", "-e", arg, "--", "/bin/true"]);
+        run.assert_code(125);
+        assert!(
+            run.stderr.contains(want) && run.stderr.contains("(given with -e "),
+            "{want}{}",
+            run.ctx()
+        );
+    }
+    let run = sb.run(&["exec", "-e", "1A=b", "--", "/bin/true"]);
+    run.assert_code(125);
+    assert!(
+        run.stderr.contains("-e 1A=b: expected KEY=VALUE or KEY"),
+        "{}",
+        run.ctx()
+    );
+}

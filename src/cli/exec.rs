@@ -31,6 +31,9 @@ pub struct ExecArgs {
     /// Network mode: none | proxy | unrestricted (overrides the policy).
     #[arg(long, value_name = "MODE")]
     pub net: Option<NetMode>,
+    /// Set KEY=VAL in the child's environment, or pass the host's KEY (repeatable; as env.set / env.pass, same refusals).
+    #[arg(short = 'e', long = "env", value_name = "KEY[=VAL]")]
+    pub env: Vec<String>,
     /// Add a proxy allowlist entry (repeatable).
     #[arg(long, value_name = "HOST")]
     pub allow_host: Vec<String>,
@@ -200,6 +203,40 @@ pub fn policy_load_error(e: &policy::PolicyError) -> String {
     }
 }
 
+/// `-e KEY=VAL` sets KEY (over the policy's `env.set`), `-e KEY` passes the
+/// host's KEY (as `docker run -e KEY`; unset on the host: not set). Both go
+/// into the policy's `env`, so the same refusals apply (`LD_PRELOAD` and its
+/// kin, PYTHONPATH outside read-only grants).
+pub fn apply_env_flags(env: &mut policy::Env, flags: &[String]) -> Result<(), String> {
+    for f in flags {
+        let (name, value) = match f.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (f.as_str(), None),
+        };
+        let valid = !name.is_empty()
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(format!(
+                "-e {f}: expected KEY=VALUE or KEY (a variable name: letters, digits and _, not starting with a digit)"
+            ));
+        }
+        match value {
+            Some(v) => {
+                env.pass.retain(|p| p != name);
+                env.set.insert(name.to_string(), v.to_string());
+            }
+            None => {
+                env.set.remove(name);
+                if !env.pass.iter().any(|p| p == name) {
+                    env.pass.push(name.to_string());
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The policy of a run without `--policy`: `version: 1` with system and tmp.
 pub fn default_policy() -> LoadedPolicy {
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
@@ -295,7 +332,7 @@ pub fn run(a: ExecArgs) -> i32 {
             );
         }
     }
-    let loaded = match &a.policy {
+    let mut loaded = match &a.policy {
         Some(p) => match policy::load_file(p) {
             Ok(lp) => lp,
             Err(e) => return refuse(Reason::PolicyInvalid, policy_load_error(&e)),
@@ -315,6 +352,14 @@ pub fn run(a: ExecArgs) -> i32 {
         }
     };
     tracing::debug!("exec: policy loaded");
+    if let Err(e) = apply_env_flags(&mut loaded.policy.env, &a.env) {
+        return refuse(Reason::PolicyInvalid, e);
+    }
+    let env_names: Vec<String> = a
+        .env
+        .iter()
+        .map(|e| e.split_once('=').map_or(e.as_str(), |(k, _)| k).to_string())
+        .collect();
     let input = BuildInput {
         loaded,
         overrides: Overrides {
@@ -346,7 +391,18 @@ pub fn run(a: ExecArgs) -> i32 {
             };
             return finish(Finished::not_run(&run_id, reason, e.to_string()), true);
         }
-        Err(e) => return refuse(Reason::PolicyInvalid, e.to_string()),
+        Err(e) => {
+            let mut msg = e.to_string();
+            // A refused variable given on the command line: say so.
+            if let Some(n) = env_names.iter().find(|n| {
+                msg.contains(&format!("env.set.{n}"))
+                    || msg.contains(&format!("variable {n} "))
+                    || msg.contains(&format!("`{n}`"))
+            }) {
+                msg.push_str(&format!(" (given with -e {n})"));
+            }
+            return refuse(Reason::PolicyInvalid, msg);
+        }
     };
     tracing::debug!("exec: plan built");
     if let Some(p) = &audit_path {
