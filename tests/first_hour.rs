@@ -313,3 +313,106 @@ fn env_flags_set_and_pass_under_the_policy_refusals() {
         run.ctx()
     );
 }
+
+#[test]
+fn the_man_page_has_the_sections_a_user_expects_and_names_only_shipped_pages() {
+    let sb = Sandbox::new();
+    let run = sb.run(&["man"]);
+    run.assert_code(0);
+    for want in [
+        ".SH EXAMPLES",
+        ".SH \"EXIT STATUS\"",
+        ".SH ENVIRONMENT",
+        ".SH FILES",
+        ".SH \"SEE ALSO\"",
+    ] {
+        assert!(run.stdout.contains(want), "{want}{}", run.ctx());
+    }
+    let dir = sb.path("man1");
+    let run = sb.run(&["man", "--dir", &sb.p("man1")]);
+    run.assert_code(0);
+    let pages: Vec<String> = std::fs::read_dir(&dir)
+        .expect("man dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        pages.contains(&"capsule.1".to_string()) && pages.contains(&"capsule-exec.1".to_string())
+    );
+    // Every capsule page a page names is shipped beside it (no capsule-help(1)).
+    let re = regex_lite_refs();
+    for p in &pages {
+        let text = std::fs::read_to_string(dir.join(p)).expect("read page");
+        for name in re(&text) {
+            assert!(
+                pages.contains(&format!("{name}.1")),
+                "{p} names {name}(1), which is not shipped"
+            );
+        }
+    }
+    let exec = std::fs::read_to_string(dir.join("capsule-exec.1")).expect("exec page");
+    assert!(
+        exec.contains(".SH \"EXIT STATUS\""),
+        "capsule-exec.1 has no EXIT STATUS"
+    );
+}
+
+/// The `capsule-…` names referenced as `NAME(1)` in a roff page (with `\-`).
+fn regex_lite_refs() -> impl Fn(&str) -> Vec<String> {
+    |text: &str| {
+        let t = text
+            .replace("\\-", "-")
+            .replace("\\fB", "")
+            .replace("\\fR", "");
+        let mut out = Vec::new();
+        for (i, _) in t.match_indices("(1)") {
+            let start = t[..i]
+                .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+                .map_or(0, |s| s + 1);
+            let name = &t[start..i];
+            if name.starts_with("capsule") {
+                out.push(name.to_string());
+            }
+        }
+        out
+    }
+}
+
+#[test]
+fn completions_offer_net_modes_starter_policies_and_volume_names() {
+    let mut sb = Sandbox::new();
+    let data = sb.mkdir("data");
+    sb.set_env("XDG_DATA_HOME", &data.to_string_lossy());
+    let run = sb.run(&["completions", "bash"]);
+    run.assert_code(0);
+    assert!(
+        run.stdout.contains("\"none proxy unrestricted\""),
+        "{}",
+        run.ctx()
+    );
+    assert!(
+        run.stdout
+            .contains("python-agent ci-build read-only-review"),
+        "{}",
+        run.ctx()
+    );
+    sb.run(&["volume", "create", "cache-one"]).assert_code(0);
+    let script = sb.write("capsule.bash", &run.stdout);
+    // bash itself completes `capsule volume rm <TAB>`.
+    let probe = format!(
+        "source {}; COMP_WORDS=(capsule volume rm ''); COMP_CWORD=3; _capsule_volumes; echo \"${{COMPREPLY[@]}}\"",
+        script.display()
+    );
+    let out = std::process::Command::new("bash")
+        .args(["--norc", "-c", &probe])
+        .env("XDG_DATA_HOME", &data)
+        .output()
+        .expect("bash");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "cache-one",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = sb.run(&["completions", "fish"]);
+    assert!(run.stdout.contains("capsule/volumes"), "{}", run.ctx());
+}

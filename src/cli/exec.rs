@@ -29,7 +29,7 @@ pub struct ExecArgs {
     #[arg(long, value_name = "PATH")]
     pub allow_exec: Vec<String>,
     /// Network mode: none | proxy | unrestricted (overrides the policy).
-    #[arg(long, value_name = "MODE")]
+    #[arg(long, value_name = "MODE", value_parser = net_modes())]
     pub net: Option<NetMode>,
     /// Set KEY=VAL in the child's environment, or pass the host's KEY (repeatable; as env.set / env.pass, same refusals).
     #[arg(short = 'e', long = "env", value_name = "KEY[=VAL]")]
@@ -87,6 +87,13 @@ pub struct ExecArgs {
         value_name = "COMMAND"
     )]
     pub command: Vec<String>,
+}
+
+/// `--net`'s values, listed so that completions and `--help` offer them.
+fn net_modes() -> impl clap::builder::TypedValueParser<Value = NetMode> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(["none", "proxy", "unrestricted"])
+        .try_map(|s| s.parse::<NetMode>())
 }
 
 /// `512m`, `1g`, `64k` or a plain number of MiB, as MiB (at least 1).
