@@ -416,3 +416,40 @@ fn completions_offer_net_modes_starter_policies_and_volume_names() {
     let run = sb.run(&["completions", "fish"]);
     assert!(run.stdout.contains("capsule/volumes"), "{}", run.ctx());
 }
+
+#[test]
+fn an_unprivileged_user_is_not_shown_root_only_details() {
+    let sb = Sandbox::new();
+    let pol = sb.policy("version: 1\nlimits:\n  max_processes: 64\n");
+    let run = sb.run(&["exec", "--dry-run", "-p", &pol, "--", "/bin/true"]);
+    run.assert_code(0);
+    let line = run
+        .stdout
+        .lines()
+        .find(|l| l.contains("max_processes 64"))
+        .unwrap_or_default()
+        .to_string();
+    if is_root() {
+        assert!(line.contains("process guard"), "{}", run.ctx());
+    } else {
+        assert!(
+            line.contains("else RLIMIT_NPROC")
+                && !line.contains("root")
+                && !line.contains("process guard"),
+            "{}",
+            run.ctx()
+        );
+        let run = sb.run(&["doctor"]);
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        // This test's own cgroup is the one capsule sits in: the line says
+        // whose it is when it is not this user's.
+        if !own.is_empty() && run.stdout.contains("cgroup v2 at") {
+            let delegated = run.stdout.contains("a Delegate=yes cgroup");
+            assert!(
+                delegated || run.stdout.contains("none is delegated to this user"),
+                "{}",
+                run.ctx()
+            );
+        }
+    }
+}

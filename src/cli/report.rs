@@ -304,10 +304,16 @@ pub fn print_plan(plan: &Plan, k: &Probe, view: Option<&ViewSummary>) {
         l.memory_bytes,
         "cgroup where capsule may create one, else RLIMIT_DATA",
     );
+    // Only the branch that applies to this user (an unprivileged user has
+    // no process guard to read about).
     opt(
         "max_processes",
         l.max_processes,
-        "cgroup pids where capsule may create one, else RLIMIT_NPROC (as root: capsule's process guard)",
+        if nix::unistd::geteuid().is_root() {
+            "cgroup pids where capsule may create one, else capsule's process guard (RLIMIT_NPROC does not bind root)"
+        } else {
+            "cgroup pids where capsule may create one, else RLIMIT_NPROC"
+        },
     );
     opt("cpu_seconds", l.cpu_seconds, "RLIMIT_CPU");
     opt("max_file_size_bytes", l.max_file_size_bytes, "RLIMIT_FSIZE");

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import subprocess
 import socket
 import sys
 
@@ -25,7 +28,12 @@ def test_check_available(backend, capsule_bin):
     assert avail.backend == capsule_bin
     assert avail.executable_path == capsule_bin
     assert avail.daemon_ok is True and avail.image_available is True
-    assert avail.image_digest and avail.image_digest.startswith("capsule")
+    # As documented: `capsule <version>`, the version of the binary (the crate's).
+    version = json.loads(subprocess.run([capsule_bin, "doctor", "--json"], capture_output=True, text=True).stdout)[
+        "version"
+    ]
+    assert re.fullmatch(r"\d+\.\d+\.\d+\S*", version), version
+    assert avail.image_digest == f"capsule {version}", avail.image_digest
     assert avail.landlock_abi >= 1
 
 
