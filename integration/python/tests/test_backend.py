@@ -183,3 +183,20 @@ def test_limits_tmp_size_sizes_the_private_tmp(backend, doctor, size, kib):
     assert fstype == "tmpfs" and f"size={kib}k" in options.split(","), (fstype, options)
     row = df.strip().splitlines()[-1].split()
     assert row[-1] == "/tmp" and int(row[1]) == kib, df
+
+
+def test_a_missing_mount_is_named_in_the_specs_words(backend, tmp_path):
+    """Issue 25: the error quoted the backend's internal policy file."""
+    spec = ProcessSpec(command=["python3", "-c", "print(1)"], read_only_mounts=[str(tmp_path / "no-such-pack")])
+    with pytest.raises(SandboxRequiredError) as err:
+        backend.run_process(spec, input_text="", timeout=30)
+    msg = str(err.value)
+    assert "ProcessSpec.read_only_mounts" in msg and "does not exist on this host" in msg, msg
+    assert "policy-" not in msg and "capsule-backend-" not in msg, msg
+
+
+def test_capsule_errors_name_the_spec_not_the_policy_file():
+    from capsule_sandbox.backend import _spec_words
+
+    text = "/tmp/capsule-backend-ab12/policy-0123456789abcdef01234567.json:3:7: filesystem.read[0]: `/x` does not exist"
+    assert _spec_words(text) == "the ProcessSpec, as capsule policy key filesystem.read[0]: `/x` does not exist"
