@@ -40,7 +40,9 @@ RUN_ELSEWHERE = {
     "cargo install --locked --path . && capsule exec --policy policy/python-agent.yaml -- /usr/bin/python3 "
     "-c 'print(\"hello from the sandbox\")'": "scripts/test, section 2b (cargo install --debug into a scratch "
     "root, then this run)",
-    "scripts/test": "CI (.ci/run)",
+    ".ci/run": "CI (it is what CI runs: the apt/rustup set-up, then scripts/test)",
+    "export PATH=~/.venvs/capsule/bin:$PATH": "test_install.py (the wheel's venv bin/ on PATH: capsule and man capsule "
+    "by name)",
     "python3 integration/python/examples/agent_demo.py": "test_example.py",
     "python3 -m pytest integration/python/tests -q": "scripts/test, section 2",
     # The kernel matrix boots distribution kernels under qemu: minutes per kernel.
@@ -61,7 +63,7 @@ RUN_ELSEWHERE = {
     "sudo scripts/bench-phases": "not run by the suite (a benchmark; needs perf uprobes)",
 }
 
-_STARTS = ("capsule ", "scripts/", "sudo ", "cargo ", "python3 ", "pip ", "~/", "/tmp/")
+_STARTS = ("capsule ", "scripts/", "sudo ", "cargo ", "python3 ", "pip ", "~/", "/tmp/", ".ci/", "export ")
 
 
 def _strip_comment(line: str) -> str:
