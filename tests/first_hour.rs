@@ -453,3 +453,61 @@ fn an_unprivileged_user_is_not_shown_root_only_details() {
         }
     }
 }
+
+/// The READMEs and docs stand alone in a clone: no link or path reference
+/// leaves the repository (the design notes outside it are not in a clone),
+/// and every relative link names a file the repository has.
+#[test]
+fn the_docs_send_users_only_to_files_a_clone_has() {
+    let docs: &[(&str, &str)] = &[
+        ("README.md", include_str!("../README.md")),
+        (
+            "integration/python/README.md",
+            include_str!("../integration/python/README.md"),
+        ),
+        ("docs/policy.md", include_str!("../docs/policy.md")),
+        ("docs/guards.md", include_str!("../docs/guards.md")),
+        ("docs/kernels.md", include_str!("../docs/kernels.md")),
+        ("docs/signals.md", include_str!("../docs/signals.md")),
+    ];
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readable = root.join("README.md").is_file();
+    for (name, text) in docs {
+        assert!(
+            !text.contains("../shared"),
+            "{name} points outside the repository (../shared)"
+        );
+        let dir = root.join(name).parent().expect("dir").to_path_buf();
+        for (i, _) in text.match_indices("](") {
+            let rest = &text[i + 2..];
+            let target = &rest[..rest.find(')').unwrap_or(0)];
+            let target = target.split('#').next().unwrap_or("");
+            if target.is_empty() || target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            let path = dir.join(target);
+            let normal: std::path::PathBuf =
+                path.components()
+                    .fold(std::path::PathBuf::new(), |mut p, c| {
+                        match c {
+                            std::path::Component::ParentDir => {
+                                p.pop();
+                            }
+                            std::path::Component::CurDir => {}
+                            c => p.push(c),
+                        }
+                        p
+                    });
+            assert!(
+                normal.starts_with(root),
+                "{name}: the link {target} leaves the repository"
+            );
+            if readable {
+                assert!(
+                    normal.exists(),
+                    "{name}: the link {target} names no file of the repository"
+                );
+            }
+        }
+    }
+}
