@@ -152,12 +152,22 @@ def test_commands_run_elsewhere_are_still_in_a_readme(cmd):
 # source tree's) and the binary under test. A block that imports the
 # in-sandbox client runs inside `capsule exec` (that is where it lives).
 # A block that needs a third-party package (the Agent Governance Toolkit,
-# agentnode) runs when that package is importable; otherwise it is named
-# with the conformance test that drives the real package.
+# agentnode) runs in the conformance tests' virtualenv of the real package
+# from PyPI (the same cached venv; it skips, or under
+# CAPSULE_CONFORMANCE_REQUIRED=1 fails, when that venv cannot be built).
 NEEDS_PACKAGE = {
     "agent_sandbox": "tests/test_conformance_agt.py (the real agt-sandbox from PyPI)",
     "agentnode_sdk": "tests/test_conformance_agentnode.py (the real agentnode-sdk from PyPI)",
 }
+
+
+def _package_python(name: str) -> str:
+    """The interpreter of the conformance venv that has ``name``."""
+    from _conformance import AGENTNODE_PINNED, AGT_PINNED, AGT_REQUIREMENTS, agentnode_requirements, venv
+
+    if name == "agent_sandbox":
+        return str(venv(f"agt-{AGT_PINNED}", AGT_REQUIREMENTS))
+    return str(venv(f"agentnode-{AGENTNODE_PINNED}", agentnode_requirements(AGENTNODE_PINNED)))
 
 
 def readme_python_blocks() -> list[tuple[str, int, str]]:
@@ -201,8 +211,9 @@ def test_every_readme_python_example_runs(readme, line, code, capsule_bin, tmp_p
 
     where = f"{readme}:{line}"
     needs = _unguarded_import(code)
+    python = sys.executable
     if needs and importlib.util.find_spec(needs) is None:
-        pytest.skip(f"{where} needs {needs}, not installed here; run by {NEEDS_PACKAGE[needs]}")
+        python = _package_python(needs)
     work = tmp_path / "work"
     home = tmp_path / "home"
     for d in (work, home):
@@ -216,7 +227,7 @@ def test_every_readme_python_example_runs(readme, line, code, capsule_bin, tmp_p
         "CAPSULE_BIN": capsule_bin,
         "PYTHONDONTWRITEBYTECODE": "1",
     }
-    if os.environ.get("CAPSULE_TEST_INSTALLED") != "1":
+    if os.environ.get("CAPSULE_TEST_INSTALLED") != "1" or python != sys.executable:
         env["PYTHONPATH"] = package_parent
     inside = code.startswith("from capsule_sandbox.client import")
     if inside:
@@ -225,7 +236,7 @@ def test_every_readme_python_example_runs(readme, line, code, capsule_bin, tmp_p
         argv = [capsule_bin, "exec", "--allow-read", package_parent, "-e", f"PYTHONPATH={package_parent}",
                 "--", "/usr/bin/python3", "-c", code]
     else:
-        argv = [sys.executable, "-c", code]
+        argv = [python, "-c", code]
     done = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, f"{where} exited {done.returncode}\n{done.stdout}\n{done.stderr}"
     if inside:
