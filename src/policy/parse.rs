@@ -257,6 +257,16 @@ fn yaml_hint(text: &str, message: &str, err_line: Option<usize>) -> Option<Strin
                 .into(),
         );
     }
+    // `read:["."]` is one plain scalar to YAML, not a key and a value.
+    let line = err_line.and_then(|n| text.lines().nth(n.saturating_sub(1)));
+    if let Some((key, rest)) = line.and_then(|l| l.trim_start().split_once(':')) {
+        let bare = !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if bare && rest.starts_with(|c: char| !c.is_whitespace()) {
+            return Some(format!(
+                "a space is missing after `{key}:` (write `{key}: {rest}`)"
+            ));
+        }
+    }
     if text.contains('\t') && message.contains("tab") {
         return Some("YAML indents with spaces, not tabs".into());
     }
