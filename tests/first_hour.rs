@@ -235,6 +235,17 @@ fn errors_point_the_right_way() {
         "{}",
         run.ctx()
     );
+    // `key:value` without the space.
+    let pol = sb.policy("version: 1\nfilesystem:\n  read:[\".\"]\n");
+    let run = sb.run(&["check", "-p", &pol]);
+    run.assert_code(125);
+    assert!(
+        run.stderr.contains(
+            ":3:3: filesystem: expected a mapping of key: value (a space is missing after `read:`"
+        ),
+        "{}",
+        run.ctx()
+    );
 }
 
 #[test]
