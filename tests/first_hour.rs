@@ -522,3 +522,32 @@ fn the_docs_send_users_only_to_files_a_clone_has() {
         }
     }
 }
+
+#[test]
+fn a_refused_tool_call_is_said_at_the_end_of_a_streaming_run() {
+    let sb = Sandbox::new();
+    let bin = capsule_bin().to_string_lossy().into_owned();
+    let run = sb.run(&[
+        "exec",
+        "--allow-exec",
+        &bin,
+        "--",
+        &bin,
+        "rpc",
+        "tools/call",
+        r#"{"name":"nope","arguments":{}}"#,
+    ]);
+    // The program itself sees the refusal (capsule rpc prints it on stderr).
+    assert!(
+        run.stderr.contains("\"reason\":\"not_allowed\""),
+        "{}",
+        run.ctx()
+    );
+    assert!(
+        run.stderr.contains(
+            "capsule: the sandbox refused 1 tool call(s) (not_allowed: 1) during this run; `--json` has the details"
+        ),
+        "{}",
+        run.ctx()
+    );
+}
