@@ -134,6 +134,9 @@ def test_every_readme_command_is_run(capsule_bin, tmp_path):
         assert done.returncode == 0, f"{readme}: `{cmd}` exited {done.returncode}\n{done.stdout}\n{done.stderr}"
         if "hello from the sandbox" in cmd:
             assert done.stdout == "hello from the sandbox\n", done.stdout
+        if cmd.startswith("capsule exec -- python3 agent.py"):
+            # No policy file: the current directory is read-only and the cwd.
+            assert done.stdout == "agent ran\n" and "note:" not in done.stderr, done.stdout + done.stderr
         if "print(6 * 7)" in cmd:
             assert done.stdout.strip() == "42", done.stdout + done.stderr
         ran += 1
