@@ -82,6 +82,21 @@ fn the_home_directory_is_not_granted_and_the_run_says_so() {
         "{}",
         run.ctx()
     );
+    // A shared, world-writable directory is not granted either.
+    let shared = sb.mkdir("shared");
+    std::fs::set_permissions(
+        &shared,
+        std::os::unix::fs::PermissionsExt::from_mode(0o1777),
+    )
+    .expect("chmod");
+    let run = sb.run_in(&["exec", "--", "/bin/true"], &shared, b"");
+    run.assert_code(0);
+    assert!(
+        run.stderr
+            .contains("(it is a world-writable directory, shared with other users and programs)"),
+        "{}",
+        run.ctx()
+    );
     // --json callers get no note on stderr (the plan is in --dry-run).
     let run = sb.run_in(&["exec", "--json", "--", "/bin/true"], &sb.home, b"");
     run.assert_code(0);
@@ -198,7 +213,7 @@ fn errors_point_the_right_way() {
     let cases: Vec<(Vec<String>, String)> = vec![
         (
             vec!["exec".into(), "--allow-read".into(), sb.p("nope"), "--".into(), "true".into()],
-            format!("capsule: --allow-read {}: does not exist ({}); create it first\n", sb.p("nope"), sb.p("nope")),
+            format!("capsule: --allow-read {}: does not exist; create it first\n", sb.p("nope")),
         ),
         (
             vec!["exec".into(), "--net".into(), "proxy".into(), "--".into(), "true".into()],

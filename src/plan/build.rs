@@ -138,8 +138,12 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
                     flag,
                     path: raw.clone(),
                     why: format!(
-                        "does not exist ({}); create it first{}",
-                        here.join(raw).display(),
+                        "does not exist{}; create it first{}",
+                        if raw.starts_with(['/', '~']) {
+                            String::new()
+                        } else {
+                            format!(" ({})", here.join(raw).display())
+                        },
                         if kind == GrantKind::Read {
                             ""
                         } else {

@@ -5,9 +5,10 @@
 //!   `--allow-read .` would) and is the working directory, so that
 //!   `cd project && capsule exec -- python3 agent.py` reads `agent.py`.
 //!   Never when it is `/`, the user's home or one of its ancestors, the temp
-//!   directory or one of its ancestors, a credential location, or beneath
-//!   `/proc`, `/sys` or `/dev`: those would hand the command far more than a
-//!   project; then the run says so on stderr.
+//!   directory or one of its ancestors, a world-writable directory
+//!   (`/var/tmp`), a credential location, or beneath `/proc`, `/sys` or
+//!   `/dev`: those would hand the command far more than a project; then the
+//!   run says so on stderr.
 //! - When the working directory falls back to the private TMPDIR, the run
 //!   says so on stderr (streaming mode), naming the flag that grants it, and
 //!   a relative command that is not found there says why.
@@ -53,6 +54,15 @@ fn not_implied(here: &Path, home: &Path) -> Option<String> {
             "it is or contains the temporary directory {}, where other runs keep their files",
             tmp.display()
         ));
+    }
+    // A shared scratch place (/var/tmp, /dev/shm, ...): other programs' files.
+    if std::fs::metadata(here).is_ok_and(|m| {
+        use std::os::unix::fs::PermissionsExt;
+        m.permissions().mode() & 0o002 != 0
+    }) {
+        return Some(
+            "it is a world-writable directory, shared with other users and programs".into(),
+        );
     }
     if ["/proc", "/sys", "/dev"]
         .iter()
