@@ -441,6 +441,42 @@ fn completions_offer_net_modes_starter_policies_and_volume_names() {
     );
     let run = sb.run(&["completions", "fish"]);
     assert!(run.stdout.contains("capsule/volumes"), "{}", run.ctx());
+
+    // zsh: the NAME arguments of volume inspect|rm|remove complete from the volumes.
+    let run = sb.run(&["completions", "zsh"]);
+    run.assert_code(0);
+    assert_eq!(
+        run.stdout
+            .matches("'*::names:_capsule_volume_names'")
+            .count(),
+        3,
+        "{}",
+        run.ctx()
+    );
+    let zscript = sb.write("_capsule", &run.stdout);
+    if std::process::Command::new("zsh")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        skip("no zsh here (.ci/run installs it): the zsh volume-name function is not run");
+        return;
+    }
+    let probe = format!(
+        "compdef() {{ :; }}; source {}; compadd() {{ print -l -- ${{(P)2}}; }}; _capsule_volume_names",
+        zscript.display()
+    );
+    let out = std::process::Command::new("zsh")
+        .args(["-f", "-c", &probe])
+        .env("XDG_DATA_HOME", &data)
+        .output()
+        .expect("zsh");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "cache-one",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
