@@ -602,3 +602,74 @@ fn a_refused_tool_call_is_said_at_the_end_of_a_streaming_run() {
         run.ctx()
     );
 }
+
+/// A project under the host's /tmp with a writable subdirectory: both are
+/// bound into the run's private /tmp, the read-only parent first. (The
+/// subdirectory's skeleton tmpfs used to cover the parent's bind, so the
+/// project looked empty but for the subdirectory.)
+#[test]
+fn a_project_under_tmp_with_a_writable_subdirectory_keeps_its_files() {
+    let sb = Sandbox::new();
+    // Directly in /tmp: the first component beneath it is the grant itself.
+    let dir = tempfile::Builder::new()
+        .prefix("capsule-first-hour-")
+        .tempdir_in("/tmp")
+        .expect("tempdir in /tmp");
+    let proj = std::fs::canonicalize(dir.path()).expect("canonical");
+    std::fs::write(proj.join("agent.py"), "print('agent ran')\n").expect("write");
+    std::fs::create_dir(proj.join("target")).expect("mkdir target");
+    for args in [
+        vec![
+            "exec",
+            "--allow-write",
+            "./target",
+            "--",
+            "/bin/sh",
+            "-c",
+            "cat agent.py; echo built > target/out",
+        ],
+        vec![
+            "exec",
+            "--allow-read",
+            ".",
+            "--allow-write",
+            "./target",
+            "--",
+            "/bin/sh",
+            "-c",
+            "cat agent.py; echo built > target/out",
+        ],
+    ] {
+        let _ = std::fs::remove_file(proj.join("target/out"));
+        let run = sb.run_in(&args, &proj, b"");
+        run.assert_code(0);
+        assert_eq!(run.stdout, "print('agent ran')\n", "{}", run.ctx());
+        assert_eq!(
+            std::fs::read_to_string(proj.join("target/out")).unwrap_or_default(),
+            "built\n",
+            "{}",
+            run.ctx()
+        );
+    }
+    // A writable file inside the read-only project.
+    std::fs::write(proj.join("notes.txt"), "data\n").expect("write");
+    let run = sb.run_in(
+        &[
+            "exec",
+            "--allow-write",
+            "./notes.txt",
+            "--",
+            "/bin/sh",
+            "-c",
+            "cat agent.py; echo more >> notes.txt",
+        ],
+        &proj,
+        b"",
+    );
+    run.assert_code(0);
+    assert_eq!(run.stdout, "print('agent ran')\n", "{}", run.ctx());
+    assert_eq!(
+        std::fs::read_to_string(proj.join("notes.txt")).unwrap_or_default(),
+        "data\nmore\n"
+    );
+}
