@@ -673,3 +673,67 @@ fn a_project_under_tmp_with_a_writable_subdirectory_keeps_its_files() {
         "data\nmore\n"
     );
 }
+
+/// The README's policy-less Rust step (`-e CARGO_HOME ... -- cargo test`)
+/// runs as written, with the user's rustup toolchain.
+#[test]
+fn the_readme_cargo_step_runs_without_a_policy() {
+    let home = std::env::var("HOME").unwrap_or_default();
+    let cargo_home = std::path::Path::new(&home).join(".cargo");
+    let rustup_home = std::path::Path::new(&home).join(".rustup");
+    if !cargo_home.join("bin/cargo").exists() || !rustup_home.join("toolchains").is_dir() {
+        skip("no rustup toolchain in this user's home: the README's cargo step is not run");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    sb.set_env("HOME", &home);
+    sb.set_env(
+        "PATH",
+        &format!("{}:{TEST_PATH}", cargo_home.join("bin").display()),
+    );
+    let proj = sb.mkdir("crate");
+    sb.write(
+        "crate/Cargo.toml",
+        "[package]\nname = \"fh\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+    );
+    sb.write(
+        "crate/src/lib.rs",
+        "#[test]\nfn it_runs() { assert_eq!(1 + 1, 2); }\n",
+    );
+    sb.write(
+        "crate/Cargo.lock",
+        "version = 3\n\n[[package]]\nname = \"fh\"\nversion = \"0.1.0\"\n",
+    );
+    sb.mkdir("crate/target");
+    let readme = include_str!("../README.md");
+    let line = readme
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("capsule exec --allow-read ~/.cargo"))
+        .expect("the README's cargo step");
+    let run = std::process::Command::new("/bin/sh")
+        .args(["-c", line])
+        .current_dir(&proj)
+        .env_clear()
+        .envs(
+            sb.std_command(["x"])
+                .get_envs()
+                .filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned()))),
+        )
+        .env(
+            "PATH",
+            format!(
+                "{}:{}:{TEST_PATH}",
+                capsule_bin().parent().expect("dir").display(),
+                cargo_home.join("bin").display()
+            ),
+        )
+        .output()
+        .expect("sh");
+    let out = String::from_utf8_lossy(&run.stdout);
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        run.status.success() && out.contains("test it_runs ... ok"),
+        "{line}\nstdout: {out}\nstderr: {err}"
+    );
+}

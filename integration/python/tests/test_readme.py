@@ -40,6 +40,10 @@ RUN_ELSEWHERE = {
     "cargo install --locked --path . && capsule exec --policy policy/python-agent.yaml -- /usr/bin/python3 "
     "-c 'print(\"hello from the sandbox\")'": "scripts/test, section 2b (cargo install --debug into a scratch "
     "root, then this run)",
+    "capsule exec --allow-read ~/.cargo --allow-exec ~/.cargo/bin --allow-exec ~/.rustup/toolchains --allow-read "
+    "~/.rustup --allow-write ./target --allow-exec ./target -e CARGO_HOME=$HOME/.cargo -e RUSTUP_HOME=$HOME/.rustup "
+    "-- cargo test --locked": "tests/first_hour.rs, the_readme_cargo_step_runs_without_a_policy (it needs the "
+    "user's rustup toolchain, which this test's scratch HOME has not)",
     ".ci/run": "CI (it is what CI runs: the apt/rustup set-up, then scripts/test)",
     "export PATH=~/.venvs/capsule/bin:$PATH": "test_install.py (the wheel's venv bin/ on PATH: capsule and man capsule "
     "by name)",
