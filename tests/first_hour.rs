@@ -685,6 +685,18 @@ fn the_readme_cargo_step_runs_without_a_policy() {
         skip("no rustup toolchain in this user's home: the README's cargo step is not run");
         return;
     }
+    // cargo renames its outputs between directories: Landlock ABI 1 has no
+    // refer right, so there it fails with EXDEV (a documented limitation).
+    let abi = std::env::var("CAPSULE_LANDLOCK_ABI_MAX")
+        .ok()
+        .and_then(|v| v.parse::<i64>().ok())
+        .map_or(landlock_abi(), |max| max.min(landlock_abi()));
+    if abi < 2 {
+        skip(
+            "Landlock ABI 1 (no refer right): cargo's renames fail with EXDEV, as the README says",
+        );
+        return;
+    }
     let mut sb = Sandbox::new();
     sb.set_env("HOME", &home);
     sb.set_env(
