@@ -22,7 +22,7 @@ pub fn run(a: CheckArgs) -> i32 {
     let loaded = match policy::load_file(&a.policy) {
         Ok(lp) => lp,
         Err(e) => {
-            super::error_line(e);
+            super::error_line(super::exec::policy_load_error(&e));
             return 125;
         }
     };

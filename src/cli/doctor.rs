@@ -56,6 +56,8 @@ pub fn run(a: DoctorArgs) -> i32 {
     if a.json {
         let v = json!({
             "ok": ok,
+            // The Python backend's `image_digest` is `capsule <version>`.
+            "version": env!("CARGO_PKG_VERSION"),
             "kernel": release,
             "arch": arch,
             "root": root,
@@ -127,6 +129,12 @@ pub fn run(a: DoctorArgs) -> i32 {
             yes(k.namespaces)
         );
         println!("cgroups           {cg}");
+        if !root && !own_cgroup_delegated() {
+            println!(
+                "                  (these are the cgroups this process sits in; none is delegated to this user, so \
+                 capsule makes no cgroup for it: its limits are rlimits, as `capsule check` shows)"
+            );
+        }
         println!("proxy mode        {proxy_mode}");
         let refused: Vec<String> = validate::REFUSED_ENV_PREFIXES
             .iter()
@@ -208,6 +216,22 @@ fn advice(k: &Probe) -> Vec<String> {
         out.push(line.to_string());
     }
     out
+}
+
+/// Whether this (unprivileged) process's own v2 cgroup is delegated to its
+/// user: marked by systemd, or chowned to it. Without that, the cgroup
+/// paths `doctor` prints are someone else's (root's session or service).
+fn own_cgroup_delegated() -> bool {
+    let text = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let (v2, _) = cgroup::parse_proc_cgroup(&text);
+    match (cgroup::v2_mount(), v2) {
+        (Some(m), Some(rel)) => {
+            let dir = m.join(rel.trim_start_matches('/'));
+            cgroup::delegate_marked(&dir)
+                || cgroup::chowned_to(&dir, nix::unistd::geteuid().as_raw())
+        }
+        _ => false,
+    }
 }
 
 #[cfg(test)]

@@ -29,8 +29,11 @@ pub struct ExecArgs {
     #[arg(long, value_name = "PATH")]
     pub allow_exec: Vec<String>,
     /// Network mode: none | proxy | unrestricted (overrides the policy).
-    #[arg(long, value_name = "MODE")]
+    #[arg(long, value_name = "MODE", value_parser = net_modes())]
     pub net: Option<NetMode>,
+    /// Set KEY=VAL in the child's environment, or pass the host's KEY (repeatable; as env.set / env.pass, same refusals).
+    #[arg(short = 'e', long = "env", value_name = "KEY[=VAL]")]
+    pub env: Vec<String>,
     /// Add a proxy allowlist entry (repeatable).
     #[arg(long, value_name = "HOST")]
     pub allow_host: Vec<String>,
@@ -84,6 +87,13 @@ pub struct ExecArgs {
         value_name = "COMMAND"
     )]
     pub command: Vec<String>,
+}
+
+/// `--net`'s values, listed so that completions and `--help` offer them.
+fn net_modes() -> impl clap::builder::TypedValueParser<Value = NetMode> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(["none", "proxy", "unrestricted"])
+        .try_map(|s| s.parse::<NetMode>())
 }
 
 /// `512m`, `1g`, `64k` or a plain number of MiB, as MiB (at least 1).
@@ -184,6 +194,56 @@ pub fn audit_log_reachable(log: &std::path::Path, plan: &plan::Plan) -> Result<(
     Ok(())
 }
 
+/// A policy file that cannot be loaded, for the user: a missing file names
+/// the command that writes a starter policy.
+pub fn policy_load_error(e: &policy::PolicyError) -> String {
+    match e {
+        policy::PolicyError::Read { source, .. }
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            format!(
+                "{e} (write a starter policy with `capsule policy init NAME > FILE`, NAME one of: {})",
+                crate::policy::starter::names().join(", ")
+            )
+        }
+        _ => e.to_string(),
+    }
+}
+
+/// `-e KEY=VAL` sets KEY (over the policy's `env.set`), `-e KEY` passes the
+/// host's KEY (as `docker run -e KEY`; unset on the host: not set). Both go
+/// into the policy's `env`, so the same refusals apply (`LD_PRELOAD` and its
+/// kin, PYTHONPATH outside read-only grants).
+pub fn apply_env_flags(env: &mut policy::Env, flags: &[String]) -> Result<(), String> {
+    for f in flags {
+        let (name, value) = match f.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (f.as_str(), None),
+        };
+        let valid = !name.is_empty()
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(format!(
+                "-e {f}: expected KEY=VALUE or KEY (a variable name: letters, digits and _, not starting with a digit)"
+            ));
+        }
+        match value {
+            Some(v) => {
+                env.pass.retain(|p| p != name);
+                env.set.insert(name.to_string(), v.to_string());
+            }
+            None => {
+                env.set.remove(name);
+                if !env.pass.iter().any(|p| p == name) {
+                    env.pass.push(name.to_string());
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The policy of a run without `--policy`: `version: 1` with system and tmp.
 pub fn default_policy() -> LoadedPolicy {
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
@@ -279,10 +339,10 @@ pub fn run(a: ExecArgs) -> i32 {
             );
         }
     }
-    let loaded = match &a.policy {
+    let mut loaded = match &a.policy {
         Some(p) => match policy::load_file(p) {
             Ok(lp) => lp,
-            Err(e) => return refuse(Reason::PolicyInvalid, e.to_string()),
+            Err(e) => return refuse(Reason::PolicyInvalid, policy_load_error(&e)),
         },
         None => default_policy(),
     };
@@ -299,6 +359,14 @@ pub fn run(a: ExecArgs) -> i32 {
         }
     };
     tracing::debug!("exec: policy loaded");
+    if let Err(e) = apply_env_flags(&mut loaded.policy.env, &a.env) {
+        return refuse(Reason::PolicyInvalid, e);
+    }
+    let env_names: Vec<String> = a
+        .env
+        .iter()
+        .map(|e| e.split_once('=').map_or(e.as_str(), |(k, _)| k).to_string())
+        .collect();
     let input = BuildInput {
         loaded,
         overrides: Overrides {
@@ -314,6 +382,7 @@ pub fn run(a: ExecArgs) -> i32 {
             mounts: a.mounts,
             tmp_size_mb: a.tmp_size,
             audit_log: audit_path.clone(),
+            implied_cwd: a.policy.is_none(),
         },
         argv: a.command,
         best_effort: a.best_effort,
@@ -329,7 +398,18 @@ pub fn run(a: ExecArgs) -> i32 {
             };
             return finish(Finished::not_run(&run_id, reason, e.to_string()), true);
         }
-        Err(e) => return refuse(Reason::PolicyInvalid, e.to_string()),
+        Err(e) => {
+            let mut msg = e.to_string();
+            // A refused variable given on the command line: say so.
+            if let Some(n) = env_names.iter().find(|n| {
+                msg.contains(&format!("env.set.{n}"))
+                    || msg.contains(&format!("variable {n} "))
+                    || msg.contains(&format!("`{n}`"))
+            }) {
+                msg.push_str(&format!(" (given with -e {n})"));
+            }
+            return refuse(Reason::PolicyInvalid, msg);
+        }
     };
     tracing::debug!("exec: plan built");
     if let Some(p) = &audit_path {
@@ -348,6 +428,11 @@ pub fn run(a: ExecArgs) -> i32 {
     if a.dry_run {
         return super::report::dry_run(&plan, json);
     }
+    if !json {
+        for n in plan.notices.iter().filter(|n| n.on_exec) {
+            error_line(format!("note: {}", n.text));
+        }
+    }
     let opts = ExecOptions {
         json,
         grace: Duration::from_millis(1000),
@@ -355,7 +440,86 @@ pub fn run(a: ExecArgs) -> i32 {
         no_tty: a.no_tty,
     };
     let f = supervisor::run(&plan, opts);
+    if !json {
+        for line in streaming_summary(&f.result, plan.limits.max_output_bytes) {
+            error_line(line);
+        }
+    }
     finish(f, true)
+}
+
+/// What a streaming run must not hide (issue 25), one line each, said on
+/// stderr after the run: output dropped at the byte limit, and what
+/// capsule itself refused (proxy connections, tool and LLM calls). With
+/// `--json` the result carries both (`*_truncated`, `*_bytes`,
+/// `denied_hosts`, `usage`).
+pub fn streaming_summary(r: &RunResult, limit: u64) -> Vec<String> {
+    let mut out = Vec::new();
+    for (name, cut, total) in [
+        ("stdout", r.stdout_truncated, r.stdout_bytes),
+        ("stderr", r.stderr_truncated, r.stderr_bytes),
+    ] {
+        if cut {
+            out.push(format!(
+                "{name} was cut at the byte limit: {limit} of {total} bytes written, {} dropped \
+                 (raise it with --max-output BYTES or limits.max_output_bytes)",
+                total.saturating_sub(limit)
+            ));
+        }
+    }
+    let mut refused: Vec<String> = Vec::new();
+    let usage = r.usage.as_ref();
+    let count = |v: Option<&serde_json::Value>| v.and_then(serde_json::Value::as_u64).unwrap_or(0);
+    let proxy_denied = count(usage.and_then(|u| u.pointer("/proxy/denied")));
+    if proxy_denied > 0 || !r.denied_hosts.is_empty() {
+        refused.push(format!(
+            "{} proxy connection(s) to hosts not in allow_hosts ({}; allow one with --allow-host HOST)",
+            proxy_denied.max(r.denied_hosts.len() as u64),
+            r.denied_hosts.join(", ")
+        ));
+    }
+    let at_capacity = count(usage.and_then(|u| u.pointer("/proxy/refused_at_capacity")));
+    if at_capacity > 0 {
+        refused.push(format!(
+            "{at_capacity} proxy connection(s) over network.max_connections"
+        ));
+    }
+    if r.tool_refusals > 0 {
+        let by = usage
+            .and_then(|u| u.get("tool_refusals_by_reason"))
+            .and_then(serde_json::Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .filter(|(_, v)| v.as_u64().unwrap_or(0) > 0)
+                    .map(|(k, v)| format!("{k}: {v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default();
+        refused.push(format!("{} tool call(s) ({by})", r.tool_refusals));
+    }
+    let llm_refused: u64 = usage
+        .and_then(|u| u.get("llm"))
+        .and_then(serde_json::Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter(|(k, _)| k.starts_with("refused_"))
+                .filter_map(|(_, v)| v.as_u64())
+                .sum()
+        })
+        .unwrap_or(0);
+    if llm_refused > 0 {
+        refused.push(format!("{llm_refused} LLM request(s)"));
+    }
+    if !refused.is_empty() {
+        out.push(format!(
+            "the sandbox refused {} during this run; `--json` has the details (denied_hosts, usage); \
+             `capsule exec --explain`, which will list every refusal with its layer and policy key, is not built yet. \
+             File and syscall refusals by the kernel are not counted here (the program sees EACCES/EPERM/EROFS)",
+            refused.join("; ")
+        ));
+    }
+    out
 }
 
 #[cfg(test)]

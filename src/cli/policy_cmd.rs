@@ -11,8 +11,18 @@ pub enum PolicyCmd {
     /// Print a starter policy (default: python-agent). Names: python-agent, ci-build, read-only-review.
     Init {
         /// Which starter policy.
+        #[arg(value_parser = starter_names())]
         name: Option<String>,
     },
+}
+
+/// The starters' names (a `.yaml` suffix accepted), so completions offer them.
+fn starter_names() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(starter::names().iter().map(|n| {
+        // Three short strings, once per process (clap wants 'static).
+        let file: &'static str = Box::leak(format!("{n}.yaml").into_boxed_str());
+        clap::builder::PossibleValue::new(*n).alias(file)
+    }))
 }
 
 pub fn run(cmd: PolicyCmd) -> i32 {

@@ -151,6 +151,7 @@ pub fn plan_json(plan: &Plan, k: &Probe, view: Option<&ViewSummary>) -> serde_js
         "program": plan.program,
         "argv": plan.argv,
         "cwd": plan.cwd,
+        "notices": plan.notices.iter().map(|n| n.text.as_str()).collect::<Vec<_>>(),
         "env": plan.env.iter().map(|(k, _)| k).collect::<Vec<_>>(),
         "tmpdir": plan.tmpdir,
         "filesystem": {
@@ -257,6 +258,9 @@ pub fn print_plan(plan: &Plan, k: &Probe, view: Option<&ViewSummary>) {
         );
     }
     println!("cwd       {}", plan.cwd.display());
+    for n in &plan.notices {
+        println!("note      {}", n.text);
+    }
     println!(
         "env       {}",
         plan.env
@@ -352,10 +356,16 @@ pub fn print_plan(plan: &Plan, k: &Probe, view: Option<&ViewSummary>) {
         l.memory_bytes,
         "cgroup where capsule may create one, else RLIMIT_DATA + capsule's memory watchdog (shared memory)",
     );
+    // Only the branch that applies to this user (an unprivileged user has
+    // no process guard to read about).
     opt(
         "max_processes",
         l.max_processes,
-        "cgroup pids where capsule may create one, else RLIMIT_NPROC (as root: capsule's process guard)",
+        if nix::unistd::geteuid().is_root() {
+            "cgroup pids where capsule may create one, else capsule's process guard (RLIMIT_NPROC does not bind root)"
+        } else {
+            "cgroup pids where capsule may create one, else RLIMIT_NPROC"
+        },
     );
     opt("cpu_seconds", l.cpu_seconds, "RLIMIT_CPU");
     opt("max_file_size_bytes", l.max_file_size_bytes, "RLIMIT_FSIZE");

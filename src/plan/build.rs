@@ -40,6 +40,13 @@ pub enum PlanError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(
+        "--net proxy: name the hosts the command may reach with --allow-host HOST (repeatable; `*.example.org` \
+         for subdomains), or in the policy's network.allow_hosts; unrestricted egress is only ever --net unrestricted"
+    )]
+    ProxyWithoutHosts,
+    #[error("--workspace {path}: {parent} does not exist (capsule creates DIR, DIR/scripts and DIR/output, not the directories above DIR; check the path, or mkdir -p it first)")]
+    WorkspaceParent { path: PathBuf, parent: PathBuf },
     #[error("--timeout {0}: must be a number of seconds > 0")]
     Timeout(f64),
     #[error(transparent)]
@@ -68,6 +75,8 @@ pub struct Overrides {
     pub tmp_size_mb: Option<u64>,
     /// The run's audit log (carved out of every grant like a credential).
     pub audit_log: Option<PathBuf>,
+    /// No `--policy`: grant the current directory read-only (`plan::notices`).
+    pub implied_cwd: bool,
 }
 
 /// Everything `build` needs.
@@ -97,6 +106,12 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
     // fail-closed rules apply to them.
     if let Some(mode) = ov.net {
         loaded.policy.network.mode = mode;
+        if mode == NetMode::Proxy
+            && loaded.policy.network.allow_hosts.is_empty()
+            && ov.allow_hosts.is_empty()
+        {
+            return Err(PlanError::ProxyWithoutHosts);
+        }
     }
     loaded
         .policy
@@ -121,11 +136,24 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         ("--allow-exec", &ov.allow_exec, GrantKind::Exec),
     ] {
         for raw in list {
-            let mut r = resolve::resolve_one(raw, &here, &home, flag, false)?.ok_or_else(|| {
+            // A flag has no `?` form: a missing path is named as such.
+            let mut r = resolve::resolve_one(raw, &here, &home, flag, true)?.ok_or_else(|| {
                 PlanError::Flag {
                     flag,
                     path: raw.clone(),
-                    why: "does not exist".into(),
+                    why: format!(
+                        "does not exist{}; create it first{}",
+                        if raw.starts_with(['/', '~']) {
+                            String::new()
+                        } else {
+                            format!(" ({})", here.join(raw).display())
+                        },
+                        if kind == GrantKind::Read {
+                            ""
+                        } else {
+                            " (mkdir -p)"
+                        }
+                    ),
                 }
             })?;
             r.flag = Some(flag);
@@ -141,8 +169,24 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
             }
         }
     }
+    // Without a policy file, the current directory (issue 25; `notices`).
+    let mut cwd_refused: Option<String> = None;
+    if ov.implied_cwd && ov.cwd.is_none() && ov.workspace.is_none() {
+        let covered = resolved
+            .read
+            .iter()
+            .chain(&resolved.write)
+            .chain(&resolved.exec)
+            .any(|r| here.starts_with(&r.path));
+        match super::notices::implied_cwd_grant(&here, &home, covered) {
+            Ok(Some(r)) => resolved.read.push(r),
+            Ok(None) => {}
+            Err(why) => cwd_refused = Some(why),
+        }
+    }
     validate::validate(&loaded, &resolved)?;
     tracing::debug!("plan: policy resolved and validated");
+    let mut notices = super::notices::policy_notices(&loaded, &home, loaded.policy.network.mode);
     let policy = &loaded.policy;
 
     let mut grants: Vec<FsGrant> = Vec::new();
@@ -182,6 +226,13 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
     let mut ws_output = None;
     if let Some(ws) = &ov.workspace {
         let ws = absolute(&here, ws);
+        // Never a tree of typos (`/typo/ws` created `/typo` as root).
+        if let Some(parent) = ws.parent().filter(|p| !p.is_dir()) {
+            return Err(PlanError::WorkspaceParent {
+                path: ws.clone(),
+                parent: parent.to_path_buf(),
+            });
+        }
         let (scripts, output) = (ws.join("scripts"), ws.join("output"));
         for d in [&scripts, &output] {
             std::fs::create_dir_all(d).map_err(|source| PlanError::Workspace {
@@ -243,6 +294,14 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
     } else {
         PathBuf::from("/")
     };
+    // The working directory fell back: say so, and why.
+    let fallback = (ov.cwd.is_none() && ov.workspace.is_none() && cwd != here).then(|| {
+        let why = cwd_refused
+            .clone()
+            .unwrap_or_else(|| super::notices::policy_does_not_grant(&loaded, &here));
+        notices.push(super::notices::cwd_fallback(&here, &cwd, &why));
+        (here.clone(), why)
+    });
 
     // Every writable place is known now: a read-only mount over one gets no exec.
     let fs_notes = super::mounts::withhold_exec(&mut grants, &mounts);
@@ -306,7 +365,8 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
     };
     // `capsule check` plans without a command.
     let cmd = match argv.first() {
-        Some(name) => command::resolve(name, &ctx)?,
+        Some(name) => command::resolve(name, &ctx)
+            .map_err(|e| super::notices::command_not_found(e, &cwd, fallback.as_ref()))?,
         None => command::ResolvedCommand::default(),
     };
     let mut command_notes = cmd.skipped.clone();
@@ -486,6 +546,7 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         tmpdir,
         command_notes,
         fs_notes,
+        notices,
         fs: FsPlan {
             grants,
             deny,

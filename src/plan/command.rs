@@ -30,6 +30,9 @@ use thiserror::Error;
 pub enum CommandError {
     #[error("command not found: {0} (searched PATH)")]
     NotFound(String),
+    /// A name with a `/`: never looked up on PATH.
+    #[error("command not found: {name}: no such file{hint}")]
+    NoSuchFile { name: String, hint: String },
     #[error("cannot execute {path}: {why}")]
     NotExecutable { path: PathBuf, why: &'static str },
     #[error("no command given (usage: capsule exec [OPTIONS] -- COMMAND [ARGS...])")]
@@ -40,7 +43,7 @@ impl CommandError {
     /// 127 when not found, 126 when found but not executable.
     pub fn exit_code(&self) -> i32 {
         match self {
-            CommandError::NotFound(_) => 127,
+            CommandError::NotFound(_) | CommandError::NoSuchFile { .. } => 127,
             CommandError::NotExecutable { .. } => 126,
             CommandError::Empty => 125,
         }

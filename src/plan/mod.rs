@@ -11,6 +11,7 @@ pub mod command;
 pub mod credentials;
 pub mod env;
 pub mod mounts;
+pub mod notices;
 pub mod system;
 pub mod tools;
 
@@ -217,6 +218,8 @@ pub struct Plan {
     /// Rights the planner withheld from a grant, and why (a read-only mount
     /// over a writable place gets no exec).
     pub fs_notes: Vec<String>,
+    /// What the user must be told (the working directory, skipped grants, ignored settings).
+    pub notices: Vec<notices::Notice>,
     pub net: NetPlan,
     pub limits: LimitsPlan,
     pub best_effort: bool,

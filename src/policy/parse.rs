@@ -203,7 +203,74 @@ fn parse_yaml(text: &str, name: &str) -> Result<Policy, PolicyError> {
         }
         other => one_line(&serde_saphyr::UserMessageFormatter.format_message(other)),
     };
-    Err(syntax(name, at, &path, &friendly(&path, &message)))
+    let mut message = friendly(&path, &message);
+    if let Some(hint) = yaml_hint(text, &message, at.map(|a| a.0)) {
+        message = format!("{message} ({hint})");
+    }
+    Err(syntax(name, at, &path, &message))
+}
+
+/// A hint for YAML syntax errors that the parser reports where it gave up,
+/// often a line or more after the mistake: an unclosed `[`/`{`/quote is
+/// named with its own line.
+fn yaml_hint(text: &str, message: &str, err_line: Option<usize>) -> Option<String> {
+    if message.contains("did not find expected ','")
+        || message.contains("flow sequence")
+        || message.contains("flow mapping")
+    {
+        // The last line, up to the error, that leaves a bracket open.
+        let mut open: Vec<(char, usize)> = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let n = i + 1;
+            if err_line.is_some_and(|e| n > e) {
+                break;
+            }
+            let mut quote: Option<char> = None;
+            for c in line.chars() {
+                match (quote, c) {
+                    (Some(q), c) if c == q => quote = None,
+                    (Some(_), _) => {}
+                    (None, '#') => break,
+                    (None, '"' | '\'') => quote = Some(c),
+                    (None, '[' | '{') => open.push((c, n)),
+                    (None, ']' | '}') => {
+                        open.pop();
+                    }
+                    _ => {}
+                }
+            }
+        }
+        return Some(match open.first() {
+            Some((c, n)) => format!(
+                "the `{c}` opened on line {n} is not closed: YAML notices only where it gives up; close it with `{}`",
+                if *c == '[' { ']' } else { '}' }
+            ),
+            None => "an unclosed `[`, `{` or quote above this line: YAML notices only where it gives up".into(),
+        });
+    }
+    if message.contains("mapping values are not allowed")
+        || message.contains("did not find expected key")
+    {
+        return Some(
+            "check the indentation of this line and the one above: keys of one mapping line up, \
+             and a value after `key:` needs a space"
+                .into(),
+        );
+    }
+    // `read:["."]` is one plain scalar to YAML, not a key and a value.
+    let line = err_line.and_then(|n| text.lines().nth(n.saturating_sub(1)));
+    if let Some((key, rest)) = line.and_then(|l| l.trim_start().split_once(':')) {
+        let bare = !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if bare && rest.starts_with(|c: char| !c.is_whitespace()) {
+            return Some(format!(
+                "a space is missing after `{key}:` (write `{key}: {rest}`)"
+            ));
+        }
+    }
+    if text.contains('\t') && message.contains("tab") {
+        return Some("YAML indents with spaces, not tabs".into());
+    }
+    None
 }
 
 fn parse_json(text: &str, name: &str) -> Result<Policy, PolicyError> {

@@ -406,7 +406,13 @@ impl View {
                 // The directories leading to it live in a small tmpfs, made
                 // read-only once its binds are attached: they are not the
                 // private /tmp's (writable) directories, nor the host's.
-                if comps.len() > 1 {
+                // Not when an earlier bind (parents attach first) already
+                // holds them: a skeleton there would cover that bind
+                // (`/tmp/proj` read-only, then `/tmp/proj/target`).
+                let inside_earlier = binds[..index]
+                    .iter()
+                    .any(|e| e.dst != tmp && b.dst.starts_with(&e.dst));
+                if comps.len() > 1 && !inside_earlier {
                     let top = tmp.join(comps[0]);
                     if !skeletons.contains(&top) {
                         ops.push(Op::Mkdir { path: cstr(&top)? });
@@ -424,7 +430,11 @@ impl View {
                     at.push(c);
                     let last = i + 1 == comps.len();
                     if last && kind(&b.src) == Some(false) {
-                        ops.push(Op::Touch { path: cstr(&at)? });
+                        // Inside an earlier (read-only) bind the file is
+                        // there already: creating it would fail with EROFS.
+                        if !inside_earlier {
+                            ops.push(Op::Touch { path: cstr(&at)? });
+                        }
                     } else {
                         ops.push(Op::Mkdir { path: cstr(&at)? });
                     }

@@ -315,6 +315,7 @@ def plan_spec(
     rw_places: list[str] = []
     for path in getattr(spec, "read_only_mounts", None) or []:
         resolved = _validate.mount_path(path, "read_only_mounts", write=False)
+        _must_exist(resolved, f"ProcessSpec.read_only_mounts {os.fspath(path)!r}")
         read.append(resolved)
         ro_places += [resolved, os.fspath(path)]
     for mount in getattr(spec, "mounts", None) or []:
@@ -324,6 +325,7 @@ def plan_spec(
         is_volume = not os.path.isabs(src)
         if not is_volume and (not dst or os.path.normpath(dst) == os.path.normpath(src)):
             resolved = _validate.mount_path(src, "mounts", write=not read_only)
+            _must_exist(resolved, f"ProcessSpec.mounts src {src!r}")
             (read if read_only else write).append(resolved)
             (ro_places if read_only else rw_places).extend([resolved, src])
             continue
@@ -463,7 +465,23 @@ class Outcome(tuple):  # type: ignore[type-arg]
 
 def _refusal_text(stderr: str) -> str:
     lines = [line for line in stderr.splitlines() if line.startswith("capsule:")]
-    return "; ".join(lines[-3:]) or stderr.strip()[-2000:] or "refused by capsule"
+    return _spec_words("; ".join(lines[-3:]) or stderr.strip()[-2000:] or "refused by capsule")
+
+
+def _must_exist(path: str, what: str) -> None:
+    """A host path the spec grants must exist: said in the spec's words, not
+    as an error in the policy file the backend writes."""
+    if not os.path.exists(path):
+        raise SandboxRequiredError(f"{what} does not exist on this host ({path}); create it, or leave it out")
+
+
+# The policy file the backend writes for a spec (`<tmp>/capsule-backend-*/policy-*.json`,
+# with `:line:col`) means nothing to the caller: errors name the spec instead.
+_POLICY_FILE_RE = re.compile(r"\S*capsule-backend-[^/\s]*/policy-[0-9a-f]+\.json(?::\d+)*:?\s*")
+
+
+def _spec_words(text: str) -> str:
+    return _POLICY_FILE_RE.sub("the ProcessSpec, as capsule policy key ", text)
 
 
 class CapsuleAgentSession(_SessionBase):  # type: ignore[misc,valid-type]
@@ -906,9 +924,13 @@ class CapsuleBackend(_Base):  # type: ignore[misc]
         out = str(result.get("stdout") or "")
         err = str(result.get("stderr") or "")
         if reason == "refused":
-            raise SandboxRequiredError(f"capsule refused the run: {result.get('error') or _refusal_text(err_text)}")
+            raise SandboxRequiredError(
+                f"capsule refused the run: {_spec_words(str(result.get('error') or '')) or _refusal_text(err_text)}"
+            )
         if reason == "error":
-            raise SandboxRequiredError(f"capsule failed to run it: {result.get('error') or _refusal_text(err_text)}")
+            raise SandboxRequiredError(
+                f"capsule failed to run it: {_spec_words(str(result.get('error') or '')) or _refusal_text(err_text)}"
+            )
         if reason == "timeout":
             return Outcome(-1, out, err + f"\n[sandbox timed out after {timeout}s]", reason=reason,
                            native_status=done.returncode, result=result)
@@ -942,7 +964,7 @@ class CapsuleBackend(_Base):  # type: ignore[misc]
         except (ValueError, AttributeError):
             raise SandboxRequiredError("capsule refused the agent session: no plan from --dry-run") from None
         if problems:
-            raise SandboxRequiredError(f"capsule refused the agent session: {'; '.join(map(str, problems))}")
+            raise SandboxRequiredError(f"capsule refused the agent session: {_spec_words('; '.join(map(str, problems)))}")
         return CapsuleAgentSession(argv)
 
     def close(self) -> None:

@@ -2,7 +2,9 @@
 
     python3 integration/python/examples/agent_demo.py
 
-Finds capsule via $CAPSULE_BIN or PATH. The sandboxed code can read only the
+Finds capsule as the provider does ($CAPSULE_BIN, the binary installed with the
+package, PATH) and, run from a source checkout, the checkout's own build
+(`cargo build` puts it under target/; the newest build wins). The sandboxed code can read only the
 input directory, write only its session's output/ and the output directory,
 has no network, and reaches the host only through the `word_count` tool that
 this script serves from Python.
@@ -56,10 +58,23 @@ print("report written")
 '''
 
 
+def checkout_binary() -> str | None:
+    """The newest capsule built in this source checkout (target/<triple>/<profile>/capsule)."""
+    root = Path(__file__).resolve().parents[3]
+    builds = [p for p in root.glob("target/*/*/capsule") if p.is_file() and p.stat().st_mode & 0o111]
+    return str(max(builds, key=lambda p: p.stat().st_mtime)) if builds else None
+
+
 def main() -> int:
     provider = CapsuleSandboxProvider(tools={"word_count": word_count})
+    if not provider.is_available() and checkout_binary():
+        provider = CapsuleSandboxProvider(checkout_binary(), tools={"word_count": word_count})
     if not provider.is_available():
-        print(f"capsule is not available: {provider.unavailable_reason}", file=sys.stderr)
+        print(
+            f"capsule is not available: {provider.unavailable_reason}\n"
+            "Install the wheel (README.md, first lines), or from a source checkout build it first: cargo build",
+            file=sys.stderr,
+        )
         return 2
 
     with tempfile.TemporaryDirectory(prefix="agent-demo-") as tmp:

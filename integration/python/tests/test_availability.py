@@ -27,8 +27,9 @@ from capsule_sandbox import CapsuleSandboxProvider, CapsuleBackend
 p = CapsuleSandboxProvider(BINARY)
 out = {"available": p.is_available(), "reason": p.unavailable_reason}
 try:
-    p.create_session("agent-1")
+    h = p.create_session("agent-1")
     out["create"] = "ok"
+    p.destroy_session("agent-1", h.session_id)   # no workspace left behind
 except RuntimeError as e:
     out["create"] = "RuntimeError: " + str(e)
 b = CapsuleBackend(BINARY)
@@ -47,13 +48,15 @@ def test_missing_binary_reported_not_raised():
     assert out["backend_available"] is False and out["backend_reason"]
 
 
-def test_binary_not_on_path_reported():
+def test_binary_not_on_path_reported(tmp_path):
     from capsule_sandbox._binary import bundled_binary
 
-    out = _python(_PROBE.replace("BINARY", "None"), {})
+    out = _python(_PROBE.replace("BINARY", "None"), {"TMPDIR": str(tmp_path)})
     if bundled_binary() is not None:
         # Installed from the wheel: its own binary is found without PATH.
         assert out["available"] is True, out["reason"]
+        # ... and the session it made is gone (scripts/test left these in /tmp).
+        assert not list(tmp_path.glob("capsule-agent-1-*")), list(tmp_path.iterdir())
         return
     assert out["available"] is False
     assert "not found" in out["reason"]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import subprocess
 import socket
 import sys
 
@@ -25,7 +28,12 @@ def test_check_available(backend, capsule_bin):
     assert avail.backend == capsule_bin
     assert avail.executable_path == capsule_bin
     assert avail.daemon_ok is True and avail.image_available is True
-    assert avail.image_digest and avail.image_digest.startswith("capsule")
+    # As documented: `capsule <version>`, the version of the binary (the crate's).
+    version = json.loads(subprocess.run([capsule_bin, "doctor", "--json"], capture_output=True, text=True).stdout)[
+        "version"
+    ]
+    assert re.fullmatch(r"\d+\.\d+\.\d+\S*", version), version
+    assert avail.image_digest == f"capsule {version}", avail.image_digest
     assert avail.landlock_abi >= 1
 
 
@@ -175,3 +183,20 @@ def test_limits_tmp_size_sizes_the_private_tmp(backend, doctor, size, kib):
     assert fstype == "tmpfs" and f"size={kib}k" in options.split(","), (fstype, options)
     row = df.strip().splitlines()[-1].split()
     assert row[-1] == "/tmp" and int(row[1]) == kib, df
+
+
+def test_a_missing_mount_is_named_in_the_specs_words(backend, tmp_path):
+    """Issue 25: the error quoted the backend's internal policy file."""
+    spec = ProcessSpec(command=["python3", "-c", "print(1)"], read_only_mounts=[str(tmp_path / "no-such-pack")])
+    with pytest.raises(SandboxRequiredError) as err:
+        backend.run_process(spec, input_text="", timeout=30)
+    msg = str(err.value)
+    assert "ProcessSpec.read_only_mounts" in msg and "does not exist on this host" in msg, msg
+    assert "policy-" not in msg and "capsule-backend-" not in msg, msg
+
+
+def test_capsule_errors_name_the_spec_not_the_policy_file():
+    from capsule_sandbox.backend import _spec_words
+
+    text = "/tmp/capsule-backend-ab12/policy-0123456789abcdef01234567.json:3:7: filesystem.read[0]: `/x` does not exist"
+    assert _spec_words(text) == "the ProcessSpec, as capsule policy key filesystem.read[0]: `/x` does not exist"

@@ -79,3 +79,23 @@ def test_installed_wheel_ships_man_pages_and_completions():
         path = share / rel
         assert path.is_file(), f"{path} not installed"
         assert needle in path.read_text(), f"{path} lacks {needle!r}"
+
+
+@pytest.mark.skipif(not INSTALLED, reason="runs against the installed wheel (scripts/test)")
+def test_with_the_venv_on_path_capsule_and_man_capsule_work(tmp_path):
+    """The README's install line, then `export PATH=<venv>/bin:$PATH`: `capsule`
+    runs by name and `man capsule` finds the wheel's page (man-db maps each
+    PATH entry's ../share/man), with EXAMPLES and EXIT STATUS (issue 25)."""
+    import shutil
+
+    bindir = str(Path(sys.prefix) / "bin")
+    env = {"PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8"}
+    done = subprocess.run(["capsule", "--version"], env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and done.stdout.startswith("capsule "), done.stdout + done.stderr
+    if shutil.which("man") is None:
+        pytest.skip("no man(1) on this machine (apt-get install man-db)")
+    where = subprocess.run(["man", "-w", "capsule"], env=env, capture_output=True, text=True, timeout=30)
+    assert where.returncode == 0, where.stderr
+    assert where.stdout.strip() == str(Path(sys.prefix) / "share" / "man" / "man1" / "capsule.1"), where.stdout
+    page = (Path(sys.prefix) / "share" / "man" / "man1" / "capsule.1").read_text()
+    assert ".SH EXAMPLES" in page and '.SH "EXIT STATUS"' in page and "capsule\\-help" not in page

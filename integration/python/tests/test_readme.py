@@ -40,7 +40,13 @@ RUN_ELSEWHERE = {
     "cargo install --locked --path . && capsule exec --policy policy/python-agent.yaml -- /usr/bin/python3 "
     "-c 'print(\"hello from the sandbox\")'": "scripts/test, section 2b (cargo install --debug into a scratch "
     "root, then this run)",
-    "scripts/test": "CI (.ci/run)",
+    "capsule exec --allow-read ~/.cargo --allow-exec ~/.cargo/bin --allow-exec ~/.rustup/toolchains --allow-read "
+    "~/.rustup --allow-write ./target --allow-exec ./target -e CARGO_HOME=$HOME/.cargo -e RUSTUP_HOME=$HOME/.rustup "
+    "-- cargo test --locked": "tests/first_hour.rs, the_readme_cargo_step_runs_without_a_policy (it needs the "
+    "user's rustup toolchain, which this test's scratch HOME has not)",
+    ".ci/run": "CI (it is what CI runs: the apt/rustup set-up, then scripts/test)",
+    "export PATH=~/.venvs/capsule/bin:$PATH": "test_install.py (the wheel's venv bin/ on PATH: capsule and man capsule "
+    "by name)",
     "python3 integration/python/examples/agent_demo.py": "test_example.py",
     "python3 -m pytest integration/python/tests -q": "scripts/test, section 2",
     # The kernel matrix boots distribution kernels under qemu: minutes per kernel.
@@ -61,7 +67,7 @@ RUN_ELSEWHERE = {
     "sudo scripts/bench-phases": "not run by the suite (a benchmark; needs perf uprobes)",
 }
 
-_STARTS = ("capsule ", "scripts/", "sudo ", "cargo ", "python3 ", "pip ", "~/", "/tmp/")
+_STARTS = ("capsule ", "scripts/", "sudo ", "cargo ", "python3 ", "pip ", "~/", "/tmp/", ".ci/", "export ")
 
 
 def _strip_comment(line: str) -> str:
@@ -132,6 +138,9 @@ def test_every_readme_command_is_run(capsule_bin, tmp_path):
         assert done.returncode == 0, f"{readme}: `{cmd}` exited {done.returncode}\n{done.stdout}\n{done.stderr}"
         if "hello from the sandbox" in cmd:
             assert done.stdout == "hello from the sandbox\n", done.stdout
+        if cmd.startswith("capsule exec -- python3 agent.py"):
+            # No policy file: the current directory is read-only and the cwd.
+            assert done.stdout == "agent ran\n" and "note:" not in done.stderr, done.stdout + done.stderr
         if "print(6 * 7)" in cmd:
             assert done.stdout.strip() == "42", done.stdout + done.stderr
         ran += 1
@@ -142,3 +151,107 @@ def test_every_readme_command_is_run(capsule_bin, tmp_path):
 @pytest.mark.parametrize("cmd", sorted(RUN_ELSEWHERE))
 def test_commands_run_elsewhere_are_still_in_a_readme(cmd):
     assert cmd in {c for _, c in readme_commands()}, f"RUN_ELSEWHERE lists a command no README has: {cmd}"
+
+
+# --------------------------------------------------------------- Python examples
+# Every ```python block of the READMEs runs as written (issue 25): in a
+# scratch directory, with the package under test (the wheel's, or the
+# source tree's) and the binary under test. A block that imports the
+# in-sandbox client runs inside `capsule exec` (that is where it lives).
+# A block that needs a third-party package (the Agent Governance Toolkit,
+# agentnode) runs in the conformance tests' virtualenv of the real package
+# from PyPI (the same cached venv; it skips, or under
+# CAPSULE_CONFORMANCE_REQUIRED=1 fails, when that venv cannot be built).
+NEEDS_PACKAGE = {
+    "agent_sandbox": "tests/test_conformance_agt.py (the real agt-sandbox from PyPI)",
+    "agentnode_sdk": "tests/test_conformance_agentnode.py (the real agentnode-sdk from PyPI)",
+}
+
+
+def _package_python(name: str) -> str:
+    """The interpreter of the conformance venv that has ``name``."""
+    from _conformance import AGENTNODE_PINNED, AGT_PINNED, AGT_REQUIREMENTS, agentnode_requirements, venv
+
+    if name == "agent_sandbox":
+        return str(venv(f"agt-{AGT_PINNED}", AGT_REQUIREMENTS))
+    return str(venv(f"agentnode-{AGENTNODE_PINNED}", agentnode_requirements(AGENTNODE_PINNED)))
+
+
+def readme_python_blocks() -> list[tuple[str, int, str]]:
+    """(README name, line of the opening fence, code) for every ```python block."""
+    found: list[tuple[str, int, str]] = []
+    for readme in READMES:
+        block: list[str] | None = None
+        start = 0
+        for n, raw in enumerate(readme.read_text(encoding="utf-8").splitlines(), 1):
+            if block is None and raw.strip() == "```python":
+                block, start = [], n
+            elif block is not None and raw.startswith("```"):
+                found.append((readme.relative_to(ROOT).as_posix(), start, "\n".join(block) + "\n"))
+                block = None
+            elif block is not None:
+                block.append(raw)
+    return found
+
+
+def _unguarded_import(code: str) -> str | None:
+    """The third-party package a block imports outside a try, if any."""
+    for line in code.splitlines():
+        if line.startswith(("import ", "from ")):
+            for name in NEEDS_PACKAGE:
+                if re.match(rf"(from|import)\s+{name}\b", line):
+                    return name
+    return None
+
+
+def test_the_python_readme_has_python_examples():
+    assert len(readme_python_blocks()) >= 5, readme_python_blocks()
+
+
+@pytest.mark.parametrize(
+    "readme,line,code", readme_python_blocks(), ids=[f"{r}:{n}" for r, n, _ in readme_python_blocks()]
+)
+def test_every_readme_python_example_runs(readme, line, code, capsule_bin, tmp_path):
+    import importlib.util
+
+    import capsule_sandbox
+
+    where = f"{readme}:{line}"
+    needs = _unguarded_import(code)
+    python = sys.executable
+    if needs and importlib.util.find_spec(needs) is None:
+        python = _package_python(needs)
+    work = tmp_path / "work"
+    home = tmp_path / "home"
+    for d in (work, home):
+        d.mkdir()
+    package_parent = str(Path(capsule_sandbox.__file__).resolve().parents[1])
+    env = {
+        "PATH": f"{os.path.dirname(capsule_bin)}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "TMPDIR": str(tmp_path),
+        "CAPSULE_BIN": capsule_bin,
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    if os.environ.get("CAPSULE_TEST_INSTALLED") != "1" or python != sys.executable:
+        env["PYTHONPATH"] = package_parent
+    inside = code.startswith("from capsule_sandbox.client import")
+    if inside:
+        # Inside the sandbox: the client from the package under test, on a
+        # read-only PYTHONPATH (capsule refuses a writable one).
+        argv = [capsule_bin, "exec", "--allow-read", package_parent, "-e", f"PYTHONPATH={package_parent}",
+                "--", "/usr/bin/python3", "-c", code]
+    else:
+        argv = [python, "-c", code]
+    done = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, f"{where} exited {done.returncode}\n{done.stdout}\n{done.stderr}"
+    if inside:
+        # No tool is allowed in a bare run: the example's except branch prints the reason.
+        assert done.stdout.startswith("not_allowed"), done.stdout + done.stderr
+    if "CapsuleBackend()" in code and "run_process" in code:
+        assert done.stdout.startswith('0 {"got": {"q": 1}}'), done.stdout + done.stderr
+        assert '{\'got\': {\'type\': \'task\'}}' in done.stdout, done.stdout + done.stderr
+    if "create_session" in code and "lookup" in code:
+        # The tool ran on the host and its answer came back into the sandbox.
+        assert "'value': 42" in done.stdout and "COMPLETED" in done.stdout.upper().split()[0], done.stdout + done.stderr
