@@ -384,3 +384,46 @@ fn shared_memory_is_bounded_by_memory_mb() {
         }
     }
 }
+
+/// The memory cgroup's OOM killer must never take capsule down with the
+/// run. init (pid namespace) and the keeper (no namespace) share capsule's
+/// memory (CLONE_VM) and sit in the run's cgroup; when the run's memory lies
+/// outside its processes' RSS (here a memfd that `dd`, smaller than capsule,
+/// writes into), the OOM killer picked init or the keeper by capsule's RSS,
+/// and the kernel kills every process sharing the victim's memory: capsule
+/// died by SIGKILL, with no result and no audit record, and without a pid
+/// namespace a setsid'd daemon of the run lived on. The run's processes are
+/// now the OOM killer's first choice (oom_score_adj 1000, which Landlock
+/// keeps them from lowering): `dd` goes and capsule reports it.
+#[test]
+fn the_oom_killer_takes_the_run_not_capsule() {
+    const FILL: &str = "import os\n\
+        try:\n    fd = os.memfd_create('fill', 8)\n\
+        except OSError:\n    fd = os.memfd_create('fill', 0)\n\
+        os.dup2(fd, 1)\n\
+        os.execv('/bin/dd', ['dd', 'if=/dev/zero', 'bs=1M', 'count=512'])\n";
+    for no_ns in ["0", "1"] {
+        let mut sb = Sandbox::new();
+        sb.set_env("CAPSULE_NO_NAMESPACES", no_ns);
+        let pol = sb.policy("version: 1\nlimits:\n  memory_mb: 64\n  timeout_seconds: 60\n");
+        let py = python();
+        let run = sb.exec_json(&["--policy", &pol], &[&py, "-c", FILL]);
+        assert!(
+            run.code.is_some(),
+            "capsule itself was killed (the OOM killer chose a process sharing its memory){}",
+            run.ctx()
+        );
+        let j = run.json();
+        let mech = j["enforcement"]["limits"]["memory_mb"]
+            .as_str()
+            .unwrap_or("");
+        if !mech.starts_with("cgroup") {
+            skip(&format!(
+                "memory_mb by {mech} (CAPSULE_NO_NAMESPACES={no_ns}): no memory cgroup, no cgroup OOM killer"
+            ));
+            continue;
+        }
+        assert_eq!(j["signal"], 9, "the run was not OOM-killed{}", run.ctx());
+        assert_eq!(run.code, Some(137), "{}", run.ctx());
+    }
+}

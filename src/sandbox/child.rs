@@ -433,6 +433,26 @@ fn kill_listed_children() -> bool {
     ok
 }
 
+/// Make the command, and every process it starts, the OOM killer's first
+/// choice (`oom_score_adj` 1000; raising it needs no privilege, and Landlock
+/// keeps the run from writing it back down). init and the keeper share
+/// capsule's memory (CLONE_VM) and sit in the run's memory cgroup: were one
+/// of them the victim, the kernel would SIGKILL every process sharing that
+/// memory, capsule included (no result, no audit record, and without a pid
+/// namespace the run's daemons left behind). This stage is a vfork child, so
+/// the value stays its own and is not copied to capsule. Best effort: a
+/// /proc that refuses it changes nothing else.
+fn oom_first() {
+    if let Ok(fd) = raw::openat(
+        libc::AT_FDCWD,
+        c"/proc/self/oom_score_adj",
+        libc::O_WRONLY | libc::O_CLOEXEC,
+    ) {
+        let _ = raw::write(fd as c_int, b"1000");
+        raw::close(fd as c_int);
+    }
+}
+
 /// Reap every exited child without blocking; the command's wait status if it was among them.
 fn reap(cmd: c_int) -> Option<c_int> {
     let mut found = None;
@@ -476,6 +496,7 @@ pub(crate) fn command_main(spec: &'static ChildSpec) -> c_int {
     if spec.wait_go && spec.parent_pid != 0 && !spec.keeper {
         wait_go(spec);
     }
+    oom_first();
     if let Err(e) = raw::setsid() {
         fail(spec, Stage::Session, e);
     }
