@@ -525,6 +525,35 @@ impl<'a> Survey<'a> {
                 .unwrap_or(Path::new("/"))
                 .to_path_buf()
         };
+        let home = crate::policy::resolve::invoking_home();
+        let creds = crate::plan::credentials::patterns(&home, &[]);
+        if let Some(c) = real
+            .ancestors()
+            .find(|p| crate::plan::credentials::is_credential(&creds, p))
+        {
+            let shown = tilde(c, &home);
+            let why = format!(
+                "{shown} is a credential store: only a grant naming it exactly reaches it (a broader grant, such as \
+                 ~, never includes it)"
+            );
+            if !c.exists() {
+                a.no_change = Some(format!("{why}, and it does not exist here"));
+                return;
+            }
+            a.change = match validate::check_grant(c, kind) {
+                Ok(()) => Some(format!(
+                    "a grant naming it exactly: filesystem.{}: [\"{shown}\"] (or --allow-{} {}); {why}",
+                    kind.as_str(),
+                    kind.as_str(),
+                    c.display()
+                )),
+                Err(e) => {
+                    a.no_change = Some(e);
+                    None
+                }
+            };
+            return;
+        }
         match validate::check_grant(&target, kind) {
             Ok(()) => {
                 a.change = Some(format!(
