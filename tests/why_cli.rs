@@ -29,6 +29,13 @@ impl Q {
             op: "read",
         }
     }
+    fn list(p: String) -> Q {
+        Q {
+            flag: "read",
+            path: p,
+            op: "listdir",
+        }
+    }
     fn append(p: String) -> Q {
         Q {
             flag: "write",
@@ -96,7 +103,18 @@ fn answers(v: &Value) -> BTreeMap<String, Value> {
 /// Ask `why` and try each access in one confined probe; assert they agree.
 /// Returns the answers for further checks.
 fn agree(sb: &Sandbox, policy: &str, qs: &[Q], ctx: &str) -> BTreeMap<String, Value> {
-    let mut args = Vec::new();
+    agree_with(sb, policy, &[], qs, ctx)
+}
+
+/// [`agree`] with further options for both `why` and `exec`.
+fn agree_with(
+    sb: &Sandbox,
+    policy: &str,
+    opts: &[&str],
+    qs: &[Q],
+    ctx: &str,
+) -> BTreeMap<String, Value> {
+    let mut args: Vec<String> = opts.iter().map(|s| s.to_string()).collect();
     for q in qs {
         args.push(format!("--{}", q.flag));
         args.push(q.path.clone());
@@ -105,7 +123,9 @@ fn agree(sb: &Sandbox, policy: &str, qs: &[Q], ctx: &str) -> BTreeMap<String, Va
     let ans = answers(&v);
     let ops: Vec<Vec<&str>> = qs.iter().map(|q| vec![q.op, q.path.as_str()]).collect();
     let refs: Vec<&[&str]> = ops.iter().map(|o| o.as_slice()).collect();
-    let run = sb.probe(&["-p", policy], &refs);
+    let mut exec_opts = vec!["-p", policy];
+    exec_opts.extend_from_slice(opts);
+    let run = sb.probe(&exec_opts, &refs);
     run.assert_ran();
     let probes = run.probes();
     assert_eq!(probes.len(), qs.len(), "probe lines:{}", run.ctx());
@@ -489,4 +509,53 @@ proptest! {
         let qs = questions(&sb, 0);
         agree(&sb, &pol, &qs, &text);
     }
+}
+
+/// A read grant with a write grant beneath it (the starter policies' shape:
+/// `read: [.]`, `write: [./out]`): the files of the read grant stay visible
+/// next to the write grant, wherever the project lies (directly in the
+/// host's /tmp too, where the view rebinds both into the private /tmp).
+#[test]
+fn read_grant_with_a_write_grant_beneath() {
+    // No credential store beneath the grant: a carve-out would keep the host's /tmp.
+    let sb = Sandbox::new();
+    for f in ["top.txt", "outside/f.txt", "r1/f.txt", "w1/f.txt"] {
+        sb.write(f, "content");
+    }
+    let pol = sb.policy("version: 1\nfilesystem:\n  read: [.]\n  write: [./w1]\n");
+    let qs = |n: u32| {
+        vec![
+            Q::read(sb.p("top.txt")),
+            Q::list(sb.p("outside")),
+            Q::read(sb.p("outside/f.txt")),
+            Q::read(sb.p("r1/f.txt")),
+            Q::append(sb.p("w1/f.txt")),
+            Q::create(sb.p(&format!("w1/new{n}"))),
+            Q::create(sb.p(&format!("outside/new{n}"))),
+        ]
+    };
+    // The audit log (beneath the grant here) is carved out for why as for exec.
+    let a = agree(&sb, &pol, &qs(0), "read . write ./w1");
+    assert_eq!(
+        a[&format!("read {}", sb.p("outside/f.txt"))]["allowed"],
+        true
+    );
+    let mut log_q = qs(1);
+    log_q.push(Q::read(sb.p("state/capsule/audit.jsonl")));
+    let a = agree(&sb, &pol, &log_q, "read . write ./w1, the audit log");
+    let log = &a[&format!("read {}", sb.p("state/capsule/audit.jsonl"))];
+    assert_eq!(log["allowed"], false, "{log:#}");
+    // Without the audit log's carve-out the view keeps no host /tmp.
+    let a = agree_with(
+        &sb,
+        &pol,
+        &["--no-audit"],
+        &qs(2),
+        "read . write ./w1, --no-audit",
+    );
+    assert_eq!(
+        a[&format!("read {}", sb.p("outside/f.txt"))]["allowed"],
+        true
+    );
+    assert_eq!(a[&format!("write {}", sb.p("w1/new2"))]["allowed"], true);
 }

@@ -65,6 +65,21 @@ pub struct WhyArgs {
     /// As `exec --allow-host` (repeatable).
     #[arg(long, value_name = "HOST")]
     pub allow_host: Vec<String>,
+    /// As `exec --workspace`.
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    /// As `exec --cwd`.
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<PathBuf>,
+    /// As `exec --mount` (repeatable).
+    #[arg(long = "mount", value_name = "SRC:DST[:ro|rw]")]
+    pub mounts: Vec<String>,
+    /// As `exec --audit-log`: the log is carved out of every grant.
+    #[arg(long, value_name = "FILE", conflicts_with = "no_audit")]
+    pub audit_log: Option<PathBuf>,
+    /// As `exec --no-audit`.
+    #[arg(long)]
+    pub no_audit: bool,
     /// As `exec --best-effort`: answer for a run that accepts missing protections.
     #[arg(long)]
     pub best_effort: bool,
@@ -90,8 +105,18 @@ pub fn run(a: WhyArgs) -> i32 {
         allow_exec: a.allow_exec.clone(),
         net: a.net,
         allow_hosts: a.allow_host.clone(),
+        workspace: a.workspace.clone(),
+        cwd: a.cwd.clone(),
+        mounts: a.mounts.clone(),
+        // As exec: the run's audit log is carved out of every grant.
+        audit_log: (!a.no_audit).then(|| {
+            a.audit_log
+                .clone()
+                .unwrap_or_else(crate::audit::default_path)
+        }),
         ..Overrides::default()
     };
+    let audit_path = overrides.audit_log.clone();
     let input = BuildInput {
         loaded: loaded.clone(),
         overrides,
@@ -106,6 +131,15 @@ pub fn run(a: WhyArgs) -> i32 {
             return 125;
         }
     };
+    if let Some(p) = &audit_path {
+        if let Err(why) = super::exec::audit_log_reachable(p, &plan) {
+            super::error_line(format!(
+                "capsule exec refuses the audit log {}: {why}; put it outside every write grant (or use --no-audit)",
+                p.display()
+            ));
+            return 125;
+        }
+    }
     let survey = match Survey::new(&plan, &loaded, a.allow_host.len()) {
         Ok(s) => s,
         Err(e) => {
