@@ -170,12 +170,20 @@ fn starter_policies_table() {
     )
     .unwrap();
     sb.write("home/.ssh/id_ed25519", "PRIVATE KEY");
+    // Granted, but mode 000: the run holds no capabilities, as root too.
+    sb.write("locked.txt", "locked");
+    std::fs::set_permissions(
+        sb.path("locked.txt"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o000),
+    )
+    .unwrap();
     let agent = init("python-agent");
     let ci = init("ci-build");
     let review = init("read-only-review");
 
     let mut qs = vec![
         Q::read(sb.p("data.txt")),
+        Q::read(sb.p("locked.txt")),
         Q::read(sb.p(".env")),
         Q::read(sb.p("home/.ssh/id_ed25519")),
         Q::create(sb.p("out/new.txt")),

@@ -345,6 +345,20 @@ impl<'a> Survey<'a> {
             _ => GrantKind::Write,
         };
         if ok {
+            if let Some(why) = host_refuses(&real, exists, is_dir, access) {
+                a.allowed = false;
+                a.layer = "host";
+                a.layer_detail =
+                    "the host's file permissions (the run holds no capabilities, as root too)"
+                        .into();
+                a.because = format!("the sandbox allows it, but {why}");
+                a.no_change = Some(
+                    "capsule cannot give a run more than the host's file permissions: change the file's mode or \
+                     owner on the host"
+                        .into(),
+                );
+                return a;
+            }
             if let Some(rule) = decider.find(|r: &Rights| match access {
                 FsAccess::Read if is_dir => r.read_dir,
                 FsAccess::Read => r.read_file,
@@ -1184,6 +1198,62 @@ impl<'a> Deciders<'a> {
             .max_by_key(|r| r.path.components().count())
             .copied()
     }
+}
+
+/// Whether the host's permission bits refuse `access` on `real` to this
+/// user: the run holds no capabilities (no CAP_DAC_OVERRIDE, as root too),
+/// so the owner, group and other bits decide, and every directory on the
+/// way must be searchable. (ACLs are not read: an ACL that grants more is
+/// not seen here.)
+fn host_refuses(real: &Path, exists: bool, is_dir: bool, access: FsAccess) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let uid = nix::unistd::geteuid().as_raw();
+    let mut gids: Vec<u32> = nix::unistd::getgroups()
+        .unwrap_or_default()
+        .iter()
+        .map(|g| g.as_raw())
+        .collect();
+    gids.push(nix::unistd::getegid().as_raw());
+    let has = |m: &std::fs::Metadata, want: u32| {
+        let shift = if m.uid() == uid {
+            6
+        } else if gids.contains(&m.gid()) {
+            3
+        } else {
+            0
+        };
+        (m.mode() >> shift) & want == want
+    };
+    let who = format!("uid {uid}");
+    for dir in real.ancestors().skip(1) {
+        if let Ok(m) = std::fs::metadata(dir) {
+            if !has(&m, 0o1) {
+                return Some(format!(
+                    "{} is not searchable by {who} (mode {:o})",
+                    dir.display(),
+                    m.mode() & 0o7777
+                ));
+            }
+        }
+    }
+    let (target, want, what) = match (exists, access) {
+        (true, FsAccess::Read) => (real, 0o4, "readable"),
+        (true, FsAccess::Write | FsAccess::Truncate) if is_dir => (real, 0o3, "writable"),
+        (true, FsAccess::Write | FsAccess::Truncate) => (real, 0o2, "writable"),
+        (true, FsAccess::Exec) => (real, 0o1, "executable"),
+        (false, FsAccess::Write) => (real.parent()?, 0o3, "writable"),
+        _ => return None,
+    };
+    let m = std::fs::metadata(target).ok()?;
+    if has(&m, want) {
+        return None;
+    }
+    Some(format!(
+        "{} is not {what} by {who} (mode {:o}, owner {})",
+        target.display(),
+        m.mode() & 0o7777,
+        m.uid()
+    ))
 }
 
 /// The canonical path the kernel would check, and whether it exists: the
