@@ -244,6 +244,11 @@ impl<'a> Survey<'a> {
             "seccomp": self.seccomp,
             "signals": self.signals.as_str(),
             "network": self.plan.net.mode,
+            "note": self.namespaces.then_some(
+                "namespaces are predicted from the host's settings, as check does; where clone() still refuses \
+                 them (a container without CAP_SYS_ADMIN), exec takes the no-namespace path: ask again with \
+                 CAPSULE_NO_NAMESPACES=1"
+            ),
         })
     }
 
