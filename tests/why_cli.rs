@@ -571,3 +571,25 @@ fn read_grant_with_a_write_grant_beneath() {
     let log = &a[&format!("read {}", sb.p("state/capsule/audit.jsonl"))];
     assert_eq!(log["allowed"], false, "{log:#}");
 }
+
+/// Without Landlock (emulated: CAPSULE_LANDLOCK_ABI_MAX=0) and with
+/// --best-effort, why and exec still agree: reads are not checked, writes
+/// only by the view where there is one.
+#[test]
+fn no_landlock_best_effort_agrees() {
+    let mut sb = tree();
+    sb.set_env("CAPSULE_LANDLOCK_ABI_MAX", "0");
+    let pol = sb.policy("version: 1\nfilesystem:\n  read: [./r1]\n  write: [./w1]\n");
+    let qs = questions(&sb, 9);
+    let a = agree_with(
+        &sb,
+        &pol,
+        &["--best-effort"],
+        &qs,
+        "no Landlock, --best-effort",
+    );
+    let outside = &a[&format!("read {}", sb.p("outside/f.txt"))];
+    if outside["allowed"] == true {
+        assert_eq!(outside["layer"], "none", "{outside:#}");
+    }
+}

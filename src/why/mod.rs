@@ -319,15 +319,22 @@ impl<'a> Survey<'a> {
             FsAccess::Chmod => unreachable!("answered above"),
         };
         if !self.report.fs {
-            // --best-effort without Landlock: nothing checks the access, but
-            // the view still keeps the host read-only.
-            let writes = matches!(access, FsAccess::Write | FsAccess::Truncate);
-            if writes && self.view.is_some() && !ok {
+            // --best-effort without Landlock: nothing checks reads, writes
+            // only the view (its writable binds are the write grants).
+            if access == FsAccess::Truncate {
+                return self.truncate_below_abi3(a, &real, exists);
+            }
+            if access == FsAccess::Write && self.view.is_some() && self.write_bind(&real).is_none()
+            {
                 a.allowed = false;
                 a.layer = "view";
                 a.layer_detail = "the read-only view of the host".into();
                 a.because = "outside every write grant, the host is mounted read-only in the run's view (EROFS)".into();
                 self.suggest(&mut a, &real, exists, GrantKind::Write);
+            } else if let Some(why) = host_refuses(&real, exists, is_dir, access) {
+                a.layer = "host";
+                a.layer_detail = "the host's file permissions".into();
+                a.because = format!("nothing in the sandbox checks it here, but {why}");
             } else {
                 a.allowed = true;
                 a.layer = "none";
