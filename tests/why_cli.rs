@@ -488,6 +488,19 @@ fn questions(sb: &Sandbox, n: usize) -> Vec<Q> {
         qs.push(Q::exec(sb.p(s)));
     }
     qs.push(Q::read(sb.p("r1/link")));
+    // Listing: an expanded directory lists only when its carve-outs are files.
+    for d in [
+        "w1",
+        "w1/sub",
+        "w2",
+        "w2/d",
+        "r1",
+        "r1/deep",
+        "home",
+        "home/.aws",
+    ] {
+        qs.push(Q::list(sb.p(d)));
+    }
     for d in DIRS {
         qs.push(Q::create(sb.p(&format!("{d}/new-{n}"))));
     }

@@ -734,9 +734,27 @@ impl<'a> Survey<'a> {
                     ));
                 }
             } else {
-                out.allowed = real == tmp;
-                out.because = if out.allowed {
+                // A directory leading to a grant bound inside the private
+                // /tmp is there (a read-only skeleton showing only that way).
+                let skeleton = real.is_dir()
+                    && self.plan.fs.grants.iter().any(|g| {
+                        g.path.starts_with(real)
+                            && g.path != real
+                            && !self
+                                .plan
+                                .tmpdir
+                                .as_ref()
+                                .is_some_and(|t| g.path.starts_with(t))
+                    });
+                out.allowed = real == tmp || skeleton;
+                out.because = if real == tmp {
                     "/tmp is the run's private TMPDIR".into()
+                } else if skeleton {
+                    format!(
+                        "/tmp is the run's private TMPDIR, and {} is only a read-only directory leading to a grant \
+                         bound inside it: it lists that way and nothing else of the host's",
+                        real.display()
+                    )
                 } else {
                     format!(
                         "/tmp is the run's private TMPDIR: the host's {} is not in the view",
