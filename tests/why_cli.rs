@@ -439,7 +439,7 @@ fn tree() -> Sandbox {
     sb
 }
 
-fn policy_text(grants: &[(usize, u8)], denies: &[usize], root_read: bool) -> String {
+fn policy_text(grants: &[(usize, u8)], denies: &[usize], root_read: bool, tmp: bool) -> String {
     let mut read = Vec::new();
     let mut write = Vec::new();
     let mut exec = Vec::new();
@@ -468,7 +468,7 @@ fn policy_text(grants: &[(usize, u8)], denies: &[usize], root_read: bool) -> Str
         .collect();
     let list = |v: &[String]| format!("[{}]", v.join(", "));
     format!(
-        "version: 1\nfilesystem:\n  read: {}\n  write: {}\n  exec: {}\n  deny: {}\n",
+        "version: 1\nfilesystem:\n  read: {}\n  write: {}\n  exec: {}\n  deny: {}\n  tmp: {tmp}\n",
         list(&read),
         list(&write),
         list(&exec),
@@ -504,6 +504,15 @@ fn questions(sb: &Sandbox, n: usize) -> Vec<Q> {
     for d in DIRS {
         qs.push(Q::create(sb.p(&format!("{d}/new-{n}"))));
     }
+    // The system grants, the secrets of /etc and the host's /tmp.
+    qs.push(Q::read("/etc/hosts".into()));
+    qs.push(Q::append("/etc/hosts".into()));
+    qs.push(Q::exec("/usr/bin/true".into()));
+    if std::path::Path::new("/etc/shadow").exists() {
+        qs.push(Q::read("/etc/shadow".into()));
+    }
+    let name = sb.root.file_name().unwrap().to_string_lossy().into_owned();
+    qs.push(Q::create(format!("/tmp/{name}-direct-{n}")));
     qs
 }
 
@@ -516,9 +525,10 @@ proptest! {
         grants in proptest::collection::vec((0usize..GRANTABLE.len(), 0u8..4), 1..4),
         denies in proptest::collection::vec(0usize..DENIABLE.len(), 0..3),
         root_read in proptest::bool::weighted(0.25),
+        tmp in proptest::bool::weighted(0.75),
     ) {
         let sb = tree();
-        let text = policy_text(&grants, &denies, root_read);
+        let text = policy_text(&grants, &denies, root_read, tmp);
         let pol = sb.policy(&text);
         // A policy `exec` refuses is refused by `why` the same way.
         let check = sb.run(&["check", "-p", &pol]);
