@@ -616,3 +616,25 @@ fn no_landlock_best_effort_agrees() {
         assert_eq!(outside["layer"], "none", "{outside:#}");
     }
 }
+
+/// The run holds no capabilities: as root, a file of another user in a
+/// write grant keeps its mode (EPERM), and `why` says so.
+#[test]
+fn chmod_needs_the_owner() {
+    if !is_root() {
+        skip("chown to another user needs root");
+        return;
+    }
+    let sb = Sandbox::new();
+    sb.write("w1/mine.txt", "x");
+    let theirs = sb.write("w1/theirs.txt", "x");
+    std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+    let pol = sb.policy("version: 1\nfilesystem:\n  write: [./w1]\n");
+    let qs = vec![
+        Q::chmod(sb.p("w1/mine.txt")),
+        Q::chmod(sb.p("w1/theirs.txt")),
+    ];
+    let a = agree_with(&sb, &pol, &["--no-audit"], &qs, "chmod and ownership");
+    let t = &a[&format!("chmod {}", sb.p("w1/theirs.txt"))];
+    assert_eq!(t["layer"], "host", "{t:#}");
+}

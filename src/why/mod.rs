@@ -163,6 +163,9 @@ pub struct Survey<'a> {
     truncate_guard: bool,
     seccomp: bool,
     namespaces: bool,
+    /// The metadata guard of the no-view path: the write grants it lets
+    /// change and the carve-outs it refuses (None: no such guard).
+    meta_guard: Option<(Vec<PathBuf>, Vec<PathBuf>)>,
 }
 
 /// Landlock rights, as far as `why`'s questions need them.
@@ -231,6 +234,9 @@ impl<'a> Survey<'a> {
             truncate_guard: layers.truncate_guard.is_some(),
             seccomp: layers.seccomp_enforced,
             namespaces,
+            // This branch has no metadata guard yet; main's (`Layers::meta_guard`)
+            // goes here: `layers.meta_guard.as_ref().map(|m| (m.write.clone(), m.deny.clone()))`.
+            meta_guard: None,
         })
     }
 
@@ -864,6 +870,8 @@ impl<'a> Survey<'a> {
     }
 
     fn chmod(&self, mut a: Answer, real: &Path, exists: bool) -> Answer {
+        a.notes
+            .push("setting a setuid or setgid bit is refused by seccomp everywhere".into());
         if self.view.is_some() {
             a.layer = "view";
             a.layer_detail =
@@ -875,7 +883,7 @@ impl<'a> Survey<'a> {
             if let Some(g) = bind {
                 a.key_of(&g.origin);
                 a.because = format!(
-                    "{} ({}) is writable in the view; the file's owner (or root) may change its mode",
+                    "{} ({}) is writable in the view",
                     g.path.display(),
                     g.origin
                 );
@@ -894,32 +902,84 @@ impl<'a> Survey<'a> {
             } else {
                 a.because = "outside every write grant, the host is mounted read-only in the run's view: chmod fails with EROFS, as root too".into();
                 self.suggest(&mut a, real, exists, GrantKind::Write);
+                return a;
+            }
+        } else if let Some((write, deny)) = &self.meta_guard {
+            a.layer = "meta-guard";
+            a.layer_detail =
+                "capsule's metadata guard (seccomp user notification; no view here)".into();
+            let grant = write
+                .iter()
+                .filter(|w| real.starts_with(w))
+                .max_by_key(|w| w.components().count());
+            let carved = deny.iter().find(|d| real.starts_with(d));
+            let device = std::fs::metadata(real).is_ok_and(|m| {
+                use std::os::unix::fs::FileTypeExt;
+                m.file_type().is_char_device() || m.file_type().is_block_device()
+            });
+            match (grant, carved) {
+                (Some(g), None) if !device => {
+                    a.allowed = true;
+                    if let Some(fg) = self.plan.fs.grants.iter().find(|x| &x.path == g) {
+                        a.key_of(&fg.origin);
+                    }
+                    a.because = format!(
+                        "{} is a write grant, and capsule makes the call itself",
+                        g.display()
+                    );
+                }
+                (_, Some(d)) => {
+                    a.because = format!(
+                        "{} is carved out: the guard refuses it (EACCES)",
+                        d.display()
+                    );
+                    a.no_change =
+                        Some("a carve-out's metadata never changes; drop the carve-out".into());
+                    return a;
+                }
+                _ => {
+                    a.because = if device {
+                        "a device's metadata never changes (EACCES)".into()
+                    } else {
+                        "outside every write grant the guard refuses it (EACCES)".into()
+                    };
+                    if !device {
+                        self.suggest(&mut a, real, exists, GrantKind::Write);
+                    }
+                    return a;
+                }
             }
         } else {
-            use std::os::unix::fs::MetadataExt;
-            let uid = nix::unistd::getuid().as_raw();
-            let owner = std::fs::metadata(real).ok().map(|m| m.uid());
             a.layer = "host";
             a.layer_detail =
                 "the host's file permissions (no view here: Landlock has no hook for chmod)".into();
-            a.allowed = uid == 0 || owner == Some(uid);
-            a.because = if a.allowed {
-                format!(
-                    "NOT ENFORCED by capsule on this path (no mount namespace): {} can change the mode of {}",
-                    if uid == 0 { "root" } else { "its owner" },
-                    real.display()
-                )
-            } else {
-                format!(
-                    "{} belongs to another user: the kernel refuses chmod (EPERM), not capsule",
-                    real.display()
-                )
-            };
-            a.no_change = (!a.allowed)
-                .then(|| "capsule cannot give a run more than the host's permissions".into());
+            a.allowed = true;
+            a.because = format!(
+                "NOT ENFORCED by capsule on this path (no mount namespace): the owner of {} can change its mode",
+                real.display()
+            );
         }
-        a.notes
-            .push("setting a setuid or setgid bit is refused by seccomp everywhere".into());
+        // The run holds no capabilities (no CAP_FOWNER, as root too): only
+        // the file's owner changes its mode.
+        use std::os::unix::fs::MetadataExt;
+        let uid = nix::unistd::geteuid().as_raw();
+        if let Ok(m) = std::fs::metadata(real) {
+            if m.uid() != uid {
+                a.allowed = false;
+                a.layer = "host";
+                a.layer_detail =
+                    "the host's file permissions (the run holds no capabilities, as root too)"
+                        .into();
+                a.because = format!(
+                    "{} belongs to uid {}: only its owner may change its mode (EPERM), and the run holds no capabilities",
+                    real.display(),
+                    m.uid()
+                );
+                a.change = None;
+                a.no_change =
+                    Some("capsule cannot give a run more than the host's permissions".into());
+            }
+        }
         a
     }
 
