@@ -396,16 +396,7 @@ impl View {
         for (index, b) in binds.iter().enumerate() {
             // A destination inside the private /tmp does not exist there yet.
             let under_tmp = private_tmp && b.dst.starts_with(tmp) && b.dst != tmp;
-            // Beneath a place already bound at its own path (a read grant
-            // with a write grant inside it): the host's tree there holds
-            // the way, and a skeleton would cover that bind.
-            let inside_bound = binds[..index].iter().any(|o| {
-                o.src == o.dst
-                    && o.dst != tmp
-                    && o.dst.starts_with(tmp)
-                    && b.dst.starts_with(&o.dst)
-            });
-            if under_tmp && !inside_bound {
+            if under_tmp {
                 let rel = b.dst.strip_prefix(tmp).expect("checked");
                 let mut at = tmp.to_path_buf();
                 let comps: Vec<_> = rel.components().collect();
