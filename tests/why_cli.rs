@@ -565,30 +565,34 @@ fn read_grant_with_a_write_grant_beneath() {
             Q::create(sb.p(&format!("outside/new{n}"))),
         ]
     };
-    // The audit log (beneath the grant here) is carved out for why as for exec.
-    let a = agree(&sb, &pol, &qs(0), "read . write ./w1");
-    assert_eq!(
-        a[&format!("read {}", sb.p("outside/f.txt"))]["allowed"],
-        true
-    );
-    let mut log_q = qs(1);
-    log_q.push(Q::read(sb.p("state/capsule/audit.jsonl")));
-    let a = agree(&sb, &pol, &log_q, "read . write ./w1, the audit log");
-    let log = &a[&format!("read {}", sb.p("state/capsule/audit.jsonl"))];
-    assert_eq!(log["allowed"], false, "{log:#}");
-    // Without the audit log's carve-out the view keeps no host /tmp.
+    // First without an audit log, before capsule's state directory exists
+    // beneath the grant (it is carved out like a credential store once it
+    // does, and a carve-out keeps the host's /tmp in the view).
     let a = agree_with(
         &sb,
         &pol,
         &["--no-audit"],
-        &qs(2),
+        &qs(0),
         "read . write ./w1, --no-audit",
     );
     assert_eq!(
         a[&format!("read {}", sb.p("outside/f.txt"))]["allowed"],
         true
     );
-    assert_eq!(a[&format!("write {}", sb.p("w1/new2"))]["allowed"], true);
+    assert_eq!(a[&format!("read {}", sb.p("top.txt"))]["allowed"], true);
+    assert_eq!(a[&format!("write {}", sb.p("w1/new0"))]["allowed"], true);
+    // The audit log (beneath the grant here, made by the first run that
+    // writes it) is carved out for why as for exec.
+    agree(&sb, &pol, &qs(1), "read . write ./w1, with an audit log");
+    let mut log_q = qs(2);
+    log_q.push(Q::read(sb.p("state/capsule/audit.jsonl")));
+    let a = agree(&sb, &pol, &log_q, "read . write ./w1, the audit log");
+    assert_eq!(
+        a[&format!("read {}", sb.p("outside/f.txt"))]["allowed"],
+        true
+    );
+    let log = &a[&format!("read {}", sb.p("state/capsule/audit.jsonl"))];
+    assert_eq!(log["allowed"], false, "{log:#}");
 }
 
 /// Without Landlock (emulated: CAPSULE_LANDLOCK_ABI_MAX=0) and with
