@@ -43,3 +43,4 @@ pub(crate) mod supervisor;
 #[allow(unsafe_code)]
 pub(crate) mod sys;
 pub(crate) mod volume;
+pub(crate) mod why;

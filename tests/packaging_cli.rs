@@ -5,7 +5,15 @@ mod common;
 
 use common::Sandbox;
 
-const SUBCOMMANDS: [&str; 6] = ["exec", "check", "doctor", "policy", "volume", "completions"];
+const SUBCOMMANDS: [&str; 7] = [
+    "exec",
+    "check",
+    "why",
+    "doctor",
+    "policy",
+    "volume",
+    "completions",
+];
 
 #[test]
 fn version_states_version_commit_and_what_the_build_knows() {
@@ -70,7 +78,12 @@ fn man_page_is_roff_naming_the_subcommands() {
     let dir = sb.path("man1");
     let run = sb.run(&["man", "--dir", &dir.to_string_lossy()]);
     run.assert_code(0);
-    for page in ["capsule.1", "capsule-exec.1", "capsule-volume.1"] {
+    for page in [
+        "capsule.1",
+        "capsule-exec.1",
+        "capsule-why.1",
+        "capsule-volume.1",
+    ] {
         let text = std::fs::read_to_string(dir.join(page)).unwrap_or_default();
         assert!(text.contains(".TH"), "{page} missing or empty");
     }

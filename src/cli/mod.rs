@@ -14,6 +14,7 @@ mod report;
 mod rpc_cmd;
 mod version;
 mod volume;
+mod why;
 
 use clap::{Parser, Subcommand};
 
@@ -41,6 +42,8 @@ enum Command {
     Exec(exec::ExecArgs),
     /// Validate a policy and show what this kernel will enforce (exit 0 or 125).
     Check(check::CheckArgs),
+    /// Would the policy allow an access here? Verdict, layer, key, and the change that would allow it.
+    Why(why::WhyArgs),
     /// Report Landlock ABI, seccomp, user namespaces, cgroups, proxy support.
     Doctor(doctor::DoctorArgs),
     /// Policy helpers: the JSON Schema and starter policies.
@@ -81,6 +84,7 @@ pub fn main() -> i32 {
     match cli.command {
         Command::Exec(a) => exec::run(a),
         Command::Check(a) => check::run(a),
+        Command::Why(a) => why::run(a),
         Command::Doctor(a) => doctor::run(a),
         Command::Policy(c) => policy_cmd::run(c),
         Command::Rpc(a) => rpc_cmd::run(a),

@@ -1,0 +1,1398 @@
+//! `capsule why`: the answer to "would the sandbox let the command do X, and
+//! if not, who says no and what would change that?", from the same planning
+//! `exec` does and without running anything.
+//!
+//! [`Survey::new`] prepares the layers exactly as `exec` would on this host
+//! (`sandbox::prepare`: the Landlock rules with their carve-outs, the view,
+//! the seccomp programs, the signal layer) and keeps what a question needs;
+//! each `Survey::*` question then returns an [`Answer`]: the verdict, the layer
+//! that decides it here, the policy key (and line) that grants or refuses it,
+//! and the smallest change that would allow it, or why none can.
+//!
+//! The filesystem answer reads the Landlock rules `prepare` built (not the
+//! policy's grants): Landlock gives a path the union of the rights of the rules
+//! on it and its ancestors, so the carve-outs' expansions, dropped grants and
+//! ABI masks are answered as the kernel will see them.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+use crate::kernel;
+use crate::plan::{Origin, Plan};
+use crate::policy::validate::{self, GrantKind};
+use crate::policy::NetMode;
+use crate::sandbox::landlock::{Report, RuleKind, RuleLine};
+use crate::sandbox::view::ViewSummary;
+use crate::sandbox::{self, SandboxError, SignalLayer};
+
+/// A filesystem access `why` can answer for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FsAccess {
+    Read,
+    Write,
+    Exec,
+    Truncate,
+    Chmod,
+}
+
+impl FsAccess {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FsAccess::Read => "read",
+            FsAccess::Write => "write",
+            FsAccess::Exec => "exec",
+            FsAccess::Truncate => "truncate",
+            FsAccess::Chmod => "chmod",
+        }
+    }
+}
+
+/// One answer.
+#[derive(Debug, Clone, Default)]
+pub struct Answer {
+    /// The question, e.g. "read /etc/hosts".
+    pub question: String,
+    pub allowed: bool,
+    /// Short id of the deciding layer: landlock, view, seccomp,
+    /// truncate-guard, netns, proxy, broker, env, pid-namespace,
+    /// landlock-scope, seccomp-notify, host, none.
+    pub layer: &'static str,
+    /// The layer in words, e.g. "Landlock ABI 6".
+    pub layer_detail: String,
+    /// The policy key (or flag, or built-in rule) that grants or refuses it.
+    pub key: Option<String>,
+    pub line: Option<usize>,
+    /// Why, in one sentence.
+    pub because: String,
+    /// The smallest change that would allow it (when refused).
+    pub change: Option<String>,
+    /// Why no change to the policy can allow it (when refused).
+    pub no_change: Option<String>,
+    pub notes: Vec<String>,
+}
+
+impl Answer {
+    fn new(question: String) -> Answer {
+        Answer {
+            question,
+            ..Answer::default()
+        }
+    }
+
+    pub fn verdict(&self) -> &'static str {
+        if self.allowed {
+            "allowed"
+        } else {
+            "refused"
+        }
+    }
+
+    pub fn to_json(&self) -> Value {
+        json!({
+            "question": self.question,
+            "verdict": self.verdict(),
+            "allowed": self.allowed,
+            "layer": self.layer,
+            "layer_detail": self.layer_detail,
+            "key": self.key,
+            "line": self.line,
+            "because": self.because,
+            "change": self.change,
+            "no_change": self.no_change,
+            "notes": self.notes,
+        })
+    }
+
+    /// Human text: a verdict line and indented details.
+    pub fn render(&self) -> String {
+        let mut s = format!(
+            "{}: {} by {}\n",
+            self.question,
+            self.verdict(),
+            self.layer_detail
+        );
+        if let Some(k) = &self.key {
+            match self.line {
+                Some(l) => s.push_str(&format!("  key     {k} (line {l})\n")),
+                None => s.push_str(&format!("  key     {k}\n")),
+            }
+        }
+        s.push_str(&format!("  because {}\n", self.because));
+        if let Some(c) = &self.change {
+            s.push_str(&format!("  to allow {c}\n"));
+        }
+        if let Some(c) = &self.no_change {
+            s.push_str(&format!("  no policy change allows it: {c}\n"));
+        }
+        for n in &self.notes {
+            s.push_str(&format!("  note    {n}\n"));
+        }
+        s
+    }
+
+    fn key_of(&mut self, origin: &Origin) {
+        match origin {
+            Origin::Policy { key, line } => {
+                self.key = Some(key.clone());
+                self.line = *line;
+            }
+            Origin::Cli(flag) => self.key = Some((*flag).to_string()),
+            Origin::System => self.key = Some("filesystem.system".into()),
+            Origin::Tmp => self.key = Some("filesystem.tmp".into()),
+            Origin::Workspace => self.key = Some("--workspace".into()),
+            Origin::Command(why) => self.key = Some(format!("the command ({why})")),
+            Origin::Credential(_) => self.key = Some("built-in credential carve-out".into()),
+            Origin::Secret(_) => self.key = Some("built-in /etc secret carve-out".into()),
+        }
+    }
+}
+
+/// What `exec` would set up on this host, kept for the questions.
+pub struct Survey<'a> {
+    plan: &'a Plan,
+    lines: &'a std::collections::BTreeMap<String, usize>,
+    env_policy: &'a crate::policy::Env,
+    /// How many of the plan's allow_hosts came from `--allow-host` (the last ones).
+    cli_hosts: usize,
+    report: Report,
+    view: Option<ViewSummary>,
+    signals: SignalLayer,
+    netns: bool,
+    own_loopback: bool,
+    truncate_guard: bool,
+    seccomp: bool,
+    namespaces: bool,
+    /// The metadata guard of the no-view path: the write grants it lets
+    /// change and the carve-outs it refuses (None: no such guard).
+    meta_guard: Option<(Vec<PathBuf>, Vec<PathBuf>)>,
+}
+
+/// Landlock rights, as far as `why`'s questions need them.
+#[derive(Debug, Clone, Copy, Default)]
+struct Rights {
+    read_file: bool,
+    read_dir: bool,
+    write_file: bool,
+    make: bool,
+    exec: bool,
+}
+
+fn rights_of(rule: &RuleLine) -> Rights {
+    if matches!(rule.kind, RuleKind::ListOnly { .. }) {
+        return Rights {
+            read_dir: true,
+            ..Rights::default()
+        };
+    }
+    let a = rule.access;
+    Rights {
+        read_file: a.read || a.write || a.exec,
+        read_dir: a.read || a.write || a.exec,
+        write_file: a.write,
+        make: a.write,
+        exec: a.exec,
+    }
+}
+
+impl<'a> Survey<'a> {
+    /// Prepare every layer for `plan` as `exec` would here (as `check` does,
+    /// see `sandbox::predict`), without running anything. `Err` is the
+    /// refusal `exec` would print.
+    pub fn new(
+        plan: &'a Plan,
+        loaded: &'a crate::policy::LoadedPolicy,
+        cli_hosts: usize,
+    ) -> Result<Survey<'a>, SandboxError> {
+        let namespaces = kernel::probe().namespaces;
+        let port = (plan.net.mode == NetMode::Proxy).then_some(1);
+        let made_tmp = plan
+            .tmpdir
+            .as_ref()
+            .filter(|t| std::fs::create_dir(t).is_ok());
+        let layers = sandbox::prepare(plan, port, namespaces);
+        if let Some(t) = made_tmp {
+            let _ = std::fs::remove_dir(t);
+        }
+        let mut layers = layers?;
+        layers.cgroup.remove();
+        let report = layers
+            .landlock
+            .as_ref()
+            .map(|l| l.report().clone())
+            .unwrap_or_default();
+        Ok(Survey {
+            plan,
+            lines: &loaded.lines,
+            env_policy: &loaded.policy.env,
+            cli_hosts,
+            report,
+            view: layers.view.as_ref().map(|v| v.summary.clone()),
+            signals: layers.signals,
+            netns: layers.netns,
+            own_loopback: layers.own_loopback,
+            truncate_guard: layers.truncate_guard.is_some(),
+            seccomp: layers.seccomp_enforced,
+            namespaces,
+            // This branch has no metadata guard yet; main's (`Layers::meta_guard`)
+            // goes here: `layers.meta_guard.as_ref().map(|m| (m.write.clone(), m.deny.clone()))`.
+            meta_guard: None,
+        })
+    }
+
+    /// The host's layers in one JSON object (the `host` of `why --json`).
+    pub fn host_json(&self) -> Value {
+        json!({
+            "landlock_abi": self.report.abi,
+            "landlock_fs": self.report.fs,
+            "namespaces": self.namespaces,
+            "view": self.view.is_some(),
+            "seccomp": self.seccomp,
+            "signals": self.signals.as_str(),
+            "network": self.plan.net.mode,
+            "note": self.namespaces.then_some(
+                "namespaces are predicted from the host's settings, as check does; where clone() still refuses \
+                 them (a container without CAP_SYS_ADMIN), exec takes the no-namespace path: ask again with \
+                 CAPSULE_NO_NAMESPACES=1"
+            ),
+        })
+    }
+
+    fn landlock(&self) -> String {
+        format!("Landlock ABI {}", self.report.abi)
+    }
+
+    fn line(&self, key: &str) -> Option<usize> {
+        // The closest recorded ancestor, as `policy::lines::lookup`.
+        let mut k = key;
+        loop {
+            if let Some(l) = self.lines.get(k) {
+                return Some(*l);
+            }
+            k = &k[..k.rfind(['.', '['])?];
+        }
+    }
+
+    // ---------------------------------------------------------------- files
+
+    /// May the run do `access` on `path` (absolute; symlinks are followed as
+    /// the kernel would)?
+    pub fn path(&self, path: &Path, access: FsAccess) -> Answer {
+        let mut a = Answer::new(format!("{} {}", access.as_str(), path.display()));
+        let (real, exists) = canonical(path);
+        if real != path {
+            a.notes.push(format!(
+                "{} resolves to {} (the kernel checks the target)",
+                path.display(),
+                real.display()
+            ));
+        }
+        let is_dir = exists && real.is_dir();
+        if !exists {
+            a.notes.push(format!(
+                "{} does not exist now{}",
+                real.display(),
+                if matches!(access, FsAccess::Write) {
+                    ": the question is whether it can be created"
+                } else {
+                    ""
+                }
+            ));
+        }
+        // The link itself must be in the run's view to be followed.
+        if let Some(done) = self.link_outside_view(&a, path, &real) {
+            return done;
+        }
+        if let Some(done) = self.view_special(&mut a, &real, access) {
+            return done;
+        }
+        if access == FsAccess::Chmod {
+            return self.chmod(a, &real, exists);
+        }
+        let (granted, decider) = self.rights(&real);
+        let need_write = |r: &Rights| {
+            if exists && !is_dir {
+                r.write_file
+            } else {
+                r.make
+            }
+        };
+        let ok = match access {
+            FsAccess::Read if is_dir => granted.read_dir,
+            FsAccess::Read => granted.read_file,
+            FsAccess::Write | FsAccess::Truncate => need_write(&granted),
+            FsAccess::Exec => granted.exec,
+            FsAccess::Chmod => unreachable!("answered above"),
+        };
+        if !self.report.fs {
+            // --best-effort without Landlock: nothing checks reads, writes
+            // only the view (its writable binds are the write grants).
+            if access == FsAccess::Truncate {
+                return self.truncate_below_abi3(a, &real, exists);
+            }
+            if access == FsAccess::Write && self.view.is_some() && self.write_bind(&real).is_none()
+            {
+                a.allowed = false;
+                a.layer = "view";
+                a.layer_detail = "the read-only view of the host".into();
+                a.because = "outside every write grant, the host is mounted read-only in the run's view (EROFS)".into();
+                self.suggest(&mut a, &real, exists, GrantKind::Write);
+            } else if let Some(why) = host_refuses(&real, exists, is_dir, access) {
+                a.layer = "host";
+                a.layer_detail = "the host's file permissions".into();
+                a.because = format!("nothing in the sandbox checks it here, but {why}");
+            } else {
+                a.allowed = true;
+                a.layer = "none";
+                a.layer_detail = "no layer (no Landlock here, --best-effort)".into();
+                a.because =
+                    "NOT ENFORCED: this kernel has no Landlock, and the run was allowed without it"
+                        .into();
+            }
+            return a;
+        }
+        a.allowed = ok;
+        a.layer = "landlock";
+        a.layer_detail = self.landlock();
+        if access == FsAccess::Truncate && self.report.abi < kernel::LANDLOCK_TRUNCATE {
+            return self.truncate_below_abi3(a, &real, exists);
+        }
+        let kind = match access {
+            FsAccess::Read => GrantKind::Read,
+            FsAccess::Exec => GrantKind::Exec,
+            _ => GrantKind::Write,
+        };
+        if ok {
+            if let Some(why) = host_refuses(&real, exists, is_dir, access) {
+                a.allowed = false;
+                a.layer = "host";
+                a.layer_detail =
+                    "the host's file permissions (the run holds no capabilities, as root too)"
+                        .into();
+                a.because = format!("the sandbox allows it, but {why}");
+                a.no_change = Some(
+                    "capsule cannot give a run more than the host's file permissions: change the file's mode or \
+                     owner on the host"
+                        .into(),
+                );
+                return a;
+            }
+            if let Some(rule) = decider.find(|r: &Rights| match access {
+                FsAccess::Read if is_dir => r.read_dir,
+                FsAccess::Read => r.read_file,
+                FsAccess::Exec => r.exec,
+                _ => need_write(r),
+            }) {
+                a.key_of(&rule.origin);
+                a.because = match &rule.kind {
+                    RuleKind::CarveOut { grant } => format!(
+                        "{} ({}) gives {} beneath it, as part of the grant of {} expanded around carve-outs",
+                        rule.path.display(),
+                        rule.origin,
+                        rule.access.label(),
+                        grant.display()
+                    ),
+                    _ => format!(
+                        "{} ({}) gives {} beneath it",
+                        rule.path.display(),
+                        rule.origin,
+                        rule.access.label()
+                    ),
+                };
+            }
+            return a;
+        }
+        // Refused: a carve-out, an expanded directory, or no grant.
+        if let Some(d) = self
+            .report
+            .denied
+            .iter()
+            .filter(|d| real.starts_with(&d.path))
+            .max_by_key(|d| d.path.components().count())
+        {
+            a.key_of(&d.origin);
+            let home = crate::policy::resolve::invoking_home();
+            let grant_shown = shown_key(&self.report.rules, &d.grant);
+            a.because = match &d.origin {
+                Origin::Credential(what) => format!(
+                    "{} is a credential store ({what}), carved out beneath {grant_shown}",
+                    tilde(&d.path, &home)
+                ),
+                Origin::Secret(what) => format!(
+                    "{} is a system secret ({what}), carved out beneath {grant_shown}",
+                    d.path.display()
+                ),
+                _ => format!(
+                    "{} is carved out ({}) beneath {grant_shown}",
+                    d.path.display(),
+                    d.origin
+                ),
+            };
+            match &d.origin {
+                Origin::Policy { key, .. } => {
+                    a.change = Some(format!(
+                        "remove {} from the policy's carve-outs ({key})",
+                        d.path.display()
+                    ))
+                }
+                _ => {
+                    let k = if access == FsAccess::Exec {
+                        GrantKind::Exec
+                    } else if matches!(access, FsAccess::Read) {
+                        GrantKind::Read
+                    } else {
+                        GrantKind::Write
+                    };
+                    match validate::check_grant(&d.path, k) {
+                        Ok(()) => {
+                            a.change = Some(format!(
+                                "a grant naming it exactly: filesystem.{}: [\"{}\"] (or --allow-{} {}); a broader grant never includes it",
+                                k.as_str(),
+                                tilde(&d.path, &home),
+                                k.as_str(),
+                                d.path.display()
+                            ))
+                        }
+                        Err(why) => a.no_change = Some(why),
+                    }
+                }
+            }
+            return a;
+        }
+        // An expanded directory: entries cannot be made in it directly.
+        let parent = real.parent().unwrap_or(Path::new("/"));
+        if !exists || (is_dir && matches!(access, FsAccess::Write)) {
+            let dir = if exists { real.as_path() } else { parent };
+            if let Some(d) = self
+                .report
+                .denied
+                .iter()
+                .find(|d| dir.starts_with(&d.grant) && d.path.starts_with(dir) && d.path != dir)
+            {
+                a.because = format!(
+                    "{} is expanded around the carve-out of {} ({}): Landlock cannot subtract, so entries \
+                     directly in it are reachable only when they existed at the start of the run, and nothing \
+                     can be created there",
+                    dir.display(),
+                    d.path.display(),
+                    d.origin
+                );
+                a.no_change = Some(format!(
+                    "create it in a subdirectory of {} instead, or drop the carve-out of {}",
+                    dir.display(),
+                    d.path.display()
+                ));
+                return a;
+            }
+        }
+        let partial = self
+            .report
+            .rules
+            .iter()
+            .filter(|r| real.starts_with(&r.path) && r.kind != RuleKind::ProcSelf)
+            .max_by_key(|r| r.path.components().count());
+        match partial {
+            Some(r) => {
+                a.key_of(&r.origin);
+                a.because = format!(
+                    "{} ({}) gives only {} beneath it",
+                    r.path.display(),
+                    r.origin,
+                    match r.kind {
+                        RuleKind::ListOnly { .. } => "listing".to_string(),
+                        _ => r.access.label(),
+                    }
+                );
+            }
+            None => {
+                a.because = format!("no grant covers {}", real.display());
+            }
+        }
+        if let Some(g) = self
+            .report
+            .dropped
+            .iter()
+            .find(|g| real.starts_with(&g.path))
+        {
+            a.notes.push(format!(
+                "the grant of {} ({}) is dropped: it lies inside the carve-out of {}",
+                g.path.display(),
+                g.origin,
+                g.deny.display()
+            ));
+        }
+        self.suggest(&mut a, &real, exists, kind);
+        a
+    }
+
+    /// The union of the rights of every rule on `p` and its ancestors, and a
+    /// finder for the deepest rule that gives a right.
+    fn rights(&self, p: &Path) -> (Rights, Deciders<'_>) {
+        let rules: Vec<&RuleLine> = self
+            .report
+            .rules
+            .iter()
+            .filter(|r| r.kind != RuleKind::ProcSelf && p.starts_with(&r.path))
+            .collect();
+        let mut all = Rights::default();
+        for r in &rules {
+            let x = rights_of(r);
+            all.read_file |= x.read_file;
+            all.read_dir |= x.read_dir;
+            all.write_file |= x.write_file;
+            all.make |= x.make;
+            all.exec |= x.exec;
+        }
+        (all, Deciders(rules))
+    }
+
+    /// The smallest grant that would allow `kind` on `real`, or why none can.
+    fn suggest(&self, a: &mut Answer, real: &Path, exists: bool, kind: GrantKind) {
+        // Grants must exist: a new file needs its directory granted.
+        let target = if exists {
+            real.to_path_buf()
+        } else {
+            real.ancestors()
+                .find(|p| p.exists())
+                .unwrap_or(Path::new("/"))
+                .to_path_buf()
+        };
+        let home = crate::policy::resolve::invoking_home();
+        let creds = crate::plan::credentials::patterns(&home, &[]);
+        if let Some(c) = real
+            .ancestors()
+            .find(|p| crate::plan::credentials::is_credential(&creds, p))
+        {
+            let shown = tilde(c, &home);
+            let why = format!(
+                "{shown} is a credential store: only a grant naming it exactly reaches it (a broader grant, such as \
+                 ~, never includes it)"
+            );
+            if !c.exists() {
+                a.no_change = Some(format!("{why}, and it does not exist here"));
+                return;
+            }
+            a.change = match validate::check_grant(c, kind) {
+                Ok(()) => Some(format!(
+                    "a grant naming it exactly: filesystem.{}: [\"{shown}\"] (or --allow-{} {}); {why}",
+                    kind.as_str(),
+                    kind.as_str(),
+                    c.display()
+                )),
+                Err(e) => {
+                    a.no_change = Some(e);
+                    None
+                }
+            };
+            return;
+        }
+        match validate::check_grant(&target, kind) {
+            Ok(()) => {
+                a.change = Some(format!(
+                    "add \"{}\" to filesystem.{} (or run with --allow-{} {})",
+                    target.display(),
+                    kind.as_str(),
+                    kind.as_str(),
+                    target.display()
+                ))
+            }
+            Err(why) => a.no_change = Some(why),
+        }
+    }
+
+    /// Whether `p` (canonical) lies in the host's /tmp where the view shows
+    /// the run's private /tmp instead: neither a grant bound into it nor a
+    /// directory leading to one.
+    fn hidden_by_private_tmp(&self, p: &Path) -> bool {
+        let tmp = Path::new("/tmp");
+        if !self.view.as_ref().is_some_and(|v| v.private_tmp) || !p.starts_with(tmp) || p == tmp {
+            return false;
+        }
+        let under_tmpdir = |g: &Path| self.plan.tmpdir.as_ref().is_some_and(|t| g.starts_with(t));
+        !self.plan.fs.grants.iter().any(|g| {
+            g.path.starts_with(tmp)
+                && !under_tmpdir(&g.path)
+                && (p.starts_with(&g.path) || g.path.starts_with(p))
+        })
+    }
+
+    /// A symbolic link whose own place the run's view does not show.
+    fn link_outside_view(&self, a: &Answer, path: &Path, real: &Path) -> Option<Answer> {
+        let (dir, name) = (path.parent()?, path.file_name()?);
+        let link = std::fs::canonicalize(dir).ok()?.join(name);
+        if link == real || !link.is_symlink() || !self.hidden_by_private_tmp(&link) {
+            return None;
+        }
+        let mut out = a.clone();
+        out.allowed = false;
+        out.layer = "view";
+        out.layer_detail = "the run's view (mount namespace)".into();
+        out.key = Some("filesystem.tmp".into());
+        out.line = self.line("filesystem.tmp");
+        out.because = format!(
+            "the link {} lies in the host's /tmp, which the run does not see (its /tmp is its private TMPDIR): it cannot be followed",
+            link.display()
+        );
+        out.change = Some(format!(
+            "add \"{}\" to filesystem.read (a grant under /tmp is bound into the private /tmp), or use the target's path",
+            link.parent().unwrap_or(Path::new("/")).display()
+        ));
+        Some(out)
+    }
+
+    /// The view's own places: the private /tmp, /proc, /dev/shm and the
+    /// covered secrets of /etc. None: Landlock's rules decide.
+    fn view_special(&self, a: &mut Answer, real: &Path, access: FsAccess) -> Option<Answer> {
+        let v = self.view.as_ref()?;
+        let writes = matches!(
+            access,
+            FsAccess::Write | FsAccess::Truncate | FsAccess::Chmod
+        );
+        if let Some((at, what)) = v.secrets.iter().find(|(at, _)| real.starts_with(at)) {
+            let mut out = a.clone();
+            out.allowed = false;
+            out.layer = "view";
+            out.layer_detail = "the run's view (mount namespace)".into();
+            out.key = Some("built-in /etc secret cover".into());
+            out.because = format!(
+                "{} is a system secret ({what}): the view covers it ({}), so the run {}",
+                at.display(),
+                if at.is_dir() {
+                    "an empty mode-000 directory"
+                } else {
+                    "/dev/null"
+                },
+                if writes {
+                    "cannot change it"
+                } else {
+                    "reads nothing of it (an empty file)"
+                }
+            );
+            match validate::check_grant(at, GrantKind::Read) {
+                Ok(()) if !writes => {
+                    out.change = Some(format!(
+                        "a grant naming it exactly: filesystem.read: [\"{}\"] (a grant of /etc never includes it)",
+                        at.display()
+                    ))
+                }
+                Ok(()) => {
+                    out.change = Some(format!(
+                        "a write grant naming it exactly: filesystem.write: [\"{}\"]",
+                        at.display()
+                    ))
+                }
+                Err(why) => out.no_change = Some(why),
+            }
+            return Some(out);
+        }
+        let tmp = Path::new("/tmp");
+        let rebound = self.plan.fs.grants.iter().any(|g| {
+            g.path.starts_with(tmp)
+                && g.path != tmp
+                && real.starts_with(&g.path)
+                && !self
+                    .plan
+                    .tmpdir
+                    .as_ref()
+                    .is_some_and(|t| g.path.starts_with(t))
+        });
+        if v.private_tmp && real.starts_with(tmp) && !rebound {
+            let mut out = a.clone();
+            out.layer = "view";
+            out.layer_detail = "the run's view (mount namespace)".into();
+            out.key = Some("filesystem.tmp".into());
+            out.line = self.line("filesystem.tmp");
+            if matches!(access, FsAccess::Exec) {
+                out.allowed = false;
+                out.because = "/tmp is the run's private TMPDIR, writable but not executable; the host's /tmp is not in the view".into();
+                out.change =
+                    Some("exec a file from an exec grant instead (filesystem.exec)".into());
+            } else if writes {
+                // The private /tmp holds the TMPDIR's content and the
+                // directories leading to grants bound inside it.
+                // The directories leading to grants bound inside it are a
+                // read-only skeleton.
+                let parent = real.parent().unwrap_or(tmp);
+                let skeleton = self
+                    .plan
+                    .fs
+                    .grants
+                    .iter()
+                    .any(|g| g.path.starts_with(parent) && g.path != parent);
+                out.allowed = parent == tmp;
+                out.because = if out.allowed {
+                    "/tmp is the run's private TMPDIR (deleted after the run): the write lands there, not in the host's /tmp".into()
+                } else if skeleton {
+                    format!(
+                        "/tmp is the run's private TMPDIR: {} is only a read-only directory leading to a grant bound inside it",
+                        parent.display()
+                    )
+                } else {
+                    format!(
+                        "/tmp is the run's private TMPDIR: the host's {} is not in the view, so nothing can be created in it",
+                        parent.display()
+                    )
+                };
+                if !out.allowed {
+                    out.change = Some(format!(
+                        "add \"{}\" to filesystem.write (a grant under /tmp is bound into the private /tmp)",
+                        parent.display()
+                    ));
+                }
+            } else {
+                // A directory leading to a grant bound inside the private
+                // /tmp is there (a read-only skeleton showing only that way).
+                let skeleton = real.is_dir()
+                    && self.plan.fs.grants.iter().any(|g| {
+                        g.path.starts_with(real)
+                            && g.path != real
+                            && !self
+                                .plan
+                                .tmpdir
+                                .as_ref()
+                                .is_some_and(|t| g.path.starts_with(t))
+                    });
+                out.allowed = real == tmp || skeleton;
+                out.because = if real == tmp {
+                    "/tmp is the run's private TMPDIR".into()
+                } else if skeleton {
+                    format!(
+                        "/tmp is the run's private TMPDIR, and {} is only a read-only directory leading to a grant \
+                         bound inside it: it lists that way and nothing else of the host's",
+                        real.display()
+                    )
+                } else {
+                    format!(
+                        "/tmp is the run's private TMPDIR: the host's {} is not in the view",
+                        real.display()
+                    )
+                };
+                if !out.allowed {
+                    out.change = Some(format!(
+                        "add \"{}\" to filesystem.read (a grant under /tmp is bound into the private /tmp)",
+                        real.display()
+                    ));
+                }
+            }
+            return Some(out);
+        }
+        if v.private_proc && real.starts_with("/proc") {
+            let mut out = a.clone();
+            out.layer = "view";
+            out.layer_detail = "the run's view (its own pid namespace and /proc)".into();
+            out.allowed = !writes && !matches!(access, FsAccess::Exec);
+            out.because =
+                "/proc is the run's own (its pid namespace): it shows only the run's processes, read-only".into();
+            if !out.allowed {
+                out.no_change = Some("nothing beneath /proc may be written or executed".into());
+            }
+            return Some(out);
+        }
+        if v.private_shm && real.starts_with("/dev/shm") {
+            let mut out = a.clone();
+            out.layer = "view";
+            out.layer_detail = "the run's view (a private /dev/shm)".into();
+            out.allowed = !matches!(access, FsAccess::Exec);
+            out.because = "/dev/shm is the run's own tmpfs (noexec)".into();
+            return Some(out);
+        }
+        None
+    }
+
+    /// The write grant whose writable bind holds `real` in the view (the
+    /// deepest): its carve-outs hide content (Landlock), not the inode.
+    fn write_bind(&self, real: &Path) -> Option<&crate::plan::FsGrant> {
+        self.plan
+            .fs
+            .grants
+            .iter()
+            .filter(|g| g.access.write && real.starts_with(&g.path))
+            .max_by_key(|g| g.path.components().count())
+    }
+
+    /// truncate(2) by path where Landlock has no truncate right (ABI 1-2):
+    /// the view's read-only host, or the seccomp truncate guard.
+    fn truncate_below_abi3(&self, mut a: Answer, real: &Path, exists: bool) -> Answer {
+        let abi = self.report.abi;
+        a.allowed = false;
+        if self.view.is_some() {
+            a.layer = "view";
+            a.layer_detail = format!(
+                "the read-only view of the host (Landlock ABI {abi} has no truncate right)"
+            );
+            match self.write_bind(real) {
+                Some(g) => {
+                    a.allowed = true;
+                    a.key_of(&g.origin);
+                    a.because = format!(
+                        "{} ({}) is writable in the view",
+                        g.path.display(),
+                        g.origin
+                    );
+                    if let Some(d) = self
+                        .report
+                        .denied
+                        .iter()
+                        .find(|d| real.starts_with(&d.path))
+                    {
+                        a.notes.push(format!(
+                            "{} is carved out ({}), but below Landlock ABI 3 a carve-out does not stop truncate() by \
+                             path inside a write grant: its content can be destroyed, though not read",
+                            d.path.display(),
+                            d.origin
+                        ));
+                    }
+                }
+                None => {
+                    a.because = "outside every write grant, the host is mounted read-only in the run's view (EROFS)".into();
+                    self.suggest(&mut a, real, exists, GrantKind::Write);
+                }
+            }
+        } else if self.truncate_guard {
+            a.layer = "truncate-guard";
+            a.layer_detail = format!(
+                "capsule's seccomp truncate guard (Landlock ABI {abi} has no truncate right)"
+            );
+            a.because =
+                "truncate() by path is refused everywhere (seccomp cannot read the path)".into();
+            a.no_change = Some(
+                "use ftruncate() on a descriptor opened for writing (open with O_WRONLY|O_TRUNC), which a write \
+                 grant allows (see --write)"
+                    .into(),
+            );
+        } else {
+            a.allowed = true;
+            a.layer = "none";
+            a.layer_detail = "no layer (--best-effort)".into();
+            a.because = "NOT ENFORCED: no layer checks truncate() by path on this host".into();
+        }
+        a
+    }
+
+    fn chmod(&self, mut a: Answer, real: &Path, exists: bool) -> Answer {
+        a.notes
+            .push("setting a setuid or setgid bit is refused by seccomp everywhere".into());
+        if self.view.is_some() {
+            a.layer = "view";
+            a.layer_detail =
+                "the read-only view of the host (Landlock has no hook for chmod)".into();
+            // Each write grant is bound writable whole: its carve-outs hide
+            // content (Landlock), not metadata.
+            let bind = self.write_bind(real);
+            a.allowed = bind.is_some();
+            if let Some(g) = bind {
+                a.key_of(&g.origin);
+                a.because = format!(
+                    "{} ({}) is writable in the view",
+                    g.path.display(),
+                    g.origin
+                );
+                if let Some(d) = self
+                    .report
+                    .denied
+                    .iter()
+                    .find(|d| real.starts_with(&d.path))
+                {
+                    a.notes.push(format!(
+                        "{} is carved out ({}), but a carve-out hides content only: inside a write grant its mode can change",
+                        d.path.display(),
+                        d.origin
+                    ));
+                }
+            } else {
+                a.because = "outside every write grant, the host is mounted read-only in the run's view: chmod fails with EROFS, as root too".into();
+                self.suggest(&mut a, real, exists, GrantKind::Write);
+                return a;
+            }
+        } else if let Some((write, deny)) = &self.meta_guard {
+            a.layer = "meta-guard";
+            a.layer_detail =
+                "capsule's metadata guard (seccomp user notification; no view here)".into();
+            let grant = write
+                .iter()
+                .filter(|w| real.starts_with(w))
+                .max_by_key(|w| w.components().count());
+            let carved = deny.iter().find(|d| real.starts_with(d));
+            let device = std::fs::metadata(real).is_ok_and(|m| {
+                use std::os::unix::fs::FileTypeExt;
+                m.file_type().is_char_device() || m.file_type().is_block_device()
+            });
+            match (grant, carved) {
+                (Some(g), None) if !device => {
+                    a.allowed = true;
+                    if let Some(fg) = self.plan.fs.grants.iter().find(|x| &x.path == g) {
+                        a.key_of(&fg.origin);
+                    }
+                    a.because = format!(
+                        "{} is a write grant, and capsule makes the call itself",
+                        g.display()
+                    );
+                }
+                (_, Some(d)) => {
+                    a.because = format!(
+                        "{} is carved out: the guard refuses it (EACCES)",
+                        d.display()
+                    );
+                    a.no_change =
+                        Some("a carve-out's metadata never changes; drop the carve-out".into());
+                    return a;
+                }
+                _ => {
+                    a.because = if device {
+                        "a device's metadata never changes (EACCES)".into()
+                    } else {
+                        "outside every write grant the guard refuses it (EACCES)".into()
+                    };
+                    if !device {
+                        self.suggest(&mut a, real, exists, GrantKind::Write);
+                    }
+                    return a;
+                }
+            }
+        } else {
+            a.layer = "host";
+            a.layer_detail =
+                "the host's file permissions (no view here: Landlock has no hook for chmod)".into();
+            a.allowed = true;
+            a.because = format!(
+                "NOT ENFORCED by capsule on this path (no mount namespace): the owner of {} can change its mode",
+                real.display()
+            );
+        }
+        // The run holds no capabilities (no CAP_FOWNER, as root too): only
+        // the file's owner changes its mode.
+        use std::os::unix::fs::MetadataExt;
+        let uid = nix::unistd::geteuid().as_raw();
+        if let Ok(m) = std::fs::metadata(real) {
+            if m.uid() != uid {
+                a.allowed = false;
+                a.layer = "host";
+                a.layer_detail =
+                    "the host's file permissions (the run holds no capabilities, as root too)"
+                        .into();
+                a.because = format!(
+                    "{} belongs to uid {}: only its owner may change its mode (EPERM), and the run holds no capabilities",
+                    real.display(),
+                    m.uid()
+                );
+                a.change = None;
+                a.no_change =
+                    Some("capsule cannot give a run more than the host's permissions".into());
+            }
+        }
+        a
+    }
+
+    // -------------------------------------------------------------- network
+
+    /// May the run connect to `host:port`?
+    pub fn connect(&self, host: &str, port: u16) -> Answer {
+        use crate::proxy::allow_hosts::{Allowlist, TargetHost};
+        let mut a = Answer::new(format!("connect {host}:{port}"));
+        let target = TargetHost::parse(host);
+        let loopback = target
+            .as_ref()
+            .is_some_and(TargetHost::is_explicit_loopback);
+        a.key = Some("network.mode".into());
+        a.line = self.line("network.mode");
+        let mode = self.plan.net.mode;
+        if mode == NetMode::Unrestricted {
+            a.allowed = true;
+            a.layer = "none";
+            a.layer_detail = "no layer (network.mode: unrestricted)".into();
+            a.because = "the run shares the host's network".into();
+            return a;
+        }
+        if loopback && self.own_loopback {
+            a.allowed = true;
+            a.layer = "netns";
+            a.layer_detail = "the run's own network namespace".into();
+            a.because = format!(
+                "{host} is the run's own loopback: it reaches only what the run itself listens on, never the host's services"
+            );
+            return a;
+        }
+        let direct = if self.netns {
+            (
+                "netns",
+                "the run's own network namespace (no route out)".to_string(),
+            )
+        } else if self.seccomp {
+            (
+                "seccomp",
+                "seccomp (IP sockets refused on the host's network)".to_string(),
+            )
+        } else {
+            ("landlock", self.landlock())
+        };
+        if mode == NetMode::None {
+            a.layer = direct.0;
+            a.layer_detail = direct.1;
+            a.because = "network.mode is none: no connection leaves the run".into();
+            match target.as_ref().map(|t| self.always_refused(t)) {
+                Some(Some(why)) => a.no_change = Some(why),
+                _ => {
+                    a.change = Some(format!(
+                        "network.mode: proxy with network.allow_hosts: [\"{host}\"] (or --net proxy --allow-host {host}); \
+                         the run then reaches it through capsule's proxy (HTTP(S)_PROXY)"
+                    ))
+                }
+            }
+            return a;
+        }
+        // Proxy mode: only through the proxy, and only what it allows.
+        a.layer = "proxy";
+        a.layer_detail = "capsule's egress proxy (the only way out)".into();
+        a.notes.push(format!(
+            "a direct connection is refused by {}; the run reaches hosts through the proxy (HTTP_PROXY/HTTPS_PROXY)",
+            direct.1
+        ));
+        let list = Allowlist::parse(&self.plan.net.allow_hosts).ok();
+        let decided = match &list {
+            Some(l) => crate::proxy::decide::check_target(l, host, port),
+            None => Err(crate::proxy::refusal::Refusal::NotListed {
+                host: host.to_string(),
+                port,
+            }),
+        };
+        match decided {
+            Ok(_) => {
+                a.allowed = true;
+                let n = self.plan.net.allow_hosts.len();
+                let i = self.plan.net.allow_hosts.iter().position(|e| {
+                    Allowlist::parse(std::slice::from_ref(e))
+                        .is_ok_and(|l| target.as_ref().is_some_and(|t| l.permits_target(t, port)))
+                });
+                if let Some(i) = i {
+                    if i >= n - self.cli_hosts {
+                        a.key = Some(format!("--allow-host {}", self.plan.net.allow_hosts[i]));
+                        a.line = None;
+                    } else {
+                        let k = format!("network.allow_hosts[{i}]");
+                        a.line = self.line(&k);
+                        a.key = Some(k);
+                    }
+                    a.because = format!(
+                        "the proxy's allowlist entry \"{}\" matches {host}:{port}",
+                        self.plan.net.allow_hosts[i]
+                    );
+                }
+                if matches!(target, Some(TargetHost::Name(_))) && !loopback {
+                    a.notes.push(
+                        "a name that resolves to a private, loopback or link-local address is still refused (DNS rebinding)"
+                            .into(),
+                    );
+                }
+            }
+            Err(refusal) => {
+                a.allowed = false;
+                a.key = Some("network.allow_hosts".into());
+                a.line = self.line("network.allow_hosts");
+                a.because = refusal.to_string();
+                match target.as_ref().map(|t| self.always_refused(t)) {
+                    Some(Some(why)) => a.no_change = Some(why),
+                    Some(None) => {
+                        a.change = Some(format!(
+                            "add \"{host}\" (or \"{host}:{port}\") to network.allow_hosts (or run with --allow-host {host})"
+                        ))
+                    }
+                    None => a.no_change = Some(format!("{host} is neither a host name nor an IP address")),
+                }
+            }
+        }
+        a
+    }
+
+    fn always_refused(&self, t: &crate::proxy::allow_hosts::TargetHost) -> Option<String> {
+        use crate::proxy::allow_hosts::TargetHost;
+        use crate::proxy::destination::{classify_ip, is_metadata_name};
+        match t {
+            TargetHost::Name(n) if is_metadata_name(n) => Some(format!(
+                "{n} is a cloud metadata endpoint: the proxy refuses it whatever the allowlist says (only network.mode: unrestricted, no network confinement at all, reaches it)"
+            )),
+            TargetHost::Ip(ip) if classify_ip(*ip).always_refused() => Some(format!(
+                "{ip} is {}: the proxy refuses it whatever the allowlist says (only network.mode: unrestricted, no network confinement at all, reaches it)",
+                classify_ip(*ip).describe()
+            )),
+            _ => None,
+        }
+    }
+
+    // ------------------------------------------------------- broker, env, signals
+
+    /// May the run call the tool `name`?
+    pub fn tool(&self, name: &str) -> Answer {
+        let mut a = Answer::new(format!("tool {name}"));
+        a.layer = "broker";
+        a.layer_detail = "capsule's RPC broker (in the unconfined parent)".into();
+        let allow = self.plan.tools.as_ref().map(|t| &t.allow);
+        match allow.and_then(|l| l.iter().position(|t| t.name == name)) {
+            Some(i) => {
+                let k = format!("tools.allow[{i}]");
+                a.line = self.line(&k);
+                a.key = Some(k);
+                a.allowed = true;
+                a.because = format!(
+                    "the policy allow-lists the tool {name} (each call counts against tools.max_calls)"
+                );
+            }
+            None => {
+                a.key = Some("tools.allow".into());
+                a.line = self.line("tools.allow");
+                a.because = format!("{name} is not in the policy's tools.allow");
+                a.change = Some(format!(
+                    "add {{name: {name}, command: [...]}} (or {{name: {name}, forward: true}}) to tools.allow"
+                ));
+            }
+        }
+        a
+    }
+
+    /// May the run ask for the model `name`?
+    pub fn model(&self, name: &str) -> Answer {
+        let mut a = Answer::new(format!("model {name}"));
+        a.layer = "broker";
+        a.layer_detail = "capsule's RPC broker (in the unconfined parent)".into();
+        a.notes.push(
+            "the host config's llm ceiling (enabled, allowed_models) can still refuse it: capsule reads it when the run starts"
+                .into(),
+        );
+        let llm = self.plan.llm.as_ref().filter(|l| l.enabled);
+        let Some(llm) = llm else {
+            a.key = Some("llm_access.enabled".into());
+            a.line = self.line("llm_access");
+            a.because = "llm_access is not enabled in the policy".into();
+            a.change = Some(format!(
+                "llm_access: {{enabled: true, allowed_models: [\"{name}\"]}}"
+            ));
+            return a;
+        };
+        match &llm.allowed_models {
+            None => {
+                a.allowed = true;
+                a.key = Some("llm_access.enabled".into());
+                a.line = self.line("llm_access.enabled");
+                a.because = "llm_access is enabled and names no allowed_models: any model the host config allows".into();
+            }
+            Some(list) => match list.iter().position(|m| m == name) {
+                Some(i) => {
+                    let k = format!("llm_access.allowed_models[{i}]");
+                    a.line = self.line(&k);
+                    a.key = Some(k);
+                    a.allowed = true;
+                    a.because = format!("llm_access.allowed_models names {name}");
+                }
+                None => {
+                    a.key = Some("llm_access.allowed_models".into());
+                    a.line = self.line("llm_access.allowed_models");
+                    a.because = format!("{name} is not in llm_access.allowed_models");
+                    a.change = Some(format!("add \"{name}\" to llm_access.allowed_models"));
+                }
+            },
+        }
+        a
+    }
+
+    /// Does the run get the environment variable `name`? (Its value is never shown.)
+    pub fn env(&self, name: &str) -> Answer {
+        let mut a = Answer::new(format!("env {name}"));
+        a.layer = "env";
+        a.layer_detail =
+            "the child's environment (built by capsule, empty but for what the policy names)"
+                .into();
+        let pass = &self.env_policy.pass;
+        if validate::is_refused_env(name) {
+            a.because = format!(
+                "{name} is always refused: it makes programs load code or options from outside the policy"
+            );
+            a.key = Some("built-in refused variables".into());
+            a.no_change = Some("capsule refuses a policy that passes or sets it".into());
+            return a;
+        }
+        if self.plan.env.iter().any(|(k, _)| k == name) {
+            a.allowed = true;
+            let k = if self.plan_policy_env_set(name) {
+                format!("env.set.{name}")
+            } else if let Some(i) = pass.iter().position(|p| p == name) {
+                format!("env.pass[{i}]")
+            } else {
+                "built-in (PATH, HOME, TMPDIR, LANG)".to_string()
+            };
+            a.line = self.line(&k);
+            a.because = format!("{name} is in the child's environment ({k})");
+            a.key = Some(k);
+            return a;
+        }
+        if let Some(i) = pass.iter().position(|p| p == name) {
+            let k = format!("env.pass[{i}]");
+            a.line = self.line(&k);
+            a.key = Some(k);
+            a.because =
+                format!("{name} is named in env.pass but is not set in capsule's environment");
+            a.change = Some(format!("set {name} in the environment capsule runs in"));
+            return a;
+        }
+        a.key = Some("env.pass".into());
+        a.because = format!("{name} is not named: the child's environment starts empty");
+        a.change = Some(format!(
+            "add {name} to env.pass (copied from capsule's environment), or set it in env.set"
+        ));
+        a
+    }
+
+    /// May the run signal `pid`, a process outside it (`why` runs nothing,
+    /// so every pid it can name is outside the run)?
+    pub fn signal(&self, pid: i32) -> Answer {
+        let mut a = Answer::new(format!("signal {pid}"));
+        a.layer = self.signals.as_str();
+        a.layer_detail = match self.signals {
+            SignalLayer::PidNamespace => "the run's own pid namespace".into(),
+            SignalLayer::LandlockScope => {
+                format!("Landlock's signal scope (ABI {})", self.report.abi)
+            }
+            SignalLayer::SeccompNotify => {
+                "seccomp user notification (capsule checks every signal's target)".into()
+            }
+            SignalLayer::None => "no layer (--best-effort)".into(),
+        };
+        a.notes.push(self.signals.describe().to_string());
+        a.allowed = self.signals == SignalLayer::None;
+        a.because = if a.allowed {
+            "NOT ENFORCED: no layer keeps the run's signals inside it on this host (--best-effort)"
+                .into()
+        } else {
+            format!(
+                "process {pid} is outside the run: only the run's own processes can be signalled"
+            )
+        };
+        if !a.allowed {
+            a.no_change = Some("no policy key lets a run signal processes outside it".into());
+        }
+        a
+    }
+
+    fn plan_policy_env_set(&self, name: &str) -> bool {
+        self.env_policy.set.contains_key(name)
+    }
+}
+
+/// The rules on a path and its ancestors.
+struct Deciders<'a>(Vec<&'a RuleLine>);
+
+impl<'a> Deciders<'a> {
+    /// The deepest rule that gives what `want` asks.
+    fn find(&self, want: impl Fn(&Rights) -> bool) -> Option<&'a RuleLine> {
+        self.0
+            .iter()
+            .filter(|r| want(&rights_of(r)))
+            .max_by_key(|r| r.path.components().count())
+            .copied()
+    }
+}
+
+/// Whether the host's permission bits refuse `access` on `real` to this
+/// user: the run holds no capabilities (no CAP_DAC_OVERRIDE, as root too),
+/// so the owner, group and other bits decide, and every directory on the
+/// way must be searchable. (ACLs are not read: an ACL that grants more is
+/// not seen here.)
+fn host_refuses(real: &Path, exists: bool, is_dir: bool, access: FsAccess) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let uid = nix::unistd::geteuid().as_raw();
+    let mut gids: Vec<u32> = nix::unistd::getgroups()
+        .unwrap_or_default()
+        .iter()
+        .map(|g| g.as_raw())
+        .collect();
+    gids.push(nix::unistd::getegid().as_raw());
+    let has = |m: &std::fs::Metadata, want: u32| {
+        let shift = if m.uid() == uid {
+            6
+        } else if gids.contains(&m.gid()) {
+            3
+        } else {
+            0
+        };
+        (m.mode() >> shift) & want == want
+    };
+    let who = format!("uid {uid}");
+    for dir in real.ancestors().skip(1) {
+        if let Ok(m) = std::fs::metadata(dir) {
+            if !has(&m, 0o1) {
+                return Some(format!(
+                    "{} is not searchable by {who} (mode {:o})",
+                    dir.display(),
+                    m.mode() & 0o7777
+                ));
+            }
+        }
+    }
+    let (target, want, what) = match (exists, access) {
+        (true, FsAccess::Read) => (real, 0o4, "readable"),
+        (true, FsAccess::Write | FsAccess::Truncate) if is_dir => (real, 0o3, "writable"),
+        (true, FsAccess::Write | FsAccess::Truncate) => (real, 0o2, "writable"),
+        (true, FsAccess::Exec) => (real, 0o1, "executable"),
+        (false, FsAccess::Write) => (real.parent()?, 0o3, "writable"),
+        _ => return None,
+    };
+    let m = std::fs::metadata(target).ok()?;
+    if has(&m, want) {
+        return None;
+    }
+    Some(format!(
+        "{} is not {what} by {who} (mode {:o}, owner {})",
+        target.display(),
+        m.mode() & 0o7777,
+        m.uid()
+    ))
+}
+
+/// The canonical path the kernel would check, and whether it exists: the
+/// deepest existing ancestor canonicalized, the rest appended.
+fn canonical(p: &Path) -> (PathBuf, bool) {
+    if let Ok(c) = std::fs::canonicalize(p) {
+        return (c, true);
+    }
+    let mut rest: Vec<&std::ffi::OsStr> = Vec::new();
+    let mut cur = p;
+    loop {
+        match cur.parent() {
+            Some(parent) => {
+                if let Some(n) = cur.file_name() {
+                    rest.push(n);
+                }
+                if let Ok(c) = std::fs::canonicalize(parent) {
+                    let mut out = c;
+                    for n in rest.iter().rev() {
+                        out.push(n);
+                    }
+                    return (out, false);
+                }
+                cur = parent;
+            }
+            None => return (p.to_path_buf(), false),
+        }
+    }
+}
+
+/// `~/x` for a path under the home, else the path.
+fn tilde(p: &Path, home: &Path) -> String {
+    match p.strip_prefix(home) {
+        Ok(rest) if home != Path::new("/") => format!("~/{}", rest.display()),
+        _ => p.display().to_string(),
+    }
+}
+
+/// "`read: [~]`"-like words for the grant a carve-out was cut from.
+fn shown_key(rules: &[RuleLine], grant: &Path) -> String {
+    let origin = rules.iter().find_map(|r| match &r.kind {
+        RuleKind::CarveOut { grant: g } | RuleKind::ListOnly { grant: g } if g == grant => {
+            Some(&r.origin)
+        }
+        RuleKind::Grant if r.path == grant => Some(&r.origin),
+        _ => None,
+    });
+    match origin {
+        Some(o) => format!("the grant of {} ({o})", grant.display()),
+        None => format!("the grant of {}", grant.display()),
+    }
+}
