@@ -234,9 +234,11 @@ impl<'a> Survey<'a> {
             truncate_guard: layers.truncate_guard.is_some(),
             seccomp: layers.seccomp_enforced,
             namespaces,
-            // This branch has no metadata guard yet; main's (`Layers::meta_guard`)
-            // goes here: `layers.meta_guard.as_ref().map(|m| (m.write.clone(), m.deny.clone()))`.
-            meta_guard: None,
+            // The metadata guard of the no-view path: its write grants and denies.
+            meta_guard: layers
+                .meta_guard
+                .as_ref()
+                .map(|m| (m.write.clone(), m.deny.clone())),
         })
     }
 
