@@ -42,7 +42,27 @@ pub fn run(a: DoctorArgs) -> i32 {
             .and_then(|plan| crate::sandbox::predict(&plan).map_err(|e| e.to_string()))
     };
     let ok = prediction.is_ok();
-    let advice = advice(k);
+    let mut advice = advice(k);
+    // What gives back what the kernel refused here (the trial child's answer).
+    if let Ok(p) = &prediction {
+        if k.namespaces && !p.path.namespaces {
+            advice.push(
+                "the kernel refused the run's namespaces here (see the limitations): in a container, allow \
+                 unshare of a user namespace (podman's default seccomp profile does; Docker/Kubernetes: a \
+                 seccomp profile of the runtime default plus the namespaces capsule makes, e.g. \
+                 seccompProfile: Localhost), or on Ubuntu 23.10+ an AppArmor profile for capsule with `userns,`"
+                    .to_string(),
+            );
+        }
+        if p.view.as_ref().is_some_and(|v| v.bound_proc) {
+            advice.push(
+                "a fresh /proc is refused below this container's masked /proc: podman --security-opt \
+                 unmask=ALL, Docker --security-opt systempaths=unconfined, Kubernetes procMount: Unmasked or a \
+                 user-namespaced pod (hostUsers: false) gives the run its private /proc"
+                    .to_string(),
+            );
+        }
+    }
     // The path exec takes here (the trial child's answer), not only what
     // the sysctls allow.
     let namespaces = match &prediction {
@@ -203,6 +223,19 @@ fn advice(k: &Probe) -> Vec<String> {
                 landlock_linux(LANDLOCK_FS)
             )),
         }
+    }
+    // The view's mount_setattr answered ENOSYS: an old kernel, or a
+    // container's seccomp profile.
+    if !k.namespaces
+        && k.userns_blocked_by.is_empty()
+        && !crate::kernel::namespaces_disabled_by_env()
+        && !crate::sys::mount_setattr_available()
+    {
+        out.push(
+            "the run's view needs mount_setattr (Linux 5.12+), which this kernel or a seccomp profile refuses \
+             (ENOSYS): runs take the no-namespace path"
+                .to_string(),
+        );
     }
     // What the probe found forbidding user namespaces (nothing as root or
     // with CAPSULE_NO_NAMESPACES).

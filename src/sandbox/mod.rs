@@ -158,11 +158,11 @@ pub const ROOT_NO_VIEW_GAP: &str =
 fn root_no_view_why(path: &RunPath) -> String {
     let why = match path.fallbacks.last() {
         Some(f) => f.clone(),
-        None if kernel::probe().root_needs_userns => {
-            "capsule runs as root without CAP_SYS_ADMIN, and this host allows no user namespace"
-                .to_string()
-        }
-        None => "the kernel gives no mount namespace here".to_string(),
+        // As root only a missing mount_setattr keeps the namespaces off
+        // without trying them (`kernel::Probe::namespaces`).
+        None => "the view needs mount_setattr (Linux 5.12+), which this kernel or a seccomp profile refuses \
+                 (ENOSYS)"
+            .to_string(),
     };
     format!(
         "capsule runs as root and the run cannot have its own mount namespace ({why}), so the mode, times and \
