@@ -186,8 +186,9 @@ pub const BOUND_PROC_LIMITATION: &str =
     "/proc is the container's own, bound read-only into the run's view (the kernel refuses a fresh procfs in \
      a user namespace below a container runtime's masked /proc paths): the run's processes read their own \
      /proc/self, and Landlock keeps the environ, memory, maps, descriptors, cwd and root of every process \
-     outside the run unreadable (ptrace access, at the same uid too), but those processes are listed (ps) and \
-     their cmdline, status and stat are readable. The private /proc comes back with podman --security-opt \
+     outside the run unreadable (ptrace access, at the same uid too), but those processes are listed (ps), \
+     their cmdline, status and stat are readable, and so are the numbers (not the targets) of their open \
+     descriptors. The private /proc comes back with podman --security-opt \
      unmask=ALL, Docker --security-opt systempaths=unconfined, Kubernetes securityContext.procMount: Unmasked, \
      or a user-namespaced pod (hostUsers: false)";
 
@@ -817,4 +818,50 @@ pub fn prepare(
         want_pidns,
         view,
     })
+}
+
+#[cfg(test)]
+mod path_tests {
+    use super::*;
+    use nix::errno::Errno;
+
+    fn first() -> RunPath {
+        RunPath {
+            namespaces: true,
+            bound_proc: false,
+            fallbacks: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_refused_procfs_keeps_the_view_once_then_leaves_the_namespaces() {
+        let bound = first()
+            .after(NsRefusal::Proc(Errno::EPERM))
+            .expect("a next path");
+        assert!(bound.namespaces && bound.bound_proc, "{bound:?}");
+        assert!(bound.fallbacks[0].contains("bound read-only"), "{bound:?}");
+        let none = bound
+            .after(NsRefusal::Proc(Errno::EPERM))
+            .expect("a next path");
+        assert!(!none.namespaces && !none.bound_proc, "{none:?}");
+        assert_eq!(none.fallbacks.len(), 2);
+        assert_eq!(none.after(NsRefusal::Clone(Errno::EPERM)), None);
+    }
+
+    #[test]
+    fn a_refused_clone_or_set_up_step_leaves_the_namespaces_and_says_why() {
+        let p = first()
+            .after(NsRefusal::Clone(Errno::ENOSYS))
+            .expect("next");
+        assert!(!p.namespaces);
+        assert!(p.fallbacks[0].contains("clone() refused") && p.fallbacks[0].contains("ENOSYS"));
+        let p = first()
+            .after(NsRefusal::Unusable {
+                step: "writing the user namespace's uid map",
+                errno: Errno::EACCES,
+            })
+            .expect("next");
+        assert!(!p.namespaces);
+        assert!(p.fallbacks[0].contains("uid map") && p.fallbacks[0].contains("AppArmor"));
+    }
 }
