@@ -26,7 +26,10 @@
 //! namespaces (no unprivileged user namespaces, or `CAPSULE_NO_NAMESPACES=1`),
 //! capsule creates the command stage directly, becomes a child subreaper and
 //! kills every descendant it can find instead; the result reports which is
-//! used.
+//! used. Root without CAP_SYS_ADMIN (a container's root) gets a user
+//! namespace too, mapping root to itself. A refusal of clone() itself, of
+//! the uid map, or of a set-up step of init (reported before its `Ready`)
+//! is a [`SpawnError::Refused`]: the supervisor re-plans on the next path.
 
 use nix::errno::Errno;
 use thiserror::Error;
