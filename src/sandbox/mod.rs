@@ -157,7 +157,8 @@ pub const ROOT_NO_VIEW_GAP: &str =
 /// without --best-effort).
 fn root_no_view_why(path: &RunPath) -> String {
     let why = match path.fallbacks.last() {
-        Some(f) => f.clone(),
+        // Its reason, not where it leads.
+        Some(f) => f.split(": the run takes").next().unwrap_or(f).to_string(),
         // As root only a missing mount_setattr keeps the namespaces off
         // without trying them (`kernel::Probe::namespaces`).
         None => "the view needs mount_setattr (Linux 5.12+), which this kernel or a seccomp profile refuses \
@@ -169,7 +170,7 @@ fn root_no_view_why(path: &RunPath) -> String {
          xattrs of EVERY root-owned file outside write grants could be changed (e.g. chmod 0666 /etc/shadow). \
          Run capsule as an unprivileged user (a container's --user 65534, Kubernetes runAsNonRoot), or allow \
          user namespaces (podman's default seccomp profile does; for Docker and Kubernetes see the seccomp \
-         profile in examples/kubernetes), or pass --best-effort to accept the gap"
+         profile in examples/kubernetes)"
     )
 }
 
@@ -367,7 +368,15 @@ pub struct Prediction {
     pub path: RunPath,
 }
 
-pub fn predict(plan: &Plan) -> Result<Prediction, SandboxError> {
+/// `exec`'s refusal as predicted, with the path it was reached on.
+#[derive(Debug, Error)]
+#[error("{error}")]
+pub struct Refusal {
+    pub error: SandboxError,
+    pub path: RunPath,
+}
+
+pub fn predict(plan: &Plan) -> Result<Prediction, Refusal> {
     // A stand-in port: the proxy's is only known when it listens.
     let port = (plan.net.mode == NetMode::Proxy).then_some(1);
     // The private TMPDIR must exist for its Landlock rule, as in `exec`.
@@ -407,10 +416,13 @@ pub fn predict(plan: &Plan) -> Result<Prediction, SandboxError> {
 /// and on a namespace path tried by a throwaway child that makes the same
 /// namespaces and view as `exec`'s init and stops before any command
 /// (`supervisor::spawn::trial`); its refusal moves on as in `exec`.
-fn predict_path(plan: &Plan, port: Option<u16>) -> Result<(Layers, RunPath), SandboxError> {
+fn predict_path(plan: &Plan, port: Option<u16>) -> Result<(Layers, RunPath), Refusal> {
     let mut path = RunPath::initial();
     loop {
-        let mut layers = prepare(plan, port, &path)?;
+        let mut layers = match prepare(plan, port, &path) {
+            Ok(l) => l,
+            Err(error) => return Err(Refusal { error, path }),
+        };
         if !path.namespaces {
             return Ok((layers, path));
         }
