@@ -354,8 +354,9 @@ pub fn fs_for_view(fs: &crate::plan::FsPlan) -> crate::plan::FsPlan {
 /// What `exec` will do with `plan` on this kernel, as this user: the same
 /// preparation, without running anything (the cgroup it may make is removed
 /// at once). `Err` is the refusal `exec` would print; `check` and `doctor`
-/// use this, so they predict `exec` exactly (short of clone() refusing
-/// namespaces the sysctls allow: then `exec` re-plans without them).
+/// use this, so they predict `exec` exactly: where the sysctls allow
+/// namespaces, a trial child makes them as `exec`'s init would and the
+/// prediction follows the kernel's refusals to the same path.
 pub struct Prediction {
     /// limit name -> how `exec` enforces it here, e.g. "cgroup-v2 (in a
     /// delegated systemd scope capsule asks for)".

@@ -145,7 +145,7 @@ pub fn spawn(
     // The subreaper path runs the command stage directly, on its own stack.
     let init_stack = if ns.pid { stack()? } else { command_stack };
 
-    // `ns.pid` already reflects `kernel::namespaces_available()` (and thus
+    // `ns.pid` already reflects the run's path (`sandbox::RunPath`, and thus
     // CAPSULE_NO_NAMESPACES); when clone() refuses anyway, the supervisor
     // prepares the no-namespace path and calls again.
     let (flags, tree) = if ns.pid {
