@@ -106,7 +106,7 @@ const KIND_EXEC: i32 = 1;
 const KIND_SETUP: i32 = 2;
 const KIND_EXITED: i32 = 3;
 const KIND_FD: i32 = 4;
-const KIND_READY: i32 = 5;
+const KIND_READY: i32 = 6;
 
 impl Msg {
     /// The 16-byte record (no allocation).
