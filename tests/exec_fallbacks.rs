@@ -268,6 +268,17 @@ fn runtimedefault_pod_runs_confined_without_namespaces_or_refuses_root() {
                 c["tree_kill"], "subreaper",
                 "check predicts exec's path: {c}"
             );
+            let dry = wrapped(
+                &sb,
+                &prefix,
+                &["exec", "--dry-run", "--json", "--", "/bin/true"],
+            );
+            let d: Value = serde_json::from_str(dry.stdout.trim()).expect("dry-run json");
+            assert_eq!(
+                d["tree_kill"], "subreaper",
+                "--dry-run predicts exec's path: {d}"
+            );
+            assert!(d["view"].is_null(), "{d}");
             assert_eq!(doc["default_policy"]["runs"], true, "{doc}");
             assert_eq!(doc["default_policy"]["view"], false, "{doc}");
             assert_eq!(doc["namespaces"], false, "{doc}");
@@ -509,6 +520,18 @@ fn masked_proc_keeps_the_view_with_the_containers_proc_under_landlock() {
     let doc = doctor(&sb, &prefix);
     assert_eq!(doc["default_policy"]["bound_proc"], true, "{doc}");
     assert_eq!(doc["namespaces"], true, "{doc}");
+    let dry = wrapped(
+        &sb,
+        &prefix,
+        &["exec", "--dry-run", "--json", "--", "/bin/true"],
+    );
+    dry.assert_code(0);
+    let d: Value = serde_json::from_str(dry.stdout.trim()).expect("dry-run json");
+    assert_eq!(d["tree_kill"], "pid-namespace", "{d}");
+    assert_eq!(
+        d["view"]["bound_proc"], true,
+        "--dry-run predicts exec's /proc: {d}"
+    );
 
     // Without Landlock nothing keeps that environ unreadable: refused (the
     // filesystem rules need Landlock first), and with --best-effort run with
