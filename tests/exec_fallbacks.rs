@@ -721,3 +721,112 @@ fn root_without_cap_sys_admin_gets_the_view_or_refuses() {
     );
     r.assert_ran();
 }
+
+/// The uid map refused (as AppArmor's unprivileged_userns profile can):
+/// emulated with capsule started from a binary its user may execute but not
+/// read, which makes the kernel mark it non-dumpable, so that the files of
+/// its children's /proc/PID (uid_map among them) belong to root and the
+/// write fails with EACCES. capsule learns it before its init goes on, and
+/// takes the no-namespace path; check predicts it. As root the test runs
+/// capsule as uid 65534 (root writes any uid_map). Without this, today's
+/// capsule exits 125 ("writing the user namespace maps ... Permission denied").
+#[test]
+fn a_refused_uid_map_takes_the_no_namespace_path() {
+    if no_namespaces_env() {
+        skip("CAPSULE_NO_NAMESPACES=1: no user namespace, so no uid map to refuse");
+        return;
+    }
+    let sb = Sandbox::new();
+    for d in [&sb.root, &sb.home, &sb.state, &sb.config] {
+        std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    }
+    let bin = sb.path("unreadable/capsule");
+    std::fs::create_dir_all(bin.parent().unwrap()).unwrap();
+    std::fs::copy(capsule_bin(), &bin).expect("copy capsule");
+    let mut prefix: Vec<OsString> = Vec::new();
+    if is_root() {
+        // runuser, not setpriv: setpriv keeps capabilities up to the exec,
+        // and with them the binary counts as readable (dumpable).
+        let Some(runuser) = tool(&["/usr/sbin/runuser", "/sbin/runuser", "/usr/bin/runuser"])
+        else {
+            skip("no runuser to run capsule as uid 65534");
+            return;
+        };
+        let Some(nobody) = std::fs::read_to_string("/etc/passwd").ok().and_then(|p| {
+            p.lines()
+                .find(|l| l.split(':').nth(2) == Some("65534"))
+                .map(|l| l.split(':').next().unwrap_or_default().to_string())
+        }) else {
+            skip("no user with uid 65534 to run capsule as");
+            return;
+        };
+        std::os::unix::fs::chown(&bin, Some(65534), Some(65534)).expect("chown");
+        prefix.extend([
+            runuser.into_os_string(),
+            "-u".into(),
+            nobody.into(),
+            "--".into(),
+        ]);
+    }
+    std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o111)).unwrap();
+    prefix.push(bin.clone().into_os_string());
+    let marker = sb.mkdir("work").join("marker");
+    std::fs::set_permissions(
+        sb.path("work"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let cmd = format!("echo once >> {}", marker.display());
+    // `wrapped` appends capsule's own path: run the unreadable copy instead.
+    let run = |args: &[&str]| {
+        let c = sb.std_command(args);
+        let envs: Vec<(OsString, OsString)> = c
+            .get_envs()
+            .filter_map(|(k, v)| Some((k.to_os_string(), v?.to_os_string())))
+            .collect();
+        let out = assert_cmd::Command::new(&prefix[0])
+            .args(&prefix[1..])
+            .args(args)
+            .env_clear()
+            .envs(envs)
+            .current_dir(&sb.root)
+            .timeout(RUN_BOUND)
+            .output()
+            .expect("run capsule");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stdout, stderr) = run(&[
+        "exec",
+        "--json",
+        "--no-audit",
+        "--allow-write",
+        sb.path("work").to_str().unwrap(),
+        "--",
+        "/bin/sh",
+        "-c",
+        &cmd,
+    ]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let v: Value = serde_json::from_str(stdout.trim()).expect("json");
+    assert_eq!(v["enforcement"]["tree_kill"], "subreaper", "{v}");
+    assert!(limitations(&v).contains("uid map"), "{v}");
+    assert_eq!(
+        sb.read("work/marker"),
+        "once\n",
+        "the command ran exactly once"
+    );
+    let pol = sb.policy("version: 1\n");
+    std::fs::set_permissions(&pol, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let (code, stdout, _) = run(&["check", "--json", "-p", &pol]);
+    assert_eq!(code, Some(0), "{stdout}");
+    let c: Value = serde_json::from_str(stdout.trim()).expect("check json");
+    assert_eq!(
+        c["tree_kill"], "subreaper",
+        "check predicts exec's path: {c}"
+    );
+    assert!(c["notes"].to_string().contains("uid map"), "{c}");
+}
