@@ -73,6 +73,13 @@ fn view_lines(plan: &Plan, v: &ViewSummary) -> Vec<String> {
             }
         ));
     }
+    if v.bound_proc {
+        out.push(
+            "/proc: the container's own, read-only (a fresh procfs is refused here): processes outside the run \
+             are listed, their environ, memory and descriptors kept unreadable by Landlock"
+                .into(),
+        );
+    }
     out.push(tmp_line(plan, v));
     if v.private_shm {
         out.push("/dev/shm: private tmpfs (64 MiB, noexec)".into());
@@ -120,6 +127,7 @@ fn view_json(plan: &Plan, view: Option<&ViewSummary>) -> serde_json::Value {
     json!({
         "read_only_host": true,
         "private_proc": v.private_proc,
+        "bound_proc": v.bound_proc,
         "proc_read_only": v.proc_read_only,
         "private_tmp": v.private_tmp,
         "tmp": tmp_line(plan, v),
@@ -139,7 +147,14 @@ fn view_json(plan: &Plan, view: Option<&ViewSummary>) -> serde_json::Value {
 
 /// The plan as a JSON value (grants with their origin and enforcing layer,
 /// and the run's view when it has one).
-pub fn plan_json(plan: &Plan, k: &Probe, view: Option<&ViewSummary>) -> serde_json::Value {
+/// `namespaces`: whether the run gets its namespaces here (the predicted
+/// path, `sandbox::Prediction::path`).
+pub fn plan_json(
+    plan: &Plan,
+    k: &Probe,
+    view: Option<&ViewSummary>,
+    namespaces: bool,
+) -> serde_json::Value {
     let fs = fs_rules(plan, view);
     let fs_layer = if k.landlock_abi > 0 {
         format!("landlock ABI {}", k.landlock_abi)
@@ -169,16 +184,16 @@ pub fn plan_json(plan: &Plan, k: &Probe, view: Option<&ViewSummary>) -> serde_js
             "allow_hosts": plan.net.allow_hosts,
             "allow_unix_sockets": plan.net.allow_unix_sockets,
             "loopback_policy": plan.net.loopback,
-            // As `enforcement.loopback` will say (if clone() grants the namespaces).
-            "loopback": crate::sandbox::own_loopback(&plan.net, k.namespaces),
-            "layer": network_layer(plan, k),
-            // As `enforcement.network_path` will say (if clone() grants the namespaces).
+            // As `enforcement.loopback` will say.
+            "loopback": crate::sandbox::own_loopback(&plan.net, namespaces),
+            "layer": network_layer(plan, k, namespaces),
+            // As `enforcement.network_path` will say.
             "path": (plan.net.mode == NetMode::Proxy).then(|| {
-                if k.namespaces { crate::proxy::ProxyPath::Netns } else { crate::proxy::ProxyPath::LandlockTcpFallback }.as_str()
+                if namespaces { crate::proxy::ProxyPath::Netns } else { crate::proxy::ProxyPath::LandlockTcpFallback }.as_str()
             }),
         },
         "seccomp": if k.seccomp { seccomp_line(plan) } else { "NOT AVAILABLE".into() },
-        "tree_kill": if k.namespaces { "pid-namespace" } else { "subreaper" },
+        "tree_kill": if namespaces { "pid-namespace" } else { "subreaper" },
         "view": view_json(plan, view),
         "limits": {
             "timeout_seconds": plan.limits.timeout.as_secs_f64(),
@@ -206,8 +221,8 @@ fn seccomp_line(plan: &Plan) -> String {
     )
 }
 
-fn network_layer(plan: &Plan, k: &Probe) -> String {
-    let loopback = crate::sandbox::own_loopback(&plan.net, k.namespaces);
+fn network_layer(plan: &Plan, k: &Probe, namespaces: bool) -> String {
+    let loopback = crate::sandbox::own_loopback(&plan.net, namespaces);
     match plan.net.mode {
         NetMode::None if loopback => {
             "own network namespace with only its loopback (seccomp: TCP and UDP \
@@ -223,9 +238,9 @@ fn network_layer(plan: &Plan, k: &Probe) -> String {
             }
         ),
         NetMode::Proxy => {
-            if k.namespaces && loopback {
+            if namespaces && loopback {
                 "own network namespace with only its loopback and the proxy endpoint".into()
-            } else if k.namespaces {
+            } else if namespaces {
                 "own network namespace with only the proxy endpoint".into()
             } else {
                 crate::sandbox::describe_host_proxy(k)
@@ -236,7 +251,7 @@ fn network_layer(plan: &Plan, k: &Probe) -> String {
 }
 
 /// Print the plan for humans, with the run's view when it has one.
-pub fn print_plan(plan: &Plan, k: &Probe, view: Option<&ViewSummary>) {
+pub fn print_plan(plan: &Plan, k: &Probe, view: Option<&ViewSummary>, namespaces: bool) {
     let fs = fs_rules(plan, view);
     let fs_line = if k.landlock_abi > 0 {
         format!(
@@ -298,14 +313,14 @@ pub fn print_plan(plan: &Plan, k: &Probe, view: Option<&ViewSummary>) {
             }
         }
         None => println!(
-            "view      none: no namespaces here (no unprivileged user namespaces, or CAPSULE_NO_NAMESPACES); the \
-             /etc secrets beneath grants are carved out by Landlock (deny lines above)"
+            "view      none: no namespaces here (no unprivileged user namespaces, the kernel refused them, or \
+             CAPSULE_NO_NAMESPACES); the /etc secrets beneath grants are carved out by Landlock (deny lines above)"
         ),
     }
     println!(
         "network   {} — {}",
         plan.net.mode.as_str(),
-        network_layer(plan, k)
+        network_layer(plan, k, namespaces)
     );
     for h in &plan.net.allow_hosts {
         println!("  allow host {h}");
@@ -334,7 +349,7 @@ pub fn print_plan(plan: &Plan, k: &Probe, view: Option<&ViewSummary>) {
     );
     println!(
         "processes own session, no_new_privs, no capabilities, no core dumps; tree killed via {}",
-        if k.namespaces {
+        if namespaces {
             "its own pid namespace"
         } else {
             "a child subreaper"
@@ -378,8 +393,10 @@ pub fn print_plan(plan: &Plan, k: &Probe, view: Option<&ViewSummary>) {
 /// `problems`, a "capsule exec refuses this here" line). Exit 0 (contract).
 pub fn dry_run(plan: &Plan, json: bool) -> i32 {
     let k = kernel::probe();
+    let namespaces;
     let (view, notes, problem) = match crate::sandbox::predict(plan) {
         Ok(p) => {
+            namespaces = p.path.namespaces;
             let notes: Vec<String> = p
                 .missing
                 .iter()
@@ -388,15 +405,18 @@ pub fn dry_run(plan: &Plan, json: bool) -> i32 {
                 .collect();
             (p.view, notes, None)
         }
-        Err(e) => (None, vec![], Some(e.to_string())),
+        Err(e) => {
+            namespaces = e.path.namespaces;
+            (None, vec![], Some(e.to_string()))
+        }
     };
     if json {
-        let mut v = plan_json(plan, k, view.as_ref());
+        let mut v = plan_json(plan, k, view.as_ref(), namespaces);
         v["notes"] = json!(notes);
         v["problems"] = json!(problem.iter().collect::<Vec<_>>());
         println!("{v}");
     } else {
-        print_plan(plan, k, view.as_ref());
+        print_plan(plan, k, view.as_ref(), namespaces);
         for n in &notes {
             println!("{n}");
         }

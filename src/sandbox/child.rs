@@ -13,7 +13,12 @@
 //! * the spec is shared memory: a stage never writes to it.
 //!
 //! Each step that fails reports `SetupFailed { stage, errno }` on the
-//! channel and exits 125: nothing runs.
+//! channel and exits 125: nothing runs. Init reports `Ready` once the
+//! namespaces and the view are built, before it creates the command: the
+//! supervisor waits for it, and a step the kernel refused there (a
+//! container's masked /proc, AppArmor's or a seccomp profile's refused
+//! mounts or loopback) makes it take the next path
+//! (`sandbox::RunPath::after`) while nothing of the command has run.
 //!
 //! Two stages:
 //! * [`init_main`]: pid 1 of the run's own pid namespace. It creates the
@@ -88,6 +93,9 @@ pub struct ChildSpec {
     pub chan: RawFd,
     /// Top of the stack the command stage runs on when init creates it (set by `spawn`).
     pub command_stack: Option<crate::sys::StageStack>,
+    /// A trial (`supervisor::spawn::trial`): init builds the namespaces,
+    /// reports, and exits without creating the command.
+    pub trial: bool,
 }
 
 impl ChildSpec {
@@ -123,6 +131,7 @@ impl ChildSpec {
             keeper: false,
             chan: -1,
             command_stack: None,
+            trial: false,
         }
     }
 
@@ -235,6 +244,12 @@ pub(crate) fn init_main(spec: &'static ChildSpec) -> c_int {
         if let Err(e) = netns::loopback_up() {
             fail(spec, Stage::Network, e);
         }
+    }
+    // The namespaces are built: the supervisor commits to this path (or,
+    // for a trial, has its answer) before anything of the command runs.
+    report(spec.chan, Msg::Ready);
+    if spec.trial {
+        raw::exit_group(0);
     }
     // The command stage runs on its own stack (`command_stack`), reads only
     // the leaked spec, and either execs or exits; CLONE_VFORK keeps this

@@ -30,12 +30,20 @@
 //! capsule dies (PR_SET_PDEATHSIG, even a SIGKILLed capsule), it kills every
 //! process of the run it holds, round after round. capsule is a child
 //! subreaper too, and kills every descendant it can find, should the keeper
-//! be gone; the result reports `subreaper` for this mode.
+//! be gone; the result reports `subreaper` for this mode. Root without
+//! CAP_SYS_ADMIN (a container's root) gets a user namespace too, mapping root
+//! to itself. A refusal of clone() itself, of the uid map, or of a set-up step
+//! of init (reported before its `Ready`) is a [`SpawnError::Refused`]: the
+//! supervisor re-plans on the next path.
 
 use nix::errno::Errno;
 use thiserror::Error;
 
+use std::os::fd::OwnedFd;
+
 use crate::sandbox::child::ChildSpec;
+use crate::sandbox::NsRefusal;
+use crate::sys::channel::{Msg, Stage};
 use crate::sys::stage::Entry;
 use crate::sys::{self, channel::Channel};
 
@@ -74,16 +82,20 @@ pub enum SpawnError {
     BeforeGo(String),
     #[error("the keeper did not report the command ({0})")]
     NoCommand(String),
-    /// clone() refused the namespaces that the sysctls promised (an outer
-    /// seccomp profile, a container without CAP_SYS_ADMIN): the supervisor
-    /// prepares the no-namespace path and tries again.
-    #[error("clone() refused the run's namespaces: {0}")]
-    NamespacesRefused(Errno),
     /// The seccomp program allows IP sockets for the run's own loopback,
     /// which only a network namespace of its own keeps from the host's:
     /// never spawned without one (fail closed).
     #[error("the run's own loopback was prepared without a network namespace to hold it (refusing rather than open the host's network)")]
     LoopbackWithoutNetns,
+    /// The kernel refused the run's namespaces (clone() itself, or a step of
+    /// their set-up: the uid map, the view, the network endpoint) before
+    /// anything of the command ran: the supervisor prepares the next path
+    /// (`sandbox::RunPath::after`) and tries again.
+    #[error("the kernel refused the run's namespaces: {0:?}")]
+    Refused(NsRefusal),
+    /// A set-up step of the run's init failed for another reason.
+    #[error("confining the child failed while {}: {}", .0.describe(), .1.desc())]
+    Setup(Stage, Errno),
 }
 
 /// What the kernel should give the child.
@@ -116,10 +128,17 @@ pub struct Spawned {
     /// started it): never killed by the end-of-run sweeps. Filled in by the
     /// supervisor when a sweep can happen.
     pub inherited: Vec<libc::pid_t>,
+    /// Descriptors init sent before it reported the namespaces ready (the
+    /// proxy's endpoint), with their tags: the supervisor hands them to the
+    /// services once they run.
+    pub early_fds: Vec<(i32, Option<OwnedFd>)>,
 }
 
 /// Something to do between clone and "go" (e.g. joining a cgroup).
 pub type BeforeGo<'a> = &'a mut dyn FnMut(libc::pid_t) -> Result<(), String>;
+
+/// How long the run's init may take to build its namespaces and view.
+const READY_BOUND: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Stack size of each child stage (both run small, non-recursive code).
 const STAGE_STACK: usize = 256 * 1024;
@@ -146,12 +165,14 @@ pub fn spawn(
     // Init or the keeper, on a stack of its own.
     let init_stack = stack()?;
 
-    // `ns.pid` already reflects `kernel::namespaces_available()` (and thus
+    // `ns.pid` already reflects the run's path (`sandbox::RunPath`, and thus
     // CAPSULE_NO_NAMESPACES); when clone() refuses anyway, the supervisor
     // prepares the no-namespace path and calls again.
     let (flags, tree) = if ns.pid {
         let mut flags = libc::CLONE_NEWPID;
-        if !root {
+        // Root without CAP_SYS_ADMIN (a container's root) needs a user
+        // namespace too, mapping root to itself.
+        if !root || crate::kernel::probe().root_needs_userns {
             flags |= libc::CLONE_NEWUSER;
         }
         if ns.net {
@@ -171,6 +192,10 @@ pub fn spawn(
         return Err(SpawnError::LoopbackWithoutNetns);
     }
     let parent_pid = nix::unistd::getpid().as_raw();
+    // The run's init makes the shared mm non-dumpable (`sandbox::child`),
+    // and so this process too: a stage that is refused is followed by
+    // another spawn, whose /proc/PID/uid_map must be this user's to write.
+    let dumpable = nix::sys::prctl::get_dumpable().unwrap_or(true);
     let spec: &'static mut ChildSpec = Box::leak(Box::new(spec));
     let userns = flags & libc::CLONE_NEWUSER != 0;
     let go_needed = userns || spec.wait_go;
@@ -194,19 +219,48 @@ pub fn spawn(
     match cloned {
         Ok(pid) => {
             drop(theirs);
-            if userns {
-                write_id_maps(pid, uid.as_raw(), gid.as_raw())
-                    .map_err(|source| SpawnError::UserMap { pid, source })?;
-            }
-            if let Err(msg) = before_go(pid) {
+            let kill = || {
                 sys::signal(pid, libc::SIGKILL);
                 let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+                if dumpable {
+                    let _ = nix::sys::prctl::set_dumpable(true);
+                }
+            };
+            if userns {
+                if let Err(source) = write_id_maps(pid, uid.as_raw(), gid.as_raw()) {
+                    kill();
+                    return Err(match source.raw_os_error() {
+                        Some(e @ (libc::EPERM | libc::EACCES)) => {
+                            SpawnError::Refused(NsRefusal::Unusable {
+                                step: "writing the user namespace's uid map",
+                                errno: Errno::from_raw(e),
+                            })
+                        }
+                        _ => SpawnError::UserMap { pid, source },
+                    });
+                }
+            }
+            if let Err(msg) = before_go(pid) {
+                kill();
                 return Err(SpawnError::BeforeGo(msg));
             }
             if go_needed {
                 ours.send_go().map_err(SpawnError::Go)?;
             }
             let command = if tree == TreeMode::Subreaper { 0 } else { pid };
+            // On the namespace path init reports its namespaces built (or
+            // which step the kernel refused) before it creates the command.
+            let early_fds = if tree == TreeMode::PidNamespace {
+                match await_ready(&ours) {
+                    Ok(fds) => fds,
+                    Err(e) => {
+                        kill();
+                        return Err(e);
+                    }
+                }
+            } else {
+                Vec::new()
+            };
             Ok(Spawned {
                 pid,
                 command: std::cell::Cell::new(command),
@@ -214,16 +268,24 @@ pub fn spawn(
                 netns: flags & libc::CLONE_NEWNET != 0,
                 chan: ours,
                 inherited: Vec::new(),
+                early_fds,
             })
         }
-        Err(e @ (libc::EPERM | libc::EINVAL | libc::ENOSPC | libc::EUSERS | libc::EACCES))
-            if tree == TreeMode::PidNamespace =>
-        {
+        // ENOSYS: a container runtime's seccomp profile (podman's answers
+        // what it does not allow so).
+        Err(
+            e @ (libc::EPERM
+            | libc::EINVAL
+            | libc::ENOSPC
+            | libc::EUSERS
+            | libc::EACCES
+            | libc::ENOSYS),
+        ) if tree == TreeMode::PidNamespace => {
             tracing::debug!(
                 "clone with namespaces refused ({}); the no-namespace path comes next",
                 Errno::from_raw(e)
             );
-            Err(SpawnError::NamespacesRefused(Errno::from_raw(e)))
+            Err(SpawnError::Refused(NsRefusal::Clone(Errno::from_raw(e))))
         }
         Err(e) => Err(SpawnError::Clone(Errno::from_raw(e))),
     }
@@ -268,6 +330,99 @@ pub fn await_command(sp: &Spawned) -> Result<libc::pid_t, SpawnError> {
         ))),
         Ok(None) => Err(SpawnError::NoCommand("it exited".into())),
         Err(e) => Err(SpawnError::NoCommand(e.to_string())),
+    }
+}
+
+/// Wait for init's `Ready`; the descriptors it sent before (with their
+/// tags). A set-up step the kernel refused (EPERM, EACCES, ENOSYS: a
+/// seccomp or AppArmor profile, a container's masked /proc) is a
+/// [`SpawnError::Refused`]; nothing of the command has run then.
+///
+/// Bounded by [`READY_BOUND`]: the event loop and its wall-clock limit
+/// start only after this, and a mount that hangs (a dead network
+/// filesystem beneath a grant) must not hang capsule.
+fn await_ready(chan: &Channel) -> Result<Vec<(i32, Option<OwnedFd>)>, SpawnError> {
+    let mut fds = Vec::new();
+    let deadline = std::time::Instant::now() + READY_BOUND;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match chan.wait_readable(left) {
+            Ok(false) => return Err(SpawnError::Setup(Stage::View, Errno::ETIMEDOUT)),
+            Ok(true) | Err(Errno::EINTR) => {}
+            Err(e) => return Err(SpawnError::Go(e)),
+        }
+        match chan.recv() {
+            Ok(Some((Some(Msg::Ready), _))) => return Ok(fds),
+            Ok(Some((Some(Msg::Fd { tag }), fd))) => fds.push((tag, fd)),
+            Ok(Some((Some(Msg::SetupFailed { stage, errno }), _))) => {
+                let errno = Errno::from_raw(errno);
+                let refused = matches!(errno, Errno::EPERM | Errno::EACCES | Errno::ENOSYS);
+                return Err(match stage {
+                    Stage::ViewProc if refused => SpawnError::Refused(NsRefusal::Proc(errno)),
+                    Stage::View | Stage::ViewDev | Stage::Network if refused => {
+                        SpawnError::Refused(NsRefusal::Unusable {
+                            step: stage.describe(),
+                            errno,
+                        })
+                    }
+                    _ => SpawnError::Setup(stage, errno),
+                });
+            }
+            // Nothing else comes before Ready; end-of-file is init gone.
+            Ok(Some(_)) => {}
+            Ok(None) => return Err(SpawnError::Go(Errno::EPIPE)),
+            Err(e) => return Err(SpawnError::Go(e)),
+        }
+    }
+}
+
+/// Build the namespaces and the view of `layers` in a throwaway child, as
+/// `exec`'s init would, and stop before any command: what the kernel
+/// refuses, if anything (`sandbox::predict`). `net`: the run gets its own
+/// network namespace; `proxy_port`: the proxy endpoint init makes in it.
+/// The Landlock rules of the view's new mounts are not added (the trial has
+/// no ruleset of its own to spend).
+pub fn trial(
+    layers: &crate::sandbox::Layers,
+    net: bool,
+    proxy_port: Option<u16>,
+) -> Option<NsRefusal> {
+    let mut spec = ChildSpec::new(c"/bin/true".into(), Vec::new(), Vec::new(), c"/".into());
+    spec.view = layers.view.clone();
+    spec.net_setup = proxy_port.map(|port| crate::sandbox::netns::NetSetup {
+        port,
+        backlog: 1,
+        tag: 0,
+        host_listener: None,
+    });
+    // `none` mode brings the run's own loopback up in its namespace: a
+    // refusal of that (RTM_NEWADDR under AppArmor's userns profile) is one
+    // of the things the trial must meet.
+    spec.loopback_up = layers.own_loopback && net && proxy_port.is_none();
+    spec.trial = true;
+    spec.seal();
+    let ns = NsRequest {
+        pid: true,
+        net,
+        view: spec.view.is_some(),
+    };
+    let dumpable = nix::sys::prctl::get_dumpable().unwrap_or(true);
+    match spawn(spec, ns, &mut |_| Ok(())) {
+        Ok(s) => {
+            let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(s.pid), None);
+            // Its init shared this process's memory and made it non-dumpable.
+            if dumpable {
+                let _ = nix::sys::prctl::set_dumpable(true);
+            }
+            None
+        }
+        Err(SpawnError::Refused(r)) => Some(r),
+        Err(e) => {
+            // Not a refusal of the namespaces: `exec` would stop there too,
+            // with the same error; the prediction keeps this path.
+            tracing::debug!("trial child: {e}");
+            None
+        }
     }
 }
 

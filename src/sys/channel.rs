@@ -98,6 +98,11 @@ pub enum Msg {
     /// The command stage's pid, its first word where a keeper (not capsule)
     /// created it (the no-namespace path).
     Command { pid: i32 },
+    /// The run's init has built its namespaces (the view, the network
+    /// endpoint): the run is committed to the namespace path. Sent before
+    /// init creates the command, so a refusal of any of those steps comes
+    /// while nothing of the command has run (`supervisor::spawn`).
+    Ready,
 }
 
 const KIND_EXEC: i32 = 1;
@@ -105,6 +110,7 @@ const KIND_SETUP: i32 = 2;
 const KIND_EXITED: i32 = 3;
 const KIND_FD: i32 = 4;
 const KIND_COMMAND: i32 = 5;
+const KIND_READY: i32 = 6;
 
 impl Msg {
     /// The 16-byte record (no allocation).
@@ -115,6 +121,7 @@ impl Msg {
             Msg::Exited { status } => (KIND_EXITED, status, 0),
             Msg::Fd { tag } => (KIND_FD, tag, 0),
             Msg::Command { pid } => (KIND_COMMAND, pid, 0),
+            Msg::Ready => (KIND_READY, 0, 0),
         };
         let mut out = [0u8; 16];
         out[0..4].copy_from_slice(&k.to_ne_bytes());
@@ -138,6 +145,7 @@ impl Msg {
             KIND_EXITED => Msg::Exited { status: a },
             KIND_FD => Msg::Fd { tag: a },
             KIND_COMMAND => Msg::Command { pid: a },
+            KIND_READY => Msg::Ready,
             _ => return None,
         })
     }
@@ -183,6 +191,17 @@ impl Channel {
         } else {
             Err(Errno::last())
         }
+    }
+
+    /// Wait until a message (or end-of-file) can be received, at most
+    /// `timeout` (whole milliseconds, capped at about a minute); false when
+    /// it passed.
+    pub fn wait_readable(&self, timeout: std::time::Duration) -> Result<bool, Errno> {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        use std::os::fd::AsFd;
+        let ms = timeout.as_millis().min(u16::MAX as u128) as u16;
+        let mut fds = [PollFd::new(self.fd.as_fd(), PollFlags::POLLIN)];
+        poll(&mut fds, PollTimeout::from(ms)).map(|n| n > 0)
     }
 
     /// Receive one message, with any descriptor that came along.
@@ -241,6 +260,7 @@ mod tests {
             Msg::Exited { status: 0x0300 },
             Msg::Fd { tag: 7 },
             Msg::Command { pid: 4321 },
+            Msg::Ready,
         ] {
             assert_eq!(Msg::decode(&m.encode()), Some(m));
         }

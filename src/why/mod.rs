@@ -204,17 +204,19 @@ impl<'a> Survey<'a> {
         loaded: &'a crate::policy::LoadedPolicy,
         cli_hosts: usize,
     ) -> Result<Survey<'a>, SandboxError> {
-        let namespaces = kernel::probe().namespaces;
         let port = (plan.net.mode == NetMode::Proxy).then_some(1);
         let made_tmp = plan
             .tmpdir
             .as_ref()
             .filter(|t| std::fs::create_dir(t).is_ok());
-        let layers = sandbox::prepare(plan, port, namespaces);
+        // The path `exec` lands on here (a container may refuse the
+        // namespaces, or a fresh /proc), as `check` predicts it.
+        let layers = sandbox::predict_path(plan, port);
         if let Some(t) = made_tmp {
             let _ = std::fs::remove_dir(t);
         }
-        let mut layers = layers?;
+        let (mut layers, path) = layers.map_err(|r| r.error)?;
+        let namespaces = path.namespaces;
         layers.cgroup.remove();
         let report = layers
             .landlock
