@@ -81,10 +81,78 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// Whether a run is expected to get the view of the host (its own mount,
-/// IPC, pid and network namespaces): root, or unprivileged user namespaces
-/// allowed by the sysctls, and `CAPSULE_NO_NAMESPACES` not set.
+/// Whether a run gets the view of the host (its own mount, IPC, pid and
+/// network namespaces) here: asked of capsule itself ([`exec_enforcement`]),
+/// so the tests adapt to the path capsule takes in a container shape too.
+/// On a bare host (not in a container) that path must be the one the host
+/// allows ([`host_allows_view`]): a run that silently lost the view there
+/// fails every test that asks, instead of turning them into the no-view
+/// checks.
 pub fn view_expected() -> bool {
+    let given = !exec_enforcement()["view"].is_null();
+    if !in_container() {
+        assert_eq!(
+            given,
+            host_allows_view(),
+            "capsule exec {} the view, where this host {} it (enforcement: {})",
+            if given { "gives" } else { "does not give" },
+            if host_allows_view() {
+                "allows"
+            } else {
+                "does not allow"
+            },
+            exec_enforcement()
+        );
+    }
+    given
+}
+
+/// Whether the run's view has PART (`private_proc`, `private_shm`, ...:
+/// a boolean of `enforcement.view`), as capsule's exec reports it here.
+pub fn view_gives(part: &str) -> bool {
+    exec_enforcement()["view"][part].as_bool() == Some(true)
+}
+
+/// What capsule says a run here lacks: `enforcement.missing` and
+/// `enforcement.limitations`, joined (the named reason a test checks for
+/// when a part of the view is not given).
+pub fn view_gaps() -> String {
+    let e = exec_enforcement();
+    format!("{} {}", e["missing"], e["limitations"])
+}
+
+/// The `enforcement` object of `capsule exec --json -- /bin/true` with the
+/// default policy in this environment (CAPSULE_NO_NAMESPACES and the other
+/// knobs of the suite apply): the path capsule takes here. One run per test
+/// binary.
+pub fn exec_enforcement() -> &'static Value {
+    static E: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+    E.get_or_init(|| {
+        let sb = Sandbox::new();
+        let run = sb.exec_json(&["--no-audit"], &["/bin/true"]);
+        assert_eq!(
+            run.code,
+            Some(0),
+            "capsule exec -- /bin/true: {}",
+            run.ctx()
+        );
+        run.json()["enforcement"].clone()
+    })
+}
+
+/// Whether these tests run inside a container (podman, Docker, Kubernetes),
+/// where the view depends on the container's shape rather than the sysctls.
+pub fn in_container() -> bool {
+    std::env::var_os("CAPSULE_TEST_IN_CONTAINER").is_some_and(|v| v == "1")
+        || std::env::var_os("container").is_some()
+        || std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
+        || Path::new("/run/.containerenv").exists()
+        || Path::new("/.dockerenv").exists()
+}
+
+/// Whether a bare host allows the view: root, or unprivileged user
+/// namespaces allowed by the sysctls, and `CAPSULE_NO_NAMESPACES` not set.
+pub fn host_allows_view() -> bool {
     if std::env::var_os("CAPSULE_NO_NAMESPACES").is_some_and(|v| !v.is_empty() && v != "0") {
         return false;
     }
