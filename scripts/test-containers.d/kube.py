@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """The podman run flags of a Kubernetes Pod manifest (examples/kubernetes/).
 
-podman 4.3's `kube play` creates a pod with an infra container on a bridge
-network and takes no runtime or seccomp-file options, so scripts/test-containers
-runs the manifest with `podman run` instead, with every flag DERIVED from the
-manifest here (never written a second time by hand). A field this script does
-not know is an error, so the manifest cannot say something the test ignores.
+podman 4.3's `kube play` ignores `securityContext.seccompProfile` (it reads
+only the old seccomp annotations) and its pod's infra container does not start
+under this machine's rlimits, so scripts/test-containers runs the manifest with
+`podman run` instead, with every flag DERIVED from the manifest here (never
+written a second time by hand). A field this script does not know is an error,
+so the manifest cannot say something the test ignores.
 
   kube.py podman-args MANIFEST --work DIR [--seccomp-dir DIR] [--localhost PROFILE]
       one podman flag per line: the pod's and container's securityContext,
