@@ -40,6 +40,11 @@ pub struct Probe {
     /// Whether the kernel has `vm.memfd_noexec`, and so MFD_NOEXEC_SEAL
     /// (Linux 6.3+): the memfd guard's condition where capsule cannot set it.
     pub memfd_noexec_known: bool,
+    /// capsule runs as root without CAP_SYS_ADMIN (a container's root with
+    /// the runtime's default capabilities): the run's namespaces need a user
+    /// namespace of their own, mapping root to itself, as for an
+    /// unprivileged user (`supervisor::spawn`).
+    pub root_needs_userns: bool,
 }
 
 /// A host setting that forbids unprivileged user namespaces.
@@ -59,11 +64,6 @@ pub fn probe() -> &'static Probe {
     PROBE.get_or_init(Probe::detect)
 }
 
-/// Whether this process may create namespaces for the run ([`Probe::namespaces`]).
-pub fn namespaces_available() -> bool {
-    probe().namespaces
-}
-
 impl Probe {
     fn detect() -> Probe {
         let landlock = crate::sys::landlock_abi_version();
@@ -72,6 +72,8 @@ impl Probe {
         // (Debian 11's 5.10, which has no Landlock either) takes the
         // no-namespace path rather than failing at the mount.
         let namespaces = namespaces && crate::sys::mount_setattr_available();
+        let root = nix::unistd::geteuid().is_root();
+        let root_needs_userns = root && !crate::sys::has_effective_cap(CAP_SYS_ADMIN);
         Probe {
             landlock_abi: lowered(
                 *landlock.as_ref().unwrap_or(&0),
@@ -82,8 +84,15 @@ impl Probe {
             seccomp: crate::sys::seccomp_filter_mode_available(),
             namespaces,
             userns_blocked_by,
-            memfd_noexec: nix::unistd::geteuid().is_root() && memfd_noexec_known(),
+            // Only the initial user namespace's root may write the sysctl:
+            // not a container's root in a user namespace (rootless podman),
+            // nor root in the user namespace the run then needs.
+            memfd_noexec: root
+                && !root_needs_userns
+                && memfd_noexec_known()
+                && initial_user_namespace(),
             memfd_noexec_known: memfd_noexec_known(),
+            root_needs_userns,
         }
     }
 
@@ -115,9 +124,15 @@ fn lowered(kernel: u32, max: Option<&str>) -> u32 {
     }
 }
 
+/// Whether `CAPSULE_NO_NAMESPACES` (set and not "0" or empty, as
+/// capsule's other switches) sends every run down the no-namespace path:
+/// the operator's choice, for tests and to emulate hosts without namespaces.
+pub fn namespaces_disabled_by_env() -> bool {
+    std::env::var_os("CAPSULE_NO_NAMESPACES").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
 fn probe_namespaces() -> (bool, Vec<UsernsBlock>) {
-    // Set and not "0" (or empty), as capsule's other switches.
-    if std::env::var_os("CAPSULE_NO_NAMESPACES").is_some_and(|v| !v.is_empty() && v != "0") {
+    if namespaces_disabled_by_env() {
         return (false, Vec::new());
     }
     if nix::unistd::geteuid().is_root() {
@@ -150,6 +165,16 @@ fn probe_namespaces() -> (bool, Vec<UsernsBlock>) {
     .map(|(_, _, block)| block)
     .collect();
     (blocked.is_empty(), blocked)
+}
+
+/// linux/capability.h.
+const CAP_SYS_ADMIN: u32 = 21;
+
+/// Whether this process is in the initial user namespace (its uid map is
+/// the identity over the whole range).
+fn initial_user_namespace() -> bool {
+    std::fs::read_to_string("/proc/self/uid_map")
+        .is_ok_and(|m| m.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"])
 }
 
 /// Where the per-pid-namespace `vm.memfd_noexec` sysctl lives (Linux 6.3+);
@@ -214,7 +239,6 @@ mod tests {
         assert!(std::ptr::eq(p, probe()));
         assert!(p.landlock_abi < 100);
         assert_eq!(p.landlock_errno.is_some(), p.landlock_abi == 0);
-        assert_eq!(p.namespaces, namespaces_available());
         assert!(p.userns_blocked_by.is_empty() || !p.namespaces);
     }
 

@@ -487,12 +487,15 @@ fn clone_refusal_falls_back_to_the_no_namespace_path_safely() {
     // seccomp profile, a container without CAP_SYS_ADMIN). Emulated with a
     // user namespace whose mount-namespace quota is 0: capsule is "root"
     // there, asks for its namespaces, gets ENOSPC, and must re-plan without
-    // the view — /etc granted file by file again, never whole.
+    // the view — /etc granted file by file again, never whole. capsule is
+    // root there, so the run without its view is refused unless
+    // --best-effort (every root-owned file's metadata).
     let sb = Sandbox::new();
     let capsule = capsule_bin();
     let script = format!(
-        "echo 0 > /proc/sys/user/max_mnt_namespaces && exec {} exec --json -- /bin/sh -c 'cat /etc/shadow; echo rc=$?'",
-        capsule.display()
+        "echo 0 > /proc/sys/user/max_mnt_namespaces && {c} exec --json -- /bin/true; echo refused=$?; \
+         exec {c} exec --json --best-effort -- /bin/sh -c 'cat /etc/shadow; echo rc=$?'",
+        c = capsule.display()
     );
     let out = Command::new("unshare")
         .args(["-Ur", "sh", "-c", &script])
@@ -508,6 +511,20 @@ fn clone_refusal_falls_back_to_the_no_namespace_path_safely() {
         return;
     };
     let stdout = String::from_utf8_lossy(&out.stdout);
+    let Some((refusal, stdout)) = stdout.split_once("refused=") else {
+        skip("no user namespace for the emulation here");
+        return;
+    };
+    let Some((code, stdout)) = stdout.split_once('\n') else {
+        panic!("no exit code of the first run: {stdout}");
+    };
+    if std::env::var_os("CAPSULE_NO_NAMESPACES").is_none_or(|v| v.is_empty() || v == "0") {
+        assert_eq!(
+            code, "125",
+            "root without its view must be refused: {refusal}"
+        );
+        assert!(refusal.contains("capsule runs as root"), "{refusal}");
+    }
     let Ok(v) = serde_json::from_str::<Value>(stdout.trim()) else {
         skip(&format!(
             "no user namespace for the emulation here: {}",

@@ -48,8 +48,10 @@ pub fn run(a: CheckArgs) -> i32 {
     let mut limits = std::collections::BTreeMap::new();
     let mut signals = None;
     let mut view = None;
+    let mut namespaces = k.namespaces;
     match crate::sandbox::predict(&plan) {
         Ok(p) => {
+            namespaces = p.path.namespaces;
             limits = p.limits;
             view = p.view;
             signals = Some(p.signals);
@@ -59,7 +61,7 @@ pub fn run(a: CheckArgs) -> i32 {
         Err(e) => problems.push(e.to_string()),
     }
     if a.json {
-        let mut v = plan_json(&plan, k, view.as_ref());
+        let mut v = plan_json(&plan, k, view.as_ref(), namespaces);
         v["ok"] = serde_json::json!(problems.is_empty());
         v["problems"] = serde_json::json!(problems);
         v["notes"] = serde_json::json!(notes);
@@ -68,7 +70,7 @@ pub fn run(a: CheckArgs) -> i32 {
         println!("{v}");
     } else {
         println!("policy {} is valid", a.policy.display());
-        print_plan(&plan, k, view.as_ref());
+        print_plan(&plan, k, view.as_ref(), namespaces);
         if let Some(s) = signals {
             println!("signals   {}", s.describe());
         }

@@ -42,13 +42,39 @@ pub fn run(a: DoctorArgs) -> i32 {
             .and_then(|plan| crate::sandbox::predict(&plan).map_err(|e| e.to_string()))
     };
     let ok = prediction.is_ok();
-    let advice = advice(k);
-    let tree = if k.namespaces {
+    let mut advice = advice(k);
+    // What gives back what the kernel refused here (the trial child's answer).
+    if let Ok(p) = &prediction {
+        if k.namespaces && !p.path.namespaces {
+            advice.push(
+                "the kernel refused the run's namespaces here (see the limitations): in a container, allow \
+                 unshare of a user namespace (podman's default seccomp profile does; Docker/Kubernetes: a \
+                 seccomp profile of the runtime default plus the namespaces capsule makes, e.g. \
+                 seccompProfile: Localhost), or on Ubuntu 23.10+ an AppArmor profile for capsule with `userns,`"
+                    .to_string(),
+            );
+        }
+        if p.view.as_ref().is_some_and(|v| v.bound_proc) {
+            advice.push(
+                "a fresh /proc is refused below this container's masked /proc: podman --security-opt \
+                 unmask=ALL, Docker --security-opt systempaths=unconfined, Kubernetes procMount: Unmasked or a \
+                 user-namespaced pod (hostUsers: false) gives the run its private /proc"
+                    .to_string(),
+            );
+        }
+    }
+    // The path exec takes here (the trial child's answer), not only what
+    // the sysctls allow.
+    let namespaces = match &prediction {
+        Ok(p) => p.path.namespaces,
+        Err(_) => k.namespaces,
+    };
+    let tree = if namespaces {
         "pid-namespace"
     } else {
         "subreaper"
     };
-    let proxy_mode = if k.namespaces {
+    let proxy_mode = if namespaces {
         "network namespace holding only the proxy endpoint".to_string()
     } else {
         format!("fallback: {}", crate::sandbox::describe_host_proxy(k))
@@ -65,6 +91,7 @@ pub fn run(a: DoctorArgs) -> i32 {
             "seccomp": k.seccomp,
             "x32_check": arch == "x86_64",
             "user_namespaces": k.namespaces,
+            "namespaces": namespaces,
             "tree_kill": tree,
             "cgroup_v2": v2.is_some(),
             "cgroup": cg,
@@ -77,13 +104,16 @@ pub fn run(a: DoctorArgs) -> i32 {
                 },
             },
             "proxy": {
-                "available": k.namespaces || k.landlock_tcp(),
-                "netns": k.namespaces,
+                "available": namespaces || k.landlock_tcp(),
+                "netns": namespaces,
                 "mode": proxy_mode,
             },
             "default_policy": match &prediction {
                 Ok(p) => json!({"runs": true, "missing": p.missing, "limitations": p.limitations,
-                                "view": p.view.is_some(), "signals": p.signals.as_str()}),
+                                "view": p.view.is_some(),
+                                "bound_proc": p.view.as_ref().is_some_and(|v| v.bound_proc),
+                                "fallbacks": p.path.fallbacks,
+                                "signals": p.signals.as_str()}),
                 Err(e) => json!({"runs": false, "refusal": e}),
             },
             "advice": advice,
@@ -123,8 +153,13 @@ pub fn run(a: DoctorArgs) -> i32 {
         println!("seccomp           {}", yes(k.seccomp));
         println!("x32 check         {}", yes(arch == "x86_64"));
         println!(
-            "namespaces        {} (tree kill: {tree})",
-            yes(k.namespaces)
+            "namespaces        {} (tree kill: {tree}){}",
+            yes(namespaces),
+            if namespaces != k.namespaces {
+                " — the host's settings allow them, the kernel refused them (see the limitations below)"
+            } else {
+                ""
+            }
         );
         println!("cgroups           {cg}");
         println!("proxy mode        {proxy_mode}");
@@ -138,10 +173,12 @@ pub fn run(a: DoctorArgs) -> i32 {
             Ok(p) => {
                 println!(
                     "verdict           the default policy runs confined here{}",
-                    if p.view.is_some() {
-                        " (with the run's view of the host)"
-                    } else {
-                        " (no namespaces: no view)"
+                    match &p.view {
+                        Some(v) if v.bound_proc => {
+                            " (with the run's view of the host; /proc is the container's, bound read-only)"
+                        }
+                        Some(_) => " (with the run's view of the host)",
+                        None => " (no namespaces: no view)",
                     }
                 );
                 println!("  signals         {}", p.signals.describe());
@@ -187,6 +224,19 @@ fn advice(k: &Probe) -> Vec<String> {
             )),
         }
     }
+    // The view's mount_setattr answered ENOSYS: an old kernel, or a
+    // container's seccomp profile.
+    if !k.namespaces
+        && k.userns_blocked_by.is_empty()
+        && !crate::kernel::namespaces_disabled_by_env()
+        && !crate::sys::mount_setattr_available()
+    {
+        out.push(
+            "the run's view needs mount_setattr (Linux 5.12+), which this kernel or a seccomp profile refuses \
+             (ENOSYS): runs take the no-namespace path"
+                .to_string(),
+        );
+    }
     // What the probe found forbidding user namespaces (nothing as root or
     // with CAPSULE_NO_NAMESPACES).
     for block in &k.userns_blocked_by {
@@ -223,6 +273,7 @@ mod tests {
             userns_blocked_by: blocked,
             memfd_noexec: false,
             memfd_noexec_known: true,
+            root_needs_userns: false,
         }
     }
 

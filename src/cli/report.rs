@@ -60,6 +60,13 @@ fn view_lines(plan: &Plan, v: &ViewSummary) -> Vec<String> {
             }
         ));
     }
+    if v.bound_proc {
+        out.push(
+            "/proc: the container's own, read-only (a fresh procfs is refused here): processes outside the run \
+             are listed, their environ, memory and descriptors kept unreadable by Landlock"
+                .into(),
+        );
+    }
     out.push(tmp_line(plan, v));
     if v.private_shm {
         out.push("/dev/shm: private tmpfs (64 MiB, noexec)".into());
@@ -107,6 +114,7 @@ fn view_json(plan: &Plan, view: Option<&ViewSummary>) -> serde_json::Value {
     json!({
         "read_only_host": true,
         "private_proc": v.private_proc,
+        "bound_proc": v.bound_proc,
         "proc_read_only": v.proc_read_only,
         "private_tmp": v.private_tmp,
         "tmp": tmp_line(plan, v),
@@ -126,7 +134,14 @@ fn view_json(plan: &Plan, view: Option<&ViewSummary>) -> serde_json::Value {
 
 /// The plan as a JSON value (grants with their origin and enforcing layer,
 /// and the run's view when it has one).
-pub fn plan_json(plan: &Plan, k: &Probe, view: Option<&ViewSummary>) -> serde_json::Value {
+/// `namespaces`: whether the run gets its namespaces here (the predicted
+/// path, `sandbox::Prediction::path`).
+pub fn plan_json(
+    plan: &Plan,
+    k: &Probe,
+    view: Option<&ViewSummary>,
+    namespaces: bool,
+) -> serde_json::Value {
     let fs = fs_rules(plan, view);
     let fs_layer = if k.landlock_abi > 0 {
         format!("landlock ABI {}", k.landlock_abi)
@@ -153,14 +168,14 @@ pub fn plan_json(plan: &Plan, k: &Probe, view: Option<&ViewSummary>) -> serde_js
             "mode": plan.net.mode.as_str(),
             "allow_hosts": plan.net.allow_hosts,
             "allow_unix_sockets": plan.net.allow_unix_sockets,
-            "layer": network_layer(plan.net.mode, k),
-            // As `enforcement.network_path` will say (if clone() grants the namespaces).
+            "layer": network_layer(plan.net.mode, k, namespaces),
+            // As `enforcement.network_path` will say.
             "path": (plan.net.mode == NetMode::Proxy).then(|| {
-                if k.namespaces { crate::proxy::ProxyPath::Netns } else { crate::proxy::ProxyPath::LandlockTcpFallback }.as_str()
+                if namespaces { crate::proxy::ProxyPath::Netns } else { crate::proxy::ProxyPath::LandlockTcpFallback }.as_str()
             }),
         },
         "seccomp": if k.seccomp { "allowlist (unknown syscalls ENOSYS), explicit EPERM denials, socket filter" } else { "NOT AVAILABLE" },
-        "tree_kill": if k.namespaces { "pid-namespace" } else { "subreaper" },
+        "tree_kill": if namespaces { "pid-namespace" } else { "subreaper" },
         "view": view_json(plan, view),
         "limits": {
             "timeout_seconds": plan.limits.timeout.as_secs_f64(),
@@ -175,7 +190,7 @@ pub fn plan_json(plan: &Plan, k: &Probe, view: Option<&ViewSummary>) -> serde_js
     })
 }
 
-fn network_layer(mode: NetMode, k: &Probe) -> String {
+fn network_layer(mode: NetMode, k: &Probe, namespaces: bool) -> String {
     match mode {
         NetMode::None => format!(
             "seccomp (no IP sockets){}",
@@ -186,7 +201,7 @@ fn network_layer(mode: NetMode, k: &Probe) -> String {
             }
         ),
         NetMode::Proxy => {
-            if k.namespaces {
+            if namespaces {
                 "own network namespace with only the proxy endpoint".into()
             } else {
                 crate::sandbox::describe_host_proxy(k)
@@ -197,7 +212,7 @@ fn network_layer(mode: NetMode, k: &Probe) -> String {
 }
 
 /// Print the plan for humans, with the run's view when it has one.
-pub fn print_plan(plan: &Plan, k: &Probe, view: Option<&ViewSummary>) {
+pub fn print_plan(plan: &Plan, k: &Probe, view: Option<&ViewSummary>, namespaces: bool) {
     let fs = fs_rules(plan, view);
     let fs_line = if k.landlock_abi > 0 {
         format!(
@@ -256,14 +271,14 @@ pub fn print_plan(plan: &Plan, k: &Probe, view: Option<&ViewSummary>) {
             }
         }
         None => println!(
-            "view      none: no namespaces here (no unprivileged user namespaces, or CAPSULE_NO_NAMESPACES); the \
-             /etc secrets beneath grants are carved out by Landlock (deny lines above)"
+            "view      none: no namespaces here (no unprivileged user namespaces, the kernel refused them, or \
+             CAPSULE_NO_NAMESPACES); the /etc secrets beneath grants are carved out by Landlock (deny lines above)"
         ),
     }
     println!(
         "network   {} — {}",
         plan.net.mode.as_str(),
-        network_layer(plan.net.mode, k)
+        network_layer(plan.net.mode, k, namespaces)
     );
     for h in &plan.net.allow_hosts {
         println!("  allow host {h}");
@@ -278,7 +293,7 @@ pub fn print_plan(plan: &Plan, k: &Probe, view: Option<&ViewSummary>) {
     );
     println!(
         "processes own session, no_new_privs, no capabilities, no core dumps; tree killed via {}",
-        if k.namespaces {
+        if namespaces {
             "its own pid namespace"
         } else {
             "a child subreaper"
@@ -316,8 +331,10 @@ pub fn print_plan(plan: &Plan, k: &Probe, view: Option<&ViewSummary>) {
 /// `problems`, a "capsule exec refuses this here" line). Exit 0 (contract).
 pub fn dry_run(plan: &Plan, json: bool) -> i32 {
     let k = kernel::probe();
+    let mut namespaces = k.namespaces;
     let (view, notes, problem) = match crate::sandbox::predict(plan) {
         Ok(p) => {
+            namespaces = p.path.namespaces;
             let notes: Vec<String> = p
                 .missing
                 .iter()
@@ -329,12 +346,12 @@ pub fn dry_run(plan: &Plan, json: bool) -> i32 {
         Err(e) => (None, vec![], Some(e.to_string())),
     };
     if json {
-        let mut v = plan_json(plan, k, view.as_ref());
+        let mut v = plan_json(plan, k, view.as_ref(), namespaces);
         v["notes"] = json!(notes);
         v["problems"] = json!(problem.iter().collect::<Vec<_>>());
         println!("{v}");
     } else {
-        print_plan(plan, k, view.as_ref());
+        print_plan(plan, k, view.as_ref(), namespaces);
         for n in &notes {
             println!("{n}");
         }

@@ -75,6 +75,9 @@ pub struct ChildSpec {
     pub chan: RawFd,
     /// Top of the stack the command stage runs on when init creates it (set by `spawn`).
     pub command_stack: Option<crate::sys::StageStack>,
+    /// A trial (`supervisor::spawn::trial`): init builds the namespaces,
+    /// reports, and exits without creating the command.
+    pub trial: bool,
 }
 
 impl ChildSpec {
@@ -108,6 +111,7 @@ impl ChildSpec {
             view: None,
             chan: -1,
             command_stack: None,
+            trial: false,
         }
     }
 
@@ -216,6 +220,12 @@ pub(crate) fn init_main(spec: &'static ChildSpec) -> c_int {
         if let Err(e) = netns::setup(net, spec.chan) {
             fail(spec, Stage::Network, e);
         }
+    }
+    // The namespaces are built: the supervisor commits to this path (or,
+    // for a trial, has its answer) before anything of the command runs.
+    report(spec.chan, Msg::Ready);
+    if spec.trial {
+        raw::exit_group(0);
     }
     // The command stage runs on its own stack (`command_stack`), reads only
     // the leaked spec, and either execs or exits; CLONE_VFORK keeps this

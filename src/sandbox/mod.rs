@@ -153,12 +153,130 @@ pub const ROOT_NO_VIEW_GAP: &str =
      and chown to root clears setuid bits (Landlock has no hook for them; seccomp still refuses setting a \
      setuid or setgid bit). Run as an unprivileged user, or where user namespaces are allowed";
 
+/// Why a run as root gets no view here, and the remedy (the refusal
+/// without --best-effort).
+fn root_no_view_why(path: &RunPath) -> String {
+    let why = match path.fallbacks.last() {
+        Some(f) => f.clone(),
+        // As root only a missing mount_setattr keeps the namespaces off
+        // without trying them (`kernel::Probe::namespaces`).
+        None => "the view needs mount_setattr (Linux 5.12+), which this kernel or a seccomp profile refuses \
+                 (ENOSYS)"
+            .to_string(),
+    };
+    format!(
+        "capsule runs as root and the run cannot have its own mount namespace ({why}), so the mode, times and \
+         xattrs of EVERY root-owned file outside write grants could be changed (e.g. chmod 0666 /etc/shadow). \
+         Run capsule as an unprivileged user (a container's --user 65534, Kubernetes runAsNonRoot), or allow \
+         user namespaces (podman's default seccomp profile does; for Docker and Kubernetes see the seccomp \
+         profile in examples/kubernetes), or pass --best-effort to accept the gap"
+    )
+}
+
 /// The limitation the process guard brings (see `supervisor::procguard`).
 pub const PROCESS_GUARD_LIMITATION: &str =
     "max_processes by capsule's process guard (root without a cgroup: RLIMIT_NPROC does not bind uid 0): \
      every clone/fork/vfork of the run waits while capsule counts the run's tasks (threads included) and fails \
      with EAGAIN at the limit; each fork costs a scan of the run's processes (of the host's without a pid \
      namespace), and a fork whose child has not appeared yet is counted until its caller returns";
+
+/// Where the run's /proc comes from when the fresh procfs is refused: the
+/// limitation every such run carries (`enforcement.limitations`, doctor).
+pub const BOUND_PROC_LIMITATION: &str =
+    "/proc is the container's own, bound read-only into the run's view (the kernel refuses a fresh procfs in \
+     a user namespace below a container runtime's masked /proc paths): the run's processes read their own \
+     /proc/self, and Landlock keeps the environ, memory, maps, descriptors, cwd and root of every process \
+     outside the run unreadable (ptrace access, at the same uid too), but those processes are listed (ps) and \
+     their cmdline, status and stat are readable. The private /proc comes back with podman --security-opt \
+     unmask=ALL, Docker --security-opt systempaths=unconfined, Kubernetes securityContext.procMount: Unmasked, \
+     or a user-namespaced pod (hostUsers: false)";
+
+/// What the kernel refused of the run's namespaces, before anything of the
+/// command ran (`supervisor::spawn`): the run takes the next path
+/// ([`RunPath::after`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NsRefusal {
+    /// clone() with the namespace flags failed (a seccomp profile, no
+    /// CAP_SYS_ADMIN and no user namespaces).
+    Clone(nix::errno::Errno),
+    /// The namespaces were made, but a step of their set-up was refused:
+    /// the uid map, a mount, bringing up loopback (AppArmor's
+    /// `unprivileged_userns` profile, a seccomp profile that denies mount).
+    Unusable {
+        step: &'static str,
+        errno: nix::errno::Errno,
+    },
+    /// A fresh procfs was refused (a container's masked /proc: the kernel's
+    /// `mount_too_revealing`).
+    Proc(nix::errno::Errno),
+}
+
+/// The path a run takes: its namespaces and view, or none, and why it is
+/// not the first one. `exec` starts from [`RunPath::initial`] and moves on
+/// when the child reports a refusal ([`RunPath::after`]); `check`, `doctor`
+/// and `--dry-run` ([`predict`]) move along the same steps with a trial
+/// child, so they land where `exec` does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunPath {
+    /// The run's own namespaces and view.
+    pub namespaces: bool,
+    /// The view keeps the container's /proc (read-only) instead of a fresh one.
+    pub bound_proc: bool,
+    /// Why an earlier path was left, one line each (`enforcement.limitations`).
+    pub fallbacks: Vec<String>,
+}
+
+impl RunPath {
+    /// The first path: namespaces where the host's settings allow them.
+    pub fn initial() -> RunPath {
+        RunPath {
+            namespaces: kernel::probe().namespaces,
+            bound_proc: false,
+            fallbacks: Vec::new(),
+        }
+    }
+
+    /// The path after the kernel refused `r` on this one; None when there
+    /// is no further path (then the refusal is the run's).
+    pub fn after(&self, r: NsRefusal) -> Option<RunPath> {
+        if !self.namespaces {
+            return None;
+        }
+        let mut next = self.clone();
+        match r {
+            NsRefusal::Proc(e) if !self.bound_proc => {
+                next.bound_proc = true;
+                next.fallbacks.push(format!(
+                    "a fresh /proc for the run was refused ({e}); {BOUND_PROC_LIMITATION}"
+                ));
+            }
+            NsRefusal::Clone(e) => {
+                next.namespaces = false;
+                next.bound_proc = false;
+                next.fallbacks.push(format!(
+                    "namespaces: clone() refused the run's namespaces ({e}: a seccomp profile such as a container \
+                     runtime's default, or no CAP_SYS_ADMIN and no user namespaces): the run takes the \
+                     no-namespace path"
+                ));
+            }
+            NsRefusal::Proc(errno) | NsRefusal::Unusable { errno, .. } => {
+                let step = match r {
+                    NsRefusal::Unusable { step, .. } => step,
+                    _ => "mounting the run's /proc",
+                };
+                next.namespaces = false;
+                next.bound_proc = false;
+                next.fallbacks.push(format!(
+                    "namespaces: the kernel created the run's namespaces but refused {step} ({errno}: e.g. \
+                     AppArmor's unprivileged_userns profile on Ubuntu 23.10+, or a seccomp profile that allows \
+                     unshare but denies mount): the run takes the no-namespace path, chosen before anything of \
+                     the command ran"
+                ));
+            }
+        }
+        Some(next)
+    }
+}
 
 /// Layers ready for the child.
 pub struct Layers {
@@ -244,10 +362,11 @@ pub struct Prediction {
     pub limitations: Vec<String>,
     pub view: Option<view::ViewSummary>,
     pub signals: SignalLayer,
+    /// The path `exec` takes here (after the trial child's refusals).
+    pub path: RunPath,
 }
 
 pub fn predict(plan: &Plan) -> Result<Prediction, SandboxError> {
-    let namespaces = kernel::probe().namespaces;
     // A stand-in port: the proxy's is only known when it listens.
     let port = (plan.net.mode == NetMode::Proxy).then_some(1);
     // The private TMPDIR must exist for its Landlock rule, as in `exec`.
@@ -255,11 +374,11 @@ pub fn predict(plan: &Plan) -> Result<Prediction, SandboxError> {
         .tmpdir
         .as_ref()
         .filter(|t| std::fs::create_dir(t).is_ok());
-    let layers = prepare(plan, port, namespaces);
+    let layers = predict_path(plan, port);
     if let Some(t) = made_tmp {
         let _ = std::fs::remove_dir(t);
     }
-    let mut layers = layers?;
+    let (mut layers, path) = layers?;
     let source = layers.cgroup.source;
     layers.cgroup.remove();
     let limits = layers
@@ -279,18 +398,45 @@ pub fn predict(plan: &Plan) -> Result<Prediction, SandboxError> {
         limitations: layers.limitations.clone(),
         view: layers.view.as_ref().map(|v| v.summary.clone()),
         signals: layers.signals,
+        path,
     })
+}
+
+/// The layers of the path `exec` lands on: prepared for each path in turn,
+/// and on a namespace path tried by a throwaway child that makes the same
+/// namespaces and view as `exec`'s init and stops before any command
+/// (`supervisor::spawn::trial`); its refusal moves on as in `exec`.
+fn predict_path(plan: &Plan, port: Option<u16>) -> Result<(Layers, RunPath), SandboxError> {
+    let mut path = RunPath::initial();
+    loop {
+        let mut layers = prepare(plan, port, &path)?;
+        if !path.namespaces {
+            return Ok((layers, path));
+        }
+        let net = plan.net.mode != NetMode::Unrestricted;
+        let refusal = crate::supervisor::spawn::trial(&layers, net, port);
+        match refusal.and_then(|r| path.after(r).map(|next| (r, next))) {
+            None => return Ok((layers, path)),
+            Some((r, next)) => {
+                tracing::debug!("trial child: {r:?}; predicting the next path");
+                layers.cgroup.remove();
+                path = next;
+            }
+        }
+    }
 }
 
 /// Prepare every layer for `plan`. `proxy_port` is the loopback port the
 /// child may connect to in proxy mode without a network namespace.
-/// `namespaces`: whether the child is to get its own namespaces and the
-/// view (the supervisor asks again with `false` when clone() refuses them).
+/// `path`: whether the child is to get its own namespaces and the view, and
+/// which /proc (the supervisor asks again on the next path when the kernel
+/// refuses them).
 pub fn prepare(
     plan: &Plan,
     proxy_port: Option<u16>,
-    namespaces: bool,
+    path: &RunPath,
 ) -> Result<Layers, SandboxError> {
+    let namespaces = path.namespaces;
     let best_effort = plan.best_effort;
     let mut missing = Vec::new();
     let unavailable =
@@ -449,10 +595,24 @@ pub fn prepare(
     let truncate_needs_guard = abi < LANDLOCK_TRUNCATE && !want_pidns;
     // The view (mount namespace).
     let view = if want_pidns {
+        if path.bound_proc && abi == 0 {
+            // Nothing else keeps /proc/PID/environ of the processes outside
+            // the run unreadable at the same uid.
+            unavailable(
+                "private /proc",
+                "a fresh procfs is refused here (a container's masked /proc), and the container's /proc can be \
+                 bound into the view only under Landlock, whose ptrace restriction keeps the environ, memory \
+                 and descriptors of processes outside the run unreadable; this kernel has no Landlock. The \
+                 private /proc comes back with podman --security-opt unmask=ALL, Docker --security-opt \
+                 systempaths=unconfined or Kubernetes procMount: Unmasked",
+                &mut missing,
+            )?;
+        }
         let input = view::ViewInput {
             tmp_size_mb: plan.limits.tmp_size_mb,
             rights: ll.view_rights(),
-            memfd_noexec: k.memfd_noexec,
+            memfd_noexec: k.memfd_noexec && !path.bound_proc,
+            bound_proc: path.bound_proc,
         };
         Some(view::View::plan(plan, &input)?)
     } else {
@@ -464,7 +624,16 @@ pub fn prepare(
         }
         if nix::unistd::getuid().is_root() {
             // uid 0 owns the host's system files: owner checks do not need
-            // the capabilities the run lacks.
+            // the capabilities the run lacks. Not a run without --best-effort
+            // where the host took the view away; CAPSULE_NO_NAMESPACES=1 is
+            // the operator's own choice of this path, and says it loudly.
+            if !kernel::namespaces_disabled_by_env() {
+                unavailable(
+                    "read-only view of the host",
+                    &root_no_view_why(path),
+                    &mut Vec::new(),
+                )?;
+            }
             missing.push(ROOT_NO_VIEW_GAP.to_string());
             missing.extend(NO_VIEW_GAPS.iter().skip(1).map(|s| s.to_string()));
         } else {
@@ -610,7 +779,7 @@ pub fn prepare(
                 .to_string(),
         );
     }
-    let mut limitations = Vec::new();
+    let mut limitations = path.fallbacks.clone();
     if parts.signals {
         limitations.push(SECCOMP_NOTIFY_LIMITATION.to_string());
     }

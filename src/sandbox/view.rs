@@ -76,7 +76,7 @@ pub enum ViewError {
 pub use crate::plan::Bind;
 
 /// One step of the view, replayed by init.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Op {
     /// `mount --make-rprivate /`.
     Private,
@@ -141,7 +141,7 @@ pub struct ViewRights {
 }
 
 /// The prepared view: what init mounts, in order.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct View {
     ops: Vec<Op>,
     /// What the view gives, for the report.
@@ -154,6 +154,9 @@ pub struct ViewSummary {
     pub binds: Vec<Bind>,
     pub private_tmp: bool,
     pub private_proc: bool,
+    /// The container's /proc, bound read-only, instead of a private one
+    /// (`ViewInput::bound_proc`).
+    pub bound_proc: bool,
     pub private_shm: bool,
     pub devpts: bool,
     pub memfd_noexec: bool,
@@ -199,6 +202,9 @@ pub struct ViewInput {
     pub rights: Option<ViewRights>,
     /// Set vm.memfd_noexec = 2 in the run's pid namespace.
     pub memfd_noexec: bool,
+    /// Keep the host's (the container's) /proc, read-only, instead of
+    /// mounting a fresh one: the kernel refused the fresh procfs here.
+    pub bound_proc: bool,
 }
 
 impl View {
@@ -554,34 +560,46 @@ impl View {
             }
             summary.devpts = true;
         }
-        // hidepid=4 ("ptraceable", Linux 5.8): a process the caller may not
-        // ptrace-read is not listed at all. That hides the run's init, which
-        // is non-dumpable because it shares the supervisor's memory.
-        ops.push(Op::Mount {
-            fstype: c"proc",
-            dst: CString::new("/proc").expect("no NUL"),
-            flags: libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-            data: Some(CString::new("hidepid=4").expect("no NUL")),
-            stage: Stage::ViewProc,
-        });
-        summary.private_proc = true;
-        if input.memfd_noexec {
-            ops.push(Op::Sysctl {
-                path: crate::kernel::MEMFD_NOEXEC,
-                value: b"2",
+        if input.bound_proc {
+            // The container's own /proc stays, read-only and nosuid like the
+            // rest of the host (`ReadOnlyHost` above): its runtime's masked
+            // paths make the kernel refuse a fresh procfs in a user namespace
+            // below it. Landlock's ptrace restriction keeps the environ,
+            // memory, maps and descriptors of every process outside the run
+            // unreadable there (`sandbox::BOUND_PROC_LIMITATION`), and
+            // /proc/self of the run's processes resolves in the procfs's pid
+            // namespace, where they have pids.
+            summary.bound_proc = true;
+        } else {
+            // hidepid=4 ("ptraceable", Linux 5.8): a process the caller may not
+            // ptrace-read is not listed at all. That hides the run's init, which
+            // is non-dumpable because it shares the supervisor's memory.
+            ops.push(Op::Mount {
+                fstype: c"proc",
+                dst: CString::new("/proc").expect("no NUL"),
+                flags: libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                data: Some(CString::new("hidepid=4").expect("no NUL")),
+                stage: Stage::ViewProc,
             });
-            summary.memfd_noexec = true;
-        }
-        // After the sysctl above: it is written through /proc/sys.
-        for p in PROC_READ_ONLY {
-            let path = Path::new(p);
-            // The private /proc is of the same kernel as the host's.
-            if path.symlink_metadata().is_ok() {
-                ops.push(Op::ReadOnlyBind {
-                    path: cstr(path)?,
-                    stage: Stage::ViewProc,
+            summary.private_proc = true;
+            if input.memfd_noexec {
+                ops.push(Op::Sysctl {
+                    path: crate::kernel::MEMFD_NOEXEC,
+                    value: b"2",
                 });
-                summary.proc_read_only.push(path.to_path_buf());
+                summary.memfd_noexec = true;
+            }
+            // After the sysctl above: it is written through /proc/sys.
+            for p in PROC_READ_ONLY {
+                let path = Path::new(p);
+                // The private /proc is of the same kernel as the host's.
+                if path.symlink_metadata().is_ok() {
+                    ops.push(Op::ReadOnlyBind {
+                        path: cstr(path)?,
+                        stage: Stage::ViewProc,
+                    });
+                    summary.proc_read_only.push(path.to_path_buf());
+                }
             }
         }
         if input.rights.is_some() {

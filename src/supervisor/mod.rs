@@ -93,10 +93,10 @@ pub fn run(plan: &Plan, opts: ExecOptions) -> Finished {
             );
         }
     }
-    let mut namespaces = crate::kernel::namespaces_available();
+    let mut path = sandbox::RunPath::initial();
     loop {
-        tracing::debug!("supervisor: preparing layers (namespaces: {namespaces})");
-        let mut layers = match sandbox::prepare(plan, services.proxy_port(), namespaces) {
+        tracing::debug!("supervisor: preparing layers ({path:?})");
+        let mut layers = match sandbox::prepare(plan, services.proxy_port(), &path) {
             Ok(l) => l,
             Err(e) => {
                 let _ = remove_tmpdir(plan);
@@ -130,13 +130,25 @@ pub fn run(plan: &Plan, opts: ExecOptions) -> Finished {
                 finished.result.left_behind = remove_tmpdir(plan);
                 return finished;
             }
-            Attempt::NamespacesRefused(e) => {
-                // Nothing ran: prepare the no-namespace path (its own
-                // Landlock rules, no view) and try once more.
-                tracing::info!(
-                    "clone() refused the run's namespaces ({e}); using the no-namespace path"
-                );
-                namespaces = false;
+            Attempt::Refused(r) => {
+                // Nothing of the command ran: prepare the next path (its own
+                // Landlock rules and view, or none) and try again.
+                match path.after(r) {
+                    Some(next) => {
+                        tracing::info!(
+                            "the kernel refused the run's namespaces ({r:?}); {next:?} next"
+                        );
+                        path = next;
+                    }
+                    None => {
+                        let _ = remove_tmpdir(plan);
+                        return refused(
+                            &plan.run_id,
+                            Reason::SetupFailed,
+                            format!("the kernel refused the run's namespaces: {r:?}"),
+                        );
+                    }
+                }
             }
         }
     }
@@ -145,8 +157,9 @@ pub fn run(plan: &Plan, opts: ExecOptions) -> Finished {
 /// How one attempt to start the run ended.
 enum Attempt {
     Finished(Box<Finished>),
-    /// clone() refused the namespaces: nothing ran, try without them.
-    NamespacesRefused(Errno),
+    /// The kernel refused the namespaces or a step of their set-up: nothing
+    /// of the command ran, try the next path.
+    Refused(sandbox::NsRefusal),
 }
 
 /// The child's view of a host path: inside the view the private TMPDIR is `/tmp`.
@@ -233,9 +246,9 @@ fn run_prepared(
     drop(out_w);
     drop(err_w);
     terminal.close_child_ends();
-    let (spawned, start) = match spawned {
+    let (mut spawned, start) = match spawned {
         Ok(s) => s,
-        Err(spawn::SpawnError::NamespacesRefused(e)) => return Attempt::NamespacesRefused(e),
+        Err(spawn::SpawnError::Refused(r)) => return Attempt::Refused(r),
         Err(e) => {
             return Attempt::Finished(Box::new(refused(
                 &plan.run_id,
@@ -297,7 +310,7 @@ fn run_prepared(
         census.map(|c| procguard::ProcGuard::new(max, c))
     });
     let mut sup = rt.block_on(supervise(
-        &spawned,
+        &mut spawned,
         out_r,
         err_r,
         json,
@@ -396,7 +409,7 @@ fn spawn_child(
     let spawned = spawn::spawn(spec, ns, &mut join);
     // Namespaces refused: nothing ran, and the services' child ends serve the
     // next attempt.
-    if !matches!(spawned, Err(spawn::SpawnError::NamespacesRefused(_))) {
+    if !matches!(spawned, Err(spawn::SpawnError::Refused(_))) {
         services.close_child_ends();
     }
     let mut spawned = spawned?;
@@ -552,7 +565,7 @@ impl Supervised {
 
 #[allow(clippy::too_many_arguments)]
 async fn supervise(
-    sp: &Spawned,
+    sp: &mut Spawned,
     out_r: OwnedFd,
     err_r: OwnedFd,
     json: bool,
@@ -575,6 +588,9 @@ async fn supervise(
     let out_task = tokio::spawn(capture::pump(out_r, so, limit));
     let err_task = tokio::spawn(capture::pump(err_r, se, limit));
     services.start(&sp.chan, sp.netns);
+    for (tag, fd) in std::mem::take(&mut sp.early_fds) {
+        services.on_fd(tag, fd);
+    }
 
     let mut state = Supervised {
         stdout: Captured::default(),
@@ -611,6 +627,7 @@ async fn supervise(
                 }
             }
             Msg::Fd { tag } => services.on_fd(tag, fd),
+            Msg::Ready => {}
         },
     )
     .await;

@@ -31,7 +31,11 @@
 use nix::errno::Errno;
 use thiserror::Error;
 
+use std::os::fd::OwnedFd;
+
 use crate::sandbox::child::ChildSpec;
+use crate::sandbox::NsRefusal;
+use crate::sys::channel::{Msg, Stage};
 use crate::sys::stage::Entry;
 use crate::sys::{self, channel::Channel};
 
@@ -67,11 +71,15 @@ pub enum SpawnError {
     Go(Errno),
     #[error("preparing the child's cgroup: {0}")]
     BeforeGo(String),
-    /// clone() refused the namespaces that the sysctls promised (an outer
-    /// seccomp profile, a container without CAP_SYS_ADMIN): the supervisor
-    /// prepares the no-namespace path and tries again.
-    #[error("clone() refused the run's namespaces: {0}")]
-    NamespacesRefused(Errno),
+    /// The kernel refused the run's namespaces (clone() itself, or a step of
+    /// their set-up: the uid map, the view, the network endpoint) before
+    /// anything of the command ran: the supervisor prepares the next path
+    /// (`sandbox::RunPath::after`) and tries again.
+    #[error("the kernel refused the run's namespaces: {0:?}")]
+    Refused(NsRefusal),
+    /// A set-up step of the run's init failed for another reason.
+    #[error("confining the child failed while {}: {}", .0.describe(), .1.desc())]
+    Setup(Stage, Errno),
 }
 
 /// What the kernel should give the child.
@@ -97,6 +105,10 @@ pub struct Spawned {
     /// started it): never killed by the end-of-run sweeps. Filled in by the
     /// supervisor when a sweep can happen.
     pub inherited: Vec<libc::pid_t>,
+    /// Descriptors init sent before it reported the namespaces ready (the
+    /// proxy's endpoint), with their tags: the supervisor hands them to the
+    /// services once they run.
+    pub early_fds: Vec<(i32, Option<OwnedFd>)>,
 }
 
 /// Something to do between clone and "go" (e.g. joining a cgroup).
@@ -132,7 +144,9 @@ pub fn spawn(
     // prepares the no-namespace path and calls again.
     let (flags, tree) = if ns.pid {
         let mut flags = libc::CLONE_NEWPID;
-        if !root {
+        // Root without CAP_SYS_ADMIN (a container's root) needs a user
+        // namespace too, mapping root to itself.
+        if !root || crate::kernel::probe().root_needs_userns {
             flags |= libc::CLONE_NEWUSER;
         }
         if ns.net {
@@ -147,6 +161,10 @@ pub fn spawn(
     };
 
     let parent_pid = nix::unistd::getpid().as_raw();
+    // The run's init makes the shared mm non-dumpable (`sandbox::child`),
+    // and so this process too: a stage that is refused is followed by
+    // another spawn, whose /proc/PID/uid_map must be this user's to write.
+    let dumpable = nix::sys::prctl::get_dumpable().unwrap_or(true);
     let spec: &'static mut ChildSpec = Box::leak(Box::new(spec));
     let userns = flags & libc::CLONE_NEWUSER != 0;
     let go_needed = userns || spec.wait_go;
@@ -168,36 +186,151 @@ pub fn spawn(
     match cloned {
         Ok(pid) => {
             drop(theirs);
-            if userns {
-                write_id_maps(pid, uid.as_raw(), gid.as_raw())
-                    .map_err(|source| SpawnError::UserMap { pid, source })?;
-            }
-            if let Err(msg) = before_go(pid) {
+            let kill = || {
                 sys::signal(pid, libc::SIGKILL);
                 let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+                if dumpable {
+                    let _ = nix::sys::prctl::set_dumpable(true);
+                }
+            };
+            if userns {
+                if let Err(source) = write_id_maps(pid, uid.as_raw(), gid.as_raw()) {
+                    kill();
+                    return Err(match source.raw_os_error() {
+                        Some(e @ (libc::EPERM | libc::EACCES)) => {
+                            SpawnError::Refused(NsRefusal::Unusable {
+                                step: "writing the user namespace's uid map",
+                                errno: Errno::from_raw(e),
+                            })
+                        }
+                        _ => SpawnError::UserMap { pid, source },
+                    });
+                }
+            }
+            if let Err(msg) = before_go(pid) {
+                kill();
                 return Err(SpawnError::BeforeGo(msg));
             }
             if go_needed {
                 ours.send_go().map_err(SpawnError::Go)?;
             }
+            // On the namespace path init reports its namespaces built (or
+            // which step the kernel refused) before it creates the command.
+            let early_fds = if tree == TreeMode::PidNamespace {
+                match await_ready(&ours) {
+                    Ok(fds) => fds,
+                    Err(e) => {
+                        kill();
+                        return Err(e);
+                    }
+                }
+            } else {
+                Vec::new()
+            };
             Ok(Spawned {
                 pid,
                 tree,
                 netns: flags & libc::CLONE_NEWNET != 0,
                 chan: ours,
                 inherited: Vec::new(),
+                early_fds,
             })
         }
-        Err(e @ (libc::EPERM | libc::EINVAL | libc::ENOSPC | libc::EUSERS | libc::EACCES))
-            if tree == TreeMode::PidNamespace =>
-        {
+        // ENOSYS: a container runtime's seccomp profile (podman's answers
+        // what it does not allow so).
+        Err(
+            e @ (libc::EPERM
+            | libc::EINVAL
+            | libc::ENOSPC
+            | libc::EUSERS
+            | libc::EACCES
+            | libc::ENOSYS),
+        ) if tree == TreeMode::PidNamespace => {
             tracing::debug!(
                 "clone with namespaces refused ({}); the no-namespace path comes next",
                 Errno::from_raw(e)
             );
-            Err(SpawnError::NamespacesRefused(Errno::from_raw(e)))
+            Err(SpawnError::Refused(NsRefusal::Clone(Errno::from_raw(e))))
         }
         Err(e) => Err(SpawnError::Clone(Errno::from_raw(e))),
+    }
+}
+
+/// Wait for init's `Ready`; the descriptors it sent before (with their
+/// tags). A set-up step the kernel refused (EPERM, EACCES, ENOSYS: a
+/// seccomp or AppArmor profile, a container's masked /proc) is a
+/// [`SpawnError::Refused`]; nothing of the command has run then.
+fn await_ready(chan: &Channel) -> Result<Vec<(i32, Option<OwnedFd>)>, SpawnError> {
+    let mut fds = Vec::new();
+    loop {
+        match chan.recv() {
+            Ok(Some((Some(Msg::Ready), _))) => return Ok(fds),
+            Ok(Some((Some(Msg::Fd { tag }), fd))) => fds.push((tag, fd)),
+            Ok(Some((Some(Msg::SetupFailed { stage, errno }), _))) => {
+                let errno = Errno::from_raw(errno);
+                let refused = matches!(errno, Errno::EPERM | Errno::EACCES | Errno::ENOSYS);
+                return Err(match stage {
+                    Stage::ViewProc if refused => SpawnError::Refused(NsRefusal::Proc(errno)),
+                    Stage::View | Stage::ViewDev | Stage::Network if refused => {
+                        SpawnError::Refused(NsRefusal::Unusable {
+                            step: stage.describe(),
+                            errno,
+                        })
+                    }
+                    _ => SpawnError::Setup(stage, errno),
+                });
+            }
+            // Nothing else comes before Ready; end-of-file is init gone.
+            Ok(Some(_)) => {}
+            Ok(None) => return Err(SpawnError::Go(Errno::EPIPE)),
+            Err(e) => return Err(SpawnError::Go(e)),
+        }
+    }
+}
+
+/// Build the namespaces and the view of `layers` in a throwaway child, as
+/// `exec`'s init would, and stop before any command: what the kernel
+/// refuses, if anything (`sandbox::predict`). `net`: the run gets its own
+/// network namespace; `proxy_port`: the proxy endpoint init makes in it.
+/// The Landlock rules of the view's new mounts are not added (the trial has
+/// no ruleset of its own to spend).
+pub fn trial(
+    layers: &crate::sandbox::Layers,
+    net: bool,
+    proxy_port: Option<u16>,
+) -> Option<NsRefusal> {
+    let mut spec = ChildSpec::new(c"/bin/true".into(), Vec::new(), Vec::new(), c"/".into());
+    spec.view = layers.view.clone();
+    spec.net_setup = proxy_port.map(|port| crate::sandbox::netns::NetSetup {
+        port,
+        backlog: 1,
+        tag: 0,
+        host_listener: None,
+    });
+    spec.trial = true;
+    spec.seal();
+    let ns = NsRequest {
+        pid: true,
+        net,
+        view: spec.view.is_some(),
+    };
+    let dumpable = nix::sys::prctl::get_dumpable().unwrap_or(true);
+    match spawn(spec, ns, &mut |_| Ok(())) {
+        Ok(s) => {
+            let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(s.pid), None);
+            // Its init shared this process's memory and made it non-dumpable.
+            if dumpable {
+                let _ = nix::sys::prctl::set_dumpable(true);
+            }
+            None
+        }
+        Err(SpawnError::Refused(r)) => Some(r),
+        Err(e) => {
+            // Not a refusal of the namespaces: `exec` would stop there too,
+            // with the same error; the prediction keeps this path.
+            tracing::debug!("trial child: {e}");
+            None
+        }
     }
 }
 

@@ -95,12 +95,18 @@ pub enum Msg {
     Exited { status: i32 },
     /// A descriptor is attached (its meaning is agreed by the sender and receiver).
     Fd { tag: i32 },
+    /// The run's init has built its namespaces (the view, the network
+    /// endpoint): the run is committed to the namespace path. Sent before
+    /// init creates the command, so a refusal of any of those steps comes
+    /// while nothing of the command has run (`supervisor::spawn`).
+    Ready,
 }
 
 const KIND_EXEC: i32 = 1;
 const KIND_SETUP: i32 = 2;
 const KIND_EXITED: i32 = 3;
 const KIND_FD: i32 = 4;
+const KIND_READY: i32 = 5;
 
 impl Msg {
     /// The 16-byte record (no allocation).
@@ -110,6 +116,7 @@ impl Msg {
             Msg::SetupFailed { stage, errno } => (KIND_SETUP, stage as i32, errno),
             Msg::Exited { status } => (KIND_EXITED, status, 0),
             Msg::Fd { tag } => (KIND_FD, tag, 0),
+            Msg::Ready => (KIND_READY, 0, 0),
         };
         let mut out = [0u8; 16];
         out[0..4].copy_from_slice(&k.to_ne_bytes());
@@ -132,6 +139,7 @@ impl Msg {
             },
             KIND_EXITED => Msg::Exited { status: a },
             KIND_FD => Msg::Fd { tag: a },
+            KIND_READY => Msg::Ready,
             _ => return None,
         })
     }
@@ -234,6 +242,7 @@ mod tests {
             },
             Msg::Exited { status: 0x0300 },
             Msg::Fd { tag: 7 },
+            Msg::Ready,
         ] {
             assert_eq!(Msg::decode(&m.encode()), Some(m));
         }

@@ -368,3 +368,39 @@ where
         cmd.pre_exec(hook);
     }
 }
+
+/// Whether this process has capability `cap` (linux/capability.h's number)
+/// in its effective set: one `capget`.
+pub fn has_effective_cap(cap: u32) -> bool {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    let mut header = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
+    let mut data = [Data::default(); 2];
+    // SAFETY: a version-3 header and the two data records that version
+    // writes, both ours and alive for the call.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_capget,
+            &mut header as *mut Header,
+            data.as_mut_ptr(),
+        )
+    };
+    if rc != 0 || cap >= 64 {
+        return false;
+    }
+    data[(cap / 32) as usize].effective & (1 << (cap % 32)) != 0
+}
