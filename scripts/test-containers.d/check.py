@@ -280,7 +280,7 @@ def main(argv):
         text = "\n".join(manifest["lines"])
         recs = [x for x in audit_lines(text) if x.get("agent_id") == "agent-step"]
         good = manifest["rc"] == 0 and "step ok" in text and "READABLE" not in text \
-            and "denied /etc/shadow" in text and len(recs) == 1
+            and re.search(r"^denied[^\n]* /etc/shadow", text, re.M) and len(recs) == 1
         j.check(good, tag + "examples/kubernetes/capsule-pod.yaml's agent step",
                 "ran confined; its audit record is in the pod's log",
                 f"rc={manifest['rc']}, audit records {len(recs)}: {text[-600:]}")

@@ -132,6 +132,23 @@ pub fn view_gives(part: &str) -> bool {
     exec_enforcement()["view"][part].as_bool() == Some(true)
 }
 
+/// Whether the run's view holds the container's own /proc, bound read-only,
+/// instead of a private one (a container runtime's masked /proc paths make
+/// the kernel refuse a fresh procfs): processes outside the run are listed
+/// and their cmdline, status and stat readable, their environ, memory and
+/// descriptors not (capsule's `enforcement.limitations` says so).
+pub fn proc_is_bound() -> bool {
+    let bound = !exec_enforcement()["view"].is_null() && !view_gives("private_proc");
+    if bound {
+        assert!(
+            view_gaps().contains("cmdline, status and stat are readable"),
+            "a bound /proc that capsule does not describe: {}",
+            exec_enforcement()
+        );
+    }
+    bound
+}
+
 /// What capsule says a run here lacks: `enforcement.missing` and
 /// `enforcement.limitations`, joined (the named reason a test checks for
 /// when a part of the view is not given).
