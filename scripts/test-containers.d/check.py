@@ -104,7 +104,7 @@ def parse(log):
                 out, err = {"unparsed": rest}, ""
             rec[name] = {"rc": rc, "out": out, "err": err}
             continue
-        m = re.match(r"^@@(id|home) (.*)$", line)
+        m = re.match(r"^@@(id|home|startup) (.*)$", line)
         if m and cur is None:
             rec[m.group(1)] = m.group(2)
             continue
@@ -320,6 +320,7 @@ def main(argv):
                f"view={'yes' if view is not None else 'no'}"
                f" proc={'private' if view and view.get('private_proc') else 'not private'}"
                f" netns={'yes' if enf.get('netns') else 'no'} tree_kill={enf.get('tree_kill')}"
+               f" | start-up {rec.get('startup', '?').replace('median_ms=', '').split()[0]} ms"
                f" | checks {j.passed}/{j.passed + j.failed}, tests {tp}/{tp + tf} | {seconds}s")
     print(f"SHAPE {shape} {j.passed + tp} passed, {j.failed + tf} failed ({summary})")
 

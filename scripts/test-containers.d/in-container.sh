@@ -54,6 +54,18 @@ record proc_self "$CAP" exec --json --no-audit -- /bin/sh -c \
 record audit_default "$CAP" exec --json -- /bin/echo audited
 record audit_stderr "$CAP" exec --json --audit-log - -- /bin/echo audited
 
+# Start-up cost here: the median wall time of `capsule exec -- /bin/true`.
+python3 - "$CAP" <<'PY'
+import statistics, subprocess, sys, time
+times = []
+for _ in range(15):
+    t = time.perf_counter()
+    subprocess.run([sys.argv[1], "exec", "--no-audit", "--", "/bin/true"],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    times.append((time.perf_counter() - t) * 1000)
+print("@@startup median_ms=%.1f min_ms=%.1f" % (statistics.median(times), min(times)))
+PY
+
 for t in ${CT_TESTS:-}; do
     echo "@@test-begin $t"
     (cd /tmp && timeout -k 5 300 "$S/tests-bin/$t" --test-threads=2 2>&1)
