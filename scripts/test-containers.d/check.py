@@ -240,6 +240,17 @@ def main(argv):
             else:
                 j.fail(name, f"not given and not reported by capsule (silently weaker): {why}")
 
+    # Network mode proxy: exec --dry-run predicts the path exec takes.
+    dp_ = rec.get("dryrun_proxy", {"out": {}})["out"]
+    xp = rec.get("exec_proxy", {"rc": -1, "out": {}, "err": ""})
+    want = (dp_.get("network") or {}).get("path")
+    got = (xp["out"].get("enforcement") or {}).get("network_path")
+    j.check(xp["rc"] == 0 and want == got, tag + "exec --dry-run predicts the proxy's path",
+            str(got), f"exec exit {xp['rc']} took {got!r}, --dry-run said {want!r}: {xp['err'][-300:]}")
+    dnet = (doc.get("proxy") or {}).get("netns")
+    j.check(dnet == (got == "netns"), tag + "doctor predicts the proxy's network namespace",
+            f"netns={dnet}", f"doctor says netns={dnet}, exec took {got!r}")
+
     pe = rec.get("proc_environ", {"rc": -1, "out": {}, "err": ""})
     leaked = "ct-secret-4711" in json.dumps(pe["out"])
     j.check(not leaked and pe["rc"] == 0, tag + "/proc/<pid>/environ of the agent host beside the run",

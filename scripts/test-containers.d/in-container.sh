@@ -37,6 +37,9 @@ record doctor "$CAP" doctor --json
 record check "$CAP" check --json --policy /tmp/ct-policy.yaml
 record dryrun "$CAP" exec --dry-run --json --no-audit -- /bin/echo ok
 record exec "$CAP" exec --json --no-audit -- /bin/echo ok
+# The same for network mode proxy: the path exec takes to the proxy.
+record dryrun_proxy "$CAP" exec --dry-run --json --no-audit --net proxy --allow-host example.org -- /bin/echo ok
+record exec_proxy "$CAP" exec --json --no-audit --net proxy --allow-host example.org -- /bin/echo ok
 
 # The agent host beside the run (same uid) keeps a key in its environment:
 # the run must not read it through /proc/<pid>/environ.
