@@ -451,9 +451,17 @@ fn masked_proc_keeps_the_view_with_the_containers_proc_under_landlock() {
     };
     let (holder, _guard, key) = key_holder();
     let pid = holder.id();
-    // Positive control: the test itself (same uid) reads the key.
-    let environ = std::fs::read(format!("/proc/{pid}/environ")).expect("the test reads it");
-    assert!(String::from_utf8_lossy(&environ).contains(&key));
+    // Positive control: the test itself (same uid) reads the key (once
+    // the sleeper has exec'd: before that its environ is the test's).
+    let read = || std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    let t0 = std::time::Instant::now();
+    while !String::from_utf8_lossy(&read()).contains(&key) {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(10),
+            "the sleeper's environ never showed the key"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 
     let r = exec_proc(&sb, &prefix, &[], pid);
     r.assert_ran();

@@ -48,7 +48,7 @@ pub fn run(a: CheckArgs) -> i32 {
     let mut limits = std::collections::BTreeMap::new();
     let mut signals = None;
     let mut view = None;
-    let mut namespaces = k.namespaces;
+    let namespaces;
     match crate::sandbox::predict(&plan) {
         Ok(p) => {
             namespaces = p.path.namespaces;
@@ -58,7 +58,10 @@ pub fn run(a: CheckArgs) -> i32 {
             notes.extend(p.missing.iter().map(|m| format!("not enforced here: {m}")));
             notes.extend(p.limitations.iter().map(|m| format!("limitation: {m}")));
         }
-        Err(e) => problems.push(e.to_string()),
+        Err(e) => {
+            namespaces = e.path.namespaces;
+            problems.push(e.to_string())
+        }
     }
     if a.json {
         let mut v = plan_json(&plan, k, view.as_ref(), namespaces);

@@ -38,8 +38,10 @@ pub fn run(a: DoctorArgs) -> i32 {
             run_id: super::exec::new_run_id(),
         };
         crate::plan::build(input)
-            .map_err(|e| e.to_string())
-            .and_then(|plan| crate::sandbox::predict(&plan).map_err(|e| e.to_string()))
+            .map_err(|e| (e.to_string(), None))
+            .and_then(|plan| {
+                crate::sandbox::predict(&plan).map_err(|e| (e.to_string(), Some(e.path)))
+            })
     };
     let ok = prediction.is_ok();
     let mut advice = advice(k);
@@ -67,6 +69,7 @@ pub fn run(a: DoctorArgs) -> i32 {
     // the sysctls allow.
     let namespaces = match &prediction {
         Ok(p) => p.path.namespaces,
+        Err((_, Some(path))) => path.namespaces,
         Err(_) => k.namespaces,
     };
     let tree = if namespaces {
@@ -114,7 +117,8 @@ pub fn run(a: DoctorArgs) -> i32 {
                                 "bound_proc": p.view.as_ref().is_some_and(|v| v.bound_proc),
                                 "fallbacks": p.path.fallbacks,
                                 "signals": p.signals.as_str()}),
-                Err(e) => json!({"runs": false, "refusal": e}),
+                Err((e, path)) => json!({"runs": false, "refusal": e,
+                                         "fallbacks": path.as_ref().map(|p| &p.fallbacks)}),
             },
             "advice": advice,
             "refused_env": {
@@ -189,8 +193,11 @@ pub fn run(a: DoctorArgs) -> i32 {
                     println!("  limitation      {l}");
                 }
             }
-            Err(e) => {
-                println!("verdict           capsule exec refuses the default policy here: {e}")
+            Err((e, path)) => {
+                println!("verdict           capsule exec refuses the default policy here: {e}");
+                for f in path.iter().flat_map(|p| &p.fallbacks) {
+                    println!("  limitation      {f}");
+                }
             }
         }
         for a in &advice {

@@ -331,7 +331,7 @@ pub fn print_plan(plan: &Plan, k: &Probe, view: Option<&ViewSummary>, namespaces
 /// `problems`, a "capsule exec refuses this here" line). Exit 0 (contract).
 pub fn dry_run(plan: &Plan, json: bool) -> i32 {
     let k = kernel::probe();
-    let mut namespaces = k.namespaces;
+    let namespaces;
     let (view, notes, problem) = match crate::sandbox::predict(plan) {
         Ok(p) => {
             namespaces = p.path.namespaces;
@@ -343,7 +343,10 @@ pub fn dry_run(plan: &Plan, json: bool) -> i32 {
                 .collect();
             (p.view, notes, None)
         }
-        Err(e) => (None, vec![], Some(e.to_string())),
+        Err(e) => {
+            namespaces = e.path.namespaces;
+            (None, vec![], Some(e.to_string()))
+        }
     };
     if json {
         let mut v = plan_json(plan, k, view.as_ref(), namespaces);

@@ -13,7 +13,12 @@
 //! * the spec is shared memory: a stage never writes to it.
 //!
 //! Each step that fails reports `SetupFailed { stage, errno }` on the
-//! channel and exits 125: nothing runs.
+//! channel and exits 125: nothing runs. Init reports `Ready` once the
+//! namespaces and the view are built, before it creates the command: the
+//! supervisor waits for it, and a step the kernel refused there (a
+//! container's masked /proc, AppArmor's or a seccomp profile's refused
+//! mounts or loopback) makes it take the next path
+//! (`sandbox::RunPath::after`) while nothing of the command has run.
 //!
 //! Two stages:
 //! * [`init_main`]: pid 1 of the run's own pid namespace. It creates the

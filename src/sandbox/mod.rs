@@ -157,7 +157,8 @@ pub const ROOT_NO_VIEW_GAP: &str =
 /// without --best-effort).
 fn root_no_view_why(path: &RunPath) -> String {
     let why = match path.fallbacks.last() {
-        Some(f) => f.clone(),
+        // Its reason, not where it leads.
+        Some(f) => f.split(": the run takes").next().unwrap_or(f).to_string(),
         // As root only a missing mount_setattr keeps the namespaces off
         // without trying them (`kernel::Probe::namespaces`).
         None => "the view needs mount_setattr (Linux 5.12+), which this kernel or a seccomp profile refuses \
@@ -169,7 +170,7 @@ fn root_no_view_why(path: &RunPath) -> String {
          xattrs of EVERY root-owned file outside write grants could be changed (e.g. chmod 0666 /etc/shadow). \
          Run capsule as an unprivileged user (a container's --user 65534, Kubernetes runAsNonRoot), or allow \
          user namespaces (podman's default seccomp profile does; for Docker and Kubernetes see the seccomp \
-         profile in examples/kubernetes), or pass --best-effort to accept the gap"
+         profile in examples/kubernetes)"
     )
 }
 
@@ -186,8 +187,9 @@ pub const BOUND_PROC_LIMITATION: &str =
     "/proc is the container's own, bound read-only into the run's view (the kernel refuses a fresh procfs in \
      a user namespace below a container runtime's masked /proc paths): the run's processes read their own \
      /proc/self, and Landlock keeps the environ, memory, maps, descriptors, cwd and root of every process \
-     outside the run unreadable (ptrace access, at the same uid too), but those processes are listed (ps) and \
-     their cmdline, status and stat are readable. The private /proc comes back with podman --security-opt \
+     outside the run unreadable (ptrace access, at the same uid too), but those processes are listed (ps), \
+     their cmdline, status and stat are readable, and so are the numbers (not the targets) of their open \
+     descriptors. The private /proc comes back with podman --security-opt \
      unmask=ALL, Docker --security-opt systempaths=unconfined, Kubernetes securityContext.procMount: Unmasked, \
      or a user-namespaced pod (hostUsers: false)";
 
@@ -366,7 +368,15 @@ pub struct Prediction {
     pub path: RunPath,
 }
 
-pub fn predict(plan: &Plan) -> Result<Prediction, SandboxError> {
+/// `exec`'s refusal as predicted, with the path it was reached on.
+#[derive(Debug, Error)]
+#[error("{error}")]
+pub struct Refusal {
+    pub error: SandboxError,
+    pub path: RunPath,
+}
+
+pub fn predict(plan: &Plan) -> Result<Prediction, Refusal> {
     // A stand-in port: the proxy's is only known when it listens.
     let port = (plan.net.mode == NetMode::Proxy).then_some(1);
     // The private TMPDIR must exist for its Landlock rule, as in `exec`.
@@ -406,10 +416,13 @@ pub fn predict(plan: &Plan) -> Result<Prediction, SandboxError> {
 /// and on a namespace path tried by a throwaway child that makes the same
 /// namespaces and view as `exec`'s init and stops before any command
 /// (`supervisor::spawn::trial`); its refusal moves on as in `exec`.
-fn predict_path(plan: &Plan, port: Option<u16>) -> Result<(Layers, RunPath), SandboxError> {
+fn predict_path(plan: &Plan, port: Option<u16>) -> Result<(Layers, RunPath), Refusal> {
     let mut path = RunPath::initial();
     loop {
-        let mut layers = prepare(plan, port, &path)?;
+        let mut layers = match prepare(plan, port, &path) {
+            Ok(l) => l,
+            Err(error) => return Err(Refusal { error, path }),
+        };
         if !path.namespaces {
             return Ok((layers, path));
         }
@@ -817,4 +830,50 @@ pub fn prepare(
         want_pidns,
         view,
     })
+}
+
+#[cfg(test)]
+mod path_tests {
+    use super::*;
+    use nix::errno::Errno;
+
+    fn first() -> RunPath {
+        RunPath {
+            namespaces: true,
+            bound_proc: false,
+            fallbacks: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_refused_procfs_keeps_the_view_once_then_leaves_the_namespaces() {
+        let bound = first()
+            .after(NsRefusal::Proc(Errno::EPERM))
+            .expect("a next path");
+        assert!(bound.namespaces && bound.bound_proc, "{bound:?}");
+        assert!(bound.fallbacks[0].contains("bound read-only"), "{bound:?}");
+        let none = bound
+            .after(NsRefusal::Proc(Errno::EPERM))
+            .expect("a next path");
+        assert!(!none.namespaces && !none.bound_proc, "{none:?}");
+        assert_eq!(none.fallbacks.len(), 2);
+        assert_eq!(none.after(NsRefusal::Clone(Errno::EPERM)), None);
+    }
+
+    #[test]
+    fn a_refused_clone_or_set_up_step_leaves_the_namespaces_and_says_why() {
+        let p = first()
+            .after(NsRefusal::Clone(Errno::ENOSYS))
+            .expect("next");
+        assert!(!p.namespaces);
+        assert!(p.fallbacks[0].contains("clone() refused") && p.fallbacks[0].contains("ENOSYS"));
+        let p = first()
+            .after(NsRefusal::Unusable {
+                step: "writing the user namespace's uid map",
+                errno: Errno::EACCES,
+            })
+            .expect("next");
+        assert!(!p.namespaces);
+        assert!(p.fallbacks[0].contains("uid map") && p.fallbacks[0].contains("AppArmor"));
+    }
 }

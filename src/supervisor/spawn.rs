@@ -26,7 +26,10 @@
 //! namespaces (no unprivileged user namespaces, or `CAPSULE_NO_NAMESPACES=1`),
 //! capsule creates the command stage directly, becomes a child subreaper and
 //! kills every descendant it can find instead; the result reports which is
-//! used.
+//! used. Root without CAP_SYS_ADMIN (a container's root) gets a user
+//! namespace too, mapping root to itself. A refusal of clone() itself, of
+//! the uid map, or of a set-up step of init (reported before its `Ready`)
+//! is a [`SpawnError::Refused`]: the supervisor re-plans on the next path.
 
 use nix::errno::Errno;
 use thiserror::Error;
@@ -113,6 +116,9 @@ pub struct Spawned {
 
 /// Something to do between clone and "go" (e.g. joining a cgroup).
 pub type BeforeGo<'a> = &'a mut dyn FnMut(libc::pid_t) -> Result<(), String>;
+
+/// How long the run's init may take to build its namespaces and view.
+const READY_BOUND: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Stack size of each child stage (both run small, non-recursive code).
 const STAGE_STACK: usize = 256 * 1024;
@@ -260,9 +266,20 @@ pub fn spawn(
 /// tags). A set-up step the kernel refused (EPERM, EACCES, ENOSYS: a
 /// seccomp or AppArmor profile, a container's masked /proc) is a
 /// [`SpawnError::Refused`]; nothing of the command has run then.
+///
+/// Bounded by [`READY_BOUND`]: the event loop and its wall-clock limit
+/// start only after this, and a mount that hangs (a dead network
+/// filesystem beneath a grant) must not hang capsule.
 fn await_ready(chan: &Channel) -> Result<Vec<(i32, Option<OwnedFd>)>, SpawnError> {
     let mut fds = Vec::new();
+    let deadline = std::time::Instant::now() + READY_BOUND;
     loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match chan.wait_readable(left) {
+            Ok(false) => return Err(SpawnError::Setup(Stage::View, Errno::ETIMEDOUT)),
+            Ok(true) | Err(Errno::EINTR) => {}
+            Err(e) => return Err(SpawnError::Go(e)),
+        }
         match chan.recv() {
             Ok(Some((Some(Msg::Ready), _))) => return Ok(fds),
             Ok(Some((Some(Msg::Fd { tag }), fd))) => fds.push((tag, fd)),

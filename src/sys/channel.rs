@@ -187,6 +187,17 @@ impl Channel {
         }
     }
 
+    /// Wait until a message (or end-of-file) can be received, at most
+    /// `timeout` (whole milliseconds, capped at about a minute); false when
+    /// it passed.
+    pub fn wait_readable(&self, timeout: std::time::Duration) -> Result<bool, Errno> {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        use std::os::fd::AsFd;
+        let ms = timeout.as_millis().min(u16::MAX as u128) as u16;
+        let mut fds = [PollFd::new(self.fd.as_fd(), PollFlags::POLLIN)];
+        poll(&mut fds, PollTimeout::from(ms)).map(|n| n > 0)
+    }
+
     /// Receive one message, with any descriptor that came along.
     /// `Ok(None)` is end-of-file: every sender is gone.
     pub fn recv(&self) -> Result<Option<Received>, Errno> {
