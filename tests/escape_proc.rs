@@ -26,16 +26,26 @@ fn proc_self_readable_pid1_and_other_pids_not() {
             &["read", &format!("/proc/{spid}/cmdline")],
             &["read", &format!("/proc/{spid}/environ")],
             &["listdir", "/proc/1/fd"],
+            &["readlink", "/proc/1/fd/0"],
+            &["readlink", "/proc/1/cwd"],
         ],
     );
     run.assert_ran();
     assert_ok(&run.probe(0), &run);
     assert_ok(&run.probe(1), &run);
     // A container's /proc bound into the view lists the processes beside
-    // the run with their cmdline and status (a gap capsule names): their
-    // environ and descriptors stay unreadable (Landlock's ptrace rule).
-    let readable_when_bound = [2, 3, 5];
-    for i in 2..8 {
+    // the run with their cmdline, status and descriptor numbers (gaps
+    // capsule names): their environ, descriptors' targets and cwd stay
+    // unreadable (Landlock's ptrace rule).
+    let readable_when_bound = [2, 3, 5, 7];
+    if proc_is_bound() {
+        assert!(
+            view_gaps().contains("numbers (not the targets)"),
+            "{}",
+            exec_enforcement()
+        );
+    }
+    for i in 2..10 {
         if proc_is_bound() && readable_when_bound.contains(&i) {
             continue;
         }
