@@ -35,8 +35,8 @@ pub enum SandboxError {
     Seccomp(#[from] seccomp::SeccompError),
     #[error(transparent)]
     View(#[from] view::ViewError),
-    #[error("{what} needs the run's own mount namespace, and namespaces are not available here (no unprivileged user namespaces, or CAPSULE_NO_NAMESPACES): mount it at its own path, or run where user namespaces are allowed")]
-    NoView { what: String },
+    #[error("{what} needs the run's own mount namespace, and {why}: mount it at its own path, or run where user namespaces are allowed")]
+    NoView { what: String, why: String },
     #[error("{what} cannot be enforced here: {why} (run with --best-effort to accept this)")]
     Unavailable { what: String, why: String },
 }
@@ -101,8 +101,10 @@ pub const NET_GUARD_UNIX_LIMITATION: &str =
      host's, and it does not bind capsule); pathname Unix sockets connect as usual";
 
 /// Whether the network guard (`supervisor::netguard`) can serve a run on
-/// this machine: a seccomp listener, pidfd_getfd and ptrace access to the
-/// run. `Err` says why not.
+/// this machine: a seccomp listener, and pidfd_getfd, process_vm_readv and
+/// /proc/PID/fd of a child of capsule, tried as the guard does them (a
+/// container's seccomp profile may refuse pidfd_getfd: Docker's and
+/// containerd's RuntimeDefault without CAP_SYS_PTRACE). `Err` says why not.
 pub fn net_guard_available() -> Result<(), String> {
     if !kernel::probe().seccomp {
         return Err("the kernel has no seccomp filter support".into());
@@ -633,6 +635,15 @@ pub fn prepare(
             // Not a weaker run but a different one: no --best-effort for this.
             return Err(SandboxError::NoView {
                 what: format!("mounting {} at {}", m.src.display(), m.dst.display()),
+                why: match path.fallbacks.last() {
+                    // The exact step the kernel or a container refused.
+                    Some(why) => format!("the run has none here: {why}"),
+                    None => {
+                        "namespaces are not available here (no unprivileged user namespaces, or \
+                             CAPSULE_NO_NAMESPACES)"
+                            .to_string()
+                    }
+                },
             });
         }
         if nix::unistd::getuid().is_root() {
@@ -714,7 +725,16 @@ pub fn prepare(
         (Some(_), None) => {
             // The process guard: the supervisor counts the run's tasks at
             // every clone/fork/vfork (seccomp user notification).
-            match (filters.is_some(), seccomp::listener_available()) {
+            let listener = seccomp::listener_available()
+                .map_err(|e| {
+                    format!("no seccomp user-notification listener for the process guard ({e})")
+                })
+                .and_then(|()| {
+                    crate::sys::notify::proc_syscall_available().map_err(|e| {
+                        format!("the process guard cannot watch the run's forks ({e})")
+                    })
+                });
+            match (filters.is_some(), listener) {
                 (true, Ok(())) => Mechanism::ProcessGuard,
                 (_, listener) => {
                     let mut why = "capsule runs as root (RLIMIT_NPROC does not bind uid 0) and cannot create a \
@@ -724,9 +744,7 @@ pub fn prepare(
                         why.push_str(&format!("; no delegated systemd scope: {n}"));
                     }
                     why.push_str(&match listener {
-                        Err(e) if filters.is_some() => {
-                            format!("; and no seccomp user-notification listener for the process guard ({e})")
-                        }
+                        Err(e) if filters.is_some() => format!("; and {e}"),
                         _ => "; and no seccomp for the process guard".to_string(),
                     });
                     unavailable("limits.max_processes", &why, &mut missing)?;
@@ -744,7 +762,8 @@ pub fn prepare(
     let memfd_guard = !memfd_sysctl
         && filters.is_some()
         && k.memfd_noexec_known
-        && seccomp::listener_available().is_ok();
+        && seccomp::listener_available().is_ok()
+        && crate::sys::notify::remote_read_available().is_ok();
     let memfd_exec = if memfd_sysctl {
         "pid-namespace-sysctl"
     } else if memfd_guard {
@@ -787,7 +806,8 @@ pub fn prepare(
     if memfd_exec == "none" {
         missing.push(
             "execution of a memfd through /proc/self/fd/N (needs Linux 6.3+: vm.memfd_noexec=2 in the run's pid \
-             namespace, or capsule's memfd guard, which needs a seccomp listener; fexecve of a memfd is refused \
+             namespace, or capsule's memfd guard, which needs a seccomp listener and process_vm_readv of the run; \
+             fexecve of a memfd is refused \
              by seccomp)"
                 .to_string(),
         );
@@ -801,6 +821,13 @@ pub fn prepare(
     }
     if net_part == seccomp::NetPart::Guard && plan.net.allow_unix_sockets {
         limitations.push(NET_GUARD_UNIX_LIMITATION.to_string());
+    }
+    if let (true, Some(why)) = (net_part != seccomp::NetPart::Guard, &guard_unavailable) {
+        limitations.push(format!(
+            "proxy mode on the host's network without capsule's network guard ({why}): Landlock's TCP rule \
+             pins the proxy's port, not its address, so a listener on the same port number at another address \
+             is reachable too (the port is an ephemeral one the kernel chose)"
+        ));
     }
     if truncate_guard.is_some() {
         limitations.push(seccomp::truncate::LIMITATION.to_string());
