@@ -60,6 +60,12 @@ EXPECT = {
         # Without a pid namespace a descendant cannot read its own /proc/self
         # (issue 19 item 3); capsule says so in enforcement.missing.
         "proc_self": False,
+        "no_network_guard": (
+            "RuntimeDefault allows pidfd_getfd only with CAP_SYS_PTRACE, so capsule's network guard "
+            "cannot take the run's socket: proxy mode holds by Landlock's TCP port rule (the port "
+            "pinned, not the address) and allow_unix_sockets is refused; given back by the Localhost "
+            "profile examples/kubernetes/capsule-seccomp.json"
+        ),
     },
 }
 
@@ -250,6 +256,27 @@ def main(argv):
     dnet = (doc.get("proxy") or {}).get("netns")
     j.check(dnet == (got == "netns"), tag + "doctor predicts the proxy's network namespace",
             f"netns={dnet}", f"doctor says netns={dnet}, exec took {got!r}")
+    if got and got != "netns":
+        # On the pod's own network: capsule's network guard makes every
+        # connect itself (the proxy's address pinned), or its absence is
+        # named in the result, predicted by doctor, and expected here.
+        lims = (xp["out"].get("enforcement") or {}).get("limitations") or []
+        guard = not any("without capsule's network guard" in l for l in lims)
+        dguard = (doc.get("proxy") or {}).get("guard")
+        j.check(dguard == guard, tag + "doctor predicts capsule's network guard",
+                f"guard={dguard}", f"doctor says guard={dguard}, exec {'used' if guard else 'lacked'} it")
+        why = exp.get("no_network_guard")
+        name = tag + "network guard (the proxy's address pinned)"
+        if guard and why is None:
+            j.ok(name, "given")
+        elif guard:
+            j.fail(name, f"given, better than this shape's expectation ({why}): update EXPECT")
+        elif why is None:
+            j.fail(name, f"not given, where this shape must give it: {lims}")
+        elif "pidfd_getfd" in json.dumps(lims) and "pidfd_getfd" in json.dumps(doc.get("advice")):
+            j.expected(name, why)
+        else:
+            j.fail(name, f"not given and the reason not named by capsule: {lims}")
 
     pe = rec.get("proc_environ", {"rc": -1, "out": {}, "err": ""})
     leaked = "ct-secret-4711" in json.dumps(pe["out"])
