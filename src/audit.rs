@@ -5,6 +5,11 @@
 //! O_APPEND and written with a single `write`, so concurrent runs never
 //! interleave. No fsync: the record costs microseconds, not milliseconds.
 //! It never holds prompts, tool arguments, output, keys or environment values.
+//!
+//! `--audit-log -` writes the same line to stderr instead, and so does the
+//! default when its directory or file cannot be created or written (a
+//! container with a read-only root and no writable home, whose logs are
+//! collected from stdout and stderr): see [`Dest`].
 
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -39,6 +44,107 @@ impl AuditError {
 /// The default audit log path.
 pub fn default_path() -> PathBuf {
     state_dir().join("audit.jsonl")
+}
+
+/// Where the caller asked the record to go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Dest {
+    /// No `--audit-log`: [`default_path`]; when it cannot be created or
+    /// written, stderr (one notice line first).
+    Default(PathBuf),
+    /// `--audit-log FILE` (absolute): that file or an error, never elsewhere.
+    File(PathBuf),
+    /// `--audit-log -`: one JSON line on stderr.
+    Stderr,
+}
+
+impl Dest {
+    /// The destination of `--audit-log ARG` (None: the default).
+    pub fn of(arg: Option<&Path>) -> Dest {
+        match arg {
+            Some(p) if p.as_os_str() == "-" => Dest::Stderr,
+            Some(p) => Dest::File(absolute(p)),
+            None => Dest::Default(absolute(&default_path())),
+        }
+    }
+
+    /// The log file, if the record goes to one.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            Dest::Default(p) | Dest::File(p) => Some(p),
+            Dest::Stderr => None,
+        }
+    }
+}
+
+/// An opened destination: the log file, or stderr.
+#[derive(Debug)]
+pub enum Sink {
+    File { path: PathBuf, file: std::fs::File },
+    Stderr,
+}
+
+/// Open DEST for this run's record ([`open`] for a file). The default log
+/// that merely cannot be written (not one that looks tampered with: that
+/// stays [`AuditError::Unsafe`]) becomes stderr; the notice to print is
+/// returned with it.
+pub fn open_dest(dest: &Dest) -> Result<(Sink, Option<String>), AuditError> {
+    match dest {
+        Dest::Stderr => Ok((Sink::Stderr, None)),
+        Dest::File(p) => open(p).map(|file| {
+            (
+                Sink::File {
+                    path: p.clone(),
+                    file,
+                },
+                None,
+            )
+        }),
+        Dest::Default(p) => match open(p) {
+            Ok(file) => Ok((
+                Sink::File {
+                    path: p.clone(),
+                    file,
+                },
+                None,
+            )),
+            Err(e) if e.is_unsafe() => Err(e),
+            Err(e) => Ok((Sink::Stderr, Some(fallback_notice(&e)))),
+        },
+    }
+}
+
+/// The notice printed when the default log falls back to stderr.
+pub fn fallback_notice(e: &AuditError) -> String {
+    let cause = match e {
+        AuditError::Write { path, source } => format!("{}: {source}", path.display()),
+        AuditError::Unsafe { path, why } => format!("{}: {why}", path.display()),
+    };
+    format!("the default audit log cannot be written ({cause}); this run's record goes to stderr as one JSON line (--audit-log FILE or --no-audit to choose)")
+}
+
+impl Sink {
+    /// Write the record: appended to the file with one write, or one line
+    /// on stderr with one write.
+    pub fn write(&mut self, record: &Record) -> Result<(), AuditError> {
+        match self {
+            Sink::File { path, file } => write_record(file, path, record),
+            Sink::Stderr => write_stderr(record),
+        }
+    }
+}
+
+/// One record as one line on stderr, in a single write (a line of a few
+/// hundred bytes: atomic on a pipe, so it never interleaves with another
+/// writer's line).
+pub fn write_stderr(record: &Record) -> Result<(), AuditError> {
+    let err = |source| AuditError::Write {
+        path: PathBuf::from("-"),
+        source,
+    };
+    let mut line = serde_json::to_vec(record).map_err(|e| err(std::io::Error::other(e)))?;
+    line.push(b'\n');
+    std::io::stderr().lock().write_all(&line).map_err(err)
 }
 
 /// `path` made absolute against the current directory (lexically: `..` and
@@ -227,12 +333,6 @@ pub fn write_record(f: &mut std::fs::File, path: &Path, record: &Record) -> Resu
     f.write_all(&line).map_err(err)
 }
 
-/// Append one record to `path` (see [`open`]).
-pub fn append(path: &Path, record: &Record) -> Result<(), AuditError> {
-    let mut f = open(path)?;
-    write_record(&mut f, path, record)
-}
-
 /// Now, as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
 pub fn rfc3339_now() -> String {
     let now = std::time::SystemTime::now()
@@ -262,6 +362,22 @@ pub fn rfc3339_now() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn append(path: &Path, record: &Record) -> Result<(), AuditError> {
+        let mut f = open(path)?;
+        write_record(&mut f, path, record)
+    }
+
+    #[test]
+    fn dest_of_the_argument() {
+        assert_eq!(Dest::of(Some(Path::new("-"))), Dest::Stderr);
+        assert_eq!(
+            Dest::of(Some(Path::new("/a/../log"))),
+            Dest::File("/log".into())
+        );
+        assert!(matches!(Dest::of(None), Dest::Default(p) if p.ends_with("capsule/audit.jsonl")));
+        assert!(Dest::Stderr.path().is_none());
+    }
 
     #[test]
     fn time_format_is_rfc3339() {

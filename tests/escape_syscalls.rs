@@ -153,7 +153,11 @@ fn personality_changes_are_denied() {
     assert_errno(&run.probe(1), &["EPERM"], &run);
     assert_errno(&run.probe(2), &["EPERM"], &run);
     let host = sb.host_probe(&[&["personality", "0x0400000"]]);
-    assert_eq!(host[0]["ok"], true, "host control {:?}", host);
+    let h = &host[0];
+    let errno = h["errno"].as_str().unwrap_or_default();
+    if !container_refuses(h, errno) {
+        assert_eq!(h["ok"], true, "host control {:?}", host);
+    }
 }
 
 #[test]
@@ -370,7 +374,14 @@ fn setuid_and_setgid_bits_are_refused_in_every_mode() {
             assert_errno(&run.probe(i), &["EPERM"], &run);
         }
         assert_eq!(run.probe(6)["value"], "0o644", "{mode:?}{}", run.ctx());
+        // A container whose seccomp profile predates fchmodat2 (podman 4.3's)
+        // answers it ENOSYS outside capsule too.
+        let host = args_host_probe(&sb, &[&["fchmodat2", &outs, "0644"]]);
         for i in 7..10 {
+            if i == 8 && container_refuses(&host[0], "ENOSYS") {
+                assert_errno(&run.probe(i), &["ENOSYS"], &run);
+                continue;
+            }
             assert_ok(&run.probe(i), &run);
         }
         // Sticky bit and plain modes stay allowed.

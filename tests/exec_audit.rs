@@ -300,3 +300,142 @@ fn unreadable_home_does_not_fail_a_run() {
     assert!(r.stdout.contains("ran-ok"), "{}", r.ctx());
     assert!(r.stderr.contains("audit log"), "{}", r.ctx());
 }
+
+/// The audit records among capsule's stderr lines (one JSON object a line).
+fn stderr_records(stderr: &str) -> Vec<Value> {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+/// A pod: a read-only root and no writable home, so the default state
+/// directory cannot be made. The run goes on and its record is one JSON line
+/// on stderr (the pod's log), after one notice line; nothing is created.
+/// HOME and XDG_STATE_HOME beneath a regular file fail for root too
+/// (ENOTDIR); an unprivileged user also meets a read-only directory.
+#[test]
+fn default_audit_without_a_writable_state_dir_goes_to_stderr() {
+    let base = Sandbox::new();
+    let file = base.write("a-file", "");
+    let ro = base.mkdir("read-only");
+    let mut cases = vec![
+        ("HOME under a file", file.join("home"), None),
+        (
+            "XDG_STATE_HOME under a file",
+            base.home.clone(),
+            Some(file.join("state")),
+        ),
+    ];
+    if !is_root() {
+        std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+        cases.push(("a read-only HOME", ro.clone(), None));
+    }
+    for (what, home, state) in cases {
+        let mut sb = Sandbox::new();
+        sb.set_env("HOME", &home.to_string_lossy());
+        match &state {
+            Some(s) => sb.set_env("XDG_STATE_HOME", &s.to_string_lossy()),
+            None => sb.set_env("XDG_STATE_HOME", ""),
+        }
+        // --json: the child's output is in the result, stderr is capsule's.
+        let r = sb.exec_json(&["--agent-id", "pod-1"], &["/bin/echo", "ran"]);
+        r.assert_code(0);
+        assert_eq!(r.child_stdout().trim(), "ran", "{what}: {}", r.ctx());
+        let recs = stderr_records(&r.stderr);
+        assert_eq!(recs.len(), 1, "{what}: one record on stderr: {}", r.ctx());
+        assert_eq!(recs[0]["run_id"], r.json()["run_id"], "{what}");
+        assert_eq!(recs[0]["outcome"], "completed", "{what}");
+        assert_eq!(recs[0]["agent_id"], "pod-1", "{what}");
+        assert!(
+            r.stderr.contains("the default audit log cannot be written"),
+            "{what}: the notice names why: {}",
+            r.ctx()
+        );
+        // Streaming: the child's output on stdout, the record last on stderr.
+        let r = sb.run(&["exec", "--", "/bin/sh", "-c", "echo out; echo err >&2"]);
+        r.assert_code(0);
+        assert_eq!(r.stdout, "out\n", "{what}: {}", r.ctx());
+        let last = r.stderr.lines().last().unwrap_or_default();
+        let rec: Value = serde_json::from_str(last).unwrap_or_else(|e| {
+            panic!(
+                "{what}: the last stderr line is the record ({e}): {}",
+                r.ctx()
+            )
+        });
+        assert_eq!(rec["outcome"], "completed");
+        // The notice comes first (before the run), then the child's stderr.
+        assert!(
+            r.stderr
+                .starts_with("capsule: the default audit log cannot be written")
+                && r.stderr.contains("\nerr\n"),
+            "{what}: {}",
+            r.ctx()
+        );
+        // A refusal is recorded the same way.
+        let pol = sb.policy("version: 1\nbogus_key: 1\n");
+        let r = sb.exec_json(&["--policy", &pol], &["/bin/true"]);
+        r.assert_code(125);
+        let recs = stderr_records(&r.stderr);
+        assert_eq!(recs.len(), 1, "{what}: {}", r.ctx());
+        assert_eq!(recs[0]["outcome"], "refused");
+    }
+    assert!(!file.join("home").exists() && !file.join("state").exists());
+    assert_eq!(
+        std::fs::read_dir(&ro).unwrap().count(),
+        0,
+        "nothing created"
+    );
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// `--audit-log -`: the record is one JSON line on stderr, no notice, and no
+/// file (neither `-` nor the default log) is written.
+#[test]
+fn audit_log_dash_writes_the_record_to_stderr() {
+    let sb = Sandbox::new();
+    let r = sb.exec_json(&["--audit-log", "-"], &["/bin/sh", "-c", "exit 3"]);
+    r.assert_code(3);
+    let recs = stderr_records(&r.stderr);
+    assert_eq!(recs.len(), 1, "{}", r.ctx());
+    assert_eq!(recs[0]["run_id"], r.json()["run_id"]);
+    assert_eq!(recs[0]["outcome"], "failed");
+    assert_eq!(recs[0]["exit_code"], 3);
+    assert!(!r.stderr.contains("audit log"), "no notice: {}", r.ctx());
+    assert!(!sb.path("-").exists(), "a file named - was written");
+    assert!(!sb.state.join("capsule/audit.jsonl").exists());
+    // Unusable arguments are a refusal audited there too.
+    let r = sb.run(&[
+        "exec",
+        "--json",
+        "--net",
+        "bogus",
+        "--audit-log",
+        "-",
+        "--",
+        "/bin/true",
+    ]);
+    r.assert_code(125);
+    let recs = stderr_records(&r.stderr);
+    assert_eq!(recs.len(), 1, "{}", r.ctx());
+    assert_eq!(recs[0]["reason"], "usage_error");
+}
+
+/// An explicit `--audit-log FILE` that cannot be written is an error naming
+/// it, never redirected to stderr: the run has no record.
+#[test]
+fn an_explicit_audit_log_that_cannot_be_written_is_an_error() {
+    let sb = Sandbox::new();
+    let file = sb.write("a-file", "");
+    let log = file.join("audit.jsonl");
+    let r = sb.exec_json(&["--audit-log", &log.to_string_lossy()], &["/bin/true"]);
+    assert!(
+        r.stderr
+            .contains(&format!("cannot write the audit log {}", log.display())),
+        "{}",
+        r.ctx()
+    );
+    assert!(stderr_records(&r.stderr).is_empty(), "{}", r.ctx());
+    assert!(!sb.state.join("capsule/audit.jsonl").exists());
+}

@@ -77,6 +77,21 @@ pub fn run(a: DoctorArgs) -> i32 {
     } else {
         "subreaper"
     };
+    // The network guard, tried as it acts (only where proxy mode would
+    // need it: on the host's network).
+    let guard = if namespaces || !k.seccomp {
+        None
+    } else {
+        Some(crate::sandbox::net_guard_available())
+    };
+    if let Some(Err(why)) = &guard {
+        advice.push(format!(
+            "capsule's network guard cannot run here ({why}): proxy mode on the host's network holds by \
+             Landlock's TCP port rule alone (it pins the port, not the address), and a policy with \
+             allow_unix_sockets is refused (only the guard refuses listen() there); user namespaces give the \
+             run its own network namespace instead"
+        ));
+    }
     let proxy_mode = if namespaces {
         "network namespace holding only the proxy endpoint".to_string()
     } else {
@@ -109,8 +124,9 @@ pub fn run(a: DoctorArgs) -> i32 {
                 },
             },
             "proxy": {
-                "available": namespaces || k.landlock_tcp(),
+                "available": namespaces || k.landlock_tcp() || matches!(guard, Some(Ok(()))),
                 "netns": namespaces,
+                "guard": matches!(guard, Some(Ok(()))),
                 "mode": proxy_mode,
             },
             "default_policy": match &prediction {

@@ -64,7 +64,8 @@ pub struct ExecArgs {
     /// Recorded in the audit log: ^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$
     #[arg(long, value_name = "ID")]
     pub agent_id: Option<String>,
-    /// Audit log file (default $XDG_STATE_HOME/capsule/audit.jsonl).
+    /// Audit log file, or `-` for one JSON line on stderr (default
+    /// $XDG_STATE_HOME/capsule/audit.jsonl; stderr when that cannot be written).
     #[arg(long, value_name = "FILE", conflicts_with = "no_audit")]
     pub audit_log: Option<PathBuf>,
     /// Write no audit record.
@@ -143,18 +144,26 @@ pub fn new_run_id() -> String {
     ulid::Ulid::from_parts(ms, u128::from_ne_bytes(buf)).to_string()
 }
 
-/// Append the run's audit record to `path` (None: `--no-audit`); an invalid
+/// Write the run's audit record to DEST (None: `--no-audit`); an invalid
 /// agent id is not recorded. A failure to write is reported, not fatal.
 pub fn write_audit(
-    path: Option<&std::path::Path>,
+    dest: Option<&audit::Dest>,
     r: &RunResult,
     agent_id: Option<&str>,
     reason: Reason,
 ) {
-    if let Some(p) = path {
+    if let Some(d) = dest {
         let rec = audit::Record::from_result(r, agent_id.filter(|id| valid_agent_id(id)), reason);
-        if let Err(e) = audit::append(p, &rec) {
-            error_line(&e);
+        match audit::open_dest(d) {
+            Ok((mut sink, notice)) => {
+                if let Some(n) = notice {
+                    error_line(n);
+                }
+                if let Err(e) = sink.write(&rec) {
+                    error_line(&e);
+                }
+            }
+            Err(e) => error_line(&e),
         }
     }
 }
@@ -265,25 +274,27 @@ pub fn default_policy() -> LoadedPolicy {
 pub fn run(a: ExecArgs) -> i32 {
     tracing::debug!("exec: arguments parsed");
     let run_id = new_run_id();
-    let audit_path = if a.no_audit {
-        None
-    } else {
-        Some(audit::absolute(
-            &a.audit_log.clone().unwrap_or_else(audit::default_path),
-        ))
-    };
+    let dest = (!a.no_audit).then(|| audit::Dest::of(a.audit_log.as_deref()));
     let json = a.json;
     let agent_id = a.agent_id.clone();
 
     // The audit log is opened (created 0600) before planning: it then exists,
     // so planning carves it out of every grant, and the record goes to this
-    // very file whatever the child does to the path meanwhile.
+    // very file whatever the child does to the path meanwhile. The default
+    // log that cannot be written becomes stderr (`audit::open_dest`).
     let mut created_log = false;
-    let audit_file: RefCell<Option<std::fs::File>> = RefCell::new(None);
-    if let Some(p) = &audit_path {
-        created_log = std::fs::symlink_metadata(p).is_err();
-        match audit::open(p) {
-            Ok(f) => *audit_file.borrow_mut() = Some(f),
+    let sink: RefCell<Option<audit::Sink>> = RefCell::new(None);
+    if let Some(d) = &dest {
+        created_log = d
+            .path()
+            .is_some_and(|p| std::fs::symlink_metadata(p).is_err());
+        match audit::open_dest(d) {
+            Ok((s, notice)) => {
+                if let Some(n) = notice {
+                    error_line(n);
+                }
+                *sink.borrow_mut() = Some(s);
+            }
             Err(e) if e.is_unsafe() => {
                 let r = RunResult::not_run(
                     run_id.clone(),
@@ -300,17 +311,30 @@ pub fn run(a: ExecArgs) -> i32 {
             Err(e) => error_line(&e),
         }
     }
+    // The log file this run writes (none: stderr, `--no-audit`, or unwritable).
+    let audit_path: Option<PathBuf> = match &*sink.borrow() {
+        Some(audit::Sink::File { path, .. }) => Some(path.clone()),
+        _ => None,
+    };
 
     let finish = |f: Finished, print_result: bool| -> i32 {
         let r = &f.result;
-        if let (Some(p), Some(file)) = (&audit_path, audit_file.borrow_mut().as_mut()) {
+        if let Some(s) = sink.borrow_mut().as_mut() {
             let rec = audit::Record::from_result(
                 r,
                 agent_id.as_deref().filter(|id| valid_agent_id(id)),
                 f.reason,
             );
-            if let Err(e) = audit::write_record(file, p, &rec) {
-                error_line(&e);
+            if let Err(e) = s.write(&rec) {
+                // The default log that fails now: the record still goes out.
+                if matches!(dest, Some(audit::Dest::Default(_))) {
+                    error_line(audit::fallback_notice(&e));
+                    if let Err(e) = audit::write_stderr(&rec) {
+                        error_line(&e);
+                    }
+                } else {
+                    error_line(&e);
+                }
             }
         }
         if let Some(err) = &r.error {
@@ -415,7 +439,7 @@ pub fn run(a: ExecArgs) -> i32 {
     if let Some(p) = &audit_path {
         if let Err(why) = audit_log_reachable(p, &plan) {
             // Never write into a place the child could have prepared.
-            audit_file.borrow_mut().take();
+            sink.borrow_mut().take();
             if created_log {
                 let _ = std::fs::remove_file(p);
             }

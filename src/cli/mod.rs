@@ -124,13 +124,15 @@ fn exec_usage_refusal(e: &clap::Error) {
         crate::result::exit::REFUSED,
         first,
     );
-    let audit_path = (!args.iter().any(|a| a == "--no-audit")).then(|| {
-        value_of("--audit-log")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(crate::audit::default_path)
+    let dest = (!args.iter().any(|a| a == "--no-audit")).then(|| {
+        crate::audit::Dest::of(
+            value_of("--audit-log")
+                .map(std::path::PathBuf::from)
+                .as_deref(),
+        )
     });
     exec::write_audit(
-        audit_path.as_deref(),
+        dest.as_ref(),
         &r,
         value_of("--agent-id").as_deref(),
         crate::result::Reason::UsageError,

@@ -35,8 +35,8 @@ pub enum SandboxError {
     Seccomp(#[from] seccomp::SeccompError),
     #[error(transparent)]
     View(#[from] view::ViewError),
-    #[error("{what} needs the run's own mount namespace, and namespaces are not available here (no unprivileged user namespaces, or CAPSULE_NO_NAMESPACES): mount it at its own path, or run where user namespaces are allowed")]
-    NoView { what: String },
+    #[error("{what} needs the run's own mount namespace, and {why}: mount it at its own path, or run where user namespaces are allowed")]
+    NoView { what: String, why: String },
     #[error("{what} cannot be enforced here: {why} (run with --best-effort to accept this)")]
     Unavailable { what: String, why: String },
     #[error("network.loopback: true needs the run's own network namespace, and this run has none ({why}): the run's own loopback would be the host's; leave `loopback` out (then the run has no IP socket here), or run where user namespaces are allowed")]
@@ -120,8 +120,10 @@ pub fn keeper_can_list_children() -> bool {
 }
 
 /// Whether the network guard (`supervisor::netguard`) can serve a run on
-/// this machine: a seccomp listener, pidfd_getfd and ptrace access to the
-/// run. `Err` says why not.
+/// this machine: a seccomp listener, and pidfd_getfd, process_vm_readv and
+/// /proc/PID/fd of a child of capsule, tried as the guard does them (a
+/// container's seccomp profile may refuse pidfd_getfd: Docker's and
+/// containerd's RuntimeDefault without CAP_SYS_PTRACE). `Err` says why not.
 pub fn net_guard_available() -> Result<(), String> {
     if !kernel::probe().seccomp {
         return Err("the kernel has no seccomp filter support".into());
@@ -733,6 +735,15 @@ pub fn prepare(
             // Not a weaker run but a different one: no --best-effort for this.
             return Err(SandboxError::NoView {
                 what: format!("mounting {} at {}", m.src.display(), m.dst.display()),
+                why: match path.fallbacks.last() {
+                    // The exact step the kernel or a container refused.
+                    Some(why) => format!("the run has none here: {why}"),
+                    None => {
+                        "namespaces are not available here (no unprivileged user namespaces, or \
+                             CAPSULE_NO_NAMESPACES)"
+                            .to_string()
+                    }
+                },
             });
         }
         // The first gap (metadata outside write grants) is decided below:
@@ -808,7 +819,16 @@ pub fn prepare(
         (Some(_), None) => {
             // The process guard: the supervisor counts the run's tasks at
             // every clone/fork/vfork (seccomp user notification).
-            match (filters.is_some(), seccomp::listener_available()) {
+            let listener = seccomp::listener_available()
+                .map_err(|e| {
+                    format!("no seccomp user-notification listener for the process guard ({e})")
+                })
+                .and_then(|()| {
+                    crate::sys::notify::proc_syscall_available().map_err(|e| {
+                        format!("the process guard cannot watch the run's forks ({e})")
+                    })
+                });
+            match (filters.is_some(), listener) {
                 (true, Ok(())) => Mechanism::ProcessGuard,
                 (_, listener) => {
                     let mut why = "capsule runs as root (RLIMIT_NPROC does not bind uid 0) and cannot create a \
@@ -818,9 +838,7 @@ pub fn prepare(
                         why.push_str(&format!("; no delegated systemd scope: {n}"));
                     }
                     why.push_str(&match listener {
-                        Err(e) if filters.is_some() => {
-                            format!("; and no seccomp user-notification listener for the process guard ({e})")
-                        }
+                        Err(e) if filters.is_some() => format!("; and {e}"),
                         _ => "; and no seccomp for the process guard".to_string(),
                     });
                     unavailable("limits.max_processes", &why, &mut missing)?;
@@ -836,7 +854,11 @@ pub fn prepare(
     // the run itself, sealed against execution (`supervisor::memfdguard`).
     let memfd_sysctl = view.as_ref().is_some_and(|v| v.summary.memfd_noexec);
     let listener = filters.is_some() && seccomp::listener_available().is_ok();
-    let memfd_seal = !memfd_sysctl && k.memfd_noexec_known && listener;
+    // The memfd and metadata guards read the caller's memory
+    // (process_vm_readv), which a container's seccomp profile may refuse
+    // (Docker's and containerd's RuntimeDefault without CAP_SYS_PTRACE).
+    let remote = listener && crate::sys::notify::remote_read_available().is_ok();
+    let memfd_seal = !memfd_sysctl && k.memfd_noexec_known && remote;
     // memory_mb without a cgroup: RLIMIT_DATA counts no shared memory, so
     // the memory watchdog (`supervisor::memwatch`) samples the run, and the
     // memfd guard makes every memfd of the run so that it can count them.
@@ -875,12 +897,12 @@ pub fn prepare(
         }
         w
     });
-    let count_memfds = memory_watch.is_some() && listener;
+    let count_memfds = memory_watch.is_some() && remote;
     // Without the view's read-only host, the metadata guard
     // (`supervisor::metaguard`) makes every chmod/chown/utime/setxattr of
     // the run itself, only where a write grant covers the target.
     let meta_guard =
-        (view.is_none() && listener && crate::sys::meta::openat2_available()).then(|| {
+        (view.is_none() && remote && crate::sys::meta::openat2_available()).then(|| {
             MetaGuardPlan {
                 write: plan
                     .fs
@@ -938,7 +960,7 @@ pub fn prepare(
         procs: procs == Mechanism::ProcessGuard,
         memfd: memfd_guard.is_some(),
         // No listener to count memfds with: memfd_create fails (ENOSYS).
-        memfd_enosys: memory_watch.is_some() && !listener,
+        memfd_enosys: memory_watch.is_some() && !remote,
         meta: meta_guard.is_some(),
         // The view's IPC namespace bounds SysV segments with kernel.shmall
         // = memory_mb only where capsule may set it (as root); else they
@@ -977,7 +999,8 @@ pub fn prepare(
     if memfd_exec == "none" {
         missing.push(
             "execution of a memfd through /proc/self/fd/N (needs Linux 6.3+: vm.memfd_noexec=2 in the run's pid \
-             namespace, or capsule's memfd guard, which needs a seccomp listener; fexecve of a memfd is refused \
+             namespace, or capsule's memfd guard, which needs a seccomp listener and process_vm_readv of the run; \
+             fexecve of a memfd is refused \
              by seccomp)"
                 .to_string(),
         );
@@ -1004,6 +1027,13 @@ pub fn prepare(
     }
     if net_part == seccomp::NetPart::Guard && plan.net.allow_unix_sockets {
         limitations.push(NET_GUARD_UNIX_LIMITATION.to_string());
+    }
+    if let (true, Some(why)) = (net_part != seccomp::NetPart::Guard, &guard_unavailable) {
+        limitations.push(format!(
+            "proxy mode on the host's network without capsule's network guard ({why}): Landlock's TCP rule \
+             pins the proxy's port, not its address, so a listener on the same port number at another address \
+             is reachable too (the port is an ephemeral one the kernel chose)"
+        ));
     }
     if truncate_guard.is_some() {
         limitations.push(seccomp::truncate::LIMITATION.to_string());

@@ -125,7 +125,8 @@ enum Op {
     Symlink { target: CString, path: CString },
     /// Make the mount at `dir` the root: chdir, MS_MOVE onto /, chroot(".")
     /// (switch_root's way: it works on an initramfs root too, unlike
-    /// pivot_root), then the new root read-only.
+    /// pivot_root), or where a seccomp profile refuses chroot, setns into
+    /// the run's own mount namespace; then the new root read-only.
     SwitchRoot { dir: CString },
 }
 
@@ -775,7 +776,27 @@ impl View {
                 Op::Symlink { target, path } => raw::symlink(target, path).map(drop).map_err(view),
                 Op::SwitchRoot { dir } => raw::chdir(dir)
                     .and_then(|_| raw::mount(Some(c"."), c"/", None, libc::MS_MOVE, None))
-                    .and_then(|_| raw::chroot(c"."))
+                    .and_then(|_| match raw::chroot(c".") {
+                        // A seccomp profile that refuses chroot without
+                        // CAP_SYS_CHROOT in the container (podman's default):
+                        // entering the run's own mount namespace again sets
+                        // the root to the mount on top of its root, the one
+                        // just moved there (the kernel's LOOKUP_DOWN), as
+                        // chroot(".") would.
+                        Err(libc::EPERM) => {
+                            let ns = raw::openat(
+                                libc::AT_FDCWD,
+                                c"/proc/self/ns/mnt",
+                                libc::O_RDONLY | libc::O_CLOEXEC,
+                            )
+                            .map_err(|_| libc::EPERM)?
+                                as c_int;
+                            let r = raw::setns(ns, libc::CLONE_NEWNS).map_err(|_| libc::EPERM);
+                            raw::close(ns);
+                            r
+                        }
+                        other => other,
+                    })
                     .and_then(|_| raw::chdir(c"/"))
                     .and_then(|_| {
                         raw::mount_setattr(

@@ -314,7 +314,10 @@ fn run_prepared(
     .flatten()
     .and_then(|max| {
         let census = if spawned.tree == TreeMode::PidNamespace {
-            Some(procguard::Census::PidNamespace { init: spawned.pid })
+            Some(procguard::Census::PidNamespace {
+                init: spawned.pid,
+                tree: signals::Tree::for_run(spawned.pid, None, &spawned.inherited),
+            })
         } else {
             signals::Tree::for_run(spawned.command.get(), keeper(&spawned), &spawned.inherited)
                 .map(procguard::Census::Tree)

@@ -10,7 +10,12 @@
 //! * at the limit it fails with EAGAIN, as the pids controller answers.
 //!
 //! Counting: with a pid namespace, the run's own `/proc` (reached through
-//! the run's init: `/proc/INIT/root/proc`) lists exactly the run; without
+//! the run's init: `/proc/INIT/root/proc`) lists exactly the run; where the
+//! view holds the container's `/proc`, bound because no fresh procfs could be
+//! mounted (the same filesystem as capsule's own `/proc`), or that path is out
+//! of reach (no CAP_SYS_PTRACE over init, which shares capsule's non-dumpable
+//! memory: a container's root), the run's tree is counted as without a pid
+//! namespace (every parent chain of the run leads to its init); without
 //! one, the host's `/proc` is scanned for processes that carry the run's
 //! marks and descend from it (`signals::Judge::in_tree`).
 //!
@@ -26,8 +31,13 @@ use crate::sys::notify::{Notification, Reply};
 
 /// How the run's tasks are found.
 pub enum Census {
-    /// The run's pid namespace, through its init's root.
-    PidNamespace { init: libc::pid_t },
+    /// The run's pid namespace, through its init's root; where that shows
+    /// no procfs of the run's own, the run's tree (`tree`: None when
+    /// capsule's /proc does not show capsule as itself).
+    PidNamespace {
+        init: libc::pid_t,
+        tree: Option<Tree>,
+    },
     /// No pid namespace: the host's `/proc`, judged by the run's tree.
     Tree(Tree),
 }
@@ -81,18 +91,31 @@ impl ProcGuard {
     /// The run's tasks now.
     fn count(&self) -> Option<u64> {
         match &self.census {
-            Census::PidNamespace { init } => {
-                count_dir(&format!("/proc/{init}/root/proc"), |_| true)
+            Census::PidNamespace { init, tree } => {
+                let own = format!("/proc/{init}/root/proc");
+                match same_filesystem(&own, "/proc") {
+                    Some(false) => count_dir(&own, |_| true),
+                    // The view holds the container's /proc, bound (it lists
+                    // the whole container), or the run's own is out of
+                    // reach (init shares capsule's memory, made
+                    // non-dumpable, and capsule lacks CAP_SYS_PTRACE, as a
+                    // container's root does): the run's tree in capsule's
+                    // /proc, whose parent chains all lead to init.
+                    _ => count_tree(tree.as_ref()?),
+                }
             }
-            Census::Tree(tree) => {
-                let judge = Judge {
-                    tree,
-                    procs: ProcFs,
-                };
-                count_dir("/proc", |pid| judge.in_tree(pid))
-            }
+            Census::Tree(tree) => count_tree(tree),
         }
     }
+}
+
+/// The tasks of the processes in `tree`, found in capsule's /proc.
+fn count_tree(tree: &Tree) -> Option<u64> {
+    let judge = Judge {
+        tree,
+        procs: ProcFs,
+    };
+    count_dir("/proc", |pid| judge.in_tree(pid))
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -144,6 +167,13 @@ fn count_dir(dir: &str, keep: impl Fn(libc::pid_t) -> bool) -> Option<u64> {
         total += threads(&status).unwrap_or(1);
     }
     Some(total)
+}
+
+/// Whether `a` and `b` are on the same filesystem (one procfs, bound
+/// elsewhere, or a procfs of its own). None when either cannot be reached.
+fn same_filesystem(a: &str, b: &str) -> Option<bool> {
+    use std::os::unix::fs::MetadataExt;
+    Some(std::fs::metadata(a).ok()?.dev() == std::fs::metadata(b).ok()?.dev())
 }
 
 /// `Threads:` of a `/proc/PID/status`.

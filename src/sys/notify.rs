@@ -319,29 +319,214 @@ pub fn socket_domain(fd: BorrowedFd<'_>) -> Result<c_int, Errno> {
     Errno::result(rc).map(|_| domain)
 }
 
-/// Whether the network guard can act for the run: pidfd_getfd exists (Linux
-/// 5.6+) and Yama lets capsule reach its descendants' descriptors and memory
-/// (ptrace_scope 0 or 1; 2 only with CAP_SYS_PTRACE; 3 never). `Err` says why not.
-pub fn fd_broker_available() -> Result<(), String> {
-    // SAFETY: pidfd_getfd on descriptor -1 touches nothing: EBADF where the
-    // syscall exists, ENOSYS where it does not.
-    let rc = unsafe { libc::syscall(libc::SYS_pidfd_getfd, -1, 0, 0) };
-    if rc >= 0 {
-        // Cannot happen; close whatever came back.
-        drop(own_fd(rc as c_int));
-    } else if Errno::last() == Errno::ENOSYS {
-        return Err("the kernel has no pidfd_getfd (Linux 5.6+)".into());
+/// What the guards do to a process of the run, each tried once on a child
+/// of this process made for it (`trial`), as the guards do it: the kernel's
+/// ptrace checks (Yama), a container's seccomp profile (Docker's and
+/// containerd's RuntimeDefault allow pidfd_getfd only with CAP_SYS_PTRACE)
+/// and a masked /proc answer here exactly as they would to the guard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trial {
+    /// pidfd_open of the child.
+    pub pidfd_open: Result<(), Errno>,
+    /// pidfd_getfd of one of its descriptors (the network guard).
+    pub pidfd_getfd: Result<(), Errno>,
+    /// process_vm_readv of its memory (the network guard).
+    pub vm_read: Result<(), Errno>,
+    /// readlink of its /proc/PID/fd/N (the network guard's same-file check).
+    pub proc_fd: Result<(), Errno>,
+    /// read of its /proc/PID/syscall (the process guard's in-clone check).
+    pub proc_syscall: Result<(), Errno>,
+}
+
+/// The trial's child: waits until the parent writes a byte to `fds[0]`'s
+/// pipe (or closes it), then exits. A fork (its own copy of the memory):
+/// raw system calls only. Dumpable, as the run's processes are after their
+/// exec: once a run's init has made capsule's memory non-dumpable (a path
+/// left for the next), a child sharing it would answer the trial as the run
+/// would not.
+extern "C" fn trial_entry(arg: *mut c_void) -> c_int {
+    // SAFETY: `trial` passes a pointer to two descriptors on its stack; this
+    // child reads its own copy of that stack.
+    let fds = unsafe { *(arg as *const [c_int; 2]) };
+    raw::close(fds[1]);
+    let _ = raw::prctl(libc::PR_SET_DUMPABLE, 1);
+    let mut b = [0u8; 1];
+    let _ = raw::read(fds[0], &mut b);
+    raw::exit_group(0)
+}
+
+/// A value the trial reads back from its child's memory.
+static TRIAL_MARK: u64 = 0x6361_7073_756c_6521;
+
+/// The guards' operations tried on a child of this process (once per
+/// process; a few hundred microseconds, only where a guard is planned).
+pub fn trial() -> &'static Trial {
+    static TRIED: std::sync::OnceLock<Trial> = std::sync::OnceLock::new();
+    TRIED.get_or_init(|| {
+        let failed = |e: Errno| Trial {
+            pidfd_open: Err(e),
+            pidfd_getfd: Err(e),
+            vm_read: Err(e),
+            proc_fd: Err(e),
+            proc_syscall: Err(e),
+        };
+        match run_trial() {
+            Ok(t) => t,
+            Err(e) => failed(e),
+        }
+    })
+}
+
+fn run_trial() -> Result<Trial, Errno> {
+    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let fds: [c_int; 2] = [r.as_raw_fd(), w.as_raw_fd()];
+    let stack = super::leaked_stack(16 * 1024)?;
+    let mask = super::block_all_signals();
+    // SAFETY: `trial_entry` does raw system calls only (no allocation, no
+    // locks, no thread-locals, no panic), as a child forked from a threaded
+    // process must; `fds` and the stack are copied into the child. Signals
+    // stay blocked in the child.
+    let cloned = unsafe {
+        super::clone_on_stack(
+            0,
+            stack.0,
+            trial_entry,
+            std::ptr::addr_of!(fds).cast_mut().cast(),
+        )
+    };
+    super::restore_signals(&mask);
+    let pid = cloned.map_err(Errno::from_raw)?;
+    let t = try_on(pid, fds[0]);
+    let _ = nix::unistd::write(&w, b"x");
+    drop(w);
+    while let Err(Errno::EINTR) = nix::sys::wait::waitpid(
+        nix::unistd::Pid::from_raw(pid),
+        Some(nix::sys::wait::WaitPidFlag::__WALL),
+    ) {}
+    drop(r);
+    Ok(t)
+}
+
+/// The guards' operations on the trial child `pid`, whose descriptor `fd`
+/// is open.
+fn try_on(pid: libc::pid_t, fd: c_int) -> Trial {
+    let pidfd = super::pidfd_open(pid);
+    let pidfd_getfd = match &pidfd {
+        Ok(p) => pidfd_getfd(p.as_fd(), fd).map(drop),
+        Err(e) => Err(*e),
+    };
+    let mut buf = [0u8; 8];
+    let vm_read = {
+        let remote = [nix::sys::uio::RemoteIoVec {
+            base: std::ptr::addr_of!(TRIAL_MARK) as usize,
+            len: buf.len(),
+        }];
+        let mut local = [std::io::IoSliceMut::new(&mut buf)];
+        nix::sys::uio::process_vm_readv(nix::unistd::Pid::from_raw(pid), &mut local, &remote)
+            .and_then(|n| {
+                if n == 8 && u64::from_ne_bytes(buf) == TRIAL_MARK {
+                    Ok(())
+                } else {
+                    Err(Errno::EFAULT)
+                }
+            })
+    };
+    let io = |r: std::io::Result<()>| {
+        r.map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))
+    };
+    Trial {
+        pidfd_open: pidfd.as_ref().map(drop).map_err(|e| *e),
+        pidfd_getfd,
+        vm_read,
+        proc_fd: io(std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).map(drop)),
+        proc_syscall: io(std::fs::read(format!("/proc/{pid}/syscall")).map(drop)),
     }
-    let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+}
+
+/// Why an operation of the trial failed, for a refusal's text.
+fn why_refused(what: &str, e: Errno) -> String {
+    let ptrace = match yama_scope() {
+        Some(2) if !has_cap_sys_ptrace() => {
+            "; Yama's kernel.yama.ptrace_scope is 2 (admin-only attach) and capsule has no CAP_SYS_PTRACE"
+                .to_string()
+        }
+        Some(n) if n >= 3 => format!("; Yama's kernel.yama.ptrace_scope is {n} (no attach at all)"),
+        _ => String::new(),
+    };
+    let profile = if e == Errno::EPERM && ptrace.is_empty() {
+        " (a seccomp profile around capsule refuses it: Docker's and containerd's RuntimeDefault allow it only \
+         with CAP_SYS_PTRACE; examples/kubernetes/capsule-seccomp.json allows it)"
+    } else {
+        ""
+    };
+    format!("{what} on a child of capsule fails with {e}{profile}{ptrace}")
+}
+
+/// Whether the network guard can act for the run: pidfd_getfd exists (Linux
+/// 5.6+) and capsule can take a descriptor of a child of its own, read its
+/// memory and its /proc/PID/fd, as the guard does (`trial`). `Err` says why not.
+pub fn fd_broker_available() -> Result<(), String> {
+    let t = trial();
+    for (what, r) in [
+        ("pidfd_open", t.pidfd_open),
+        ("pidfd_getfd", t.pidfd_getfd),
+        ("process_vm_readv", t.vm_read),
+        ("reading /proc/PID/fd", t.proc_fd),
+    ] {
+        match r {
+            Ok(()) => {}
+            Err(Errno::ENOSYS) if what == "pidfd_getfd" => {
+                return Err("the kernel has no pidfd_getfd (Linux 5.6+)".into())
+            }
+            Err(e) => return Err(why_refused(what, e)),
+        }
+    }
+    Ok(())
+}
+
+/// Whether the memfd guard can read the names the run passes to
+/// memfd_create (process_vm_readv). Tried on this process itself rather than
+/// on a trial child: the guard is planned on the bare host's default path
+/// (an unprivileged run), which must not pay for a child, and a seccomp
+/// profile answers the call the same for every target; what differs for a
+/// descendant is Yama's rule, read here as the network guard's refusals
+/// name it.
+pub fn remote_read_available() -> Result<(), String> {
+    static TRIED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    TRIED
+        .get_or_init(|| {
+            let mut buf = [0u8; 8];
+            let remote = [nix::sys::uio::RemoteIoVec {
+                base: std::ptr::addr_of!(TRIAL_MARK) as usize,
+                len: buf.len(),
+            }];
+            let mut local = [std::io::IoSliceMut::new(&mut buf)];
+            nix::sys::uio::process_vm_readv(nix::unistd::getpid(), &mut local, &remote)
+                .map_err(|e| why_refused("process_vm_readv", e))?;
+            match yama_scope() {
+                Some(2) if !has_cap_sys_ptrace() => {
+                    Err(why_refused("process_vm_readv", Errno::EPERM))
+                }
+                Some(n) if n >= 3 => Err(why_refused("process_vm_readv", Errno::EPERM)),
+                _ => Ok(()),
+            }
+        })
+        .clone()
+}
+
+/// Yama's kernel.yama.ptrace_scope (None: no Yama).
+fn yama_scope() -> Option<u32> {
+    std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
         .ok()
         .and_then(|s| s.trim().parse::<u32>().ok())
-        .unwrap_or(0);
-    match scope {
-        0 | 1 => Ok(()),
-        2 if has_cap_sys_ptrace() => Ok(()),
-        2 => Err("Yama's kernel.yama.ptrace_scope is 2 (admin-only attach) and capsule has no CAP_SYS_PTRACE".into()),
-        _ => Err(format!("Yama's kernel.yama.ptrace_scope is {scope} (no attach at all)")),
-    }
+}
+
+/// Whether the process guard can see a forking task of the run still in its
+/// call (/proc/TID/syscall of a child, as `trial` tries it).
+pub fn proc_syscall_available() -> Result<(), String> {
+    trial()
+        .proc_syscall
+        .map_err(|e| why_refused("reading /proc/PID/syscall", e))
 }
 
 /// Own a descriptor the kernel returned.
@@ -404,4 +589,29 @@ pub fn connect_raw(fd: BorrowedFd<'_>, addr: &[u8]) -> Result<(), Errno> {
         )
     };
     Errno::result(rc).map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// On a bare host (Yama 0 or 1, no outer seccomp profile) every operation
+    /// of the guards succeeds on a child of this process; the refusals are
+    /// tested from outside (tests/container_guards.rs, outer_deny.c).
+    #[test]
+    fn the_trial_child_answers_every_operation_here() {
+        let fresh = run_trial().expect("trial child");
+        let scope = yama_scope().unwrap_or(0);
+        if scope >= 2 {
+            assert!(fresh.pidfd_getfd.is_err() || has_cap_sys_ptrace());
+            return;
+        }
+        assert_eq!(fresh.pidfd_open, Ok(()));
+        assert_eq!(fresh.pidfd_getfd, Ok(()));
+        assert_eq!(fresh.vm_read, Ok(()));
+        assert_eq!(fresh.proc_fd, Ok(()));
+        assert_eq!(fresh.proc_syscall, Ok(()));
+        assert_eq!(fresh, *trial());
+        assert_eq!(remote_read_available(), Ok(()));
+    }
 }

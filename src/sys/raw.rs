@@ -647,3 +647,9 @@ pub fn chroot(path: &CStr) -> Ret {
     // SAFETY: `path` is NUL-terminated and outlives the call.
     map(unsafe { syscall!(Sysno::chroot, path.as_ptr()) })
 }
+
+/// `setns(fd, nstype)`.
+pub fn setns(fd: c_int, nstype: c_int) -> Ret {
+    // SAFETY: integer arguments only.
+    map(unsafe { syscall!(Sysno::setns, fd, nstype) })
+}

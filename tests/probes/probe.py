@@ -145,6 +145,10 @@ def op_listdir(path):
     return sorted(os.listdir(path))
 
 
+def op_readlink(path):
+    return os.readlink(path)
+
+
 def op_write(path, data="x"):
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:

@@ -138,6 +138,33 @@ pub fn namespaces_available() -> bool {
     })
 }
 
+/// Whether capsule's network guard can run here (doctor, on the host's network): a
+/// container's seccomp profile may refuse what it needs (Docker's and containerd's
+/// RuntimeDefault refuse pidfd_getfd without CAP_SYS_PTRACE). Checked against the
+/// reason doctor gives, so that a guard lost for another reason fails the tests.
+pub fn net_guard_available() -> bool {
+    static GUARD: OnceLock<bool> = OnceLock::new();
+    *GUARD.get_or_init(|| {
+        let out = StdCommand::new(capsule_bin())
+            .args(["doctor", "--json"])
+            .env("CAPSULE_NO_NAMESPACES", "1")
+            .output()
+            .expect("doctor");
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        let guard = v["proxy"]["guard"].as_bool().unwrap_or(false);
+        if !guard {
+            let mode = v["proxy"]["mode"].as_str().unwrap_or_default();
+            assert!(
+                mode.contains("pidfd_getfd") && std::env::var_os("CAPSULE_TEST_IN_CONTAINER").is_some(),
+                "the network guard is unavailable outside a container, or for another reason than a \
+                 refused pidfd_getfd: {v}"
+            );
+            eprintln!("CONTAINER: the network guard cannot run here: {mode}");
+        }
+        guard
+    })
+}
+
 /// Whether `nobody` exists and we may become it.
 pub fn nobody_available() -> bool {
     is_root()
