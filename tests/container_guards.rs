@@ -19,7 +19,6 @@ mod common;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 
 use common::*;
 use serde_json::Value;
@@ -28,23 +27,7 @@ const OUTER_DENY_C: &str = include_str!("probes/outer_deny.c");
 
 /// tests/probes/outer_deny.c, built in the sandbox (None, said, without a C compiler).
 fn outer_deny(sb: &Sandbox) -> Option<PathBuf> {
-    let src = sb.write("probe/outer_deny.c", OUTER_DENY_C);
-    let out = sb.path("probe/outer_deny");
-    for cc in ["gcc", "cc", "clang"] {
-        let st = Command::new(cc)
-            .args(["-O0", "-o"])
-            .arg(&out)
-            .arg(&src)
-            .env("PATH", TEST_PATH)
-            .env("TMPDIR", &sb.root)
-            .stdout(Stdio::null())
-            .status();
-        if matches!(st, Ok(s) if s.success()) {
-            return Some(out);
-        }
-    }
-    skip("no working C compiler to build tests/probes/outer_deny.c");
-    None
+    sb.compile_c("probe", "outer_deny", OUTER_DENY_C)
 }
 
 /// Run capsule ARGS behind the PREFIX commands, with the sandbox's environment.

@@ -390,10 +390,16 @@ impl Sandbox {
     /// Compile the foreign-ABI C probe into DIR/foreign_abi. None (with a
     /// printed reason) when no C compiler is available.
     pub fn compile_foreign_abi(&self, dir_rel: &str) -> Option<PathBuf> {
+        self.compile_c(dir_rel, "foreign_abi", FOREIGN_ABI_C)
+    }
+
+    /// Compile the C probe `source` (tests/probes/NAME.c) into DIR/NAME.
+    /// None (with a printed reason) when no C compiler is available.
+    pub fn compile_c(&self, dir_rel: &str, name: &str, source: &str) -> Option<PathBuf> {
         let dir = self.mkdir(dir_rel);
-        let src = dir.join("foreign_abi.c");
-        fs::write(&src, FOREIGN_ABI_C).expect("write C probe");
-        let out = dir.join("foreign_abi");
+        let src = dir.join(format!("{name}.c"));
+        fs::write(&src, source).expect("write C probe");
+        let out = dir.join(name);
         for cc in ["gcc", "cc", "clang"] {
             let st = StdCommand::new(cc)
                 .args(["-O0", "-o"])
@@ -408,7 +414,9 @@ impl Sandbox {
                 return Some(out);
             }
         }
-        skip("no working C compiler (gcc/cc/clang) to build tests/probes/foreign_abi.c");
+        skip(&format!(
+            "no working C compiler (gcc/cc/clang) to build tests/probes/{name}.c"
+        ));
         None
     }
 }

@@ -15,7 +15,8 @@
  *   runtimedefault  Docker's/containerd's RuntimeDefault for a pod without CAP_SYS_ADMIN (as
  *                   /work/shared/tools/containers/podman-shapes.sh's pod-runtimedefault): EPERM for unshare, setns,
  *                   the mount family and clone with any namespace flag; clone3 ENOSYS (so programs fall back to
- *                   clone).
+ *                   clone); EPERM for ptrace, process_vm_readv/writev and pidfd_getfd (allowed there only with
+ *                   CAP_SYS_PTRACE).
  *   runtimedefault-enosys  the same, but clone with a namespace flag fails with ENOSYS (podman 4.3 applies that
  *                   profile so: its default errno) while the listed calls keep their EPERM.
  *   nomount         namespaces can be created (clone and unshare allowed) but not used: the mount family fails
@@ -38,6 +39,9 @@
 #endif
 #ifndef __NR_fsmount
 #define __NR_fsmount 432
+#endif
+#ifndef __NR_pidfd_getfd
+#define __NR_pidfd_getfd 438
 #endif
 #ifndef __NR_fspick
 #define __NR_fspick 433
@@ -70,7 +74,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "outer_seccomp: unknown mode %s\n", mode);
         return 125;
     }
-    struct sock_filter f[64];
+    struct sock_filter f[96];
     int n = 0;
 #define PUT(...)                                                                                                   \
     do {                                                                                                           \
@@ -86,6 +90,8 @@ int main(int argc, char **argv) {
     }
     if (ns) {
         PUT(DENY(__NR_unshare), DENY(__NR_setns));
+        /* Without CAP_SYS_PTRACE these profiles refuse reading another process (capsule's guards do). */
+        PUT(DENY(__NR_ptrace), DENY(__NR_process_vm_readv), DENY(__NR_process_vm_writev), DENY(__NR_pidfd_getfd));
         /* clone3 is ENOSYS in every RuntimeDefault profile, so that libc falls back to clone. */
         PUT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_clone3, 0, 1),
             BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS));
