@@ -5,7 +5,15 @@ mod common;
 
 use common::Sandbox;
 
-const SUBCOMMANDS: [&str; 6] = ["exec", "check", "doctor", "policy", "volume", "completions"];
+const SUBCOMMANDS: [&str; 7] = [
+    "exec",
+    "serve",
+    "check",
+    "doctor",
+    "policy",
+    "volume",
+    "completions",
+];
 
 #[test]
 fn version_states_version_commit_and_what_the_build_knows() {

@@ -41,6 +41,7 @@ enum Command {
     /// Run COMMAND confined by a policy.
     Exec(exec::ExecArgs),
     /// A long-lived parent: one `exec` per request line (JSON on stdin/stdout), each in a fresh process.
+    #[command(long_about = serve::LONG_ABOUT)]
     Serve(serve::ServeArgs),
     /// Validate a policy and show what this kernel will enforce (exit 0 or 125).
     Check(check::CheckArgs),

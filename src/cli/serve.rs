@@ -38,6 +38,18 @@ pub const MAX_LINE: usize = 1 << 20;
 /// Requests read ahead of the steps running (then stdin is not read).
 const MAX_PENDING: usize = 64;
 
+/// `capsule serve --help` and its man page.
+pub const LONG_ABOUT: &str = "A long-lived parent that runs one `capsule exec` per request, each in a \
+fresh process forked from it: planned afresh, confined, reported and audited exactly as \
+`capsule exec` (docs/serve.md).\n\n\
+Requests are JSON objects, one per line on stdin (at most 1 MiB): \
+{\"id\": 1, \"args\": [\"--json\", \"--\", \"/bin/true\"]} with optional \"policy\" \
+(the policy as text), \"env\", \"clear_env\", \"cwd\", \"stdin\" or \"stdin_base64\"; \
+{\"id\": 1, \"op\": \"cancel\"} ends a running request. Each gets one response line on stdout: \
+{\"id\", \"exit_code\", \"result\" (with --json) or \"stdout\", \"stderr\"}, or {\"id\", \"error\"}. \
+EOF on stdin: the running requests are answered, then the server exits. \
+The server's death (even SIGKILL) ends every running request.";
+
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// Most steps running at once; further requests wait for one to end.
