@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import select
 import subprocess
 import threading
 import time
@@ -31,67 +32,109 @@ class ServeDied(RuntimeError):
 
 
 class _Waiter:
-    __slots__ = ("event", "response")
+    __slots__ = ("done", "response")
 
     def __init__(self) -> None:
-        self.event = threading.Event()
+        self.done = False
         self.response: dict[str, Any] | None = None
 
 
 class ServeClient:
-    """One ``capsule serve`` process; thread-safe; steps may overlap."""
+    """One ``capsule serve`` process; thread-safe; steps may overlap.
+
+    There is no reader thread: a thread waiting for its response reads the
+    server's stdout itself (one reader at a time, handing the others their
+    responses), so a step costs no thread switch in Python.
+    """
 
     def __init__(self, binary: str) -> None:
         self._binary = binary
-        self._lock = threading.Lock()
+        self._cv = threading.Condition()
         self._waiters: dict[str, _Waiter] = {}
+        self._reading = False
+        self._buf = b""
         self._proc = subprocess.Popen(
             [binary, "serve", "--max-parallel", "64"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             close_fds=True,
+            bufsize=0,
         )
+        assert self._proc.stdout is not None
+        self._fd = self._proc.stdout.fileno()
         self._dead = False
-        self._reader = threading.Thread(target=self._read, name="capsule-serve-reader", daemon=True)
-        self._reader.start()
+        self._closing = False
 
     @property
     def alive(self) -> bool:
-        return not self._dead and self._proc.poll() is None
+        return not self._dead and not self._closing and self._proc.poll() is None
 
     @property
     def pid(self) -> int:
         return self._proc.pid
 
-    def _read(self) -> None:
-        out = self._proc.stdout
-        assert out is not None
-        for line in out:
-            try:
-                resp = json.loads(line)
-            except ValueError:
-                logger.warning("capsule serve sent a line that is not JSON: %r", line[:200])
-                continue
-            rid = resp.get("id") if isinstance(resp, dict) else None
-            with self._lock:
+    def _pump(self, timeout: float) -> None:
+        """Read what the server sent within TIMEOUT and hand out the responses
+        (called with the condition released, by the one reading thread)."""
+        poller = select.poll()
+        poller.register(self._fd, select.POLLIN)
+        if not poller.poll(max(0, int(timeout * 1000))):
+            return
+        try:
+            chunk = os.read(self._fd, 1 << 16)
+        except OSError:
+            chunk = b""
+        with self._cv:
+            if not chunk:
+                self._dead = True
+                for waiter in self._waiters.values():
+                    waiter.done = True
+                self._waiters.clear()
+                return
+            self._buf += chunk
+            *lines, self._buf = self._buf.split(b"\n")
+            for line in lines:
+                try:
+                    resp = json.loads(line)
+                except ValueError:
+                    logger.warning("capsule serve sent a line that is not JSON: %r", line[:200])
+                    continue
+                rid = resp.get("id") if isinstance(resp, dict) else None
                 waiter = self._waiters.pop(str(rid), None) if rid is not None else None
-            if waiter is None:
-                if isinstance(resp, dict) and resp.get("error"):
-                    logger.warning("capsule serve: %s", resp.get("error"))
-                continue
-            waiter.response = resp
-            waiter.event.set()
-        # EOF: the server is gone; every step still waiting fails.
-        with self._lock:
-            self._dead = True
-            waiters, self._waiters = self._waiters, {}
-        for waiter in waiters.values():
-            waiter.event.set()
+                if waiter is None:
+                    if isinstance(resp, dict) and resp.get("error"):
+                        logger.warning("capsule serve: %s", resp.get("error"))
+                    continue
+                waiter.response = resp
+                waiter.done = True
+
+    def wait(self, waiter: _Waiter, timeout: float) -> bool:
+        """Wait up to TIMEOUT for WAITER's response (or the server's end)."""
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            while not waiter.done:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                if self._dead:
+                    return True
+                if self._reading:
+                    self._cv.wait(remaining)
+                    continue
+                self._reading = True
+                self._cv.release()
+                try:
+                    self._pump(remaining)
+                finally:
+                    self._cv.acquire()
+                    self._reading = False
+                    self._cv.notify_all()
+        return True
 
     def _send(self, obj: dict[str, Any]) -> None:
         data = json.dumps(obj, separators=(",", ":")).encode() + b"\n"
-        with self._lock:
+        with self._cv:
             if self._dead:
                 raise ServeDied("capsule serve is not running")
             stdin = self._proc.stdin
@@ -105,14 +148,14 @@ class ServeClient:
 
     def submit(self, rid: str, request: dict[str, Any]) -> _Waiter:
         waiter = _Waiter()
-        with self._lock:
-            if self._dead:
+        with self._cv:
+            if self._dead or self._closing:
                 raise ServeDied("capsule serve is not running")
             self._waiters[rid] = waiter
         try:
             self._send({"id": rid, **request})
         except ServeDied:
-            with self._lock:
+            with self._cv:
                 self._waiters.pop(rid, None)
             raise
         return waiter
@@ -124,10 +167,11 @@ class ServeClient:
             pass
 
     def close(self) -> None:
-        """End the server: closing its stdin lets running steps finish first;
-        a server still there after the grace is killed (its steps with it)."""
-        with self._lock:
-            self._dead = True
+        """End the server: closing its stdin lets running steps finish first
+        (a waiting thread still gets its response); a server still there
+        after the grace is killed (its steps with it)."""
+        with self._cv:
+            self._closing = True
             stdin = self._proc.stdin
         try:
             if stdin is not None:
@@ -139,12 +183,14 @@ class ServeClient:
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()
-        if self._proc.stdout is not None:
-            self._reader.join(1.0)
-            try:
-                self._proc.stdout.close()
-            except OSError:
-                pass
+        with self._cv:
+            # Let a reading thread take what the server wrote before it ended.
+            self._cv.wait_for(lambda: not self._reading, _CANCEL_GRACE_SECONDS)
+            self._dead = True
+            for waiter in self._waiters.values():
+                waiter.done = True
+            self._waiters.clear()
+            self._cv.notify_all()
 
 
 class ServeRun:
@@ -208,14 +254,13 @@ class ServeRun:
                 return _error(f"could not start a step in capsule serve: {exc}", time.monotonic() - start)
             self._client, self._rid = client, rid
         try:
-            if not waiter.event.wait(self._timeout + _BACKSTOP_SECONDS):
+            if not client.wait(waiter, self._timeout + _BACKSTOP_SECONDS):
                 logger.warning("capsule overran its own timeout; cancelling the step")
                 client.cancel(rid)
-                if not waiter.event.wait(_CANCEL_GRACE_SECONDS):
+                if not client.wait(waiter, _CANCEL_GRACE_SECONDS):
                     # Ending the server ends the step (and the session's
                     # other steps); the next step starts a new server.
                     client.close()
-                    waiter.event.wait(_CANCEL_GRACE_SECONDS)
         finally:
             with self._lock:
                 self._done = True

@@ -110,3 +110,26 @@ def test_cancel_through_the_server(provider):
         assert done["h"].result.termination_reason == "cancelled", done["h"].result
     finally:
         provider.destroy_session("agent-serve", sid)
+
+
+def test_concurrent_steps_of_one_session_each_get_their_own_result(provider):
+    sid, session = _session(provider)
+    try:
+        results = {}
+
+        def step(i):
+            results[i] = provider.run(
+                "agent-serve", ["/bin/sh", "-c", f"sleep 0.{3 - i % 3}; echo {i}"], session_id=sid
+            )
+
+        threads = [threading.Thread(target=step, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert sorted(results) == list(range(6))
+        for i, r in results.items():
+            assert r.success and r.stdout == f"{i}\n", (i, r.stdout, r.stderr)
+        assert session.serve is not None and session.serve.alive
+    finally:
+        provider.destroy_session("agent-serve", sid)
