@@ -344,15 +344,23 @@ fn start(id: Value, req: Request, server_pid: libc::pid_t) -> Result<Step, Strin
         (None, None) => None,
     };
     let stdin_fd: OwnedFd = match stdin_data {
+        // A pipe holding all of it (not a memfd: the run could execute a
+        // memfd made outside its namespaces, past Landlock's exec rights).
         Some(data) => {
-            let fd = crate::sys::notify::memfd_create(c"capsule-serve-stdin", libc::MFD_CLOEXEC)
-                .map_err(|e| format!("memfd for stdin: {e}"))?;
-            let mut f = File::from(fd);
-            f.write_all(&data)
-                .map_err(|e| format!("writing stdin: {e}"))?;
-            nix::unistd::lseek(&f, 0, nix::unistd::Whence::SeekSet)
-                .map_err(|e| format!("stdin: {e}"))?;
-            OwnedFd::from(f)
+            let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+                .map_err(|e| format!("pipe for stdin: {e}"))?;
+            if data.len() > 65536 {
+                crate::sys::grow_pipe(w.as_raw_fd(), (data.len() + 4096) as libc::c_int);
+            }
+            crate::sys::set_nonblocking(w.as_raw_fd()).map_err(|e| format!("stdin: {e}"))?;
+            let mut f = File::from(w);
+            f.write_all(&data).map_err(|e| {
+                format!(
+                    "stdin of {} bytes does not fit a pipe here ({e}): raise /proc/sys/fs/pipe-max-size",
+                    data.len()
+                )
+            })?;
+            r
         }
         None => File::open("/dev/null")
             .map_err(|e| format!("/dev/null: {e}"))?
