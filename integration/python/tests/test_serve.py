@@ -133,3 +133,24 @@ def test_concurrent_steps_of_one_session_each_get_their_own_result(provider):
         assert session.serve is not None and session.serve.alive
     finally:
         provider.destroy_session("agent-serve", sid)
+
+
+def test_the_backend_sends_its_runs_to_one_warm_server(capsule_bin, audit_log):
+    from capsule_sandbox.backend import CapsuleBackend, ProcessSpec
+
+    backend = CapsuleBackend(binary=capsule_bin, agent_id="serve-test", audit_log=str(audit_log))
+    try:
+        first = backend.run_process(ProcessSpec(command=["/bin/cat"]), input_text="fed", timeout=30)
+        assert first.exit_code == 0 and first.stdout == "fed", first
+        server = backend._serve
+        assert server is not None and server.alive
+        second = backend.run_process(ProcessSpec(command=["/bin/sh", "-c", "exit 4"]), timeout=30)
+        assert second.exit_code == 4, second
+        assert backend._serve is server, "a new server per run"
+        os.kill(server.pid, signal.SIGKILL)
+        assert wait_gone(server.pid)
+        again = backend.run_process(ProcessSpec(command=["/bin/echo", "again"]), timeout=30)
+        assert again.exit_code == 0 and again.stdout == "again\n", again
+    finally:
+        backend.close()
+    assert wait_gone(server.pid)
