@@ -246,6 +246,15 @@ fn inline_policy_env_cwd_and_stdin() {
         json!("from-cwd\nset-by-request\nfed\n"),
         "{r}"
     );
+    // Output that is not UTF-8 comes back as base64, byte for byte.
+    s.send(&exec_req(
+        &sb,
+        "bin",
+        &["--no-audit", "--", "/usr/bin/printf", "\\377\\000ok"],
+    ));
+    let r = s.recv().unwrap();
+    assert_eq!(r["stdout_base64"], json!("/wBvaw=="), "{r}");
+    assert!(r.get("stdout").is_none(), "{r}");
     // A policy both inline and as a file: refused.
     let pol = sb.policy("version: 1\n");
     s.send(&json!({"id": 2, "policy": "version: 1\n", "args": ["--json", "--no-audit", "--policy", pol, "--", "/bin/true"]}));
