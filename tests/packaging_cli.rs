@@ -5,8 +5,9 @@ mod common;
 
 use common::Sandbox;
 
-const SUBCOMMANDS: [&str; 7] = [
+const SUBCOMMANDS: [&str; 8] = [
     "exec",
+    "serve",
     "check",
     "why",
     "doctor",

@@ -88,6 +88,10 @@ pub struct ExecArgs {
         value_name = "COMMAND"
     )]
     pub command: Vec<String>,
+    /// A policy given as text instead of a file (`capsule serve` requests):
+    /// relative paths in it resolve against the working directory.
+    #[arg(skip)]
+    pub policy_text: Option<String>,
 }
 
 /// `--net`'s values, listed so that completions and `--help` offer them.
@@ -363,12 +367,28 @@ pub fn run(a: ExecArgs) -> i32 {
             );
         }
     }
-    let mut loaded = match &a.policy {
-        Some(p) => match policy::load_file(p) {
+    let mut loaded = match (&a.policy_text, &a.policy) {
+        (Some(_), Some(p)) => {
+            return refuse(
+                Reason::PolicyInvalid,
+                format!(
+                    "a request's `policy` and --policy {} both given: give one",
+                    p.display()
+                ),
+            )
+        }
+        (Some(text), None) => {
+            let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+            match policy::load_str(text, "<request policy>", None, &cwd) {
+                Ok(lp) => lp,
+                Err(e) => return refuse(Reason::PolicyInvalid, policy_load_error(&e)),
+            }
+        }
+        (None, Some(p)) => match policy::load_file(p) {
             Ok(lp) => lp,
             Err(e) => return refuse(Reason::PolicyInvalid, policy_load_error(&e)),
         },
-        None => default_policy(),
+        (None, None) => default_policy(),
     };
     let tool_fd = match a.tool_fd {
         None => None,
@@ -406,7 +426,7 @@ pub fn run(a: ExecArgs) -> i32 {
             mounts: a.mounts,
             tmp_size_mb: a.tmp_size,
             audit_log: audit_path.clone(),
-            implied_cwd: a.policy.is_none(),
+            implied_cwd: a.policy.is_none() && a.policy_text.is_none(),
         },
         argv: a.command,
         best_effort: a.best_effort,

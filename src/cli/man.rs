@@ -101,7 +101,7 @@ The host's LLM provider and ceiling, read only when a policy enables \fBllm_acce
 \fIshare/man/man1/capsule*.1\fR, \fIshare/bash\-completion/completions/capsule\fR, \fIshare/zsh/site\-functions/_capsule\fR, \fIshare/fish/vendor_completions.d/capsule.fish\fR
 Installed beside \fIbin/capsule\fR by the wheel. Bash loads the completions when bash\-completion is installed and the environment's \fIbin\fR is on PATH; otherwise \fBsource <(capsule completions bash)\fR in \fI~/.bashrc\fR.
 .SH "SEE ALSO"
-\fBcapsule\-exec\fR(1), \fBcapsule\-check\fR(1), \fBcapsule\-doctor\fR(1), \fBcapsule\-policy\fR(1), \fBcapsule\-volume\fR(1), \fBlandlock\fR(7), \fBseccomp\fR(2), \fBtimeout\fR(1), \fBbwrap\fR(1)
+\fBcapsule\-exec\fR(1), \fBcapsule\-serve\fR(1), \fBcapsule\-check\fR(1), \fBcapsule\-doctor\fR(1), \fBcapsule\-policy\fR(1), \fBcapsule\-volume\fR(1), \fBlandlock\fR(7), \fBseccomp\fR(2), \fBtimeout\fR(1), \fBbwrap\fR(1)
 "#;
 
 /// One page: clap's sections (without the `help` subcommand) and, for the

@@ -12,6 +12,7 @@ mod man;
 mod policy_cmd;
 mod report;
 mod rpc_cmd;
+mod serve;
 mod version;
 mod volume;
 mod why;
@@ -40,6 +41,9 @@ pub(crate) struct Cli {
 enum Command {
     /// Run COMMAND confined by a policy.
     Exec(exec::ExecArgs),
+    /// A long-lived parent: one `exec` per request line (JSON on stdin/stdout), each in a fresh process.
+    #[command(long_about = serve::LONG_ABOUT)]
+    Serve(serve::ServeArgs),
     /// Validate a policy and show what this kernel will enforce (exit 0 or 125).
     Check(check::CheckArgs),
     /// Would the policy allow an access here? Verdict, layer, key, and the change that would allow it.
@@ -63,7 +67,8 @@ enum Command {
 /// Entry point of the binary; returns the process exit status.
 pub fn main() -> i32 {
     crate::sys::ensure_std_fds();
-    let cli = match Cli::try_parse() {
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let cli = match Cli::try_parse_from(&argv) {
         Ok(c) => c,
         Err(e) => {
             let code = match e.kind() {
@@ -72,17 +77,20 @@ pub fn main() -> i32 {
             };
             let _ = e.print();
             if code != 0 {
-                exec_usage_refusal(&e);
+                exec_usage_refusal(&e, &argv);
             }
             return code;
         }
     };
     init_logging(cli.verbose);
-    if !matches!(&cli.command, Command::Exec(a) if !a.dry_run) {
+    if !matches!(&cli.command, Command::Exec(a) if !a.dry_run)
+        && !matches!(cli.command, Command::Serve(_))
+    {
         crate::sys::default_sigpipe();
     }
     match cli.command {
         Command::Exec(a) => exec::run(a),
+        Command::Serve(a) => serve::run(a),
         Command::Check(a) => check::run(a),
         Command::Why(a) => why::run(a),
         Command::Doctor(a) => doctor::run(a),
@@ -94,10 +102,48 @@ pub fn main() -> i32 {
     }
 }
 
+/// One step of `capsule serve`, in its own forked process: exactly
+/// `capsule exec ARGS` (the same parsing, refusals, planning, run, result
+/// and audit record), with the request's policy text when it gave one.
+pub(crate) fn exec_step(args: &[String], policy_text: Option<String>) -> i32 {
+    let argv: Vec<std::ffi::OsString> = ["capsule", "exec"]
+        .into_iter()
+        .map(String::from)
+        .chain(args.iter().cloned())
+        .map(std::ffi::OsString::from)
+        .collect();
+    match Cli::try_parse_from(&argv) {
+        Ok(Cli {
+            command: Command::Exec(mut a),
+            ..
+        }) => {
+            a.policy_text = policy_text;
+            exec::run(a)
+        }
+        Ok(_) => crate::result::exit::REFUSED,
+        Err(e) => {
+            let code = match e.kind() {
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => 0,
+                _ => crate::result::exit::REFUSED,
+            };
+            let _ = e.print();
+            if code != 0 {
+                exec_usage_refusal(&e, &argv);
+            }
+            code
+        }
+    }
+}
+
 /// `capsule exec` with unusable arguments is a refusal like any other: it
 /// is audited, and with `--json` it prints one result object.
-fn exec_usage_refusal(e: &clap::Error) {
-    let args: Vec<String> = std::env::args().skip(1).take_while(|a| a != "--").collect();
+fn exec_usage_refusal(e: &clap::Error, argv: &[std::ffi::OsString]) {
+    let args: Vec<String> = argv
+        .iter()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .take_while(|a| a != "--")
+        .collect();
     if args.first().map(String::as_str) != Some("exec") {
         return;
     }

@@ -45,6 +45,12 @@ pub fn capsule_bin() -> PathBuf {
     }
 }
 
+/// Whether `capsule exec` runs go through `capsule serve`
+/// (CAPSULE_TEST_VIA_SERVE=1; tests/probes/via_serve.py).
+pub fn via_serve() -> bool {
+    std::env::var("CAPSULE_TEST_VIA_SERVE").is_ok_and(|v| v == "1")
+}
+
 /// The source tree (for `policy/schema.json`, the starter policies, probes).
 pub fn repo_root() -> PathBuf {
     match std::env::var_os("CAPSULE_TEST_ROOT") {
@@ -308,7 +314,17 @@ impl Sandbox {
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
-        let mut c = StdCommand::new(capsule_bin());
+        let args: Vec<std::ffi::OsString> =
+            args.into_iter().map(|a| a.as_ref().to_owned()).collect();
+        let mut c = if via_serve() && args.first().is_some_and(|a| a == "exec") {
+            // The same test through the warm parent (`capsule serve`).
+            let mut c = StdCommand::new(python());
+            c.arg(repo_root().join("tests/probes/via_serve.py"));
+            c.arg(capsule_bin());
+            c
+        } else {
+            StdCommand::new(capsule_bin())
+        };
         c.args(args);
         c.env_clear();
         c.env("PATH", TEST_PATH);

@@ -168,12 +168,16 @@ def has_forward_tools(policy: Mapping[str, Any]) -> bool:
     return any(isinstance(t, dict) and t.get("forward") for t in tools.get("allow", []))
 
 
+def dumps(policy: Mapping[str, Any]) -> str:
+    """The policy as the JSON text a file of ``write`` holds (same sha256)."""
+    return json.dumps(policy, indent=1, sort_keys=True) + "\n"
+
+
 def write(policy: Mapping[str, Any], path: str) -> str:
     """Write the policy as JSON, 0600, atomically; return the path."""
     tmp = f"{path}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(policy, handle, indent=1, sort_keys=True)
-        handle.write("\n")
+        handle.write(dumps(policy))
     os.replace(tmp, path)
     return path

@@ -49,6 +49,7 @@ from urllib.parse import urlsplit
 
 from capsule_sandbox import _policy, _validate
 from capsule_sandbox._binary import AvailabilityCache
+from capsule_sandbox._serve import ServeClient, ServeDied
 
 _LOG = logging.getLogger("capsule_sandbox")
 
@@ -664,6 +665,11 @@ class CapsuleBackend(_Base):  # type: ignore[misc]
         self._index_hosts = None if index_hosts is None else [str(h) for h in index_hosts]
         self._dir = tempfile.mkdtemp(prefix="capsule-backend-")
         self._finalizer = weakref.finalize(self, shutil.rmtree, self._dir, True)
+        # One warm `capsule serve` for this backend's runs (docs/serve.md);
+        # CAPSULE_SANDBOX_WARM=0: a fresh `capsule exec` per run.
+        self._serve: ServeClient | None = None
+        self._serve_lock = threading.Lock()
+        self._warm = os.environ.get("CAPSULE_SANDBOX_WARM", "1") != "0"
 
     @staticmethod
     def llm_access_for(agent_config: dict[str, Any] | None, host_config: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -893,15 +899,57 @@ class CapsuleBackend(_Base):  # type: ignore[misc]
             self._remove_volumes(argv[0], made)
             raise
 
+    def _serve_client(self, binary: str) -> ServeClient:
+        with self._serve_lock:
+            if self._serve is None or not self._serve.alive:
+                if self._serve is not None:
+                    self._serve.close()
+                self._serve = ServeClient(binary)
+            return self._serve
+
+    def _run_served(self, argv: list[str], input_text: str | None, timeout: float) -> subprocess.CompletedProcess:
+        """``argv`` (a ``capsule exec``) through the backend's ``capsule serve``:
+        the same run, forked from a warm parent. A server that dies is a
+        failed run (the run died with it), never one left running."""
+        client = self._serve_client(argv[0])
+        with self._serve_lock:
+            self._serve_seq = getattr(self, "_serve_seq", 0) + 1
+            rid = str(self._serve_seq)
+        waiter = client.submit(rid, {
+            "args": argv[2:],
+            "env": dict(os.environ),
+            "clear_env": True,
+            "cwd": os.getcwd(),
+            "stdin": input_text or "",
+        })
+        if not client.wait(waiter, float(timeout) + 30.0):
+            client.cancel(rid)
+            if not client.wait(waiter, 5.0):
+                client.close()
+            raise subprocess.TimeoutExpired(argv, float(timeout) + 30.0)
+        resp = waiter.response
+        if resp is None or not isinstance(resp.get("exit_code"), int):
+            why = "it ended before answering" if resp is None else resp.get("error")
+            return subprocess.CompletedProcess(argv, 125, b"", f"capsule serve: {why}".encode())
+        doc = resp.get("result")
+        out = json.dumps(doc).encode() if isinstance(doc, dict) else str(resp.get("stdout") or "").encode()
+        return subprocess.CompletedProcess(argv, resp["exit_code"], out, str(resp.get("stderr") or "").encode())
+
     def _run_wrapped(self, argv: list[str], input_text: str | None, timeout: float) -> Outcome:
         try:
-            done = subprocess.run(
-                argv,
-                input=(input_text or "").encode("utf-8"),
-                capture_output=True,
-                timeout=float(timeout) + 30.0,
-                check=False,
-            )
+            if self._warm and argv[1:2] == ["exec"] and "--tool-fd" not in argv:
+                try:
+                    done = self._run_served(argv, input_text, timeout)
+                except ServeDied:
+                    done = self._run_served(argv, input_text, timeout)  # a new server, once
+            else:
+                done = subprocess.run(
+                    argv,
+                    input=(input_text or "").encode("utf-8"),
+                    capture_output=True,
+                    timeout=float(timeout) + 30.0,
+                    check=False,
+                )
         except subprocess.TimeoutExpired as exc:
             # capsule overran its own limit by 30 s: subprocess killed it.
             return Outcome(
@@ -968,7 +1016,11 @@ class CapsuleBackend(_Base):  # type: ignore[misc]
         return CapsuleAgentSession(argv)
 
     def close(self) -> None:
-        """Remove the backend's policy directory."""
+        """Stop the backend's ``capsule serve`` and remove its policy directory."""
+        with self._serve_lock:
+            serve, self._serve = self._serve, None
+        if serve is not None:
+            serve.close()
         self._finalizer()
 
 

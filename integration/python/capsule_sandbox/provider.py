@@ -35,6 +35,7 @@ from capsule_sandbox import _agt, _governance, _policy, _scan, _validate
 from capsule_sandbox._binary import Availability, AvailabilityCache
 from capsule_sandbox._cleanup import remove_tree_logged
 from capsule_sandbox._exec import CapsuleRun
+from capsule_sandbox._serve import ServeClient, ServeRun
 from capsule_sandbox._governance import GovernanceError
 from capsule_sandbox.types import (
     ExecutionHandle,
@@ -109,8 +110,27 @@ class _Session:
         self.workspace = workspace
         self.gate = gate
         self.status = SessionStatus.READY
-        self.running: dict[str, CapsuleRun] = {}
+        self.running: dict[str, CapsuleRun | ServeRun] = {}
         self.finished: OrderedDict[str, ExecutionHandle] = OrderedDict()
+        # The session's warm parent (`capsule serve`), started by its first step.
+        self.warm = session_id != "ephemeral"
+        self.serve: ServeClient | None = None
+        self.serve_lock = threading.Lock()
+
+    def serve_client(self, binary: str) -> ServeClient:
+        """The session's live `capsule serve`; a new one when it died."""
+        with self.serve_lock:
+            if self.serve is None or not self.serve.alive:
+                if self.serve is not None:
+                    self.serve.close()
+                self.serve = ServeClient(binary)
+            return self.serve
+
+    def close_serve(self) -> None:
+        with self.serve_lock:
+            serve, self.serve = self.serve, None
+        if serve is not None:
+            serve.close()
 
 
 class CapsuleSandboxProvider(_ProviderBase):  # type: ignore[misc]
@@ -174,6 +194,9 @@ class CapsuleSandboxProvider(_ProviderBase):  # type: ignore[misc]
         self._audit_log = audit_log
         self._lock = threading.RLock()
         self._sessions: dict[tuple[str, str], _Session] = {}
+        # Sessions send their steps to one warm `capsule serve` each (False:
+        # a fresh `capsule exec` per step, as for sessionless runs).
+        self.warm_sessions = os.environ.get("CAPSULE_SANDBOX_WARM", "1") != "0"
 
     # -- availability -----------------------------------------------------------
 
@@ -315,6 +338,10 @@ class CapsuleSandboxProvider(_ProviderBase):  # type: ignore[misc]
                 run.cancel()
         except Exception:  # noqa: BLE001 - destroy never raises
             logger.exception("cancelling executions of session %s failed", session_id)
+        try:
+            session.close_serve()
+        except Exception:  # noqa: BLE001 - destroy never raises
+            logger.exception("stopping capsule serve of session %s failed", session_id)
         left = remove_tree_logged(session.workspace, "workspace")
         with self._lock:
             session.status = SessionStatus.DESTROYED
@@ -493,32 +520,37 @@ class CapsuleSandboxProvider(_ProviderBase):  # type: ignore[misc]
             python_tools=self._tools,
             context=context,
         )
-        policy_path = _policy.write(policy, str(session.workspace / f"policy-{eid}.json"))
-        head = [
-            binary,
-            "exec",
-            "--json",
-            "--workspace",
-            str(session.workspace),
-            "--policy",
-            policy_path,
-            "--agent-id",
-            session.agent_id,
-        ]
+        flags = ["--json", "--workspace", str(session.workspace), "--agent-id", session.agent_id]
         if self._audit_log is False:
-            head.append("--no-audit")
+            flags.append("--no-audit")
         elif self._audit_log not in (None, True):
-            head += ["--audit-log", os.fspath(self._audit_log)]  # type: ignore[arg-type]
-        tools = None
-        if _policy.has_forward_tools(policy):
-            tools = {n: f for n, f in self._tools.items() if n in session.config.tool_allowlist}
-        run = CapsuleRun(
-            head,
-            command,
-            timeout_seconds=session.config.timeout_seconds,
-            tools=tools,
-            tool_timeout_seconds=session.config.tool_timeout_seconds,
-        )
+            flags += ["--audit-log", os.fspath(self._audit_log)]  # type: ignore[arg-type]
+        forward = _policy.has_forward_tools(policy)
+        policy_path: str | None = None
+        run: CapsuleRun | ServeRun
+        if session.warm and self.warm_sessions and not forward:
+            # The session's warm parent: no policy file, no exec of capsule.
+            # (Forwarded tools need an inherited descriptor: a fresh exec.)
+            run = ServeRun(
+                lambda: session.serve_client(binary),
+                flags,
+                command,
+                policy_text=_policy.dumps(policy),
+                cwd=str(session.workspace),
+                timeout_seconds=session.config.timeout_seconds,
+            )
+        else:
+            policy_path = _policy.write(policy, str(session.workspace / f"policy-{eid}.json"))
+            tools = None
+            if forward:
+                tools = {n: f for n, f in self._tools.items() if n in session.config.tool_allowlist}
+            run = CapsuleRun(
+                [binary, "exec", *flags, "--policy", policy_path],
+                command,
+                timeout_seconds=session.config.timeout_seconds,
+                tools=tools,
+                tool_timeout_seconds=session.config.tool_timeout_seconds,
+            )
         with self._lock:
             if session.status is not SessionStatus.READY:
                 raise SessionNotFoundError(f"session {session.session_id!r} is being destroyed")
@@ -528,10 +560,11 @@ class CapsuleSandboxProvider(_ProviderBase):  # type: ignore[misc]
         finally:
             with self._lock:
                 session.running.pop(eid, None)
-            try:
-                os.unlink(policy_path)
-            except OSError:
-                pass
+            if policy_path is not None:
+                try:
+                    os.unlink(policy_path)
+                except OSError:
+                    pass
 
     # -- async twins --------------------------------------------------------------
 

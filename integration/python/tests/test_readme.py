@@ -44,6 +44,8 @@ RUN_ELSEWHERE = {
     "~/.rustup --allow-write ./target --allow-exec ./target -e CARGO_HOME=$HOME/.cargo -e RUSTUP_HOME=$HOME/.rustup "
     "-- cargo test --locked": "tests/first_hour.rs, the_readme_cargo_step_runs_without_a_policy (it needs the "
     "user's rustup toolchain, which this test's scratch HOME has not)",
+    "scripts/bench warm": "by hand (a benchmark: its figures are README's performance table; "
+    "tests/serve.rs and test_serve.py test what it times)",
     ".ci/run": "CI (it is what CI runs: the apt/rustup set-up, then scripts/test)",
     "export PATH=~/.venvs/capsule/bin:$PATH": "test_install.py (the wheel's venv bin/ on PATH: capsule and man capsule "
     "by name)",

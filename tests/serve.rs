@@ -1,0 +1,360 @@
+//! `capsule serve` (docs/serve.md): one warm parent, a fresh forked
+//! `capsule exec` per request line. The escape, workload and exit-code tests
+//! run through it too (CAPSULE_TEST_VIA_SERVE=1, see scripts/test); these
+//! tests cover what only the server has: several steps and concurrent steps
+//! in one server, bad request lines, cancel, and the server's death.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{json, Value};
+
+struct Server {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    out: BufReader<ChildStdout>,
+}
+
+impl Server {
+    fn start(sb: &Sandbox) -> Server {
+        let mut c = sb.std_command(["serve"]);
+        c.stdin(Stdio::piped()).stdout(Stdio::piped());
+        let mut child = c.spawn().expect("spawn capsule serve");
+        let stdin = child.stdin.take();
+        let out = BufReader::new(child.stdout.take().expect("stdout"));
+        Server { child, stdin, out }
+    }
+
+    fn send_raw(&mut self, line: &[u8]) {
+        let w = self.stdin.as_mut().expect("stdin open");
+        w.write_all(line).expect("write request");
+        w.flush().expect("flush");
+    }
+
+    fn send(&mut self, v: &Value) {
+        let mut line = serde_json::to_vec(v).unwrap();
+        line.push(b'\n');
+        self.send_raw(&line);
+    }
+
+    /// The next response line (None at EOF).
+    fn recv(&mut self) -> Option<Value> {
+        let mut line = String::new();
+        match self.out.read_line(&mut line) {
+            Ok(0) => None,
+            Ok(_) => Some(
+                serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("response is not JSON ({e}): {line}")),
+            ),
+            Err(e) => panic!("reading responses: {e}"),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn exec_req(sb: &Sandbox, id: &str, args: &[&str]) -> Value {
+    json!({"id": id, "args": args, "cwd": sb.root})
+}
+
+#[test]
+fn many_steps_in_one_server_each_a_fresh_run_with_its_audit_record() {
+    let sb = Sandbox::new();
+    let log = sb.p("audit.jsonl");
+    let mut s = Server::start(&sb);
+    let mut run_ids = vec![];
+    for i in 0..5 {
+        let id = format!("s{i}");
+        s.send(&exec_req(
+            &sb,
+            &id,
+            &[
+                "--json",
+                "--audit-log",
+                &log,
+                "--agent-id",
+                "a1",
+                "--",
+                "/bin/sh",
+                "-c",
+                &format!("echo step{i}; exit {i}"),
+            ],
+        ));
+        let r = s.recv().expect("a response");
+        assert_eq!(r["id"], json!(id), "{r}");
+        assert_eq!(r["exit_code"], json!(i), "{r}");
+        let res = &r["result"];
+        assert_eq!(res["exit_code"], json!(i), "{r}");
+        assert_eq!(res["stdout"], json!(format!("step{i}\n")), "{r}");
+        assert_eq!(res["schema"], json!("capsule.result/1"), "{r}");
+        run_ids.push(res["run_id"].as_str().unwrap().to_string());
+    }
+    run_ids.dedup();
+    assert_eq!(run_ids.len(), 5, "every step is its own run: {run_ids:?}");
+    // One audit record per step, as `capsule exec` writes it.
+    let text = sb.read("audit.jsonl");
+    let recs: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(recs.len(), 5, "{text}");
+    for (rec, id) in recs.iter().zip(&run_ids) {
+        assert_eq!(rec["run_id"], json!(id), "{rec}");
+        assert_eq!(rec["agent_id"], json!("a1"), "{rec}");
+    }
+    // Closing stdin ends the server once nothing runs.
+    drop(s.stdin.take());
+    assert!(s.recv().is_none());
+    assert!(s.child.wait().unwrap().success());
+}
+
+#[test]
+fn each_step_is_planned_afresh() {
+    // A grant whose path does not exist is refused; the same request after
+    // the directory was made runs: nothing about grants is kept across steps.
+    let sb = Sandbox::new();
+    let dir = sb.p("later");
+    let mut s = Server::start(&sb);
+    let args = [
+        "--json",
+        "--no-audit",
+        "--allow-read",
+        &dir,
+        "--",
+        "/bin/ls",
+        &dir,
+    ];
+    s.send(&exec_req(&sb, "a", &args));
+    let first = s.recv().unwrap();
+    sb.write("later/file-made-between-steps", "x");
+    s.send(&exec_req(&sb, "b", &args));
+    let second = s.recv().unwrap();
+    assert_eq!(second["exit_code"], json!(0), "{second}");
+    assert_eq!(
+        second["result"]["stdout"],
+        json!("file-made-between-steps\n"),
+        "{second}"
+    );
+    assert_ne!(
+        first["exit_code"],
+        json!(0),
+        "a grant of a missing path ran: {first}"
+    );
+}
+
+#[test]
+fn steps_run_concurrently_and_answer_in_completion_order() {
+    let sb = Sandbox::new();
+    let mut s = Server::start(&sb);
+    let t0 = Instant::now();
+    s.send(&exec_req(
+        &sb,
+        "slow",
+        &["--no-audit", "--", "/bin/sleep", "1.5"],
+    ));
+    s.send(&exec_req(
+        &sb,
+        "fast",
+        &["--no-audit", "--", "/bin/echo", "quick"],
+    ));
+    let a = s.recv().unwrap();
+    assert_eq!(a["id"], json!("fast"), "{a}");
+    assert_eq!(a["stdout"], json!("quick\n"), "{a}");
+    let b = s.recv().unwrap();
+    assert_eq!(b["id"], json!("slow"), "{b}");
+    assert_eq!(b["exit_code"], json!(0), "{b}");
+    assert!(t0.elapsed() < Duration::from_secs(20));
+}
+
+#[test]
+fn bad_lines_get_an_error_and_the_server_goes_on() {
+    let sb = Sandbox::new();
+    let mut s = Server::start(&sb);
+    s.send_raw(b"not json\n");
+    let r = s.recv().unwrap();
+    assert!(r["error"].as_str().unwrap().contains("not JSON"), "{r}");
+    assert_eq!(r["id"], Value::Null);
+    s.send(&json!({"id": 7, "args": ["--json"], "nonsense": 1}));
+    let r = s.recv().unwrap();
+    assert_eq!(r["id"], json!(7), "{r}");
+    assert!(r["error"].as_str().unwrap().contains("nonsense"), "{r}");
+    s.send(&json!({"args": ["--", "/bin/true"]}));
+    let r = s.recv().unwrap();
+    assert!(r["error"].as_str().unwrap().contains("`id`"), "{r}");
+    // A line over 1 MiB: one error, skipped to its newline, memory bounded.
+    let mut long = vec![b'x'; 3 << 20];
+    long.push(b'\n');
+    s.send_raw(&long);
+    let r = s.recv().unwrap();
+    assert!(r["error"].as_str().unwrap().contains("longer than"), "{r}");
+    // exec's own usage refusal, through the step: exit 125 and its result.
+    s.send(&exec_req(
+        &sb,
+        "u",
+        &["--json", "--no-audit", "--timeout", "x", "--", "/bin/true"],
+    ));
+    let r = s.recv().unwrap();
+    assert_eq!(r["exit_code"], json!(125), "{r}");
+    assert_eq!(r["result"]["termination_reason"], json!("refused"), "{r}");
+    // And a good request still runs.
+    s.send(&exec_req(
+        &sb,
+        "ok",
+        &["--no-audit", "--", "/bin/echo", "alive"],
+    ));
+    let r = s.recv().unwrap();
+    assert_eq!(r["id"], json!("ok"), "{r}");
+    assert_eq!(r["stdout"], json!("alive\n"), "{r}");
+    let rss = std::fs::read_to_string(format!("/proc/{}/status", s.child.id()))
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .unwrap();
+    assert!(
+        rss < 32 * 1024,
+        "server peak RSS {rss} KiB after a 3 MiB line"
+    );
+}
+
+#[test]
+fn inline_policy_env_cwd_and_stdin() {
+    let sb = Sandbox::new();
+    sb.write("work/data.txt", "from-cwd\n");
+    let mut s = Server::start(&sb);
+    s.send(&json!({
+        "id": 1,
+        "policy": "version: 1\nfilesystem:\n  read: [\"./work\"]\nenv:\n  pass: [\"SERVE_T\"]\n",
+        "args": ["--json", "--no-audit", "--cwd", sb.p("work"), "--", "/bin/sh", "-c", "cat data.txt; echo $SERVE_T; cat"],
+        "env": {"SERVE_T": "set-by-request"},
+        "cwd": sb.root,
+        "stdin_base64": "ZmVkCg==",
+    }));
+    let r = s.recv().unwrap();
+    assert_eq!(r["exit_code"], json!(0), "{r}");
+    assert_eq!(
+        r["result"]["stdout"],
+        json!("from-cwd\nset-by-request\nfed\n"),
+        "{r}"
+    );
+    // Output that is not UTF-8 comes back as base64, byte for byte.
+    s.send(&exec_req(
+        &sb,
+        "bin",
+        &["--no-audit", "--", "/usr/bin/printf", "\\377\\000ok"],
+    ));
+    let r = s.recv().unwrap();
+    assert_eq!(r["stdout_base64"], json!("/wBvaw=="), "{r}");
+    assert!(r.get("stdout").is_none(), "{r}");
+    // A policy both inline and as a file: refused.
+    let pol = sb.policy("version: 1\n");
+    s.send(&json!({"id": 2, "policy": "version: 1\n", "args": ["--json", "--no-audit", "--policy", pol, "--", "/bin/true"]}));
+    let r = s.recv().unwrap();
+    assert_eq!(r["exit_code"], json!(125), "{r}");
+}
+
+/// Pids of every process whose command line contains `tok`.
+fn with_token(tok: &str) -> Vec<i32> {
+    let mut out = vec![];
+    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        if let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() {
+            if pid != std::process::id() as i32 && pid_alive(pid, Some(tok)) {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+fn wait_for_token(tok: &str) -> Vec<i32> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let p = with_token(tok);
+        if !p.is_empty() || Instant::now() > deadline {
+            return p;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn the_servers_death_ends_every_running_step() {
+    let sb = Sandbox::new();
+    let mut s = Server::start(&sb);
+    let toks: Vec<String> = (0..2).map(|i| token(&format!("serve-crash-{i}"))).collect();
+    for (i, tok) in toks.iter().enumerate() {
+        let py = "import time; time.sleep(120)";
+        s.send(&exec_req(
+            &sb,
+            &format!("c{i}"),
+            &[
+                "--no-audit",
+                "--timeout",
+                "120",
+                "--",
+                &python(),
+                "-c",
+                py,
+                tok,
+            ],
+        ));
+    }
+    let pids: Vec<Vec<i32>> = toks.iter().map(|t| wait_for_token(t)).collect();
+    for (p, t) in pids.iter().zip(&toks) {
+        assert!(!p.is_empty(), "the step's command {t} never started");
+    }
+    // SIGKILL: the server cannot clean anything up itself.
+    s.child.kill().unwrap();
+    s.child.wait().unwrap();
+    for (p, t) in pids.iter().zip(&toks) {
+        for &pid in p {
+            assert!(
+                wait_gone(pid, Some(t), Duration::from_secs(10)),
+                "pid {pid} ({t}) still runs after its server was killed"
+            );
+        }
+    }
+    // The caller sees the end of the stream, no response for the steps.
+    assert!(s.recv().is_none());
+}
+
+#[test]
+fn cancel_ends_a_running_step_and_it_still_answers() {
+    let sb = Sandbox::new();
+    let mut s = Server::start(&sb);
+    let tok = token("serve-cancel");
+    s.send(&exec_req(
+        &sb,
+        "long",
+        &[
+            "--json",
+            "--no-audit",
+            "--",
+            &python(),
+            "-c",
+            "import time; time.sleep(120)",
+            &tok,
+        ],
+    ));
+    assert!(!wait_for_token(&tok).is_empty(), "the step never started");
+    let t0 = Instant::now();
+    s.send(&json!({"id": "long", "op": "cancel"}));
+    let r = s.recv().unwrap();
+    assert_eq!(r["id"], json!("long"), "{r}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "cancel took {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(r["result"]["killed"], json!(true), "{r}");
+    assert!(with_token(&tok).is_empty());
+}
