@@ -101,6 +101,9 @@ pub struct Record {
     pub tool_refusals_by_reason: serde_json::Value,
     pub llm: serde_json::Value,
     pub proxy: ProxyCounts,
+    /// `exec --explain`: the refused accesses, as in the result.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub denials: Option<Vec<serde_json::Value>>,
 }
 
 impl Record {
@@ -148,6 +151,7 @@ impl Record {
                     .and_then(|v| v.as_u64())
                     .unwrap_or(0),
             },
+            denials: r.denials.clone(),
         }
     }
 }

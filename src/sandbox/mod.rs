@@ -250,6 +250,8 @@ pub struct Layers {
     /// `SignalLayer::SeccompNotify`, the network part in proxy mode on the
     /// host's network) and whether it comes with a listener.
     pub notify_filter: Option<(seccomp::NotifyFilter, bool)>,
+    /// What the notify filter holds (`exec --explain` adds the observer).
+    pub notify_parts: seccomp::Parts,
     /// The network part of that filter (`NetPart::None` without one).
     pub net_part: seccomp::NetPart,
     /// What keeps a memfd from being executed: "pid-namespace-sysctl",
@@ -760,6 +762,7 @@ pub fn prepare(
         // = memory_mb only where capsule may set it (as root); else they
         // are refused, as no process's memory shows one nobody maps.
         sysv_refuse: memory_watch.is_some() && view.is_some() && !root,
+        observe: false,
     };
     let notify_filter = if parts.any() && filters.is_some() {
         Some((seccomp::notify_filter(parts)?, parts.notifies()))
@@ -840,6 +843,7 @@ pub fn prepare(
         seccomp: filters,
         signals,
         notify_filter,
+        notify_parts: parts,
         net_part,
         memfd_exec,
         memfd_guard,

@@ -189,6 +189,9 @@ impl Services {
             "tool_errors": c.tool_errors,
             "llm": c.llm,
         });
+        if !c.refused_tools.is_empty() {
+            detail["refused_tools"] = serde_json::json!(c.refused_tools);
+        }
         let mut denied_hosts = vec![];
         if let Some(p) = &mut self.proxy {
             let report = p.finish();

@@ -384,6 +384,8 @@ pub struct Parts {
     pub procs: Option<super::procguard::ProcGuard>,
     pub memfd: Option<super::memfdguard::MemfdGuard>,
     pub meta: Option<super::metaguard::MetaGuard>,
+    /// `exec --explain`: the path observer (always CONTINUE).
+    pub observe: Option<super::explain::Observer>,
     /// The thread's CPU budget ([`cpu_budget`]) and whom to tell when it is spent.
     pub budget: Duration,
     pub exhausted: Exhausted,
@@ -425,6 +427,7 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
         mut procs,
         memfd,
         meta,
+        observe,
         budget,
         exhausted,
     } = parts;
@@ -491,6 +494,12 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
                     Some(g) => Action::Reply(g.serve(listener, &n)),
                     None => Action::Reply(Reply::Fail(libc::EPERM)),
                 }
+            } else if super::explain::Observer::handles(n.nr) {
+                // Only explains: the kernel decides as usual.
+                match &observe {
+                    Some(o) => Action::Reply(o.serve(listener, &n)),
+                    None => Action::Reply(Reply::Continue),
+                }
             } else if super::memfdguard::handles(n.nr) {
                 match &memfd {
                     Some(g) => super::memfdguard::serve(listener, &n, g),
@@ -507,9 +516,18 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
                     None => Action::Reply(Reply::Fail(libc::EAGAIN)),
                 }
             } else {
-                match &judge {
-                    Some(j) => Action::Reply(j.decide(&n)),
-                    None => Action::Reply(Reply::Fail(libc::EPERM)),
+                match (&judge, &observe) {
+                    (Some(j), o) => {
+                        let reply = j.decide(&n);
+                        if let (Some(o), Reply::Fail(_)) = (o, &reply) {
+                            o.refused_signal(&n);
+                        }
+                        Action::Reply(reply)
+                    }
+                    // No signal checks here (a pid namespace or Landlock's
+                    // scope decides): the observer only records.
+                    (None, Some(o)) => Action::Reply(o.serve_signal(listener, &n)),
+                    (None, None) => Action::Reply(Reply::Fail(libc::EPERM)),
                 }
             };
             let reply = match action {
