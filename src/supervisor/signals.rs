@@ -441,7 +441,12 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
     let mut spent = false;
     let threads = std::sync::Arc::new(netguard::Threads::default());
     let (mut allowed, mut refused) = (0u64, 0u64);
+    // The path observer's CPU time (`exec --explain`), not counted in the budget.
+    let mut observed_cpu = Duration::ZERO;
     loop {
+        // With the observer: this iteration's CPU time, for when it serves an
+        // observed call (poll, receive, read, answer).
+        let iter_start = observe.as_ref().and_then(|_| crate::sys::thread_cpu_time());
         let mut fds = [
             PollFd::new(listener.as_fd(), PollFlags::POLLIN),
             PollFd::new(stop.as_fd(), PollFlags::POLLIN),
@@ -468,11 +473,13 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
                     break;
                 }
             };
-            // This thread's time and the ended connect threads'.
+            // This thread's time and the ended connect threads', less the
+            // observer's (`--explain` never kills a run for being observed).
             let used = crate::sys::thread_cpu_time().map(|t| {
-                t + Duration::from_nanos(
+                (t + Duration::from_nanos(
                     threads.cpu_nanos.load(std::sync::atomic::Ordering::Relaxed),
-                )
+                ))
+                .saturating_sub(observed_cpu)
             });
             if !spent && used.is_none_or(|t| t > budget) {
                 spent = true;
@@ -555,15 +562,19 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
                 );
             }
             // The /proc reads are done: a caller that is gone meanwhile needs no answer.
-            if !listener.id_valid(n.id) {
-                continue;
+            if listener.id_valid(n.id) {
+                match listener.reply(n.id, reply) {
+                    Ok(()) | Err(Errno::ENOENT) => {}
+                    Err(e) => {
+                        // CONTINUE refused (a kernel before 5.5): refuse the call.
+                        tracing::warn!("guard: answering: {e}");
+                        let _ = listener.reply(n.id, Reply::Fail(libc::EPERM));
+                    }
+                }
             }
-            match listener.reply(n.id, reply) {
-                Ok(()) | Err(Errno::ENOENT) => {}
-                Err(e) => {
-                    // CONTINUE refused (a kernel before 5.5): refuse the call.
-                    tracing::warn!("guard: answering: {e}");
-                    let _ = listener.reply(n.id, Reply::Fail(libc::EPERM));
+            if observe.is_some() && super::explain::Observer::handles(n.nr) {
+                if let (Some(a), Some(b)) = (iter_start, crate::sys::thread_cpu_time()) {
+                    observed_cpu += b.saturating_sub(a);
                 }
             }
         } else if ev.intersects(PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL) {
