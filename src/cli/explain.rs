@@ -138,7 +138,7 @@ pub fn print(denials: &[Value], info: Option<&Value>) {
             .and_then(Value::as_str)
             .unwrap_or("unknown");
         out.push_str(&format!(
-            "capsule: --explain: file accesses were not observed ({why}); only the proxy's refusals are explained\n"
+            "capsule: --explain: file accesses were not observed ({why}); only the proxy's, the broker's and the signal guard's refusals are explained\n"
         ));
     }
     eprint!("{out}");

@@ -31,7 +31,9 @@ pub use crate::sandbox::seccomp::signals::OBSERVED;
 /// What the observer saw, shared with the supervisor.
 #[derive(Debug, Default)]
 pub struct Seen {
-    pub pairs: BTreeSet<(PathBuf, u8)>,
+    /// In the order first seen (the first denial is the run's first).
+    pub pairs: Vec<(PathBuf, u8)>,
+    known: std::collections::HashSet<(PathBuf, u8)>,
     /// Distinct pairs not kept (over [`MAX_SEEN`]).
     pub dropped: u64,
     /// The pids (as the caller named them) of the processes outside the
@@ -174,13 +176,14 @@ impl Observer {
     fn record(&self, path: PathBuf, access: FsAccess) {
         let mut s = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         let key = (path, code_of(access));
-        if s.pairs.contains(&key) {
+        if s.known.contains(&key) {
             return;
         }
         if s.pairs.len() >= MAX_SEEN {
             s.dropped += 1;
         } else {
-            s.pairs.insert(key);
+            s.known.insert(key.clone());
+            s.pairs.push(key);
         }
     }
 
