@@ -69,6 +69,29 @@ pub fn explain(
             answers.push(a);
         }
     }
+    // The broker's LLM refusals, by the host's model.
+    let models = r
+        .usage
+        .as_ref()
+        .and_then(|u| u.get("refused_models"))
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for m in models.iter().filter_map(Value::as_str) {
+        let mut a = survey.model(m);
+        if a.allowed {
+            // The policy allows it: the host config's ceiling refused it.
+            a.allowed = false;
+            a.key = Some("the host config's llm ceiling".into());
+            a.line = None;
+            a.because = format!(
+                "the policy allows {m}, but the host config's llm ceiling (enabled, allowed_models) refuses it"
+            );
+            a.no_change =
+                Some("the policy cannot raise the host's ceiling: change the host config".into());
+        }
+        answers.push(a);
+    }
     // The signal guard's refusals, by the target's pid.
     for pid in &signals {
         answers.push(survey.signal(*pid));

@@ -192,6 +192,9 @@ impl Services {
         if !c.refused_tools.is_empty() {
             detail["refused_tools"] = serde_json::json!(c.refused_tools);
         }
+        if !c.refused_models.is_empty() {
+            detail["refused_models"] = serde_json::json!(c.refused_models);
+        }
         let mut denied_hosts = vec![];
         if let Some(p) = &mut self.proxy {
             let report = p.finish();
