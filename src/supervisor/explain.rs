@@ -9,8 +9,8 @@
 //! never permits. After the run, `why`'s Survey answers each recorded
 //! (path, access) and the refused ones are the run's `denials`.
 //!
-//! Bounded: at most [`MAX_SEEN`] distinct (path, access) pairs are kept;
-//! beyond that only a count.
+//! Bounded: at most [`MAX_SEEN`] distinct (path, access) pairs and
+//! [`MAX_SEEN_BYTES`] of paths are kept; beyond that only a count.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -19,8 +19,11 @@ use std::sync::{Arc, Mutex};
 use crate::sys::notify::{Listener, Notification, Reply};
 use crate::why::FsAccess;
 
-/// At most this many distinct (path, access) pairs are kept.
+/// At most this many distinct (path, access) pairs are kept...
 pub const MAX_SEEN: usize = 16384;
+/// ...holding at most this many bytes of paths (kept twice: in order, and
+/// in the set that deduplicates).
+pub const MAX_SEEN_BYTES: usize = 4 << 20;
 
 /// At most this many signal targets are kept.
 pub const MAX_SIGNALS: usize = 64;
@@ -34,7 +37,9 @@ pub struct Seen {
     /// In the order first seen (the first denial is the run's first).
     pub pairs: Vec<(PathBuf, u8)>,
     known: std::collections::HashSet<(PathBuf, u8)>,
-    /// Distinct pairs not kept (over [`MAX_SEEN`]).
+    bytes: usize,
+    /// Pairs not kept (over [`MAX_SEEN`] or [`MAX_SEEN_BYTES`]; a pair
+    /// seen again after that is counted again).
     pub dropped: u64,
     /// The pids (as the caller named them) of the processes outside the
     /// run it tried to signal (at most [`MAX_SIGNALS`]).
@@ -179,9 +184,11 @@ impl Observer {
         if s.known.contains(&key) {
             return;
         }
-        if s.pairs.len() >= MAX_SEEN {
+        let len = key.0.as_os_str().len();
+        if s.pairs.len() >= MAX_SEEN || s.bytes + len > MAX_SEEN_BYTES {
             s.dropped += 1;
         } else {
+            s.bytes += len;
             s.known.insert(key.clone());
             s.pairs.push(key);
         }
@@ -321,6 +328,30 @@ fn normalize(p: &Path) -> PathBuf {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn what_is_kept_is_bounded() {
+        let o = super::Observer::default();
+        for i in 0..(super::MAX_SEEN + 10) {
+            o.record(format!("/p/{i}").into(), crate::why::FsAccess::Read);
+        }
+        o.record("/p/0".into(), crate::why::FsAccess::Read);
+        let s = o.seen.lock().unwrap();
+        assert_eq!(s.pairs.len(), super::MAX_SEEN);
+        assert_eq!(s.dropped, 10);
+        drop(s);
+        let o = super::Observer::default();
+        let long = "x".repeat(4000);
+        for i in 0..2000 {
+            o.record(format!("/{long}/{i}").into(), crate::why::FsAccess::Write);
+        }
+        let s = o.seen.lock().unwrap();
+        assert!(
+            s.bytes <= super::MAX_SEEN_BYTES && s.dropped > 0,
+            "{}",
+            s.bytes
+        );
+    }
+
     #[test]
     fn normalize_takes_dots_away() {
         assert_eq!(
