@@ -26,14 +26,15 @@ pub fn explain(
         Ok(s) => s,
         Err(e) => {
             r.denials = Some(Vec::new());
-            r.explain =
-                Some(json!({"files": false, "why_not": format!("the survey: {e}"), "dropped": 0}));
+            r.explain = Some(
+                json!({"files": false, "why_not": format!("the survey: {e}"), "dropped": 0, "not_observed": 0}),
+            );
             return;
         }
     };
     let mut answers: Vec<Answer> = Vec::new();
     let mut signals = Vec::new();
-    let (files, why_not, mut dropped) = match observer {
+    let (files, why_not, not_kept) = match observer {
         Some(o) => {
             let seen = o.seen.lock().unwrap_or_else(|p| p.into_inner());
             signals.extend(seen.signals.iter().copied());
@@ -96,10 +97,11 @@ pub fn explain(
     for pid in &signals {
         answers.push(survey.signal(*pid));
     }
+    let mut dropped = 0u64;
     let mut seen_q = std::collections::BTreeSet::new();
     answers.retain(|a| seen_q.insert(a.question.clone()));
     if answers.len() > MAX_DENIALS {
-        dropped += (answers.len() - MAX_DENIALS) as u64;
+        dropped = (answers.len() - MAX_DENIALS) as u64;
         answers.truncate(MAX_DENIALS);
     }
     r.denials = Some(answers.iter().map(Answer::to_json).collect());
@@ -107,6 +109,7 @@ pub fn explain(
         "files": files,
         "why_not": if files { None } else { why_not },
         "dropped": dropped,
+        "not_observed": not_kept,
     }));
 }
 
@@ -154,6 +157,15 @@ pub fn print(denials: &[Value], info: Option<&Value>) {
         .filter(|n| *n > 0)
     {
         out.push_str(&format!("capsule: --explain: {n} more not kept\n"));
+    }
+    if let Some(n) = info
+        .and_then(|i| i.get("not_observed"))
+        .and_then(Value::as_u64)
+        .filter(|n| *n > 0)
+    {
+        out.push_str(&format!(
+            "capsule: --explain: {n} file accesses past the observer's bound were not checked\n"
+        ));
     }
     if !files {
         let why = info
