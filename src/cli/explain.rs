@@ -22,7 +22,10 @@ pub fn explain(
     observer: Option<&Observer>,
     r: &mut RunResult,
 ) {
-    let survey = match Survey::new(plan, loaded, cli_hosts) {
+    // The path the run took: a pid namespace, or the no-namespace path
+    // (where clone() refused them, even when the host's settings allow them).
+    let namespaces = r.enforcement.tree_kill == "pid-namespace";
+    let survey = match Survey::with_namespaces(plan, loaded, cli_hosts, namespaces) {
         Ok(s) => s,
         Err(e) => {
             r.denials = Some(Vec::new());

@@ -204,7 +204,18 @@ impl<'a> Survey<'a> {
         loaded: &'a crate::policy::LoadedPolicy,
         cli_hosts: usize,
     ) -> Result<Survey<'a>, SandboxError> {
-        let namespaces = kernel::probe().namespaces;
+        Survey::with_namespaces(plan, loaded, cli_hosts, kernel::probe().namespaces)
+    }
+
+    /// As [`Survey::new`], for a run that did (or did not) get its
+    /// namespaces: `exec --explain` knows which path the run took (clone()
+    /// may refuse namespaces the host's settings promise).
+    pub fn with_namespaces(
+        plan: &'a Plan,
+        loaded: &'a crate::policy::LoadedPolicy,
+        cli_hosts: usize,
+        namespaces: bool,
+    ) -> Result<Survey<'a>, SandboxError> {
         let port = (plan.net.mode == NetMode::Proxy).then_some(1);
         let made_tmp = plan
             .tmpdir
