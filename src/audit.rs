@@ -207,6 +207,9 @@ pub struct Record {
     pub tool_refusals_by_reason: serde_json::Value,
     pub llm: serde_json::Value,
     pub proxy: ProxyCounts,
+    /// `exec --explain`: the refused accesses, as in the result.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub denials: Option<Vec<serde_json::Value>>,
 }
 
 impl Record {
@@ -254,6 +257,7 @@ impl Record {
                     .and_then(|v| v.as_u64())
                     .unwrap_or(0),
             },
+            denials: r.denials.clone(),
         }
     }
 }

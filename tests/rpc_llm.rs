@@ -325,3 +325,23 @@ fn unreadable_host_config_fails_only_runs_that_use_the_llm() {
     let r = run(&mut w.exec(&["--policy", &p], &["/bin/true"]));
     assert_eq!(r["exit_code"], 125, "{r}");
 }
+
+#[test]
+fn explain_names_the_refused_model_and_the_key_to_add() {
+    let (w, fake) = openai(200, openai_answer("x"), Duration::ZERO);
+    let p = policy(
+        &w,
+        "llm_access:\n  enabled: true\n  allowed_models: [gpt-other]\n",
+    );
+    let (r, a) = w.drive(&["--explain", "--policy", &p], &[complete("hello")]);
+    assert_error(&a[0], -32001, "model_not_allowed");
+    assert_eq!(fake.requests().len(), 0);
+    let d = r["denials"].as_array().expect("denials with --explain");
+    let m = d
+        .iter()
+        .find(|x| x["question"] == "model gpt-test")
+        .unwrap_or_else(|| panic!("the model is not explained: {r}"));
+    assert_eq!(m["layer"], "broker", "{m}");
+    assert_eq!(m["key"], "llm_access.allowed_models", "{m}");
+    assert!(m["change"].as_str().unwrap().contains("gpt-test"), "{m}");
+}

@@ -77,6 +77,9 @@ pub struct ExecArgs {
     /// Keep plain pipes even when stdin/stdout is a terminal (no pseudo-terminal for the child).
     #[arg(long)]
     pub no_tty: bool,
+    /// After the run, explain every access the sandbox refused (layer, policy key, the change that would allow it): on stderr, and as `denials` in the JSON result and the audit record.
+    #[arg(long)]
+    pub explain: bool,
     /// Print the resolved plan (every grant and the layer that enforces it) and exit 0.
     #[arg(long)]
     pub dry_run: bool,
@@ -411,6 +414,8 @@ pub fn run(a: ExecArgs) -> i32 {
         .iter()
         .map(|e| e.split_once('=').map_or(e.as_str(), |(k, _)| k).to_string())
         .collect();
+    // --explain asks `why`'s Survey after the run: it needs the policy too.
+    let explain = a.explain.then(|| (loaded.clone(), a.allow_host.len()));
     let input = BuildInput {
         loaded,
         overrides: Overrides {
@@ -482,11 +487,23 @@ pub fn run(a: ExecArgs) -> i32 {
         grace: Duration::from_millis(1000),
         tool_fd,
         no_tty: a.no_tty,
+        observer: explain
+            .as_ref()
+            .map(|_| supervisor::explain::Observer::default()),
     };
-    let f = supervisor::run(&plan, opts);
+    let observer = opts.observer.clone();
+    let mut f = supervisor::run(&plan, opts);
+    if let Some((loaded, cli_hosts)) = &explain {
+        if f.result.termination_reason != Termination::Refused {
+            super::explain::explain(&plan, loaded, *cli_hosts, observer.as_ref(), &mut f.result);
+        }
+    }
     if !json {
         for line in streaming_summary(&f.result, plan.limits.max_output_bytes) {
             error_line(line);
+        }
+        if let Some(d) = &f.result.denials {
+            super::explain::print(d, f.result.explain.as_ref());
         }
     }
     finish(f, true)
@@ -558,8 +575,8 @@ pub fn streaming_summary(r: &RunResult, limit: u64) -> Vec<String> {
     if !refused.is_empty() {
         out.push(format!(
             "the sandbox refused {} during this run; `--json` has the details (denied_hosts, usage); \
-             `capsule exec --explain`, which will list every refusal with its layer and policy key, is not built yet. \
-             File and syscall refusals by the kernel are not counted here (the program sees EACCES/EPERM/EROFS)",
+             run again with `capsule exec --explain` to list every refusal, file accesses too, with its layer, \
+             policy key and the change that would allow it",
             refused.join("; ")
         ));
     }

@@ -8,6 +8,7 @@ mod check;
 mod completions;
 mod doctor;
 mod exec;
+mod explain;
 mod man;
 mod policy_cmd;
 mod report;

@@ -145,6 +145,14 @@ pub struct RunResult {
     /// `... and N more`. Absent when everything was removed.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub left_behind: Vec<String>,
+    /// `exec --explain`: every access the sandbox refused, deduplicated,
+    /// each with `why`'s answer (absent without --explain).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub denials: Option<Vec<serde_json::Value>>,
+    /// `exec --explain`: what the explanation could see (`files`: whether
+    /// file accesses were observed, `why_not`, `dropped`: denials not kept).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub explain: Option<serde_json::Value>,
 }
 
 impl RunResult {
@@ -188,6 +196,8 @@ impl RunResult {
             error: None,
             usage: None,
             left_behind: Vec::new(),
+            denials: None,
+            explain: None,
         }
     }
 

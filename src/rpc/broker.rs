@@ -132,6 +132,9 @@ impl Broker {
         };
         let Some(spec) = self.tools.get(&name) else {
             let shown: String = name.chars().take(100).collect();
+            if let Ok(mut c) = self.counters.lock() {
+                c.record_refused_tool(&name);
+            }
             return Err(self.refuse_tool(RpcFault::with_code(
                 code::INVALID_PARAMS,
                 Reason::NotAllowed,

@@ -63,9 +63,33 @@ pub struct RpcCounters {
     /// Tool runs that ended in an error answer (timeout, failure to run, too much output).
     pub tool_errors: u64,
     pub llm: LlmCounters,
+    /// The names of the tools refused as not allow-listed (distinct, the
+    /// first [`MAX_REFUSED_TOOLS`], each at most 100 characters), for
+    /// `exec --explain`.
+    pub refused_tools: Vec<String>,
+    /// The models of the LLM requests refused as not allowed (distinct,
+    /// bounded as the tools), for `exec --explain`.
+    pub refused_models: Vec<String>,
 }
 
+/// At most this many refused tool names are kept.
+pub const MAX_REFUSED_TOOLS: usize = 16;
+
 impl RpcCounters {
+    pub(crate) fn record_refused_model(&mut self, name: &str) {
+        let shown: String = name.chars().take(100).collect();
+        if self.refused_models.len() < MAX_REFUSED_TOOLS && !self.refused_models.contains(&shown) {
+            self.refused_models.push(shown);
+        }
+    }
+
+    pub(crate) fn record_refused_tool(&mut self, name: &str) {
+        let shown: String = name.chars().take(100).collect();
+        if self.refused_tools.len() < MAX_REFUSED_TOOLS && !self.refused_tools.contains(&shown) {
+            self.refused_tools.push(shown);
+        }
+    }
+
     pub(crate) fn record_tool_refusal(&mut self, r: Reason) {
         self.tool_refusals += 1;
         *self

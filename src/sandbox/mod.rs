@@ -372,6 +372,8 @@ pub struct Layers {
     /// `SignalLayer::SeccompNotify`, the network part in proxy mode on the
     /// host's network) and whether it comes with a listener.
     pub notify_filter: Option<(seccomp::NotifyFilter, bool)>,
+    /// What the notify filter holds (`exec --explain` adds the observer).
+    pub notify_parts: seccomp::Parts,
     /// The network part of that filter (`NetPart::None` without one).
     pub net_part: seccomp::NetPart,
     /// What keeps a memfd from being executed: "pid-namespace-sysctl",
@@ -968,6 +970,7 @@ pub fn prepare(
         // kernel.shmall bounds SysV memory only where the view can write it:
         // root's fresh /proc (not the container's, bound read-only).
         sysv_refuse: memory_watch.is_some() && view.is_some() && (!root || path.bound_proc),
+        observe: false,
     };
     let notify_filter = if parts.any() && filters.is_some() {
         Some((seccomp::notify_filter(parts)?, parts.notifies()))
@@ -1056,6 +1059,7 @@ pub fn prepare(
         seccomp: filters,
         signals,
         notify_filter,
+        notify_parts: parts,
         net_part,
         memfd_exec,
         memfd_guard,

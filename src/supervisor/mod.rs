@@ -11,6 +11,7 @@
 pub mod capture;
 pub mod cleanup;
 pub mod event_loop;
+pub mod explain;
 pub mod memfdguard;
 pub mod memwatch;
 pub mod metaguard;
@@ -45,6 +46,9 @@ pub struct ExecOptions {
     pub tool_fd: Option<OwnedFd>,
     /// `--no-tty`: pipes even when capsule's stdio is a terminal.
     pub no_tty: bool,
+    /// `--explain`: the path observer, whose record the caller reads after
+    /// the run (None: no observer, no extra work).
+    pub observer: Option<explain::Observer>,
 }
 
 /// What a run produced besides the result: a fixed reason code for the audit record.
@@ -115,14 +119,16 @@ pub fn run(plan: &Plan, opts: ExecOptions) -> Finished {
                 tracing::warn!("not enforced on this host: {m}");
             }
         }
+        if let Some(o) = &opts.observer {
+            add_observer(&mut layers, o);
+        }
         tracing::debug!("supervisor: layers ready");
         let attempt = run_prepared(
             plan,
-            opts.json,
-            opts.grace,
-            opts.no_tty,
+            (opts.json, opts.grace, opts.no_tty),
             &mut layers,
             &mut services,
+            opts.observer.clone(),
         );
         layers.cgroup.remove();
         match attempt {
@@ -153,6 +159,31 @@ pub fn run(plan: &Plan, opts: ExecOptions) -> Finished {
                 }
             }
         }
+    }
+}
+
+/// `--explain`: the notify filter gets the observer part where seccomp is
+/// enforced and a listener can be had; else the observer says it saw nothing.
+fn add_observer(layers: &mut sandbox::Layers, o: &explain::Observer) {
+    let mut seen = o.seen.lock().unwrap_or_else(|p| p.into_inner());
+    seen.active = false;
+    if layers.seccomp.is_none() {
+        seen.why_not = Some("seccomp is not enforced here".into());
+        return;
+    }
+    if let Err(e) = sandbox::seccomp::listener_available() {
+        seen.why_not = Some(format!("no seccomp user-notification listener here ({e})"));
+        return;
+    }
+    let mut parts = layers.notify_parts;
+    parts.observe = true;
+    match sandbox::seccomp::notify_filter(parts) {
+        Ok(f) => {
+            layers.notify_filter = Some((f, true));
+            seen.active = true;
+            seen.why_not = None;
+        }
+        Err(e) => seen.why_not = Some(format!("the observer's filter: {e}")),
     }
 }
 
@@ -207,11 +238,10 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), Errno> {
 /// loop until the child is gone, and judge how it ended.
 fn run_prepared(
     plan: &Plan,
-    json: bool,
-    grace: Duration,
-    no_tty: bool,
+    (json, grace, no_tty): (bool, Duration, bool),
     layers: &mut sandbox::Layers,
     services: &mut services::Services,
+    observer: Option<explain::Observer>,
 ) -> Attempt {
     let fail = |what: &str, e: &dyn std::fmt::Display| {
         Attempt::Finished(Box::new(refused(
@@ -260,6 +290,10 @@ fn run_prepared(
         }
     };
     tracing::debug!("supervisor: spawned");
+    if let Some(o) = &observer {
+        o.run_root
+            .store(spawned.pid, std::sync::atomic::Ordering::Relaxed);
+    }
     // The signal and process guards judge by the command's pid: under the
     // keeper, wait for its report (only then; it arrives before the
     // listener they serve).
@@ -374,7 +408,14 @@ fn run_prepared(
         plan,
         grace,
         services,
-        (signal_tree, net_guard, proc_guard, memfd_guard, meta_guard),
+        (
+            signal_tree,
+            net_guard,
+            proc_guard,
+            memfd_guard,
+            meta_guard,
+            observer.filter(|o| o.seen.lock().is_ok_and(|s| s.active)),
+        ),
         memory_watch,
     ));
     let duration = start.elapsed();
@@ -651,6 +692,7 @@ type GuardParts = (
     Option<procguard::ProcGuard>,
     Option<memfdguard::MemfdGuard>,
     Option<metaguard::MetaGuard>,
+    Option<explain::Observer>,
 );
 
 #[allow(clippy::too_many_arguments)]
@@ -662,7 +704,7 @@ async fn supervise(
     plan: &Plan,
     grace: Duration,
     services: &mut services::Services,
-    (mut signal_tree, mut net_guard, mut proc_guard, mut memfd_guard, mut meta_guard): GuardParts,
+    (mut signal_tree, mut net_guard, mut proc_guard, mut memfd_guard, mut meta_guard, mut observer): GuardParts,
     memory_watch: Option<memwatch::Watch>,
 ) -> Supervised {
     let limit = plan.limits.max_output_bytes;
@@ -725,17 +767,20 @@ async fn supervise(
                 // notified call of the run fails (ENOSYS).
                 let (tree, net, procs) = (signal_tree.take(), net_guard.take(), proc_guard.take());
                 let (memfd, meta) = (memfd_guard.take(), meta_guard.take());
+                let observe = observer.take();
                 let wanted = tree.is_some()
                     || net.is_some()
                     || procs.is_some()
                     || memfd.is_some()
-                    || meta.is_some();
+                    || meta.is_some()
+                    || observe.is_some();
                 let parts = signals::Parts {
                     tree,
                     net,
                     procs,
                     memfd,
                     meta,
+                    observe,
                     budget,
                     exhausted: exhausted.clone(),
                 };

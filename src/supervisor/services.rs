@@ -189,6 +189,12 @@ impl Services {
             "tool_errors": c.tool_errors,
             "llm": c.llm,
         });
+        if !c.refused_tools.is_empty() {
+            detail["refused_tools"] = serde_json::json!(c.refused_tools);
+        }
+        if !c.refused_models.is_empty() {
+            detail["refused_models"] = serde_json::json!(c.refused_models);
+        }
         let mut denied_hosts = vec![];
         if let Some(p) = &mut self.proxy {
             let report = p.finish();

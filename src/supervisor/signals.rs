@@ -384,6 +384,8 @@ pub struct Parts {
     pub procs: Option<super::procguard::ProcGuard>,
     pub memfd: Option<super::memfdguard::MemfdGuard>,
     pub meta: Option<super::metaguard::MetaGuard>,
+    /// `exec --explain`: the path observer (always CONTINUE).
+    pub observe: Option<super::explain::Observer>,
     /// The thread's CPU budget ([`cpu_budget`]) and whom to tell when it is spent.
     pub budget: Duration,
     pub exhausted: Exhausted,
@@ -425,6 +427,7 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
         mut procs,
         memfd,
         meta,
+        observe,
         budget,
         exhausted,
     } = parts;
@@ -438,7 +441,12 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
     let mut spent = false;
     let threads = std::sync::Arc::new(netguard::Threads::default());
     let (mut allowed, mut refused) = (0u64, 0u64);
+    // The path observer's CPU time (`exec --explain`), not counted in the budget.
+    let mut observed_cpu = Duration::ZERO;
     loop {
+        // With the observer: this iteration's CPU time, for when it serves an
+        // observed call (poll, receive, read, answer).
+        let iter_start = observe.as_ref().and_then(|_| crate::sys::thread_cpu_time());
         let mut fds = [
             PollFd::new(listener.as_fd(), PollFlags::POLLIN),
             PollFd::new(stop.as_fd(), PollFlags::POLLIN),
@@ -465,11 +473,13 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
                     break;
                 }
             };
-            // This thread's time and the ended connect threads'.
+            // This thread's time and the ended connect threads', less the
+            // observer's (`--explain` never kills a run for being observed).
             let used = crate::sys::thread_cpu_time().map(|t| {
-                t + Duration::from_nanos(
+                (t + Duration::from_nanos(
                     threads.cpu_nanos.load(std::sync::atomic::Ordering::Relaxed),
-                )
+                ))
+                .saturating_sub(observed_cpu)
             });
             if !spent && used.is_none_or(|t| t > budget) {
                 spent = true;
@@ -491,6 +501,12 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
                     Some(g) => Action::Reply(g.serve(listener, &n)),
                     None => Action::Reply(Reply::Fail(libc::EPERM)),
                 }
+            } else if super::explain::Observer::handles(n.nr) {
+                // Only explains: the kernel decides as usual.
+                match &observe {
+                    Some(o) => Action::Reply(o.serve(listener, &n)),
+                    None => Action::Reply(Reply::Continue),
+                }
             } else if super::memfdguard::handles(n.nr) {
                 match &memfd {
                     Some(g) => super::memfdguard::serve(listener, &n, g),
@@ -507,9 +523,18 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
                     None => Action::Reply(Reply::Fail(libc::EAGAIN)),
                 }
             } else {
-                match &judge {
-                    Some(j) => Action::Reply(j.decide(&n)),
-                    None => Action::Reply(Reply::Fail(libc::EPERM)),
+                match (&judge, &observe) {
+                    (Some(j), o) => {
+                        let reply = j.decide(&n);
+                        if let (Some(o), Reply::Fail(_)) = (o, &reply) {
+                            o.refused_signal(&n);
+                        }
+                        Action::Reply(reply)
+                    }
+                    // No signal checks here (a pid namespace or Landlock's
+                    // scope decides): the observer only records.
+                    (None, Some(o)) => Action::Reply(o.serve_signal(listener, &n)),
+                    (None, None) => Action::Reply(Reply::Fail(libc::EPERM)),
                 }
             };
             let reply = match action {
@@ -537,15 +562,19 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
                 );
             }
             // The /proc reads are done: a caller that is gone meanwhile needs no answer.
-            if !listener.id_valid(n.id) {
-                continue;
+            if listener.id_valid(n.id) {
+                match listener.reply(n.id, reply) {
+                    Ok(()) | Err(Errno::ENOENT) => {}
+                    Err(e) => {
+                        // CONTINUE refused (a kernel before 5.5): refuse the call.
+                        tracing::warn!("guard: answering: {e}");
+                        let _ = listener.reply(n.id, Reply::Fail(libc::EPERM));
+                    }
+                }
             }
-            match listener.reply(n.id, reply) {
-                Ok(()) | Err(Errno::ENOENT) => {}
-                Err(e) => {
-                    // CONTINUE refused (a kernel before 5.5): refuse the call.
-                    tracing::warn!("guard: answering: {e}");
-                    let _ = listener.reply(n.id, Reply::Fail(libc::EPERM));
+            if observe.is_some() && super::explain::Observer::handles(n.nr) {
+                if let (Some(a), Some(b)) = (iter_start, crate::sys::thread_cpu_time()) {
+                    observed_cpu += b.saturating_sub(a);
                 }
             }
         } else if ev.intersects(PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL) {

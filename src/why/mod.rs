@@ -204,14 +204,49 @@ impl<'a> Survey<'a> {
         loaded: &'a crate::policy::LoadedPolicy,
         cli_hosts: usize,
     ) -> Result<Survey<'a>, SandboxError> {
+        Survey::on_path(plan, loaded, cli_hosts, None)
+    }
+
+    /// As [`Survey::new`], for a run that did (or did not) get its
+    /// namespaces: `exec --explain` knows which path the run took (a
+    /// container may refuse the namespaces the host's settings promise).
+    pub fn with_namespaces(
+        plan: &'a Plan,
+        loaded: &'a crate::policy::LoadedPolicy,
+        cli_hosts: usize,
+        namespaces: bool,
+    ) -> Result<Survey<'a>, SandboxError> {
+        Survey::on_path(plan, loaded, cli_hosts, Some(namespaces))
+    }
+
+    /// `namespaces`: None, the path `check` predicts; Some, that path.
+    fn on_path(
+        plan: &'a Plan,
+        loaded: &'a crate::policy::LoadedPolicy,
+        cli_hosts: usize,
+        namespaces: Option<bool>,
+    ) -> Result<Survey<'a>, SandboxError> {
         let port = (plan.net.mode == NetMode::Proxy).then_some(1);
         let made_tmp = plan
             .tmpdir
             .as_ref()
             .filter(|t| std::fs::create_dir(t).is_ok());
         // The path `exec` lands on here (a container may refuse the
-        // namespaces, or a fresh /proc), as `check` predicts it.
-        let layers = sandbox::predict_path(plan, port);
+        // namespaces, or a fresh /proc), as `check` predicts it; or the one
+        // the run took.
+        let layers = match namespaces {
+            None => sandbox::predict_path(plan, port),
+            Some(namespaces) => {
+                let path = sandbox::RunPath {
+                    namespaces,
+                    bound_proc: false,
+                    fallbacks: Vec::new(),
+                };
+                sandbox::prepare(plan, port, &path)
+                    .map(|l| (l, path.clone()))
+                    .map_err(|error| sandbox::Refusal { error, path })
+            }
+        };
         if let Some(t) = made_tmp {
             let _ = std::fs::remove_dir(t);
         }

@@ -175,9 +175,15 @@ def _from_json(doc: dict[str, Any], duration: float) -> SandboxResult:
     stderr = str(doc.get("stderr") or "")
     if reason == "refused" and error and error not in stderr:
         stderr = (stderr + "\n" if stderr else "") + f"capsule refused: {error}"
+    denials = [d for d in doc.get("denials") or [] if isinstance(d, dict)]
+    success = bool(doc.get("success")) and exit_code == 0 and not killed
+    if denials and not success:
+        # The provider's error names the first refusal (issue 21).
+        first = describe_denial(denials[0])
+        error = f"{error} ({first})" if error else first
     dur = doc.get("duration_seconds")
     return SandboxResult(
-        success=bool(doc.get("success")) and exit_code == 0 and not killed,
+        success=success,
         exit_code=exit_code,
         stdout=str(doc.get("stdout") or ""),
         stderr=stderr,
@@ -196,9 +202,22 @@ def _from_json(doc: dict[str, Any], duration: float) -> SandboxResult:
         tool_refusals=_int(doc.get("tool_refusals")),
         llm_calls=_int(doc.get("llm_calls")),
         denied_hosts=[str(h) for h in doc.get("denied_hosts") or [] if isinstance(h, str)],
+        denials=denials,
         enforcement=dict(doc.get("enforcement") or {}),
         raw=doc,
     )
+
+
+def describe_denial(d: dict[str, Any]) -> str:
+    """One line for a denial of ``capsule exec --explain``: what, who, the fix."""
+    text = f"the sandbox refused {d.get('question', '?')} ({d.get('layer_detail') or d.get('layer') or '?'})"
+    if d.get("key"):
+        text += f", key {d['key']}"
+    if d.get("change"):
+        text += f"; to allow: {d['change']}"
+    elif d.get("no_change"):
+        text += f"; no policy change allows it: {d['no_change']}"
+    return text
 
 
 def parse_result(out: bytes, err: bytes, returncode: int | None, duration: float, timeout: float) -> SandboxResult:

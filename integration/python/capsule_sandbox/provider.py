@@ -162,6 +162,12 @@ class CapsuleSandboxProvider(_ProviderBase):  # type: ignore[misc]
         AGT is importable, else capsule's counterpart), as AGT's own provider
         does. A guardrail in front of the sandbox, not a sandbox layer: the
         sandbox confines whatever the code starts anyway. Default True.
+    explain:
+        Run with ``capsule exec --explain``: a result carries ``denials``
+        (every access the sandbox refused, with the layer, the policy key and
+        the change that would allow it) and a failed result's ``error`` names
+        the first one. Off by default: it observes every file the code opens
+        (a round trip to capsule per open), which slows file-heavy code.
 
     When the Agent Governance Toolkit is importable, this class is a subclass
     of its ``SandboxProvider`` and its results are (subclasses of) AGT's own
@@ -178,8 +184,10 @@ class CapsuleSandboxProvider(_ProviderBase):  # type: ignore[misc]
         workspace_root: str | os.PathLike[str] | None = None,
         audit_log: str | os.PathLike[str] | bool | None = None,
         static_scan: bool = True,
+        explain: bool = False,
     ) -> None:
         self._static_scan = bool(static_scan)
+        self._explain = bool(explain)
         self.cleanup_failures: dict[tuple[str, str], list[str]] = {}
         self._availability = AvailabilityCache(binary)
         self._tools: dict[str, Callable[..., Any]] = {}
@@ -525,6 +533,8 @@ class CapsuleSandboxProvider(_ProviderBase):  # type: ignore[misc]
             flags.append("--no-audit")
         elif self._audit_log not in (None, True):
             flags += ["--audit-log", os.fspath(self._audit_log)]  # type: ignore[arg-type]
+        if self._explain:
+            flags.append("--explain")
         forward = _policy.has_forward_tools(policy)
         policy_path: str | None = None
         run: CapsuleRun | ServeRun

@@ -161,6 +161,10 @@ class SandboxResult(_ResultBase):
     tool_refusals: int = 0
     llm_calls: int = 0
     denied_hosts: list[str] = field(default_factory=list)
+    #: With ``explain=True`` (``capsule exec --explain``): every access the
+    #: sandbox refused, each ``capsule why``'s answer as a dict (``question``,
+    #: ``layer``, ``key``, ``because``, ``change`` or ``no_change``, ...).
+    denials: list[dict[str, Any]] = field(default_factory=list)
     enforcement: dict[str, Any] = field(default_factory=dict)
     cleanup_failures: list[str] = field(default_factory=list)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)

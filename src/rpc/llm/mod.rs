@@ -90,7 +90,15 @@ impl LlmBroker {
         if let Ok(mut c) = counters.lock() {
             match &r {
                 Ok(_) => c.llm.ok += 1,
-                Err(f) => c.llm.record_refusal(f.reason),
+                Err(f) => {
+                    c.llm.record_refusal(f.reason);
+                    // For `exec --explain`: which model was refused.
+                    if matches!(f.reason, Reason::NotAllowed | Reason::ModelNotAllowed) {
+                        if let Some(b) = &self.binding {
+                            c.record_refused_model(&b.model);
+                        }
+                    }
+                }
             }
         }
         r

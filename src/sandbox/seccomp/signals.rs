@@ -136,7 +136,36 @@ pub struct Parts {
     /// unprivileged capsule): segments no process maps are in no process's
     /// memory, and the memory watchdog could not see them.
     pub sysv_refuse: bool,
+    /// `exec --explain`: the path-taking calls ([`OBSERVED`]) go to the
+    /// supervisor, which records the path and always answers CONTINUE
+    /// (`supervisor::explain`; a listener is needed).
+    pub observe: bool,
 }
+
+/// The calls `exec --explain` observes (never decides).
+pub const OBSERVED: &[&str] = &[
+    "open",
+    "creat",
+    "openat",
+    "openat2",
+    "execve",
+    "execveat",
+    "truncate",
+    "mkdir",
+    "mkdirat",
+    "rmdir",
+    "unlink",
+    "unlinkat",
+    "mknod",
+    "mknodat",
+    "rename",
+    "renameat",
+    "renameat2",
+    "link",
+    "linkat",
+    "symlink",
+    "symlinkat",
+];
 
 /// The metadata guard's notified calls (`supervisor::metaguard::NOTIFIED`).
 pub const META_NOTIFIED: &[&str] = &[
@@ -176,11 +205,17 @@ impl Parts {
         memfd_enosys: false,
         meta: false,
         sysv_refuse: false,
+        observe: false,
     };
 
     /// Whether the program notifies, and so needs a listener.
     pub fn notifies(self) -> bool {
-        self.signals || self.procs || self.memfd || self.meta || self.net == NetPart::Guard
+        self.signals
+            || self.procs
+            || self.memfd
+            || self.meta
+            || self.observe
+            || self.net == NetPart::Guard
     }
 
     /// Whether there is anything to install.
@@ -306,6 +341,13 @@ pub(super) fn program(arch: Arch, parts: Parts) -> Result<Vec<SockFilter>, Secco
         NetPart::Guard => jumps.extend([("connect", Label::Notify), ("listen", Label::Notify)]),
         NetPart::NoListen => jumps.push(("listen", Label::Eacces)),
         NetPart::None | NetPart::FastOpenOnly => {}
+    }
+    if parts.observe {
+        jumps.extend(OBSERVED.iter().map(|n| (*n, Label::Notify)));
+        if !parts.signals {
+            // With the signal checks these are the judge's (above).
+            jumps.extend(NOTIFIED.iter().map(|n| (*n, Label::Notify)));
+        }
     }
     for (name, to) in jumps {
         if let Some(n) = nr(name) {
@@ -475,6 +517,7 @@ mod tests {
                         memfd_enosys: false,
                         meta: false,
                         sysv_refuse: false,
+                        observe: false,
                     },
                 )
                 .unwrap();
@@ -522,9 +565,22 @@ mod tests {
                     memfd_enosys: false,
                     meta: true,
                     sysv_refuse: false,
+                    observe: true,
                 },
             )
             .unwrap();
+            // The observer (--explain) notifies the path calls, and the
+            // metadata guard keeps its own.
+            for name in ["openat", "execve", "unlinkat", "renameat2", "chmod"] {
+                if arch.nr(name).is_some() {
+                    assert_eq!(
+                        answer(&both, arch, name, a(&[3, 0x1000, 0])),
+                        RET_USER_NOTIF,
+                        "{name}"
+                    );
+                }
+            }
+            assert_eq!(answer(&both, arch, "read", a(&[3, 0x1000, 0])), RET_ALLOW);
             // memory_mb without a cgroup nor a listener: memfd_create refused.
             let refuse = Parts {
                 memfd_enosys: true,
@@ -537,6 +593,7 @@ mod tests {
                     memfd_enosys: false,
                     meta: false,
                     sysv_refuse: false,
+                    observe: false,
                 }
             };
             assert!(refuse.any() && !refuse.notifies());

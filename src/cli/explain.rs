@@ -1,0 +1,183 @@
+//! `capsule exec --explain`: after the run, every access the sandbox
+//! refused, each answered by `why`'s Survey (the same planning as the run):
+//! the file accesses the path observer saw (`supervisor::explain`) that the
+//! Survey says are refused, and the hosts the proxy refused by name.
+
+use serde_json::{json, Value};
+
+use crate::plan::Plan;
+use crate::policy::LoadedPolicy;
+use crate::result::RunResult;
+use crate::supervisor::explain::Observer;
+use crate::why::{Answer, Survey};
+
+/// At most this many denials are kept in the result; the rest are counted.
+pub const MAX_DENIALS: usize = 64;
+
+/// Fill `r.denials` and `r.explain`.
+pub fn explain(
+    plan: &Plan,
+    loaded: &LoadedPolicy,
+    cli_hosts: usize,
+    observer: Option<&Observer>,
+    r: &mut RunResult,
+) {
+    // The path the run took: a pid namespace, or the no-namespace path
+    // (where clone() refused them, even when the host's settings allow them).
+    let namespaces = r.enforcement.tree_kill == "pid-namespace";
+    let survey = match Survey::with_namespaces(plan, loaded, cli_hosts, namespaces) {
+        Ok(s) => s,
+        Err(e) => {
+            r.denials = Some(Vec::new());
+            r.explain = Some(
+                json!({"files": false, "why_not": format!("the survey: {e}"), "dropped": 0, "not_observed": 0}),
+            );
+            return;
+        }
+    };
+    let mut answers: Vec<Answer> = Vec::new();
+    let mut signals = Vec::new();
+    let (files, why_not, not_kept) = match observer {
+        Some(o) => {
+            let seen = o.seen.lock().unwrap_or_else(|p| p.into_inner());
+            signals.extend(seen.signals.iter().copied());
+            for (path, access) in seen.accesses() {
+                let a = survey.path(&path, access);
+                if !a.allowed {
+                    answers.push(a);
+                }
+            }
+            (seen.active, seen.why_not.clone(), seen.dropped)
+        }
+        None => (false, Some("no observer".to_string()), 0),
+    };
+    // The proxy's refusals by name (the port is not recorded: 443 is asked).
+    for host in &r.denied_hosts {
+        let mut a = survey.connect(host, 443);
+        if !a.allowed {
+            a.question = format!("connect {host}");
+            answers.push(a);
+        }
+    }
+    // The broker's refusals: tools not allow-listed, by name.
+    let tools = r
+        .usage
+        .as_ref()
+        .and_then(|u| u.get("refused_tools"))
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for t in tools.iter().filter_map(Value::as_str) {
+        let a = survey.tool(t);
+        if !a.allowed {
+            answers.push(a);
+        }
+    }
+    // The broker's LLM refusals, by the host's model.
+    let models = r
+        .usage
+        .as_ref()
+        .and_then(|u| u.get("refused_models"))
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for m in models.iter().filter_map(Value::as_str) {
+        let mut a = survey.model(m);
+        if a.allowed {
+            // The policy allows it: the host config's ceiling refused it.
+            a.allowed = false;
+            a.key = Some("the host config's llm ceiling".into());
+            a.line = None;
+            a.because = format!(
+                "the policy allows {m}, but the host config's llm ceiling (enabled, allowed_models) refuses it"
+            );
+            a.no_change =
+                Some("the policy cannot raise the host's ceiling: change the host config".into());
+        }
+        answers.push(a);
+    }
+    // The signal guard's refusals, by the target's pid.
+    for pid in &signals {
+        answers.push(survey.signal(*pid));
+    }
+    let mut dropped = 0u64;
+    let mut seen_q = std::collections::BTreeSet::new();
+    answers.retain(|a| seen_q.insert(a.question.clone()));
+    if answers.len() > MAX_DENIALS {
+        dropped = (answers.len() - MAX_DENIALS) as u64;
+        answers.truncate(MAX_DENIALS);
+    }
+    r.denials = Some(answers.iter().map(Answer::to_json).collect());
+    r.explain = Some(json!({
+        "files": files,
+        "why_not": if files { None } else { why_not },
+        "dropped": dropped,
+        "not_observed": not_kept,
+    }));
+}
+
+/// The denials on stderr, as `why` prints its answers.
+pub fn print(denials: &[Value], info: Option<&Value>) {
+    let files = info
+        .and_then(|i| i.get("files"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let mut out = String::new();
+    if denials.is_empty() {
+        out.push_str("capsule: --explain: the sandbox refused nothing this run could see\n");
+    } else {
+        out.push_str(&format!(
+            "capsule: --explain: the sandbox refused {} access(es):\n",
+            denials.len()
+        ));
+    }
+    for d in denials {
+        let s = |k: &str| d.get(k).and_then(Value::as_str).map(str::to_string);
+        out.push_str(&format!(
+            "{}: refused by {}\n",
+            s("question").unwrap_or_default(),
+            s("layer_detail").unwrap_or_default()
+        ));
+        if let Some(k) = s("key") {
+            match d.get("line").and_then(Value::as_u64) {
+                Some(l) => out.push_str(&format!("  key     {k} (line {l})\n")),
+                None => out.push_str(&format!("  key     {k}\n")),
+            }
+        }
+        if let Some(b) = s("because") {
+            out.push_str(&format!("  because {b}\n"));
+        }
+        if let Some(c) = s("change") {
+            out.push_str(&format!("  to allow {c}\n"));
+        }
+        if let Some(c) = s("no_change") {
+            out.push_str(&format!("  no policy change allows it: {c}\n"));
+        }
+    }
+    if let Some(n) = info
+        .and_then(|i| i.get("dropped"))
+        .and_then(Value::as_u64)
+        .filter(|n| *n > 0)
+    {
+        out.push_str(&format!("capsule: --explain: {n} more not kept\n"));
+    }
+    if let Some(n) = info
+        .and_then(|i| i.get("not_observed"))
+        .and_then(Value::as_u64)
+        .filter(|n| *n > 0)
+    {
+        out.push_str(&format!(
+            "capsule: --explain: {n} file accesses past the observer's bound were not checked\n"
+        ));
+    }
+    if !files {
+        let why = info
+            .and_then(|i| i.get("why_not"))
+            .and_then(Value::as_str)
+            .unwrap_or("unknown");
+        out.push_str(&format!(
+            "capsule: --explain: file accesses were not observed ({why}); only the proxy's, the broker's and the signal guard's refusals are explained\n"
+        ));
+    }
+    eprint!("{out}");
+}

@@ -1,0 +1,249 @@
+//! `capsule exec --explain`: after the run, every access the sandbox refused,
+//! each with `why`'s answer, on stderr and as `denials` in the JSON result
+//! and the audit record. Each layer explains its own refusals: Landlock/the
+//! view (the path observer), the proxy, the broker, the signal layer.
+//!
+//! Runs in every pass of scripts/test (root, capsule-test, no namespaces,
+//! lowered Landlock ABIs).
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+
+/// The denials of a `--json --explain` run.
+fn denials(r: &Run) -> Vec<Value> {
+    r.json()["denials"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no denials list: {}", r.ctx()))
+        .clone()
+}
+
+fn find<'a>(d: &'a [Value], question: &str) -> Option<&'a Value> {
+    d.iter().find(|x| x["question"] == question)
+}
+
+/// Whether the observer saw file accesses here (a seccomp listener).
+fn files_observed(r: &Run) -> bool {
+    let seen = r.json()["explain"]["files"].as_bool().unwrap_or(false);
+    if !seen {
+        skip(&format!(
+            "--explain could not observe file accesses here: {}",
+            r.json()["explain"]["why_not"]
+        ));
+    }
+    seen
+}
+
+/// A file outside every grant: named with its access, layer and the key to add.
+#[test]
+fn a_file_outside_the_grants_is_named_with_the_key_to_add() {
+    let sb = Sandbox::new();
+    let secret = sb.write("outside/secret.txt", "s3cret\n");
+    let work = sb.mkdir("work");
+    let policy = sb.policy(&format!(
+        "version: 1\nfilesystem:\n  write: [\"{}\"]\n",
+        work.display()
+    ));
+    let created = sb.path("outside/new.txt");
+    let script = format!(
+        "cat {} ; echo x > {} ; echo x > {}/ok.txt; echo done",
+        secret.display(),
+        created.display(),
+        work.display()
+    );
+    let r = sb.exec_json(
+        &["--explain", "-p", &policy, "--cwd", &work.to_string_lossy()],
+        &["/bin/sh", "-c", &script],
+    );
+    r.assert_ran();
+    assert!(r.child_stdout().contains("done"), "{}", r.ctx());
+    if !files_observed(&r) {
+        return;
+    }
+    let d = denials(&r);
+    let q = format!("read {}", secret.display());
+    let read = find(&d, &q).unwrap_or_else(|| panic!("{q} not explained: {d:#?}"));
+    assert_eq!(read["verdict"], "refused");
+    assert!(
+        ["landlock", "view"].contains(&read["layer"].as_str().unwrap()),
+        "{read}"
+    );
+    let change = read["change"].as_str().unwrap_or_default();
+    assert!(
+        change.contains(&format!("\"{}\" to filesystem.read", secret.display())),
+        "{read}"
+    );
+    let q = format!("write {}", created.display());
+    let write = find(&d, &q).unwrap_or_else(|| panic!("{q} not explained: {d:#?}"));
+    assert!(
+        write["change"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("filesystem.write"),
+        "{write}"
+    );
+    // What the run was allowed is not a denial.
+    assert!(
+        find(&d, &format!("write {}/ok.txt", work.display())).is_none(),
+        "{d:#?}"
+    );
+    assert!(
+        d.iter().all(|x| x["verdict"] == "refused"),
+        "only refusals: {d:#?}"
+    );
+}
+
+/// The human text on stderr, after the command's own output; and the audit
+/// record carries the same list.
+#[test]
+fn stderr_and_the_audit_record_carry_the_denials() {
+    let sb = Sandbox::new();
+    let secret = sb.write("outside/secret.txt", "s3cret\n");
+    let audit = sb.path("audit.jsonl");
+    let r = sb.run(&[
+        "exec",
+        "--explain",
+        "--audit-log",
+        &audit.to_string_lossy(),
+        "--",
+        "/bin/sh",
+        "-c",
+        &format!("echo own-output >&2; cat {}", secret.display()),
+    ]);
+    let err = r.stderr.clone();
+    let own = err.find("own-output").expect("the command's own stderr");
+    let rec: Value = serde_json::from_str(
+        std::fs::read_to_string(&audit)
+            .unwrap()
+            .lines()
+            .last()
+            .unwrap(),
+    )
+    .unwrap();
+    if err.contains("file accesses were not observed") {
+        skip("no seccomp listener here: only the proxy's refusals are explained");
+        return;
+    }
+    let q = format!("read {}: refused by", secret.display());
+    let at = err
+        .find(&q)
+        .unwrap_or_else(|| panic!("{q} not on stderr:\n{err}"));
+    assert!(
+        at > own,
+        "the explanation comes after the command's output:\n{err}"
+    );
+    assert!(err.contains("to allow add"), "{err}");
+    let d = rec["denials"]
+        .as_array()
+        .expect("denials in the audit record");
+    assert!(
+        find(d, &format!("read {}", secret.display())).is_some(),
+        "{rec}"
+    );
+}
+
+/// Without --explain: no denials field, no observer (the run is unchanged).
+#[test]
+fn without_explain_there_is_no_denials_field() {
+    let sb = Sandbox::new();
+    let r = sb.exec_json(&[], &["/bin/sh", "-c", "cat /nonexistent-dir/x; true"]);
+    r.assert_ran();
+    assert!(r.json().get("denials").is_none(), "{}", r.ctx());
+    assert!(r.json().get("explain").is_none(), "{}", r.ctx());
+}
+
+/// A host not on the allowlist: the proxy refuses it by name, before any
+/// connection, and `--explain` says so with the key to add.
+#[test]
+fn a_host_not_on_the_allowlist_is_explained_by_the_proxy() {
+    let sb = Sandbox::new();
+    let py = r#"
+import os, socket, urllib.parse
+u = urllib.parse.urlparse(os.environ["HTTP_PROXY"])
+s = socket.create_connection((u.hostname, u.port), timeout=20)
+s.sendall(b"CONNECT not-listed.invalid:443 HTTP/1.1\r\nHost: not-listed.invalid:443\r\n\r\n")
+print(s.recv(100).split(b"\r\n")[0].decode())
+"#;
+    let r = sb.exec_json(
+        &["--explain", "--net", "proxy", "--allow-host", "127.0.0.1"],
+        &[&python(), "-c", py],
+    );
+    r.assert_ran();
+    assert!(r.child_stdout().contains("403"), "{}", r.ctx());
+    let d = denials(&r);
+    let c = find(&d, "connect not-listed.invalid")
+        .unwrap_or_else(|| panic!("the host is not explained: {d:#?}"));
+    assert_eq!(c["layer"], "proxy", "{c}");
+    assert!(
+        c["change"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("allow_hosts"),
+        "{c}"
+    );
+}
+
+/// A tool the policy does not allow: the broker refused it, by name.
+#[test]
+fn a_refused_tool_is_explained_by_the_broker() {
+    let sb = Sandbox::new();
+    let policy = sb.policy(
+        "version: 1\ntools:\n  max_calls: 3\n  allow:\n    - name: echo\n      command: [/bin/cat]\n",
+    );
+    let py = r#"
+import json, os, socket
+s = socket.socket(fileno=int(os.environ["CAPSULE_RPC_FD"]))
+s.sendall(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                      "params": {"name": "rm-rf", "arguments": {}}}).encode() + b"\n")
+print(s.makefile("rb").readline().decode())
+"#;
+    let r = sb.exec_json(&["--explain", "-p", &policy], &[&python(), "-c", py]);
+    r.assert_ran();
+    let d = denials(&r);
+    let t = find(&d, "tool rm-rf").unwrap_or_else(|| panic!("not explained: {d:#?}"));
+    assert_eq!(t["layer"], "broker", "{t}");
+    assert_eq!(t["key"], "tools.allow", "{t}");
+}
+
+/// A signal to a process outside the run: explained by the layer that
+/// refuses it here (pid namespace, Landlock's scope, or capsule's guard).
+#[test]
+fn a_signal_outside_the_run_is_explained_by_its_layer() {
+    let sb = Sandbox::new();
+    let (child, _guard) = host_sleeper();
+    let pid = child.id();
+    let r = sb.exec_json(
+        &["--explain"],
+        &["/bin/sh", "-c", &format!("kill {pid}; echo rc=$?")],
+    );
+    r.assert_ran();
+    assert!(pid_alive(pid as i32, Some("sleep")), "ESCAPE: {}", r.ctx());
+    if !files_observed(&r) {
+        return;
+    }
+    let d = denials(&r);
+    let s = find(&d, &format!("signal {pid}"))
+        .unwrap_or_else(|| panic!("the signal is not explained: {d:#?}"));
+    assert!(
+        ["pid-namespace", "landlock-scope", "seccomp-notify"]
+            .contains(&s["layer"].as_str().unwrap()),
+        "{s}"
+    );
+    assert!(s["no_change"].is_string(), "{s}");
+}
+
+/// The observer's own work is not counted against the guards' CPU budget: a
+/// run that opens many files is never killed for being observed (budget
+/// here: one second, a tenth of the 10 s limit).
+#[test]
+fn a_file_heavy_run_is_not_killed_for_being_observed() {
+    let sb = Sandbox::new();
+    let py = "import os\nfor i in range(100000):\n    os.close(os.open('/bin/sh', os.O_RDONLY))\nprint('opened')\n";
+    let t = std::time::Instant::now();
+    let r = sb.exec_json(&["--explain", "--timeout", "10"], &[&python(), "-c", py]);
+    r.assert_ran();
+    assert!(r.child_stdout().contains("opened"), "{}", r.ctx());
+    assert_eq!(r.json()["killed"], false, "{}", r.ctx());
+    eprintln!("100000 observed opens: {:?}", t.elapsed());
+}
