@@ -855,12 +855,17 @@ pub fn prepare(
     // with the view); elsewhere on 6.3+ the memfd guard makes every memfd of
     // the run itself, sealed against execution (`supervisor::memfdguard`).
     let memfd_sysctl = view.as_ref().is_some_and(|v| v.summary.memfd_noexec);
-    let listener = filters.is_some() && seccomp::listener_available().is_ok();
-    // The memfd and metadata guards read the caller's memory
-    // (process_vm_readv), which a container's seccomp profile may refuse
-    // (Docker's and containerd's RuntimeDefault without CAP_SYS_PTRACE).
-    let remote = listener && crate::sys::notify::remote_read_available().is_ok();
-    let memfd_seal = !memfd_sysctl && k.memfd_noexec_known && remote;
+    // The memfd and metadata guards need a seccomp listener, and they read
+    // the caller's memory (process_vm_readv), which a container's seccomp
+    // profile may refuse (Docker's and containerd's RuntimeDefault without
+    // CAP_SYS_PTRACE). Probed (once) only where a guard would be planned:
+    // the default run with the view as root needs neither.
+    let remote = || {
+        filters.is_some()
+            && seccomp::listener_available().is_ok()
+            && crate::sys::notify::remote_read_available().is_ok()
+    };
+    let memfd_seal = !memfd_sysctl && k.memfd_noexec_known && remote();
     // memory_mb without a cgroup: RLIMIT_DATA counts no shared memory, so
     // the memory watchdog (`supervisor::memwatch`) samples the run, and the
     // memfd guard makes every memfd of the run so that it can count them.
@@ -899,12 +904,12 @@ pub fn prepare(
         }
         w
     });
-    let count_memfds = memory_watch.is_some() && remote;
+    let count_memfds = memory_watch.is_some() && remote();
     // Without the view's read-only host, the metadata guard
     // (`supervisor::metaguard`) makes every chmod/chown/utime/setxattr of
     // the run itself, only where a write grant covers the target.
     let meta_guard =
-        (view.is_none() && remote && crate::sys::meta::openat2_available()).then(|| {
+        (view.is_none() && remote() && crate::sys::meta::openat2_available()).then(|| {
             MetaGuardPlan {
                 write: plan
                     .fs
@@ -962,7 +967,7 @@ pub fn prepare(
         procs: procs == Mechanism::ProcessGuard,
         memfd: memfd_guard.is_some(),
         // No listener to count memfds with: memfd_create fails (ENOSYS).
-        memfd_enosys: memory_watch.is_some() && !remote,
+        memfd_enosys: memory_watch.is_some() && !remote(),
         meta: meta_guard.is_some(),
         // The view's IPC namespace bounds SysV segments with kernel.shmall
         // = memory_mb only where capsule may set it (as root); else they
