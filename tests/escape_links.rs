@@ -214,3 +214,73 @@ fn a_planted_link_does_not_redirect_the_workspace() {
     run.assert_code(125);
     assert!(run.stderr.contains("symbolic link"), "{}", run.ctx());
 }
+
+/// Another run of this user (here: a thread of the test, as run 1 with a
+/// write grant on `ws` could) swaps `ws/data` with a link to a secret
+/// directory, back and forth with `renameat2(RENAME_EXCHANGE)`, while the
+/// next runs read or mount `ws/data`. Planning resolves and pins the
+/// directory; the view then binds the source by its path in the child. A
+/// bind that met the link showed the secret at the grant's (or mount's)
+/// place, beneath the private /tmp whose Landlock rule covered it: the bind
+/// must be of the inode pinned, or fail.
+#[test]
+fn a_link_swapped_in_after_planning_does_not_redirect_a_bind() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    if !view_expected() {
+        return skip("binds need the view (no namespaces here)");
+    }
+    let sb = Sandbox::new();
+    sb.write("secret/key", "SWAPPED-LINK-SECRET");
+    sb.write("ws/data/readme.txt", "harmless");
+    std::os::unix::fs::symlink(sb.path("secret"), sb.path("ws/lnk")).unwrap();
+    let (a, b) = (
+        std::ffi::CString::new(sb.p("ws/data")).unwrap(),
+        std::ffi::CString::new(sb.p("ws/lnk")).unwrap(),
+    );
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let swapper = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                // SAFETY (test): two valid C strings.
+                unsafe {
+                    libc::syscall(
+                        libc::SYS_renameat2,
+                        libc::AT_FDCWD,
+                        a.as_ptr(),
+                        libc::AT_FDCWD,
+                        b.as_ptr(),
+                        libc::RENAME_EXCHANGE,
+                    )
+                };
+            }
+        })
+    };
+    let data = sb.p("ws/data");
+    let mount = format!("{data}:/tmp/data:ro");
+    let (mut ran, mut leaked) = (0, Vec::new());
+    for i in 0..40 {
+        let run = if i % 2 == 0 {
+            let (readme, key) = (format!("{data}/readme.txt"), format!("{data}/key"));
+            sb.exec_json(&["--allow-read", &data], &["/bin/cat", &readme, &key])
+        } else {
+            sb.exec_json(
+                &["--mount", &mount],
+                &["/bin/cat", "/tmp/data/readme.txt", "/tmp/data/key"],
+            )
+        };
+        ran += usize::from(run.stdout.contains("harmless"));
+        if run.stdout.contains("SWAPPED-LINK-SECRET") {
+            leaked.push(run.ctx());
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    swapper.join().unwrap();
+    assert!(
+        leaked.is_empty(),
+        "ESCAPE: {} of 40 runs read a directory swapped in after planning{}",
+        leaked.len(),
+        leaked[0]
+    );
+    eprintln!("{ran} of 40 runs read ws/data; none read the secret");
+}

@@ -197,6 +197,25 @@ pub fn check(
                     place(w)
                 )));
             }
+            // Its per-user files: a dot entry of HOME or anything beneath
+            // one (Python's user site under ~/.local runs its `.pth` files
+            // at every start; ~/.config/git, ~/.npmrc, ~/.cache/pre-commit).
+            let (hl, hc) = (lexical(h), canonical_prefix(&lexical(h)));
+            if let Some(w) = writable.iter().find(|(w, _)| {
+                [&hl, &hc].iter().any(|h| {
+                    w.strip_prefix(h)
+                        .ok()
+                        .and_then(|r| r.components().next())
+                        .is_some_and(|c| c.as_os_str().as_encoded_bytes().first() == Some(&b'.'))
+                })
+            }) {
+                return Err(refuse(format!(
+                    "the HOME it inherits ({}) holds {}, per-user files (an interpreter's user site, a tool's \
+                     configuration) that the run can write",
+                    h.display(),
+                    place(w)
+                )));
+            }
         }
         let program = if first.contains('/') {
             Some(policy_dir.join(&first))
@@ -316,6 +335,17 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.why.starts_with("the HOME it inherits"), "{e}");
+        // A write grant on a per-user dot directory of that HOME: Python's
+        // user site (~/.local/lib/pythonX.Y/site-packages/*.pth runs at every
+        // start), git's ~/.config/git/config, ~/.npmrc...
+        let home = root.join("h");
+        for dot in [".local", ".config/git", ".npmrc"] {
+            let wd = vec![(home.join(dot), Origin::Tmp)];
+            let e = check(&mut t.clone(), &root, &wd, Some("/usr/bin"), Some(&home)).unwrap_err();
+            assert!(e.why.contains("per-user files"), "{dot}: {e}");
+        }
+        let wd = vec![(home.join("project"), Origin::Tmp)];
+        check(&mut t.clone(), &root, &wd, Some("/usr/bin"), Some(&home)).unwrap();
         check(&mut t, &root, &w, Some("/usr/bin:/bin"), None).unwrap();
         let argv0 = t.unwrap().allow[0].command.clone().unwrap()[0].clone();
         assert!(argv0.starts_with('/') && argv0.ends_with("/sh"), "{argv0}");

@@ -80,8 +80,13 @@ pub use crate::plan::Bind;
 enum Op {
     /// `mount --make-rprivate /`.
     Private,
-    /// Take a detached recursive clone of `src` (the `n`th clone).
-    Clone { src: CString },
+    /// Take a detached recursive clone of `src` (the `n`th clone). `expect`:
+    /// the (device, inode) planning pinned for it; a clone of anything else
+    /// (a component swapped for a link since) fails with ESTALE.
+    Clone {
+        src: CString,
+        expect: Option<(u64, u64)>,
+    },
     /// Every mount read-only and nosuid, recursively.
     ReadOnlyHost,
     /// Attach clone `index` at `dst`, read-only or not.
@@ -172,6 +177,30 @@ pub struct ViewSummary {
 
 fn cstr(p: &Path) -> Result<CString, ViewError> {
     CString::new(p.as_os_str().as_bytes()).map_err(|_| ViewError::Nul(p.to_path_buf()))
+}
+
+/// The (device, inode) of the object planning resolved and pinned for the
+/// bind source `src` (a grant's or a mount's descriptor), else of `src` now
+/// (capsule's own TMPDIR). The child binds `src` by its path, in its own
+/// mount namespace: another run of this user that swapped a component for a
+/// link since would have the bind show the link's target where the grant's
+/// rule (or the private /tmp's, above a destination there) lets the run in.
+fn pinned_id(plan: &Plan, src: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let pinned = plan
+        .fs
+        .grants
+        .iter()
+        .filter(|g| g.path == src)
+        .find_map(|g| g.opened.0.as_ref());
+    match pinned {
+        Some(fd) => nix::sys::stat::fstat(fd.as_ref())
+            .ok()
+            .map(|st| (st.st_dev, st.st_ino)),
+        None => std::fs::symlink_metadata(src)
+            .ok()
+            .map(|m| (m.dev(), m.ino())),
+    }
 }
 
 /// Whether `p` is a directory (following links), a file, or absent.
@@ -311,7 +340,10 @@ impl View {
         binds.sort_by_key(order);
 
         for b in &binds {
-            ops.push(Op::Clone { src: cstr(&b.src)? });
+            ops.push(Op::Clone {
+                src: cstr(&b.src)?,
+                expect: pinned_id(plan, &b.src),
+            });
         }
         ops.push(Op::ReadOnlyHost);
 
@@ -355,7 +387,11 @@ impl View {
                 if !(ft.is_dir() || ft.is_file()) {
                     continue;
                 }
-                ops.push(Op::Clone { src: cstr(&host)? });
+                // The host's top-level entries: no run can change `/`.
+                ops.push(Op::Clone {
+                    src: cstr(&host)?,
+                    expect: None,
+                });
                 later.push(if ft.is_dir() {
                     Op::Mkdir { path: cstr(&at)? }
                 } else {
@@ -667,14 +703,19 @@ impl View {
                 Op::Private => raw::mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE, None)
                     .map(drop)
                     .map_err(view),
-                Op::Clone { src } => raw::open_tree(
+                Op::Clone { src, expect } => raw::open_tree(
                     libc::AT_FDCWD,
                     src,
                     OPEN_TREE_CLONE | libc::O_CLOEXEC as c_uint | recursive,
                 )
-                .map(|fd| {
-                    fds[n] = fd as c_int;
+                .and_then(|fd| {
+                    let fd = fd as c_int;
+                    fds[n] = fd;
                     n += 1;
+                    match expect {
+                        Some(id) if raw::fstat_id(fd)? != *id => Err(libc::ESTALE),
+                        _ => Ok(()),
+                    }
                 })
                 .map_err(view),
                 Op::ReadOnlyHost => raw::mount_setattr(

@@ -93,6 +93,15 @@ pub fn close(fd: c_int) {
     let _ = unsafe { syscall!(Sysno::close, fd) };
 }
 
+/// `fstat(fd)`: the (device, inode) of the object.
+pub fn fstat_id(fd: c_int) -> Result<(u64, u64), i32> {
+    // SAFETY: all-zero is a valid `struct stat`.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a live struct stat on our stack for the call.
+    map(unsafe { syscall!(Sysno::fstat, fd, std::ptr::addr_of_mut!(st)) })?;
+    Ok((st.st_dev, st.st_ino))
+}
+
 pub fn chdir(path: &CStr) -> Ret {
     // SAFETY: `path` is NUL-terminated and outlives the call.
     map(unsafe { syscall!(Sysno::chdir, path.as_ptr()) })
