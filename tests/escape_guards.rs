@@ -514,15 +514,23 @@ fn a_run_cannot_make_capsule_burn_a_core_for_it() {
             "signal guard" => assert_eq!(e["signals"], "seccomp-notify", "{ctx}"),
             _ => assert_eq!(e["limits"]["max_processes"], "seccomp-notify", "{ctx}"),
         }
-        assert_eq!(j["killed"], true, "{ctx}");
-        assert!(
-            j["kill_reason"]
-                .as_str()
-                .unwrap_or("")
-                .contains("guards' CPU budget"),
-            "the run must be ended by the guards' budget, not by its timeout: {ctx}"
-        );
         assert_eq!(status, 128 + libc::SIGKILL, "{ctx}");
+        if j["killed"] == false && j["signal"] == libc::SIGKILL {
+            // The run's own cpu_seconds (RLIMIT_CPU, 2 s) ended it before
+            // capsule had spent its budget (a run whose forks cost capsule
+            // less than they cost the run, as in a container's smaller
+            // /proc): capsule's CPU is still bounded, checked below.
+            eprintln!("{what}: the run's own cpu_seconds ended it first");
+        } else {
+            assert_eq!(j["killed"], true, "{ctx}");
+            assert!(
+                j["kill_reason"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("guards' CPU budget"),
+                "the run must be ended by the guards' budget, not by its timeout: {ctx}"
+            );
+        }
         // 2 s of budget, plus start-up and the last notifications' slack.
         assert!(
             cpu < 3.5,

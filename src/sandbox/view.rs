@@ -197,9 +197,9 @@ fn pinned_id(plan: &Plan, src: &Path) -> Option<(u64, u64)> {
         Some(fd) => nix::sys::stat::fstat(fd.as_ref())
             .ok()
             .map(|st| (st.st_dev, st.st_ino)),
-        None => std::fs::symlink_metadata(src)
-            .ok()
-            .map(|m| (m.dev(), m.ino())),
+        // open_tree follows a link at `src` (a command's `#!` interpreter
+        // reached through one): so does the id it is compared with.
+        None => std::fs::metadata(src).ok().map(|m| (m.dev(), m.ino())),
     }
 }
 
