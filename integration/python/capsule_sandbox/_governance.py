@@ -128,6 +128,10 @@ def verdict(decision: Any) -> Tuple[bool, str]:
     return allowed, str(reason)
 
 
+def _failed(what: str, exc: BaseException) -> GovernanceError:
+    return GovernanceError(f"Governance denied: the {what} failed ({type(exc).__name__}: {exc})")
+
+
 class Gate:
     """One session's gate: ``check(agent_id, code, context)`` raises on refusal."""
 
@@ -142,7 +146,7 @@ class Gate:
         try:
             decision = self._ask(args)
         except Exception as exc:  # noqa: BLE001 - an evaluation failure refuses
-            raise GovernanceError(f"Governance denied: the {self.what} failed ({type(exc).__name__}: {exc})") from exc
+            raise _failed(self.what, exc) from exc
         if _acs_verdict(decision) is not None:  # AGT main's HostSession given as the runtime
             enforce_result(decision)
             return
@@ -234,7 +238,8 @@ class RuntimeGate(Gate):
     """
 
     def __init__(self, runtime: Any, agent_id: str, session_id: str, *, timeout: float, approval_timeout: float) -> None:
-        super().__init__(lambda args: None, "governance runtime")
+        # Gate's interface (check, what); not its one-call ask.
+        self.what = "governance runtime"
         self._runtime = runtime
         self._agent_id = agent_id
         self._session_id = session_id
@@ -268,9 +273,7 @@ class RuntimeGate(Gate):
                 f"Governance denied: the governance runtime did not answer within {self._timeout:g}s"
             ) from None
         except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 - fail closed
-            raise GovernanceError(
-                f"Governance denied: the governance runtime failed ({type(exc).__name__}: {exc})"
-            ) from exc
+            raise _failed(self.what, exc) from exc
         if _word(getattr(_acs_verdict(result), "decision", None)) == "escalate":
             result = self._resolve_escalation(point, result, mode)
         enforce_result(result)
