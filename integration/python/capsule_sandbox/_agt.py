@@ -15,13 +15,17 @@ import functools
 import os
 import warnings
 from types import ModuleType
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Tuple
+
+
+def _ignored() -> bool:
+    return os.environ.get("CAPSULE_SANDBOX_AGT", "1").strip().lower() in ("0", "false", "no", "off")
 
 
 @functools.lru_cache(maxsize=None)
 def agt_types() -> Optional[ModuleType]:
     """``agent_sandbox.sandbox_provider`` or None."""
-    if os.environ.get("CAPSULE_SANDBOX_AGT", "1").strip().lower() in ("0", "false", "no", "off"):
+    if _ignored():
         return None
     try:
         with warnings.catch_warnings():
@@ -59,3 +63,18 @@ def agt_runtime_session(runtime: Any, agent_id: str, session_id: str) -> Any:
     from agt.policies.session import AdapterRuntimeSession  # type: ignore[import-not-found]
 
     return AdapterRuntimeSession(runtime, agent_id=agent_id, session_id=session_id)
+
+
+@functools.lru_cache(maxsize=None)
+def acs_pre_tool_call() -> Tuple[Any, Any]:
+    """``(InterventionPoint.PRE_TOOL_CALL, EnforcementMode.ENFORCE)`` from AGT
+    main's ``agent_control_specification`` when importable, else the plain
+    strings (both are str enums: equal either way)."""
+    if not _ignored():
+        try:
+            from agent_control_specification import EnforcementMode, InterventionPoint  # type: ignore[import-not-found]
+
+            return InterventionPoint.PRE_TOOL_CALL, EnforcementMode.ENFORCE
+        except Exception:  # noqa: BLE001 - absent or broken: the strings
+            pass
+    return "pre_tool_call", "enforce"

@@ -168,6 +168,12 @@ class CapsuleSandboxProvider(_ProviderBase):  # type: ignore[misc]
         the change that would allow it) and a failed result's ``error`` names
         the first one. Off by default: it observes every file the code opens
         (a round trip to capsule per open), which slows file-heavy code.
+    governance_timeout_seconds:
+        How long ``execute_code`` waits for an AgentControl runtime's verdict
+        (AGT main's ``runtime=``) before refusing the execution (default 60).
+    governance_approval_timeout_seconds:
+        How long it waits for that runtime's approval path on an ``escalate``
+        verdict before refusing (default 300, AGT main's own default).
 
     When the Agent Governance Toolkit is importable, this class is a subclass
     of its ``SandboxProvider`` and its results are (subclasses of) AGT's own
@@ -185,7 +191,13 @@ class CapsuleSandboxProvider(_ProviderBase):  # type: ignore[misc]
         audit_log: str | os.PathLike[str] | bool | None = None,
         static_scan: bool = True,
         explain: bool = False,
+        governance_timeout_seconds: float = 60.0,
+        governance_approval_timeout_seconds: float = 300.0,
     ) -> None:
+        self._governance_timeout = _governance.seconds("governance_timeout_seconds", governance_timeout_seconds)
+        self._approval_timeout = _governance.seconds(
+            "governance_approval_timeout_seconds", governance_approval_timeout_seconds
+        )
         self._static_scan = bool(static_scan)
         self._explain = bool(explain)
         self.cleanup_failures: dict[tuple[str, str], list[str]] = {}
@@ -268,7 +280,14 @@ class CapsuleSandboxProvider(_ProviderBase):  # type: ignore[misc]
         self._require_binary()
 
         session_id = uuid.uuid4().hex[:12]
-        gate = _governance.build(runtime, policy, agent_id, session_id)
+        gate = _governance.build(
+            runtime,
+            policy,
+            agent_id,
+            session_id,
+            timeout=self._governance_timeout,
+            approval_timeout=self._approval_timeout,
+        )
         workspace = Path(
             tempfile.mkdtemp(prefix=f"capsule-{agent_id}-{session_id}-", dir=self._workspace_root)
         )
