@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -117,8 +118,12 @@ def test_the_ray_example_runs_unchanged_with_ray_init(ray_python, capsule_bin, t
     env = dict(os.environ, CAPSULE_BIN=capsule_bin, RAY_TMPDIR=ray_tmp, CAPSULE_RAY_EXAMPLE_STEPS="60",
                PYTHONPATH=str(_conformance.PACKAGE_ROOT), PYTHONDONTWRITEBYTECODE="1")
     env.pop("RAY_ADDRESS", None)
-    done = subprocess.run([str(ray_python), str(example)], env=env, capture_output=True, text=True, timeout=600,
-                          cwd=str(tmp_path))
+    try:
+        done = subprocess.run([str(ray_python), str(example)], env=env, capture_output=True, text=True,
+                              timeout=600, cwd=str(tmp_path))
+    finally:
+        if ray_tmp != base:
+            shutil.rmtree(ray_tmp, ignore_errors=True)  # Ray's session logs
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-6000:]
     for row in ("ok", "timeout", "pids limit", "denied", "network refused"):
