@@ -280,6 +280,8 @@ def _worker_root(parent: str | None) -> _WorkerRoot:
 
 
 def _node_id() -> str:
+    if not ray.is_initialized():  # outside Ray (a local call): asking would start Ray
+        return ""
     try:
         return ray.get_runtime_context().get_node_id()
     except Exception:  # noqa: BLE001 - outside Ray (tests, a local call)
@@ -339,6 +341,49 @@ class _Runner:
         self._workspace_root = workspace_root
         self._serve: ServeClient | None = None
         self._lock = threading.Lock()
+        # Step workspaces ready for the next step: (path, output/'s mode).
+        self._free: list[tuple[Path, int]] = []
+
+    def _take_workspace(self, root: _WorkerRoot) -> tuple[Path, int]:
+        with self._lock:
+            while self._free:
+                ws, mode = self._free.pop()
+                if ws.parent == root.path and ws.is_dir():
+                    return ws, mode
+        ws = Path(tempfile.mkdtemp(prefix="step-", dir=root.path))
+        CapsuleSandboxProvider._install_workspace(ws)
+        return ws, os.lstat(ws / "output").st_mode
+
+    def _give_back(self, ws: Path, mode: int, script: Path | None) -> None:
+        """Empty the workspace for the next step, or remove it.
+
+        A step can write only in ``output/`` (``scripts/`` and the
+        workspace's top are read-only in its view): what it wrote there is
+        removed; a workspace whose layout or ``output/`` mode changed is
+        removed whole. Nothing of a step reaches the next one."""
+        try:
+            if script is not None:
+                script.unlink(missing_ok=True)
+            out = ws / "output"
+            st = os.lstat(out)
+            if st.st_mode != mode or sorted(os.listdir(ws)) != ["output", "scripts"] or os.listdir(
+                ws / "scripts"
+            ) != ["capsule_sandbox"]:
+                raise OSError("the workspace changed")
+            if os.listdir(out):
+                if remove_tree_logged(out, "step output"):
+                    raise OSError("output/ could not be emptied")
+                out.mkdir()
+                if os.lstat(out).st_mode != mode:
+                    raise OSError("output/ mode")
+        except OSError:
+            remove_tree_logged(ws, "step workspace")
+            return
+        with self._lock:
+            if len(self._free) < 64:
+                self._free.append((ws, mode))
+                return
+        remove_tree_logged(ws, "step workspace")
 
     def require(self) -> Availability:
         avail = self._availability.get()
@@ -380,11 +425,12 @@ class _Runner:
         cfg, built = _build_policy(config, policy, tools, context)
         root = _worker_root(self._workspace_root)
         eid = uuid.uuid4().hex[:12]
-        workspace = Path(tempfile.mkdtemp(prefix=f"step-{eid}-", dir=root.path))
+        workspace, out_mode = self._take_workspace(root)
         audit_path: Path | None = None
         policy_path: str | None = None
+        script: Path | None = None
+        recycle = True
         try:
-            CapsuleSandboxProvider._install_workspace(workspace)
             if isinstance(command, str):
                 script = workspace / "scripts" / f"{eid}.py"
                 script.write_text(command, encoding="utf-8")
@@ -428,13 +474,15 @@ class _Runner:
                 result = run.run()
             except BaseException:
                 run.cancel()  # ray.cancel() interrupts the task: stop the step too
+                recycle = False  # (it may still be ending: never reuse its workspace)
                 raise
             audit = _read_audit(audit_path, result.run_id) if audit_path is not None else {}
             return _step_result(result, _node_id(), audit)
         finally:
-            left = remove_tree_logged(workspace, "step workspace")
-            if left:
-                logger.warning("step %s left %s", eid, left)
+            if recycle:
+                self._give_back(workspace, out_mode, script)
+            else:
+                remove_tree_logged(workspace, "step workspace")
             for path in (policy_path, str(audit_path) if audit_path and audit_log in (None, True) else None):
                 if path:
                     try:

@@ -250,8 +250,12 @@ def test_200_steps_confined_placed_and_misbehaviour_contained(cluster, env):
     tmp = tempfile.gettempdir()
     assert [p for p in (os.path.join(tmp, f"capsule-{rid}") for rid in run_ids) if os.path.exists(p)] == []
     assert _cgroups_named(run_ids) == []
-    leftovers = [str(p) for p in Path(tmp).glob("capsule-ray-*/*") if p.name.startswith(("step-", "audit-", "policy-"))]
+    leftovers = [str(p) for p in Path(tmp).glob("capsule-ray-*/*") if p.name.startswith(("audit-", "policy-"))]
     assert leftovers == [], leftovers
+    # A worker keeps emptied workspaces for its next steps: nothing of a step in them.
+    for ws in Path(tmp).glob("capsule-ray-*/step-*"):
+        assert sorted(os.listdir(ws)) == ["output", "scripts"], ws
+        assert os.listdir(ws / "output") == [] and os.listdir(ws / "scripts") == ["capsule_sandbox"], ws
 
 
 def test_a_refusal_raises_capsule_refused_distinct_from_ray_errors(cluster):
@@ -403,3 +407,19 @@ def test_the_node_resources_command_prints_json(cluster):
                           capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 0 and json.loads(done.stdout) == {}, done.stderr
     assert "not advertising" in done.stderr
+
+
+def test_a_step_sees_nothing_of_the_steps_before_it(cluster):
+    # Workers reuse emptied workspaces: what one step leaves in output/ (a
+    # file, a directory it made unreadable, a symlink) is gone for the next.
+    code = (
+        "import os\n"
+        "seen = sorted(os.listdir('.'))\n"
+        "open('left.txt', 'w').write('x')\n"
+        "os.makedirs('d/e'); os.chmod('d', 0)\n"
+        "os.symlink('/etc/passwd', 'link')\n"
+        "print(seen)\n"
+    )
+    results = [ray.get(cray.submit(code, binary=BIN)) for _ in range(8)]
+    for r in results:
+        assert r.success and r.stdout == "[]\n", (r.stdout, r.stderr)
