@@ -48,8 +48,7 @@ def _inner_tests() -> list[str]:
     return names
 
 
-@pytest.fixture(scope="module")
-def ray_python():
+def _ray_python() -> Path:
     try:
         python = _conformance.venv(f"ray-{RAY_PINNED}", [f"ray=={RAY_PINNED}"])
     except pytest.skip.Exception as exc:
@@ -65,6 +64,33 @@ def ray_python():
         print(f"SKIP: {msg}")
         pytest.skip(msg)
     return python
+
+
+@pytest.fixture(scope="module")
+def ray_python():
+    return _ray_python()
+
+
+def _no_registry(tmp_path, monkeypatch):
+    # pip with no index and nothing to find: the install fails, fast, offline.
+    monkeypatch.setenv("CAPSULE_CONFORMANCE_DIR", str(tmp_path))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
+    monkeypatch.delenv("CAPSULE_CONFORMANCE_REQUIRED", raising=False)
+
+
+def test_ray_that_cannot_be_installed_fails_in_ci(tmp_path, monkeypatch):
+    _no_registry(tmp_path, monkeypatch)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match=f"Ray is required here.*ray=={RAY_PINNED}"):
+        _ray_python()
+
+
+def test_ray_that_cannot_be_installed_skips_locally(tmp_path, monkeypatch):
+    _no_registry(tmp_path, monkeypatch)
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match=f"ray=={RAY_PINNED}"):
+        _ray_python()
 
 
 @pytest.fixture(scope="module")
