@@ -274,7 +274,7 @@ _roots_lock = threading.Lock()
 def _worker_root(parent: str | None) -> _WorkerRoot:
     with _roots_lock:
         root = _roots.get(parent)
-        if root is None or root.path.parent is None or not root.path.exists():
+        if root is None or not root.path.exists():
             root = _roots[parent] = _WorkerRoot(parent)
         return root
 
@@ -290,6 +290,8 @@ def _node_id() -> str:
 
 def _read_audit(path: Path, run_id: str) -> dict[str, Any]:
     """The record of ``run_id`` in the audit file ``path`` ({} if absent)."""
+    if not run_id:
+        return {}
     try:
         with open(path, "rb") as handle:
             handle.seek(0, os.SEEK_END)
@@ -303,7 +305,7 @@ def _read_audit(path: Path, run_id: str) -> dict[str, Any]:
             record = json.loads(line)
         except ValueError:
             continue
-        if isinstance(record, dict) and (not run_id or record.get("run_id") == run_id):
+        if isinstance(record, dict) and record.get("run_id") == run_id:
             return record
     return {}
 
