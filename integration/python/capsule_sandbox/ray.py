@@ -31,10 +31,12 @@ run in the Ray worker on that node. The step's environment is built from
 nothing, as for every capsule run.
 
 Everything a worker makes lives under one directory per worker process
-(``capsule-ray-<pid>-*`` in the temp dir): a step's throwaway workspace and
-audit file are removed after the step, a session's workspace when the session
-ends, and a small reaper process (detached, holding a pipe from the worker)
-removes whatever is left when the worker dies, ``kill -9`` included.
+(``capsule-ray-<pid>-*`` in the temp dir): a step's audit and policy files are
+removed after the step and its workspace emptied for the worker's next step
+(removed whole when the step changed it or was interrupted), a session's
+workspace goes when the session ends, and a small reaper process (detached,
+holding a pipe from the worker) removes the whole directory when the worker
+dies, ``kill -9`` included.
 """
 
 from __future__ import annotations
