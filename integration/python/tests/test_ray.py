@@ -1,0 +1,157 @@
+"""capsule_sandbox.ray against the real Ray, installed from PyPI (pinned), on a
+local multi-node cluster (issue 22).
+
+Builds (once, cached, like the other conformance venvs) a virtualenv with
+``ray==RAY_PINNED`` and runs ``tests/conformance/ray_check.py`` inside it,
+once; each of its tests is reported here under its own name. Ray that cannot
+be installed or imported FAILS these tests in CI (``CAPSULE_CONFORMANCE_REQUIRED=1``,
+set by .ci/run, or ``CI=true``); locally they skip, printing why. Then
+``examples/ray`` runs end to end with a plain ``ray.init()``.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+import _conformance
+from _conformance import CONFORMANCE, run_pytest
+
+# Keep in step with the `ray` extra in integration/python/pyproject.toml.
+RAY_PINNED = "2.60.0"
+CHECK = CONFORMANCE / "ray_check.py"
+
+
+def _required() -> bool:
+    return _conformance.required() or os.environ.get("CI", "").lower() == "true"
+
+
+def _inner_tests() -> list[str]:
+    """The test ids of ray_check.py (parametrized ones expanded by hand)."""
+    tree = ast.parse(CHECK.read_text(encoding="utf-8"))
+    names = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+            params = None
+            for deco in node.decorator_list:
+                if isinstance(deco, ast.Call) and getattr(deco.func, "attr", "") == "parametrize":
+                    params = ast.literal_eval(deco.args[1])
+            names += [f"{node.name}[{p}]" for p in params] if params else [node.name]
+    return names
+
+
+def _ray_python() -> Path:
+    try:
+        python = _conformance.venv(f"ray-{RAY_PINNED}", [f"ray=={RAY_PINNED}"])
+    except pytest.skip.Exception as exc:
+        if _required():
+            pytest.fail(f"Ray is required here (CI) and its venv cannot be built: {exc}", pytrace=False)
+        raise
+    done = subprocess.run([str(python), "-c", "import ray; print(ray.__version__)"],
+                          capture_output=True, text=True, timeout=120)
+    if done.returncode != 0 or done.stdout.strip() != RAY_PINNED:
+        msg = f"ray {RAY_PINNED} does not import in {python}: {(done.stderr or done.stdout).strip()[-800:]}"
+        if _required():
+            pytest.fail(msg, pytrace=False)
+        print(f"SKIP: {msg}")
+        pytest.skip(msg)
+    return python
+
+
+@pytest.fixture(scope="module")
+def ray_python():
+    return _ray_python()
+
+
+def _no_registry(tmp_path, monkeypatch):
+    # pip with no index and nothing to find: the install fails, fast, offline.
+    monkeypatch.setenv("CAPSULE_CONFORMANCE_DIR", str(tmp_path))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
+    monkeypatch.delenv("CAPSULE_CONFORMANCE_REQUIRED", raising=False)
+
+
+def test_ray_that_cannot_be_installed_fails_in_ci(tmp_path, monkeypatch):
+    _no_registry(tmp_path, monkeypatch)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match=f"Ray is required here.*ray=={RAY_PINNED}"):
+        _ray_python()
+
+
+def test_ray_that_cannot_be_installed_skips_locally(tmp_path, monkeypatch):
+    _no_registry(tmp_path, monkeypatch)
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match=f"ray=={RAY_PINNED}"):
+        _ray_python()
+
+
+@pytest.fixture(scope="module")
+def ray_run(ray_python, capsule_bin):
+    """ray_check.py, run once in the Ray venv: {test id: (outcome, text)}."""
+    with tempfile.TemporaryDirectory(prefix="capsule-ray-junit-") as tmp:
+        xml = Path(tmp) / "junit.xml"
+        done = run_pytest(ray_python, ["-p", "no:randomly", "--junitxml", str(xml), str(CHECK)],
+                          capsule_bin=capsule_bin, timeout=900)
+        out = done.stdout + done.stderr
+        if not xml.exists():
+            pytest.fail(f"ray_check.py did not run (exit {done.returncode}):\n{out[-6000:]}", pytrace=False)
+        results = {}
+        for case in ET.parse(xml).getroot().iter("testcase"):
+            outcome, text = "passed", ""
+            for child in case:
+                if child.tag in ("failure", "error", "skipped"):
+                    outcome = child.tag
+                    text = (child.get("message") or "") + "\n" + (child.text or "")
+            results[case.get("name")] = (outcome, text)
+        return results, out
+
+
+@pytest.mark.parametrize("name", _inner_tests())
+def test_ray(ray_run, name):
+    results, out = ray_run
+    assert name in results, f"{name} did not run in ray_check.py:\n{out[-4000:]}"
+    outcome, text = results[name]
+    assert outcome == "passed", f"{name}: {outcome}\n{text[-6000:]}"
+
+
+def _example() -> Path | None:
+    roots = [Path(__file__).resolve().parents[3]]
+    if os.environ.get("CAPSULE_TEST_ROOT"):
+        roots.insert(0, Path(os.environ["CAPSULE_TEST_ROOT"]))
+    for root in roots:
+        candidate = root / "examples" / "ray" / "fanout.py"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def test_the_ray_example_runs_unchanged_with_ray_init(ray_python, capsule_bin, tmp_path):
+    example = _example()
+    if example is None:
+        msg = "examples/ray/fanout.py is not in this copy of the tests"
+        print(f"SKIP: {msg}")
+        pytest.skip(msg)
+    base = tempfile.gettempdir()
+    ray_tmp = tempfile.mkdtemp(prefix="r", dir=base) if len(base) <= 30 else base
+    env = dict(os.environ, CAPSULE_BIN=capsule_bin, RAY_TMPDIR=ray_tmp, CAPSULE_RAY_EXAMPLE_STEPS="60",
+               PYTHONPATH=str(_conformance.PACKAGE_ROOT), PYTHONDONTWRITEBYTECODE="1")
+    env.pop("RAY_ADDRESS", None)
+    try:
+        done = subprocess.run([str(ray_python), str(example)], env=env, capture_output=True, text=True,
+                              timeout=600, cwd=str(tmp_path))
+    finally:
+        if ray_tmp != base:
+            shutil.rmtree(ray_tmp, ignore_errors=True)  # Ray's session logs
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-6000:]
+    for row in ("ok", "timeout", "pids limit", "denied", "network refused"):
+        assert f"\n{row} " in done.stdout or done.stdout.startswith(f"{row} "), done.stdout
+    assert "all 60 steps confined" in done.stdout, done.stdout
