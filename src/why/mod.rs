@@ -70,6 +70,11 @@ pub struct Answer {
     /// Why no change to the policy can allow it (when refused).
     pub no_change: Option<String>,
     pub notes: Vec<String>,
+    /// The grant `change` proposes, as data (for `capsule learn`): the
+    /// path and the kind of grant. None when the change is not a grant (or
+    /// when it is a credential store or a carve-out, which learn never
+    /// grants).
+    pub grant: Option<(PathBuf, GrantKind)>,
 }
 
 impl Answer {
@@ -633,7 +638,8 @@ impl<'a> Survey<'a> {
                     kind.as_str(),
                     kind.as_str(),
                     target.display()
-                ))
+                ));
+                a.grant = Some((target, kind));
             }
             Err(why) => a.no_change = Some(why),
         }
@@ -672,10 +678,12 @@ impl<'a> Survey<'a> {
             "the link {} lies in the host's /tmp, which the run does not see (its /tmp is its private TMPDIR): it cannot be followed",
             link.display()
         );
+        let dir = link.parent().unwrap_or(Path::new("/")).to_path_buf();
         out.change = Some(format!(
             "add \"{}\" to filesystem.read (a grant under /tmp is bound into the private /tmp), or use the target's path",
-            link.parent().unwrap_or(Path::new("/")).display()
+            dir.display()
         ));
+        out.grant = Some((dir, GrantKind::Read));
         Some(out)
     }
 
@@ -777,6 +785,7 @@ impl<'a> Survey<'a> {
                         "add \"{}\" to filesystem.write (a grant under /tmp is bound into the private /tmp)",
                         parent.display()
                     ));
+                    out.grant = Some((parent.to_path_buf(), GrantKind::Write));
                 }
             } else {
                 // A directory leading to a grant bound inside the private
@@ -811,6 +820,7 @@ impl<'a> Survey<'a> {
                         "add \"{}\" to filesystem.read (a grant under /tmp is bound into the private /tmp)",
                         real.display()
                     ));
+                    out.grant = Some((real.to_path_buf(), GrantKind::Read));
                 }
             }
             return Some(out);
