@@ -37,6 +37,9 @@ pub struct LearnArgs {
     /// Run the command at most N times, each with what was learnt so far, until a run learns nothing new.
     #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub iterations: u32,
+    /// Write no audit record of the runs (by default each run is recorded in the default audit log, as `exec` does).
+    #[arg(long)]
+    pub no_audit: bool,
     /// Wall-clock limit of each run, in seconds (overrides the policy).
     #[arg(long, value_name = "SECONDS")]
     pub timeout: Option<f64>,
@@ -53,6 +56,7 @@ pub struct LearnArgs {
 /// What the rounds learnt so far.
 #[derive(Default)]
 struct State {
+    workspace: Option<String>,
     needs: Vec<Need>,
     hosts: Vec<HostGrant>,
     refused: Vec<Refused>,
@@ -63,6 +67,7 @@ impl State {
         Draft {
             grants: learn::collapse(&self.needs, home),
             hosts: self.hosts.clone(),
+            workspace: self.workspace.clone(),
         }
     }
 }
@@ -95,8 +100,11 @@ pub fn run(a: LearnArgs) -> i32 {
 fn learn(a: LearnArgs) -> Result<i32, String> {
     let here = std::env::current_dir().map_err(|e| format!("the current directory: {e}"))?;
     let home = crate::policy::resolve::invoking_home();
-    let (base, base_dir, base_name) = base_policy(&a, &here, &home)?;
-    let mut st = State::default();
+    let (base, base_dir, base_name, workspace) = base_policy(&a, &here, &home)?;
+    let mut st = State {
+        workspace,
+        ..State::default()
+    };
     let mut last_status = None;
     let mut rounds = 0;
     let mut converged = false;
@@ -120,6 +128,8 @@ fn learn(a: LearnArgs) -> Result<i32, String> {
             },
         );
         let r = f.result;
+        let dest = (!a.no_audit).then(|| crate::audit::Dest::of(None));
+        super::exec::write_audit(dest.as_ref(), &r, None, f.reason);
         replay(&r);
         if r.termination_reason == Termination::Refused {
             return Err(r.error.unwrap_or_else(|| "the run was refused".into()));
@@ -180,7 +190,7 @@ fn base_policy(
     a: &LearnArgs,
     here: &Path,
     home: &Path,
-) -> Result<(Policy, PathBuf, String), String> {
+) -> Result<(Policy, PathBuf, String, Option<String>), String> {
     let (mut p, dir, name) = match &a.policy {
         Some(f) => {
             let lp = policy::load_file(f).map_err(|e| super::exec::policy_load_error(&e))?;
@@ -208,12 +218,14 @@ fn base_policy(
         (None, None) => Some(here.to_path_buf()),
         (None, Some(_)) => None,
     };
+    let mut added = None;
     if let Some(ws) = ws {
         match workspace_refused(&ws, home) {
             None => {
                 let s = ws.display().to_string();
                 if !p.filesystem.write.iter().any(|e| e.raw() == s) {
-                    p.filesystem.write.push(PathEntry::Plain(s));
+                    p.filesystem.write.push(PathEntry::Plain(s.clone()));
+                    added = Some(s);
                 }
             }
             Some(why) => say(format!(
@@ -223,7 +235,7 @@ fn base_policy(
             )),
         }
     }
-    Ok((p, dir, name))
+    Ok((p, dir, name, added))
 }
 
 /// Why `ws` cannot be the writable workspace: what learn never grants, the
@@ -326,6 +338,14 @@ fn study(
             Err(refused) if refused.reason.is_empty() => {}
             Err(refused) => st.refused.push(refused),
         }
+    }
+    for pid in &seen.signals {
+        let answer = survey.signal(*pid);
+        st.refused.push(Refused {
+            what: format!("process {pid}"),
+            access: "signal".into(),
+            reason: answer.no_change.unwrap_or_else(|| "outside the run".into()),
+        });
     }
     drop(seen);
     named_paths(&survey, a, home, st);

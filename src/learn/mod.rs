@@ -222,6 +222,20 @@ pub fn collapse(needs: &[Need], home: &Path) -> Vec<Grant> {
                 || (a.kind == GrantKind::Write && b.kind == GrantKind::Write))
             && !(a.path == b.path && a.kind == b.kind)
     };
+    // What a covered grant was needed for moves to the one that covers it.
+    let all = out.clone();
+    for a in out.iter_mut() {
+        let moved: Vec<String> = all
+            .iter()
+            .filter(|b| covers(a, b))
+            .flat_map(|b| b.why.clone())
+            .collect();
+        for w in moved {
+            if !a.why.contains(&w) {
+                a.why.push(w);
+            }
+        }
+    }
     let all = out.clone();
     out.retain(|b| !all.iter().any(|a| covers(a, b)));
     out
@@ -286,6 +300,8 @@ pub struct HostGrant {
 pub struct Draft {
     pub grants: Vec<Grant>,
     pub hosts: Vec<HostGrant>,
+    /// The workspace learn added to the base (a write grant, commented so).
+    pub workspace: Option<String>,
 }
 
 /// The base policy with relative paths made absolute (against `base_dir`),
@@ -387,7 +403,17 @@ pub fn render(base: &Policy, draft: &Draft, header: &[String]) -> String {
         }
         y.push_str(&format!("  {name}:\n"));
         for e in list {
-            y.push_str(&format!("    - {}\n", entry(e)));
+            let ws = kind == Some(GrantKind::Write)
+                && draft.workspace.as_deref() == Some(e.raw())
+                && matches!(e, PathEntry::Plain(_));
+            if ws {
+                y.push_str(&format!(
+                    "    - {}  # the workspace (where learn ran, or --workspace)\n",
+                    entry(e)
+                ));
+            } else {
+                y.push_str(&format!("    - {}\n", entry(e)));
+            }
         }
         for g in learnt {
             let mut why: Vec<String> = g.why.iter().take(3).cloned().collect();
@@ -571,6 +597,7 @@ mod tests {
                 host: "127.0.0.1".into(),
                 why: "reached by: the command (proxy)".into(),
             }],
+            workspace: None,
         };
         let y = render(&base, &d, &["a draft".into()]);
         assert!(
