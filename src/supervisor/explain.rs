@@ -119,7 +119,7 @@ impl Observer {
         if let Some((path, access, call)) = self.read_call(n) {
             // Only what the caller still waits for was read truthfully.
             if listener.id_valid(n.id) {
-                self.record(path, access, comm(n.pid as libc::pid_t), call);
+                self.record(path, access, || comm(n.pid as libc::pid_t), call);
             }
         }
         Reply::Continue
@@ -194,7 +194,15 @@ impl Observer {
         false
     }
 
-    fn record(&self, path: PathBuf, access: FsAccess, comm: String, call: &'static str) {
+    /// Keep a new (path, access) pair, with who asked (`comm` is read only
+    /// for a new pair: a repeated call costs no more than before).
+    fn record(
+        &self,
+        path: PathBuf,
+        access: FsAccess,
+        comm: impl FnOnce() -> String,
+        call: &'static str,
+    ) {
         let mut s = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         let key = (path, code_of(access));
         if s.known.contains(&key) {
@@ -207,7 +215,7 @@ impl Observer {
             s.bytes += len;
             s.known.insert(key.clone());
             s.pairs.push(key);
-            s.origins.push((comm, call));
+            s.origins.push((comm(), call));
         }
     }
 
@@ -265,7 +273,7 @@ impl Observer {
         if let Some((d2, p2)) = second {
             if let Some(p) = resolve(tid, d2, p2) {
                 if relevant(tid, &p, FsAccess::Write) {
-                    self.record(p, FsAccess::Write, comm(tid), name);
+                    self.record(p, FsAccess::Write, || comm(tid), name);
                 }
             }
         }
@@ -359,14 +367,14 @@ mod tests {
             o.record(
                 format!("/p/{i}").into(),
                 crate::why::FsAccess::Read,
-                "t".into(),
+                || "t".into(),
                 "open",
             );
         }
         o.record(
             "/p/0".into(),
             crate::why::FsAccess::Read,
-            "t".into(),
+            || "t".into(),
             "open",
         );
         let s = o.seen.lock().unwrap();
@@ -379,7 +387,7 @@ mod tests {
             o.record(
                 format!("/{long}/{i}").into(),
                 crate::why::FsAccess::Write,
-                "t".into(),
+                || "t".into(),
                 "open",
             );
         }
