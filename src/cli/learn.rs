@@ -315,6 +315,20 @@ fn study(
             return false;
         }
     };
+    let files = study_files(&survey, observer, home, st);
+    named_paths(&survey, a, home, st);
+    study_hosts(&survey, r, a.learn_hosts, st);
+    study_broker(r, st);
+    files
+}
+
+/// The observed file accesses the run was refused, and its refused signals.
+fn study_files(
+    survey: &crate::why::Survey<'_>,
+    observer: &Observer,
+    home: &Path,
+    st: &mut State,
+) -> bool {
     let seen = observer.seen.lock().unwrap_or_else(|p| p.into_inner());
     let files = seen.active;
     if !files {
@@ -347,9 +361,6 @@ fn study(
             reason: answer.no_change.unwrap_or_else(|| "outside the run".into()),
         });
     }
-    drop(seen);
-    named_paths(&survey, a, home, st);
-    let seen = observer.seen.lock().unwrap_or_else(|p| p.into_inner());
     if seen.dropped > 0 {
         st.refused.push(Refused {
             what: format!("{} more file accesses", seen.dropped),
@@ -357,7 +368,11 @@ fn study(
             reason: "past the observer's bound: not checked".into(),
         });
     }
-    drop(seen);
+    files
+}
+
+/// The hosts the proxy refused: learnt with `--learn-hosts`, else reported.
+fn study_hosts(survey: &crate::why::Survey<'_>, r: &RunResult, learn_hosts: bool, st: &mut State) {
     for host in &r.denied_hosts {
         if host == learn::PLACEHOLDER_HOST {
             continue;
@@ -368,7 +383,7 @@ fn study(
             access: "connect".into(),
             reason,
         };
-        if !a.learn_hosts {
+        if !learn_hosts {
             st.refused
                 .push(refuse("not learnt (pass --learn-hosts)".into()));
         } else if let Some(why) = answer.no_change.clone() {
@@ -380,6 +395,10 @@ fn study(
             });
         }
     }
+}
+
+/// The broker's refusals (tools, models): never learnt, reported.
+fn study_broker(r: &RunResult, st: &mut State) {
     let list = |k: &str| -> Vec<String> {
         r.usage
             .as_ref()
@@ -407,7 +426,6 @@ fn study(
             reason: "not learnt: add it to llm_access.allowed_models yourself".into(),
         });
     }
-    files
 }
 
 /// The paths the command line names (its words, and the words of a shell
