@@ -35,7 +35,7 @@ pub struct LearnArgs {
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
     /// Run the command at most N times, each with what was learnt so far, until a run learns nothing new.
-    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub iterations: u32,
     /// Write no audit record of the runs (by default each run is recorded in the default audit log, as `exec` does).
     #[arg(long)]
