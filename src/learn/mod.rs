@@ -526,6 +526,38 @@ mod tests {
     }
 
     #[test]
+    fn a_key_is_refused_whatever_grant_why_proposes() {
+        let home = Path::new("/home/u");
+        let a = Answer {
+            grant: Some(("/home/u/.ssh/id_rsa".into(), GrantKind::Read)),
+            ..Answer::default()
+        };
+        let r = judge(
+            &a,
+            Path::new("/home/u/.ssh/id_rsa"),
+            FsAccess::Read,
+            "cat (openat /home/u/.ssh/id_rsa)",
+            home,
+        )
+        .expect_err("a key granted");
+        assert!(r.reason.starts_with("credential store"), "{r:?}");
+        // A grant proposed at $HOME itself (a file to create there).
+        let a = Answer {
+            grant: Some(("/home/u".into(), GrantKind::Write)),
+            ..Answer::default()
+        };
+        let r = judge(
+            &a,
+            Path::new("/home/u/new.txt"),
+            FsAccess::Write,
+            "sh",
+            home,
+        )
+        .expect_err("$HOME granted");
+        assert_eq!(r.reason, "is $HOME");
+    }
+
+    #[test]
     fn reads_of_one_directory_collapse_writes_do_not() {
         let home = Path::new("/nonexistent-home");
         let g = collapse(
