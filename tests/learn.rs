@@ -24,6 +24,14 @@ fn sandbox() -> Sandbox {
     sb
 }
 
+/// Whether `prog ARGS` runs and succeeds on the host.
+fn has(prog: &str, args: &[&str]) -> bool {
+    std::process::Command::new(prog)
+        .args(args)
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
 /// The key's absolute path (the child's HOME is its own, not this one).
 fn key(sb: &Sandbox) -> String {
     sb.home.join(".ssh/id_rsa").display().to_string()
@@ -155,6 +163,10 @@ fn pytest_of_a_project_reading_data_outside_the_grants() {
     );
     let draft = sb.path("draft.yaml");
     let py = python();
+    if !has(&py, &["-m", "pytest", "--version"]) {
+        skip(&format!("no pytest for {py} here"));
+        return;
+    }
     let cmd = [py.as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider"];
     let mut args = vec!["-o", draft.to_str().unwrap(), "--"];
     args.extend(cmd);
@@ -308,9 +320,8 @@ fn make_of_a_c_project_with_a_header_outside_the_grants() {
             inc.display()
         ),
     );
-    let cc = std::process::Command::new("cc").arg("--version").output();
-    if !cc.is_ok_and(|o| o.status.success()) {
-        skip("no C compiler (cc) here");
+    if !has("cc", &["--version"]) || !has("make", &["--version"]) {
+        skip("no C compiler (cc) or make here");
         return;
     }
     let cmd = ["make", "-B"];
