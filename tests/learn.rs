@@ -361,7 +361,7 @@ fn learning_again_with_the_draft_converges() {
     sb.write("data/a/two.txt", "2\n");
     let proj = sb.mkdir("proj");
     let script = format!(
-        "cat {0}/a/one.txt {0}/a/two.txt; cat {1}; echo made > {0}/../proj/out.txt; true",
+        "echo pid=$$; cat {0}/a/one.txt {0}/a/two.txt; cat {1}; echo made > {0}/../proj/out.txt; true",
         data.parent().unwrap().parent().unwrap().display(),
         key(&sb)
     );
@@ -374,6 +374,21 @@ fn learning_again_with_the_draft_converges() {
         return;
     }
     assert_learnt(&r);
+    // Every round on the same path: in a pid namespace the shell is pid 2
+    // or so in each, else in none (a round left for the next must not take
+    // the run's namespaces away: the id maps of an unprivileged run).
+    let in_ns: Vec<bool> = r
+        .stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("pid="))
+        .map(|p| p.trim().parse::<u32>().unwrap_or(u32::MAX) <= 3)
+        .collect();
+    assert!(in_ns.len() >= 2, "fewer than two rounds{}", r.ctx());
+    assert!(
+        in_ns.iter().all(|x| *x == in_ns[0]),
+        "the rounds ran on different paths: {in_ns:?}{}",
+        r.ctx()
+    );
     // Confined, never unconfined: the key was not read while learning.
     assert!(
         !r.stderr.contains("BEGIN KEY") && !r.stdout.contains("BEGIN KEY"),

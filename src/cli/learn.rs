@@ -117,6 +117,7 @@ fn learn(a: LearnArgs) -> Result<i32, String> {
             .map_err(|e| format!("the draft of round {round} does not load: {e}"))?;
         let (plan, cli_hosts) = plan_round(&a, loaded.clone())?;
         let observer = Observer::default();
+        let dumpable = nix::sys::prctl::get_dumpable().unwrap_or(false);
         let f = supervisor::run(
             &plan,
             ExecOptions {
@@ -127,6 +128,14 @@ fn learn(a: LearnArgs) -> Result<i32, String> {
                 observer: Some(observer.clone()),
             },
         );
+        // The run's init shared this process's memory and made it
+        // non-dumpable; the run is over (its tree killed): dumpable again,
+        // as a fresh capsule, or the next round's child could not have its
+        // user namespace's id maps written (EACCES) and would take the
+        // no-namespace path.
+        if dumpable {
+            let _ = nix::sys::prctl::set_dumpable(true);
+        }
         let r = f.result;
         let dest = (!a.no_audit).then(|| crate::audit::Dest::of(None));
         super::exec::write_audit(dest.as_ref(), &r, None, f.reason);
