@@ -16,6 +16,7 @@
 //! * [`rpc`] — the tool and LLM broker served over the child's RPC fd;
 //! * [`audit`] — the one-line audit record of every run;
 //! * [`volume`] — named directories capsule owns (`capsule volume`, `volume:NAME` mounts);
+//! * [`learn`] — `capsule learn`: from a run's refusals to a draft policy;
 //! * [`cli`] — the `capsule` command line, turning typed errors into exit codes.
 //!
 //! The one public item is [`cli::main`], which the binary calls; no other
@@ -32,6 +33,7 @@
 pub(crate) mod audit;
 pub mod cli;
 pub(crate) mod kernel;
+pub(crate) mod learn;
 pub(crate) mod plan;
 pub(crate) mod policy;
 pub(crate) mod proxy;

@@ -22,10 +22,7 @@ pub fn explain(
     observer: Option<&Observer>,
     r: &mut RunResult,
 ) {
-    // The path the run took: a pid namespace, or the no-namespace path
-    // (where clone() refused them, even when the host's settings allow them).
-    let namespaces = r.enforcement.tree_kill == "pid-namespace";
-    let survey = match Survey::with_namespaces(plan, loaded, cli_hosts, namespaces) {
+    let survey = match survey_for(plan, loaded, cli_hosts, r) {
         Ok(s) => s,
         Err(e) => {
             r.denials = Some(Vec::new());
@@ -114,6 +111,19 @@ pub fn explain(
         "dropped": dropped,
         "not_observed": not_kept,
     }));
+}
+
+/// `why`'s Survey of the path run `r` took: a pid namespace, or the
+/// no-namespace path (where clone() refused them, even when the host's
+/// settings allow them). `capsule learn` asks the same.
+pub fn survey_for<'a>(
+    plan: &'a Plan,
+    loaded: &'a LoadedPolicy,
+    cli_hosts: usize,
+    r: &RunResult,
+) -> Result<Survey<'a>, crate::sandbox::SandboxError> {
+    let namespaces = r.enforcement.tree_kill == "pid-namespace";
+    Survey::with_namespaces(plan, loaded, cli_hosts, namespaces)
 }
 
 /// The denials on stderr, as `why` prints its answers.

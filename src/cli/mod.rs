@@ -9,6 +9,7 @@ mod completions;
 mod doctor;
 mod exec;
 mod explain;
+mod learn;
 mod man;
 mod policy_cmd;
 mod report;
@@ -49,6 +50,9 @@ enum Command {
     Check(check::CheckArgs),
     /// Would the policy allow an access here? Verdict, layer, key, and the change that would allow it.
     Why(why::WhyArgs),
+    /// Run COMMAND confined, watch what it was refused, and write a draft policy that lets it run.
+    #[command(long_about = learn::LONG_ABOUT)]
+    Learn(learn::LearnArgs),
     /// Report Landlock ABI, seccomp, user namespaces, cgroups, proxy support.
     Doctor(doctor::DoctorArgs),
     /// Policy helpers: the JSON Schema and starter policies.
@@ -94,6 +98,7 @@ pub fn main() -> i32 {
         Command::Serve(a) => serve::run(a),
         Command::Check(a) => check::run(a),
         Command::Why(a) => why::run(a),
+        Command::Learn(a) => learn::run(a),
         Command::Doctor(a) => doctor::run(a),
         Command::Policy(c) => policy_cmd::run(c),
         Command::Rpc(a) => rpc_cmd::run(a),

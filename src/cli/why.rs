@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use crate::plan::{self, build::Overrides, BuildInput};
-use crate::policy::{self, NetMode};
+use crate::plan::{self, build::Overrides, BuildInput, Plan};
+use crate::policy::{self, LoadedPolicy, NetMode};
 use crate::why::{Answer, FsAccess, Survey};
 
 #[derive(Debug, Args)]
@@ -89,14 +89,46 @@ pub struct WhyArgs {
 }
 
 pub fn run(a: WhyArgs) -> i32 {
+    match why(&a) {
+        Ok(code) => code,
+        Err(msg) => {
+            super::error_line(msg);
+            125
+        }
+    }
+}
+
+/// Plan as `exec` would, ask, print: 0 when all is allowed, 1 when
+/// something is refused; `Err` is the one line of a 125.
+fn why(a: &WhyArgs) -> Result<i32, String> {
+    let (loaded, plan) = plan_for(a)?;
+    let survey = Survey::new(&plan, &loaded, a.allow_host.len())
+        .map_err(|e| format!("capsule exec refuses this policy here: {e}"))?;
+    let answers = ask(&survey, a)?;
+    if a.json {
+        let v = serde_json::json!({
+            "policy": loaded.source.as_ref().map(|p| p.display().to_string()),
+            "host": survey.host_json(),
+            "answers": answers.iter().map(Answer::to_json).collect::<Vec<_>>(),
+        });
+        println!("{v}");
+    } else {
+        for ans in &answers {
+            print!("{}", ans.render());
+        }
+    }
+    Ok(if answers.iter().all(|x| x.allowed) {
+        0
+    } else {
+        1
+    })
+}
+
+/// The policy and the plan `exec` would build with these flags (its audit
+/// log carved out, and refused where the run could reach it, as `exec`).
+fn plan_for(a: &WhyArgs) -> Result<(LoadedPolicy, Plan), String> {
     let loaded = match &a.policy {
-        Some(p) => match policy::load_file(p) {
-            Ok(lp) => lp,
-            Err(e) => {
-                super::error_line(e);
-                return 125;
-            }
-        },
+        Some(p) => policy::load_file(p).map_err(|e| e.to_string())?,
         None => super::exec::default_policy(),
     };
     let overrides = Overrides {
@@ -124,29 +156,20 @@ pub fn run(a: WhyArgs) -> i32 {
         best_effort: a.best_effort,
         run_id: super::exec::new_run_id(),
     };
-    let plan = match plan::build(input) {
-        Ok(p) => p,
-        Err(e) => {
-            super::error_line(e);
-            return 125;
-        }
-    };
+    let plan = plan::build(input).map_err(|e| e.to_string())?;
     if let Some(p) = &audit_path {
         if let Err(why) = super::exec::audit_log_reachable(p, &plan) {
-            super::error_line(format!(
+            return Err(format!(
                 "capsule exec refuses the audit log {}: {why}; put it outside every write grant (or use --no-audit)",
                 p.display()
             ));
-            return 125;
         }
     }
-    let survey = match Survey::new(&plan, &loaded, a.allow_host.len()) {
-        Ok(s) => s,
-        Err(e) => {
-            super::error_line(format!("capsule exec refuses this policy here: {e}"));
-            return 125;
-        }
-    };
+    Ok((loaded, plan))
+}
+
+/// Each question asked, answered in the documented order.
+fn ask(survey: &Survey<'_>, a: &WhyArgs) -> Result<Vec<Answer>, String> {
     let here = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     let home = policy::resolve::invoking_home();
     let abs = |p: &Path| -> PathBuf {
@@ -166,44 +189,23 @@ pub fn run(a: WhyArgs) -> i32 {
         }
     }
     for c in &a.connect {
-        match split_host_port(c) {
-            Some((h, port)) => answers.push(survey.connect(h, port)),
-            None => {
-                super::error_line(format!(
-                    "why --connect {c}: expected HOST:PORT (e.g. api.github.com:443, [::1]:8080)"
-                ));
-                return 125;
-            }
-        }
+        let (h, port) = split_host_port(c).ok_or_else(|| {
+            format!("why --connect {c}: expected HOST:PORT (e.g. api.github.com:443, [::1]:8080)")
+        })?;
+        answers.push(survey.connect(h, port));
     }
     answers.extend(a.tool.iter().map(|t| survey.tool(t)));
     answers.extend(a.model.iter().map(|m| survey.model(m)));
     answers.extend(a.env.iter().map(|e| survey.env(e)));
     answers.extend(a.signal.iter().map(|p| survey.signal(*p)));
     if answers.is_empty() {
-        super::error_line(
+        return Err(
             "why: ask something: --read, --write, --exec, --truncate, --chmod PATH, --connect HOST:PORT, --tool, \
-             --model, --env NAME or --signal PID",
+             --model, --env NAME or --signal PID"
+                .into(),
         );
-        return 125;
     }
-    if a.json {
-        let v = serde_json::json!({
-            "policy": loaded.source.as_ref().map(|p| p.display().to_string()),
-            "host": survey.host_json(),
-            "answers": answers.iter().map(Answer::to_json).collect::<Vec<_>>(),
-        });
-        println!("{v}");
-    } else {
-        for ans in &answers {
-            print!("{}", ans.render());
-        }
-    }
-    if answers.iter().all(|x| x.allowed) {
-        0
-    } else {
-        1
-    }
+    Ok(answers)
 }
 
 /// `host:port`, `[v6]:port`.

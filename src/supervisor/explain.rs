@@ -36,6 +36,10 @@ pub use crate::sandbox::seccomp::signals::OBSERVED;
 pub struct Seen {
     /// In the order first seen (the first denial is the run's first).
     pub pairs: Vec<(PathBuf, u8)>,
+    /// Who asked for each kept pair, by index: the caller's command name
+    /// (`/proc/TID/comm`) and the call (`capsule learn` comments its grants
+    /// with them).
+    pub origins: Vec<(String, &'static str)>,
     known: std::collections::HashSet<(PathBuf, u8)>,
     bytes: usize,
     /// Pairs not kept (over [`MAX_SEEN`] or [`MAX_SEEN_BYTES`]; a pair
@@ -56,6 +60,18 @@ impl Seen {
         self.pairs
             .iter()
             .map(|(p, a)| (p.clone(), access_of(*a)))
+            .collect()
+    }
+
+    /// The kept pairs with their access and who asked (command name, call).
+    pub fn accesses_by(&self) -> Vec<(PathBuf, FsAccess, String, &'static str)> {
+        self.pairs
+            .iter()
+            .enumerate()
+            .map(|(i, (p, a))| {
+                let (comm, call) = self.origins.get(i).cloned().unwrap_or_default();
+                (p.clone(), access_of(*a), comm, call)
+            })
             .collect()
     }
 }
@@ -100,10 +116,10 @@ impl Observer {
 
     /// Record what the call asks for; always CONTINUE.
     pub fn serve(&self, listener: &Listener, n: &Notification) -> Reply {
-        if let Some((path, access)) = self.read_call(n) {
+        if let Some((path, access, call)) = self.read_call(n) {
             // Only what the caller still waits for was read truthfully.
             if listener.id_valid(n.id) {
-                self.record(path, access);
+                self.record(path, access, || comm(n.pid as libc::pid_t), call);
             }
         }
         Reply::Continue
@@ -178,7 +194,15 @@ impl Observer {
         false
     }
 
-    fn record(&self, path: PathBuf, access: FsAccess) {
+    /// Keep a new (path, access) pair, with who asked (`comm` is read only
+    /// for a new pair: a repeated call costs no more than before).
+    fn record(
+        &self,
+        path: PathBuf,
+        access: FsAccess,
+        comm: impl FnOnce() -> String,
+        call: &'static str,
+    ) {
         let mut s = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         let key = (path, code_of(access));
         if s.known.contains(&key) {
@@ -191,12 +215,17 @@ impl Observer {
             s.bytes += len;
             s.known.insert(key.clone());
             s.pairs.push(key);
+            s.origins.push((comm(), call));
         }
     }
 
-    /// The path (absolute, as the caller sees it) and the access of one call.
-    fn read_call(&self, n: &Notification) -> Option<(PathBuf, FsAccess)> {
-        let name = OBSERVED.iter().find(|x| nr(x) == i64::from(n.nr))?;
+    /// The path (absolute, as the caller sees it), the access and the name
+    /// of one call.
+    fn read_call(&self, n: &Notification) -> Option<(PathBuf, FsAccess, &'static str)> {
+        let name: &'static str = OBSERVED
+            .iter()
+            .find(|x| nr(x) == i64::from(n.nr))
+            .copied()?;
         let a = n.args;
         let tid = n.pid as libc::pid_t;
         const AT_FDCWD: i64 = libc::AT_FDCWD as i64;
@@ -209,7 +238,7 @@ impl Observer {
             }
         };
         // (dirfd or AT_FDCWD, path pointer, access)
-        let (dirfd, ptr, access, second) = match *name {
+        let (dirfd, ptr, access, second) = match name {
             "open" => (AT_FDCWD, a[0], open_access(a[1]), None),
             "creat" => (AT_FDCWD, a[0], FsAccess::Write, None),
             "openat" => (a[0] as i32 as i64, a[1], open_access(a[2]), None),
@@ -243,21 +272,24 @@ impl Observer {
         };
         if let Some((d2, p2)) = second {
             if let Some(p) = resolve(tid, d2, p2) {
-                self.record_if_relevant(tid, p, FsAccess::Write);
+                if relevant(tid, &p, FsAccess::Write) {
+                    self.record(p, FsAccess::Write, || comm(tid), name);
+                }
             }
         }
         let p = resolve(tid, dirfd, ptr)?;
         if !relevant(tid, &p, access) {
             return None;
         }
-        Some((p, access))
+        Some((p, access, name))
     }
+}
 
-    fn record_if_relevant(&self, tid: libc::pid_t, p: PathBuf, access: FsAccess) {
-        if relevant(tid, &p, access) {
-            self.record(p, access);
-        }
-    }
+/// The command name of thread `tid` (`/proc/TID/comm`), or "?".
+fn comm(tid: libc::pid_t) -> String {
+    std::fs::read_to_string(format!("/proc/{tid}/comm"))
+        .map(|s| s.trim_end().chars().take(16).collect())
+        .unwrap_or_else(|_| "?".into())
 }
 
 /// A read or exec of what does not exist is refused by no layer (ENOENT):
@@ -332,9 +364,19 @@ mod tests {
     fn what_is_kept_is_bounded() {
         let o = super::Observer::default();
         for i in 0..(super::MAX_SEEN + 10) {
-            o.record(format!("/p/{i}").into(), crate::why::FsAccess::Read);
+            o.record(
+                format!("/p/{i}").into(),
+                crate::why::FsAccess::Read,
+                || "t".into(),
+                "open",
+            );
         }
-        o.record("/p/0".into(), crate::why::FsAccess::Read);
+        o.record(
+            "/p/0".into(),
+            crate::why::FsAccess::Read,
+            || "t".into(),
+            "open",
+        );
         let s = o.seen.lock().unwrap();
         assert_eq!(s.pairs.len(), super::MAX_SEEN);
         assert_eq!(s.dropped, 10);
@@ -342,7 +384,12 @@ mod tests {
         let o = super::Observer::default();
         let long = "x".repeat(4000);
         for i in 0..2000 {
-            o.record(format!("/{long}/{i}").into(), crate::why::FsAccess::Write);
+            o.record(
+                format!("/{long}/{i}").into(),
+                crate::why::FsAccess::Write,
+                || "t".into(),
+                "open",
+            );
         }
         let s = o.seen.lock().unwrap();
         assert!(

@@ -70,6 +70,11 @@ pub struct Answer {
     /// Why no change to the policy can allow it (when refused).
     pub no_change: Option<String>,
     pub notes: Vec<String>,
+    /// The grant `change` proposes, as data (for `capsule learn`): the
+    /// path and the kind of grant. None when the change is not a grant (or
+    /// when it is a credential store or a carve-out, which learn never
+    /// grants).
+    pub grant: Option<(PathBuf, GrantKind)>,
 }
 
 impl Answer {
@@ -348,182 +353,188 @@ impl<'a> Survey<'a> {
         if access == FsAccess::Chmod {
             return self.chmod(a, &real, exists);
         }
-        let (granted, decider) = self.rights(&real);
-        let need_write = |r: &Rights| {
-            if exists && !is_dir {
-                r.write_file
-            } else {
-                r.make
-            }
-        };
-        let ok = match access {
-            FsAccess::Read if is_dir => granted.read_dir,
-            FsAccess::Read => granted.read_file,
-            FsAccess::Write | FsAccess::Truncate => need_write(&granted),
-            FsAccess::Exec => granted.exec,
-            FsAccess::Chmod => unreachable!("answered above"),
+        let t = Target {
+            real: &real,
+            exists,
+            is_dir,
+            access,
         };
         if !self.report.fs {
-            // --best-effort without Landlock: nothing checks reads, writes
-            // only the view (its writable binds are the write grants).
-            if access == FsAccess::Truncate {
-                return self.truncate_below_abi3(a, &real, exists);
-            }
-            if access == FsAccess::Write && self.view.is_some() && self.write_bind(&real).is_none()
-            {
-                a.allowed = false;
-                a.layer = "view";
-                a.layer_detail = "the read-only view of the host".into();
-                a.because = "outside every write grant, the host is mounted read-only in the run's view (EROFS)".into();
-                self.suggest(&mut a, &real, exists, GrantKind::Write);
-            } else if let Some(why) = host_refuses(&real, exists, is_dir, access) {
-                a.layer = "host";
-                a.layer_detail = "the host's file permissions".into();
-                a.because = format!("nothing in the sandbox checks it here, but {why}");
-            } else {
-                a.allowed = true;
-                a.layer = "none";
-                a.layer_detail = "no layer (no Landlock here, --best-effort)".into();
-                a.because =
-                    "NOT ENFORCED: this kernel has no Landlock, and the run was allowed without it"
-                        .into();
-            }
-            return a;
+            return self.path_without_landlock(a, &t);
         }
-        a.allowed = ok;
+        let (granted, decider) = self.rights(&real);
+        a.allowed = t.wants(&granted);
         a.layer = "landlock";
         a.layer_detail = self.landlock();
         if access == FsAccess::Truncate && self.report.abi < kernel::LANDLOCK_TRUNCATE {
             return self.truncate_below_abi3(a, &real, exists);
         }
-        let kind = match access {
-            FsAccess::Read => GrantKind::Read,
-            FsAccess::Exec => GrantKind::Exec,
-            _ => GrantKind::Write,
-        };
-        if ok {
-            if let Some(why) = host_refuses(&real, exists, is_dir, access) {
-                a.allowed = false;
-                a.layer = "host";
-                a.layer_detail =
-                    "the host's file permissions (the run holds no capabilities, as root too)"
-                        .into();
-                a.because = format!("the sandbox allows it, but {why}");
-                a.no_change = Some(
-                    "capsule cannot give a run more than the host's file permissions: change the file's mode or \
-                     owner on the host"
-                        .into(),
-                );
-                return a;
-            }
-            if let Some(rule) = decider.find(|r: &Rights| match access {
-                FsAccess::Read if is_dir => r.read_dir,
-                FsAccess::Read => r.read_file,
-                FsAccess::Exec => r.exec,
-                _ => need_write(r),
-            }) {
-                a.key_of(&rule.origin);
-                a.because = match &rule.kind {
-                    RuleKind::CarveOut { grant } => format!(
-                        "{} ({}) gives {} beneath it, as part of the grant of {} expanded around carve-outs",
-                        rule.path.display(),
-                        rule.origin,
-                        rule.access.label(),
-                        grant.display()
-                    ),
-                    _ => format!(
-                        "{} ({}) gives {} beneath it",
-                        rule.path.display(),
-                        rule.origin,
-                        rule.access.label()
-                    ),
-                };
-            }
+        if a.allowed {
+            return self.allowed_by_landlock(a, &t, &decider);
+        }
+        if self.refused_by_carve_out(&mut a, &t) || self.refused_in_expanded_dir(&mut a, &t) {
             return a;
         }
-        // Refused: a carve-out, an expanded directory, or no grant.
-        if let Some(d) = self
+        self.refused_for_want_of_grant(a, &t)
+    }
+
+    /// --best-effort without Landlock: nothing checks reads, writes only the
+    /// view (its writable binds are the write grants).
+    fn path_without_landlock(&self, mut a: Answer, t: &Target<'_>) -> Answer {
+        let (real, exists) = (t.real, t.exists);
+        if t.access == FsAccess::Truncate {
+            return self.truncate_below_abi3(a, real, exists);
+        }
+        if t.access == FsAccess::Write && self.view.is_some() && self.write_bind(real).is_none() {
+            a.allowed = false;
+            a.layer = "view";
+            a.layer_detail = "the read-only view of the host".into();
+            a.because = "outside every write grant, the host is mounted read-only in the run's view (EROFS)".into();
+            self.suggest(&mut a, real, exists, GrantKind::Write);
+        } else if let Some(why) = host_refuses(real, exists, t.is_dir, t.access) {
+            a.layer = "host";
+            a.layer_detail = "the host's file permissions".into();
+            a.because = format!("nothing in the sandbox checks it here, but {why}");
+        } else {
+            a.allowed = true;
+            a.layer = "none";
+            a.layer_detail = "no layer (no Landlock here, --best-effort)".into();
+            a.because =
+                "NOT ENFORCED: this kernel has no Landlock, and the run was allowed without it"
+                    .into();
+        }
+        a
+    }
+
+    /// Landlock allows it: unless the host's permissions refuse it, the key
+    /// is the deepest rule that gives the right.
+    fn allowed_by_landlock(&self, mut a: Answer, t: &Target<'_>, decider: &Deciders<'_>) -> Answer {
+        if let Some(why) = host_refuses(t.real, t.exists, t.is_dir, t.access) {
+            a.allowed = false;
+            a.layer = "host";
+            a.layer_detail =
+                "the host's file permissions (the run holds no capabilities, as root too)".into();
+            a.because = format!("the sandbox allows it, but {why}");
+            a.no_change = Some(
+                "capsule cannot give a run more than the host's file permissions: change the file's mode or \
+                 owner on the host"
+                    .into(),
+            );
+            return a;
+        }
+        if let Some(rule) = decider.find(|r: &Rights| t.wants(r)) {
+            a.key_of(&rule.origin);
+            a.because = match &rule.kind {
+                RuleKind::CarveOut { grant } => format!(
+                    "{} ({}) gives {} beneath it, as part of the grant of {} expanded around carve-outs",
+                    rule.path.display(),
+                    rule.origin,
+                    rule.access.label(),
+                    grant.display()
+                ),
+                _ => format!(
+                    "{} ({}) gives {} beneath it",
+                    rule.path.display(),
+                    rule.origin,
+                    rule.access.label()
+                ),
+            };
+        }
+        a
+    }
+
+    /// Refused by a carve-out (the deepest one holding the path): its key,
+    /// and the grant naming it exactly, or why none can. False: no carve-out.
+    fn refused_by_carve_out(&self, a: &mut Answer, t: &Target<'_>) -> bool {
+        let Some(d) = self
             .report
             .denied
             .iter()
-            .filter(|d| real.starts_with(&d.path))
+            .filter(|d| t.real.starts_with(&d.path))
             .max_by_key(|d| d.path.components().count())
-        {
-            a.key_of(&d.origin);
-            let home = crate::policy::resolve::invoking_home();
-            let grant_shown = shown_key(&self.report.rules, &d.grant);
-            a.because = match &d.origin {
-                Origin::Credential(what) => format!(
-                    "{} is a credential store ({what}), carved out beneath {grant_shown}",
-                    tilde(&d.path, &home)
-                ),
-                Origin::Secret(what) => format!(
-                    "{} is a system secret ({what}), carved out beneath {grant_shown}",
+        else {
+            return false;
+        };
+        a.key_of(&d.origin);
+        let home = crate::policy::resolve::invoking_home();
+        let grant_shown = shown_key(&self.report.rules, &d.grant);
+        a.because = match &d.origin {
+            Origin::Credential(what) => format!(
+                "{} is a credential store ({what}), carved out beneath {grant_shown}",
+                tilde(&d.path, &home)
+            ),
+            Origin::Secret(what) => format!(
+                "{} is a system secret ({what}), carved out beneath {grant_shown}",
+                d.path.display()
+            ),
+            _ => format!(
+                "{} is carved out ({}) beneath {grant_shown}",
+                d.path.display(),
+                d.origin
+            ),
+        };
+        match &d.origin {
+            Origin::Policy { key, .. } => {
+                a.change = Some(format!(
+                    "remove {} from the policy's carve-outs ({key})",
                     d.path.display()
-                ),
-                _ => format!(
-                    "{} is carved out ({}) beneath {grant_shown}",
-                    d.path.display(),
-                    d.origin
-                ),
-            };
-            match &d.origin {
-                Origin::Policy { key, .. } => {
-                    a.change = Some(format!(
-                        "remove {} from the policy's carve-outs ({key})",
-                        d.path.display()
-                    ))
-                }
-                _ => {
-                    let k = if access == FsAccess::Exec {
-                        GrantKind::Exec
-                    } else if matches!(access, FsAccess::Read) {
-                        GrantKind::Read
-                    } else {
-                        GrantKind::Write
-                    };
-                    match validate::check_grant(&d.path, k) {
-                        Ok(()) => {
-                            a.change = Some(format!(
-                                "a grant naming it exactly: filesystem.{}: [\"{}\"] (or --allow-{} {}); a broader grant never includes it",
-                                k.as_str(),
-                                tilde(&d.path, &home),
-                                k.as_str(),
-                                d.path.display()
-                            ))
-                        }
-                        Err(why) => a.no_change = Some(why),
+                ))
+            }
+            _ => {
+                let k = t.kind();
+                match validate::check_grant(&d.path, k) {
+                    Ok(()) => {
+                        a.change = Some(format!(
+                            "a grant naming it exactly: filesystem.{}: [\"{}\"] (or --allow-{} {}); a broader grant never includes it",
+                            k.as_str(),
+                            tilde(&d.path, &home),
+                            k.as_str(),
+                            d.path.display()
+                        ))
                     }
+                    Err(why) => a.no_change = Some(why),
                 }
             }
-            return a;
         }
-        // An expanded directory: entries cannot be made in it directly.
-        let parent = real.parent().unwrap_or(Path::new("/"));
-        if !exists || (is_dir && matches!(access, FsAccess::Write)) {
-            let dir = if exists { real.as_path() } else { parent };
-            if let Some(d) = self
-                .report
-                .denied
-                .iter()
-                .find(|d| dir.starts_with(&d.grant) && d.path.starts_with(dir) && d.path != dir)
-            {
-                a.because = format!(
-                    "{} is expanded around the carve-out of {} ({}): Landlock cannot subtract, so entries \
-                     directly in it are reachable only when they existed at the start of the run, and nothing \
-                     can be created there",
-                    dir.display(),
-                    d.path.display(),
-                    d.origin
-                );
-                a.no_change = Some(format!(
-                    "create it in a subdirectory of {} instead, or drop the carve-out of {}",
-                    dir.display(),
-                    d.path.display()
-                ));
-                return a;
-            }
+        true
+    }
+
+    /// A directory expanded around a carve-out: entries cannot be made in
+    /// it directly. False: not such a directory.
+    fn refused_in_expanded_dir(&self, a: &mut Answer, t: &Target<'_>) -> bool {
+        let parent = t.real.parent().unwrap_or(Path::new("/"));
+        if t.exists && !(t.is_dir && matches!(t.access, FsAccess::Write)) {
+            return false;
         }
+        let dir = if t.exists { t.real } else { parent };
+        let Some(d) = self
+            .report
+            .denied
+            .iter()
+            .find(|d| dir.starts_with(&d.grant) && d.path.starts_with(dir) && d.path != dir)
+        else {
+            return false;
+        };
+        a.because = format!(
+            "{} is expanded around the carve-out of {} ({}): Landlock cannot subtract, so entries \
+             directly in it are reachable only when they existed at the start of the run, and nothing \
+             can be created there",
+            dir.display(),
+            d.path.display(),
+            d.origin
+        );
+        a.no_change = Some(format!(
+            "create it in a subdirectory of {} instead, or drop the carve-out of {}",
+            dir.display(),
+            d.path.display()
+        ));
+        true
+    }
+
+    /// No grant gives the right: the deepest that gives less, a dropped
+    /// grant, and the smallest grant that would allow it.
+    fn refused_for_want_of_grant(&self, mut a: Answer, t: &Target<'_>) -> Answer {
+        let real = t.real;
         let partial = self
             .report
             .rules
@@ -560,7 +571,7 @@ impl<'a> Survey<'a> {
                 g.deny.display()
             ));
         }
-        self.suggest(&mut a, &real, exists, kind);
+        self.suggest(&mut a, real, t.exists, t.kind());
         a
     }
 
@@ -633,7 +644,8 @@ impl<'a> Survey<'a> {
                     kind.as_str(),
                     kind.as_str(),
                     target.display()
-                ))
+                ));
+                a.grant = Some((target, kind));
             }
             Err(why) => a.no_change = Some(why),
         }
@@ -672,10 +684,12 @@ impl<'a> Survey<'a> {
             "the link {} lies in the host's /tmp, which the run does not see (its /tmp is its private TMPDIR): it cannot be followed",
             link.display()
         );
+        let dir = link.parent().unwrap_or(Path::new("/")).to_path_buf();
         out.change = Some(format!(
             "add \"{}\" to filesystem.read (a grant under /tmp is bound into the private /tmp), or use the target's path",
-            link.parent().unwrap_or(Path::new("/")).display()
+            dir.display()
         ));
+        out.grant = Some((dir, GrantKind::Read));
         Some(out)
     }
 
@@ -687,132 +701,10 @@ impl<'a> Survey<'a> {
             access,
             FsAccess::Write | FsAccess::Truncate | FsAccess::Chmod
         );
-        if let Some((at, what)) = v.secrets.iter().find(|(at, _)| real.starts_with(at)) {
-            let mut out = a.clone();
-            out.allowed = false;
-            out.layer = "view";
-            out.layer_detail = "the run's view (mount namespace)".into();
-            out.key = Some("built-in /etc secret cover".into());
-            out.because = format!(
-                "{} is a system secret ({what}): the view covers it ({}), so the run {}",
-                at.display(),
-                if at.is_dir() {
-                    "an empty mode-000 directory"
-                } else {
-                    "/dev/null"
-                },
-                if writes {
-                    "cannot change it"
-                } else {
-                    "reads nothing of it (an empty file)"
-                }
-            );
-            match validate::check_grant(at, GrantKind::Read) {
-                Ok(()) if !writes => {
-                    out.change = Some(format!(
-                        "a grant naming it exactly: filesystem.read: [\"{}\"] (a grant of /etc never includes it)",
-                        at.display()
-                    ))
-                }
-                Ok(()) => {
-                    out.change = Some(format!(
-                        "a write grant naming it exactly: filesystem.write: [\"{}\"]",
-                        at.display()
-                    ))
-                }
-                Err(why) => out.no_change = Some(why),
-            }
+        if let Some(out) = self.covered_secret(a, v, real, writes) {
             return Some(out);
         }
-        let tmp = Path::new("/tmp");
-        let rebound = self.plan.fs.grants.iter().any(|g| {
-            g.path.starts_with(tmp)
-                && g.path != tmp
-                && real.starts_with(&g.path)
-                && !self
-                    .plan
-                    .tmpdir
-                    .as_ref()
-                    .is_some_and(|t| g.path.starts_with(t))
-        });
-        if v.private_tmp && real.starts_with(tmp) && !rebound {
-            let mut out = a.clone();
-            out.layer = "view";
-            out.layer_detail = "the run's view (mount namespace)".into();
-            out.key = Some("filesystem.tmp".into());
-            out.line = self.line("filesystem.tmp");
-            if matches!(access, FsAccess::Exec) {
-                out.allowed = false;
-                out.because = "/tmp is the run's private TMPDIR, writable but not executable; the host's /tmp is not in the view".into();
-                out.change =
-                    Some("exec a file from an exec grant instead (filesystem.exec)".into());
-            } else if writes {
-                // The private /tmp holds the TMPDIR's content and the
-                // directories leading to grants bound inside it.
-                // The directories leading to grants bound inside it are a
-                // read-only skeleton.
-                let parent = real.parent().unwrap_or(tmp);
-                let skeleton = self
-                    .plan
-                    .fs
-                    .grants
-                    .iter()
-                    .any(|g| g.path.starts_with(parent) && g.path != parent);
-                out.allowed = parent == tmp;
-                out.because = if out.allowed {
-                    "/tmp is the run's private TMPDIR (deleted after the run): the write lands there, not in the host's /tmp".into()
-                } else if skeleton {
-                    format!(
-                        "/tmp is the run's private TMPDIR: {} is only a read-only directory leading to a grant bound inside it",
-                        parent.display()
-                    )
-                } else {
-                    format!(
-                        "/tmp is the run's private TMPDIR: the host's {} is not in the view, so nothing can be created in it",
-                        parent.display()
-                    )
-                };
-                if !out.allowed {
-                    out.change = Some(format!(
-                        "add \"{}\" to filesystem.write (a grant under /tmp is bound into the private /tmp)",
-                        parent.display()
-                    ));
-                }
-            } else {
-                // A directory leading to a grant bound inside the private
-                // /tmp is there (a read-only skeleton showing only that way).
-                let skeleton = real.is_dir()
-                    && self.plan.fs.grants.iter().any(|g| {
-                        g.path.starts_with(real)
-                            && g.path != real
-                            && !self
-                                .plan
-                                .tmpdir
-                                .as_ref()
-                                .is_some_and(|t| g.path.starts_with(t))
-                    });
-                out.allowed = real == tmp || skeleton;
-                out.because = if real == tmp {
-                    "/tmp is the run's private TMPDIR".into()
-                } else if skeleton {
-                    format!(
-                        "/tmp is the run's private TMPDIR, and {} is only a read-only directory leading to a grant \
-                         bound inside it: it lists that way and nothing else of the host's",
-                        real.display()
-                    )
-                } else {
-                    format!(
-                        "/tmp is the run's private TMPDIR: the host's {} is not in the view",
-                        real.display()
-                    )
-                };
-                if !out.allowed {
-                    out.change = Some(format!(
-                        "add \"{}\" to filesystem.read (a grant under /tmp is bound into the private /tmp)",
-                        real.display()
-                    ));
-                }
-            }
+        if let Some(out) = self.private_tmp(a, v, real, access, writes) {
             return Some(out);
         }
         if v.private_proc && real.starts_with("/proc") {
@@ -838,6 +730,172 @@ impl<'a> Survey<'a> {
         None
     }
 
+    /// A covered /etc secret of the view (/dev/null or an empty mode-000
+    /// directory in place of it).
+    fn covered_secret(
+        &self,
+        a: &Answer,
+        v: &ViewSummary,
+        real: &Path,
+        writes: bool,
+    ) -> Option<Answer> {
+        let (at, what) = v.secrets.iter().find(|(at, _)| real.starts_with(at))?;
+        let mut out = a.clone();
+        out.allowed = false;
+        out.layer = "view";
+        out.layer_detail = "the run's view (mount namespace)".into();
+        out.key = Some("built-in /etc secret cover".into());
+        out.because = format!(
+            "{} is a system secret ({what}): the view covers it ({}), so the run {}",
+            at.display(),
+            if at.is_dir() {
+                "an empty mode-000 directory"
+            } else {
+                "/dev/null"
+            },
+            if writes {
+                "cannot change it"
+            } else {
+                "reads nothing of it (an empty file)"
+            }
+        );
+        match validate::check_grant(at, GrantKind::Read) {
+            Ok(()) if !writes => {
+                out.change = Some(format!(
+                    "a grant naming it exactly: filesystem.read: [\"{}\"] (a grant of /etc never includes it)",
+                    at.display()
+                ))
+            }
+            Ok(()) => {
+                out.change = Some(format!(
+                    "a write grant naming it exactly: filesystem.write: [\"{}\"]",
+                    at.display()
+                ))
+            }
+            Err(why) => out.no_change = Some(why),
+        }
+        Some(out)
+    }
+
+    /// The run's private /tmp (its TMPDIR, and read-only directories
+    /// leading to grants bound inside it), where no grant is bound over
+    /// `real`.
+    fn private_tmp(
+        &self,
+        a: &Answer,
+        v: &ViewSummary,
+        real: &Path,
+        access: FsAccess,
+        writes: bool,
+    ) -> Option<Answer> {
+        let tmp = Path::new("/tmp");
+        let rebound = self.plan.fs.grants.iter().any(|g| {
+            g.path.starts_with(tmp)
+                && g.path != tmp
+                && real.starts_with(&g.path)
+                && !self
+                    .plan
+                    .tmpdir
+                    .as_ref()
+                    .is_some_and(|t| g.path.starts_with(t))
+        });
+        if !(v.private_tmp && real.starts_with(tmp) && !rebound) {
+            return None;
+        }
+        let mut out = a.clone();
+        out.layer = "view";
+        out.layer_detail = "the run's view (mount namespace)".into();
+        out.key = Some("filesystem.tmp".into());
+        out.line = self.line("filesystem.tmp");
+        if matches!(access, FsAccess::Exec) {
+            out.allowed = false;
+            out.because = "/tmp is the run's private TMPDIR, writable but not executable; the host's /tmp is not in the view".into();
+            out.change = Some("exec a file from an exec grant instead (filesystem.exec)".into());
+        } else if writes {
+            self.private_tmp_write(&mut out, real);
+        } else {
+            self.private_tmp_read(&mut out, real);
+        }
+        Some(out)
+    }
+
+    /// A write in the private /tmp: allowed directly in it (the TMPDIR),
+    /// not in a directory of the host's /tmp or a read-only directory
+    /// leading to a grant bound inside it.
+    fn private_tmp_write(&self, a: &mut Answer, real: &Path) {
+        let tmp = Path::new("/tmp");
+        // The private /tmp holds the TMPDIR's content and, as a read-only
+        // skeleton, the directories leading to grants bound inside it.
+        let parent = real.parent().unwrap_or(tmp);
+        let skeleton = self
+            .plan
+            .fs
+            .grants
+            .iter()
+            .any(|g| g.path.starts_with(parent) && g.path != parent);
+        a.allowed = parent == tmp;
+        a.because = if a.allowed {
+            "/tmp is the run's private TMPDIR (deleted after the run): the write lands there, not in the host's /tmp".into()
+        } else if skeleton {
+            format!(
+                "/tmp is the run's private TMPDIR: {} is only a read-only directory leading to a grant bound inside it",
+                parent.display()
+            )
+        } else {
+            format!(
+                "/tmp is the run's private TMPDIR: the host's {} is not in the view, so nothing can be created in it",
+                parent.display()
+            )
+        };
+        if !a.allowed {
+            a.change = Some(format!(
+                "add \"{}\" to filesystem.write (a grant under /tmp is bound into the private /tmp)",
+                parent.display()
+            ));
+            a.grant = Some((parent.to_path_buf(), GrantKind::Write));
+        }
+    }
+
+    /// A read in the private /tmp: /tmp itself, or a read-only directory
+    /// leading to a grant bound inside it; nothing else of the host's /tmp.
+    fn private_tmp_read(&self, a: &mut Answer, real: &Path) {
+        let tmp = Path::new("/tmp");
+        // A directory leading to a grant bound inside the private
+        // /tmp is there (a read-only skeleton showing only that way).
+        let skeleton = real.is_dir()
+            && self.plan.fs.grants.iter().any(|g| {
+                g.path.starts_with(real)
+                    && g.path != real
+                    && !self
+                        .plan
+                        .tmpdir
+                        .as_ref()
+                        .is_some_and(|t| g.path.starts_with(t))
+            });
+        a.allowed = real == tmp || skeleton;
+        a.because = if real == tmp {
+            "/tmp is the run's private TMPDIR".into()
+        } else if skeleton {
+            format!(
+                "/tmp is the run's private TMPDIR, and {} is only a read-only directory leading to a grant \
+                 bound inside it: it lists that way and nothing else of the host's",
+                real.display()
+            )
+        } else {
+            format!(
+                "/tmp is the run's private TMPDIR: the host's {} is not in the view",
+                real.display()
+            )
+        };
+        if !a.allowed {
+            a.change = Some(format!(
+                "add \"{}\" to filesystem.read (a grant under /tmp is bound into the private /tmp)",
+                real.display()
+            ));
+            a.grant = Some((real.to_path_buf(), GrantKind::Read));
+        }
+    }
+
     /// The write grant whose writable bind holds `real` in the view (the
     /// deepest): its carve-outs hide content (Landlock), not the inode.
     fn write_bind(&self, real: &Path) -> Option<&crate::plan::FsGrant> {
@@ -847,6 +905,38 @@ impl<'a> Survey<'a> {
             .iter()
             .filter(|g| g.access.write && real.starts_with(&g.path))
             .max_by_key(|g| g.path.components().count())
+    }
+
+    /// Allowed through the writable bind of the write grant `g` in the view
+    /// (each write grant is bound writable whole): the grant's key, and for
+    /// a carve-out beneath it the note "D is carved out (ORIGIN), but
+    /// `caveat`" (a carve-out hides content, not the inode).
+    fn writable_in_view(
+        &self,
+        a: &mut Answer,
+        g: &crate::plan::FsGrant,
+        real: &Path,
+        caveat: &str,
+    ) {
+        a.allowed = true;
+        a.key_of(&g.origin);
+        a.because = format!(
+            "{} ({}) is writable in the view",
+            g.path.display(),
+            g.origin
+        );
+        if let Some(d) = self
+            .report
+            .denied
+            .iter()
+            .find(|d| real.starts_with(&d.path))
+        {
+            a.notes.push(format!(
+                "{} is carved out ({}), but {caveat}",
+                d.path.display(),
+                d.origin
+            ));
+        }
     }
 
     /// truncate(2) by path where Landlock has no truncate right (ABI 1-2):
@@ -860,28 +950,13 @@ impl<'a> Survey<'a> {
                 "the read-only view of the host (Landlock ABI {abi} has no truncate right)"
             );
             match self.write_bind(real) {
-                Some(g) => {
-                    a.allowed = true;
-                    a.key_of(&g.origin);
-                    a.because = format!(
-                        "{} ({}) is writable in the view",
-                        g.path.display(),
-                        g.origin
-                    );
-                    if let Some(d) = self
-                        .report
-                        .denied
-                        .iter()
-                        .find(|d| real.starts_with(&d.path))
-                    {
-                        a.notes.push(format!(
-                            "{} is carved out ({}), but below Landlock ABI 3 a carve-out does not stop truncate() by \
-                             path inside a write grant: its content can be destroyed, though not read",
-                            d.path.display(),
-                            d.origin
-                        ));
-                    }
-                }
+                Some(g) => self.writable_in_view(
+                    &mut a,
+                    g,
+                    real,
+                    "below Landlock ABI 3 a carve-out does not stop truncate() by path inside a write grant: \
+                     its content can be destroyed, though not read",
+                ),
                 None => {
                     a.because = "outside every write grant, the host is mounted read-only in the run's view (EROFS)".into();
                     self.suggest(&mut a, real, exists, GrantKind::Write);
@@ -917,76 +992,22 @@ impl<'a> Survey<'a> {
                 "the read-only view of the host (Landlock has no hook for chmod)".into();
             // Each write grant is bound writable whole: its carve-outs hide
             // content (Landlock), not metadata.
-            let bind = self.write_bind(real);
-            a.allowed = bind.is_some();
-            if let Some(g) = bind {
-                a.key_of(&g.origin);
-                a.because = format!(
-                    "{} ({}) is writable in the view",
-                    g.path.display(),
-                    g.origin
+            if let Some(g) = self.write_bind(real) {
+                self.writable_in_view(
+                    &mut a,
+                    g,
+                    real,
+                    "a carve-out hides content only: inside a write grant its mode can change",
                 );
-                if let Some(d) = self
-                    .report
-                    .denied
-                    .iter()
-                    .find(|d| real.starts_with(&d.path))
-                {
-                    a.notes.push(format!(
-                        "{} is carved out ({}), but a carve-out hides content only: inside a write grant its mode can change",
-                        d.path.display(),
-                        d.origin
-                    ));
-                }
             } else {
+                a.allowed = false;
                 a.because = "outside every write grant, the host is mounted read-only in the run's view: chmod fails with EROFS, as root too".into();
                 self.suggest(&mut a, real, exists, GrantKind::Write);
                 return a;
             }
         } else if let Some((write, deny)) = &self.meta_guard {
-            a.layer = "meta-guard";
-            a.layer_detail =
-                "capsule's metadata guard (seccomp user notification; no view here)".into();
-            let grant = write
-                .iter()
-                .filter(|w| real.starts_with(w))
-                .max_by_key(|w| w.components().count());
-            let carved = deny.iter().find(|d| real.starts_with(d));
-            let device = std::fs::metadata(real).is_ok_and(|m| {
-                use std::os::unix::fs::FileTypeExt;
-                m.file_type().is_char_device() || m.file_type().is_block_device()
-            });
-            match (grant, carved) {
-                (Some(g), None) if !device => {
-                    a.allowed = true;
-                    if let Some(fg) = self.plan.fs.grants.iter().find(|x| &x.path == g) {
-                        a.key_of(&fg.origin);
-                    }
-                    a.because = format!(
-                        "{} is a write grant, and capsule makes the call itself",
-                        g.display()
-                    );
-                }
-                (_, Some(d)) => {
-                    a.because = format!(
-                        "{} is carved out: the guard refuses it (EACCES)",
-                        d.display()
-                    );
-                    a.no_change =
-                        Some("a carve-out's metadata never changes; drop the carve-out".into());
-                    return a;
-                }
-                _ => {
-                    a.because = if device {
-                        "a device's metadata never changes (EACCES)".into()
-                    } else {
-                        "outside every write grant the guard refuses it (EACCES)".into()
-                    };
-                    if !device {
-                        self.suggest(&mut a, real, exists, GrantKind::Write);
-                    }
-                    return a;
-                }
+            if self.chmod_by_meta_guard(&mut a, write, deny, real, exists) {
+                return a;
             }
         } else {
             a.layer = "host";
@@ -998,8 +1019,71 @@ impl<'a> Survey<'a> {
                 real.display()
             );
         }
-        // The run holds no capabilities (no CAP_FOWNER, as root too): only
-        // the file's owner changes its mode.
+        self.chmod_owner_only(&mut a, real);
+        a
+    }
+
+    /// chmod on the no-view path with capsule's metadata guard: allowed in
+    /// its write grants less its carve-outs, never on a device. True when
+    /// the answer is final (refused).
+    fn chmod_by_meta_guard(
+        &self,
+        a: &mut Answer,
+        write: &[PathBuf],
+        deny: &[PathBuf],
+        real: &Path,
+        exists: bool,
+    ) -> bool {
+        a.layer = "meta-guard";
+        a.layer_detail =
+            "capsule's metadata guard (seccomp user notification; no view here)".into();
+        let grant = write
+            .iter()
+            .filter(|w| real.starts_with(w))
+            .max_by_key(|w| w.components().count());
+        let carved = deny.iter().find(|d| real.starts_with(d));
+        let device = std::fs::metadata(real).is_ok_and(|m| {
+            use std::os::unix::fs::FileTypeExt;
+            m.file_type().is_char_device() || m.file_type().is_block_device()
+        });
+        match (grant, carved) {
+            (Some(g), None) if !device => {
+                a.allowed = true;
+                if let Some(fg) = self.plan.fs.grants.iter().find(|x| &x.path == g) {
+                    a.key_of(&fg.origin);
+                }
+                a.because = format!(
+                    "{} is a write grant, and capsule makes the call itself",
+                    g.display()
+                );
+            }
+            (_, Some(d)) => {
+                a.because = format!(
+                    "{} is carved out: the guard refuses it (EACCES)",
+                    d.display()
+                );
+                a.no_change =
+                    Some("a carve-out's metadata never changes; drop the carve-out".into());
+                return true;
+            }
+            _ => {
+                a.because = if device {
+                    "a device's metadata never changes (EACCES)".into()
+                } else {
+                    "outside every write grant the guard refuses it (EACCES)".into()
+                };
+                if !device {
+                    self.suggest(a, real, exists, GrantKind::Write);
+                }
+                return true;
+            }
+        }
+        false
+    }
+
+    /// The run holds no capabilities (no CAP_FOWNER, as root too): only the
+    /// file's owner changes its mode.
+    fn chmod_owner_only(&self, a: &mut Answer, real: &Path) {
         use std::os::unix::fs::MetadataExt;
         let uid = nix::unistd::geteuid().as_raw();
         if let Ok(m) = std::fs::metadata(real) {
@@ -1019,14 +1103,13 @@ impl<'a> Survey<'a> {
                     Some("capsule cannot give a run more than the host's permissions".into());
             }
         }
-        a
     }
 
     // -------------------------------------------------------------- network
 
     /// May the run connect to `host:port`?
     pub fn connect(&self, host: &str, port: u16) -> Answer {
-        use crate::proxy::allow_hosts::{Allowlist, TargetHost};
+        use crate::proxy::allow_hosts::TargetHost;
         let mut a = Answer::new(format!("connect {host}:{port}"));
         let target = TargetHost::parse(host);
         let loopback = target
@@ -1079,12 +1162,22 @@ impl<'a> Survey<'a> {
             }
             return a;
         }
-        // Proxy mode: only through the proxy, and only what it allows.
+        self.through_proxy(a, host, port, &direct.1)
+    }
+
+    /// Proxy mode: only through the proxy, and only what its own decision
+    /// function allows (`direct`: the layer that refuses a direct connection).
+    fn through_proxy(&self, mut a: Answer, host: &str, port: u16, direct: &str) -> Answer {
+        use crate::proxy::allow_hosts::{Allowlist, TargetHost};
+        let target = TargetHost::parse(host);
+        let loopback = target
+            .as_ref()
+            .is_some_and(TargetHost::is_explicit_loopback);
         a.layer = "proxy";
         a.layer_detail = "capsule's egress proxy (the only way out)".into();
         a.notes.push(format!(
             "a direct connection is refused by {}; the run reaches hosts through the proxy (HTTP_PROXY/HTTPS_PROXY)",
-            direct.1
+            direct
         ));
         let list = Allowlist::parse(&self.plan.net.allow_hosts).ok();
         let decided = match &list {
@@ -1312,6 +1405,39 @@ impl<'a> Survey<'a> {
 
     fn plan_policy_env_set(&self, name: &str) -> bool {
         self.env_policy.set.contains_key(name)
+    }
+}
+
+/// A path question, resolved: the canonical path, whether it exists and
+/// is a directory, and the access asked.
+struct Target<'p> {
+    real: &'p Path,
+    exists: bool,
+    is_dir: bool,
+    access: FsAccess,
+}
+
+impl Target<'_> {
+    /// Whether rights `r` give the access (writing an existing file, or
+    /// making an entry).
+    fn wants(&self, r: &Rights) -> bool {
+        match self.access {
+            FsAccess::Read if self.is_dir => r.read_dir,
+            FsAccess::Read => r.read_file,
+            FsAccess::Write | FsAccess::Truncate if self.exists && !self.is_dir => r.write_file,
+            FsAccess::Write | FsAccess::Truncate => r.make,
+            FsAccess::Exec => r.exec,
+            FsAccess::Chmod => false,
+        }
+    }
+
+    /// The kind of grant that gives the access.
+    fn kind(&self) -> GrantKind {
+        match self.access {
+            FsAccess::Read => GrantKind::Read,
+            FsAccess::Exec => GrantKind::Exec,
+            _ => GrantKind::Write,
+        }
     }
 }
 

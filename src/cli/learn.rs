@@ -1,0 +1,527 @@
+//! `capsule learn`: run a command confined, with `exec --explain`'s
+//! observer on, and write a draft policy that would let it run (see
+//! docs/learn.md and `crate::learn`).
+//!
+//! Each round runs the command under the base policy plus what was learnt
+//! so far (never unconfined), answers every refused access with `why`'s
+//! Survey, and keeps the grants `learn::judge` accepts. Rounds stop when one
+//! learns nothing new or at `--iterations`. The draft is validated with the
+//! same loading and planning `exec --policy DRAFT` does before it is
+//! written.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::learn::{self, Draft, HostGrant, Need, Refused};
+use crate::plan::{self, build::Overrides, BuildInput, Plan};
+use crate::policy::{self, LoadedPolicy, NetMode, PathEntry, Policy};
+use crate::result::{exit, RunResult, Termination};
+use crate::supervisor::{self, explain::Observer, ExecOptions};
+
+#[derive(Debug, Args)]
+pub struct LearnArgs {
+    /// The base policy the command starts from (default: the system grants, the workspace writable, no network).
+    #[arg(short, long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// Learn hosts too: the run goes through capsule's proxy, and each host it asks for is added to network.allow_hosts.
+    #[arg(long)]
+    pub learn_hosts: bool,
+    /// Write the draft policy to FILE (default: stdout).
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// The writable workspace added to the base (default: the current directory, when no --policy is given).
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    /// Run the command at most N times, each with what was learnt so far, until a run learns nothing new.
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub iterations: u32,
+    /// Write no audit record of the runs (by default each run is recorded in the default audit log, as `exec` does).
+    #[arg(long)]
+    pub no_audit: bool,
+    /// Wall-clock limit of each run, in seconds (overrides the policy).
+    #[arg(long, value_name = "SECONDS")]
+    pub timeout: Option<f64>,
+    /// The command and its arguments.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        required = true,
+        value_name = "COMMAND"
+    )]
+    pub command: Vec<String>,
+}
+
+/// What the rounds learnt so far.
+#[derive(Default)]
+struct State {
+    workspace: Option<String>,
+    needs: Vec<Need>,
+    hosts: Vec<HostGrant>,
+    refused: Vec<Refused>,
+}
+
+impl State {
+    fn draft(&self, home: &Path) -> Draft {
+        Draft {
+            grants: learn::collapse(&self.needs, home),
+            hosts: self.hosts.clone(),
+            workspace: self.workspace.clone(),
+        }
+    }
+}
+
+/// `capsule learn --help`.
+pub const LONG_ABOUT: &str = "Run COMMAND confined (never unconfined: the base policy, by default the system grants, \
+the current directory as a writable workspace and no network) with `exec --explain`'s observer on, and write a draft \
+policy (YAML, to --output or stdout) that would let the same command run: the base plus a grant for each refused \
+access, each with a comment saying which access needed it, collapsed to directories but never to /, $HOME, a \
+credential store, an /etc secret or /proc and /sys wholesale. Hosts only with --learn-hosts. What it would not grant \
+is listed on stderr with the reason. Runs the command up to --iterations times, each with what was learnt so far. \
+Exit status: 0 when the draft was written, 125 when capsule failed (the command's own status is printed). \
+See docs/learn.md.";
+
+/// One line of learn's own on stderr.
+fn say(msg: impl std::fmt::Display) {
+    eprintln!("capsule learn: {msg}");
+}
+
+pub fn run(a: LearnArgs) -> i32 {
+    match learn(a) {
+        Ok(code) => code,
+        Err(msg) => {
+            say(msg);
+            exit::REFUSED
+        }
+    }
+}
+
+fn learn(a: LearnArgs) -> Result<i32, String> {
+    let here = std::env::current_dir().map_err(|e| format!("the current directory: {e}"))?;
+    let home = crate::policy::resolve::invoking_home();
+    let (base, base_dir, base_name, workspace) = base_policy(&a, &here, &home)?;
+    let mut st = State {
+        workspace,
+        ..State::default()
+    };
+    let mut last_status = None;
+    let mut rounds = 0;
+    let mut converged = false;
+    let mut observed_files = true;
+    for round in 1..=a.iterations {
+        rounds = round;
+        let before = (st.draft(&home).grants, st.hosts.len());
+        let text = learn::render(&base, &st.draft(&home), &[]);
+        let loaded = policy::load_str(&text, "<learn draft>", Some(false), &base_dir)
+            .map_err(|e| format!("the draft of round {round} does not load: {e}"))?;
+        let (plan, cli_hosts) = plan_round(&a, loaded.clone())?;
+        let observer = Observer::default();
+        let dumpable = nix::sys::prctl::get_dumpable().unwrap_or(false);
+        let f = supervisor::run(
+            &plan,
+            ExecOptions {
+                json: true,
+                grace: Duration::from_millis(1000),
+                tool_fd: None,
+                no_tty: true,
+                observer: Some(observer.clone()),
+            },
+        );
+        // The run's init shared this process's memory and made it
+        // non-dumpable; the run is over (its tree killed): dumpable again,
+        // as a fresh capsule, or the next round's child could not have its
+        // user namespace's id maps written (EACCES) and would take the
+        // no-namespace path.
+        if dumpable {
+            let _ = nix::sys::prctl::set_dumpable(true);
+        }
+        let r = f.result;
+        let dest = (!a.no_audit).then(|| crate::audit::Dest::of(None));
+        super::exec::write_audit(dest.as_ref(), &r, None, f.reason);
+        replay(&r);
+        if r.termination_reason == Termination::Refused {
+            return Err(r.error.unwrap_or_else(|| "the run was refused".into()));
+        }
+        last_status = Some(r.exit_code);
+        let files = study(&plan, &loaded, cli_hosts, &observer, &r, &a, &home, &mut st);
+        observed_files &= files;
+        let after = (st.draft(&home).grants, st.hosts.len());
+        if before == after {
+            converged = true;
+            break;
+        }
+    }
+    learn::dedup_refused(&mut st.refused);
+    let draft = st.draft(&home);
+    let header = header(&a, &base_name, rounds, converged);
+    let text = learn::render(&base, &draft, &header);
+    // The draft must load and plan as `exec --policy DRAFT` will.
+    let loaded = policy::load_str(&text, "<learn draft>", Some(false), &base_dir)
+        .map_err(|e| format!("the draft does not load (not written): {e}"))?;
+    plan::build(BuildInput {
+        loaded,
+        overrides: Overrides::default(),
+        argv: a.command.clone(),
+        best_effort: false,
+        run_id: super::exec::new_run_id(),
+    })
+    .map_err(|e| format!("the draft does not plan (not written): {e}"))?;
+    let dest = match &a.output {
+        Some(p) => {
+            std::fs::write(p, &text).map_err(|e| format!("writing {}: {e}", p.display()))?;
+            p.display().to_string()
+        }
+        None => {
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            out.write_all(text.as_bytes())
+                .and_then(|()| out.flush())
+                .map_err(|e| format!("writing the draft to stdout: {e}"))?;
+            "stdout".to_string()
+        }
+    };
+    report(
+        &st,
+        &draft,
+        &dest,
+        rounds,
+        converged,
+        observed_files,
+        last_status,
+    );
+    Ok(0)
+}
+
+/// The base policy (relative paths made absolute), the directory paths
+/// resolve against, and its name for the draft's header.
+fn base_policy(
+    a: &LearnArgs,
+    here: &Path,
+    home: &Path,
+) -> Result<(Policy, PathBuf, String, Option<String>), String> {
+    let (mut p, dir, name) = match &a.policy {
+        Some(f) => {
+            let lp = policy::load_file(f).map_err(|e| super::exec::policy_load_error(&e))?;
+            let dir = lp.base_dir.clone();
+            (
+                learn::absolute_base(lp.policy, &dir),
+                dir,
+                f.display().to_string(),
+            )
+        }
+        None => (
+            Policy {
+                version: 1,
+                ..Default::default()
+            },
+            here.to_path_buf(),
+            "the default (system grants, the workspace writable, no network)".to_string(),
+        ),
+    };
+    // The workspace: --workspace, or without --policy the current directory.
+    let ws = match (&a.workspace, &a.policy) {
+        (Some(w), _) => Some(
+            std::fs::canonicalize(w).map_err(|e| format!("--workspace {}: {e}", w.display()))?,
+        ),
+        (None, None) => Some(here.to_path_buf()),
+        (None, Some(_)) => None,
+    };
+    let mut added = None;
+    if let Some(ws) = ws {
+        match workspace_refused(&ws, home) {
+            None => {
+                let s = ws.display().to_string();
+                if !p.filesystem.write.iter().any(|e| e.raw() == s) {
+                    p.filesystem.write.push(PathEntry::Plain(s.clone()));
+                    added = Some(s);
+                }
+            }
+            Some(why) => say(format!(
+                "note: {} is not made the writable workspace ({why}); everything the command needs \
+                 is learnt instead (pick one with --workspace DIR)",
+                ws.display()
+            )),
+        }
+    }
+    Ok((p, dir, name, added))
+}
+
+/// Why `ws` cannot be the writable workspace: what learn never grants, the
+/// temporary directory, a world-writable place.
+fn workspace_refused(ws: &Path, home: &Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(why) = learn::never(ws, policy::validate::GrantKind::Write, home) {
+        return Some(why);
+    }
+    let tmp = std::env::temp_dir();
+    let tmp = std::fs::canonicalize(&tmp).unwrap_or(tmp);
+    if tmp.starts_with(ws) {
+        return Some("it is or holds the temporary directory".into());
+    }
+    if std::fs::metadata(ws).is_ok_and(|m| m.permissions().mode() & 0o002 != 0) {
+        return Some("it is world-writable".into());
+    }
+    None
+}
+
+/// The plan of one round: the draft so far, and in place of network mode
+/// none the proxy (refusing every host but those learnt, so that the hosts
+/// the command asks for are seen). Returns the plan and how many
+/// allowlist entries the command line added.
+fn plan_round(a: &LearnArgs, loaded: LoadedPolicy) -> Result<(Plan, usize), String> {
+    let net = &loaded.policy.network;
+    let (mode, extra) = match net.mode {
+        NetMode::Unrestricted => (None, vec![]),
+        _ if net.allow_hosts.is_empty() => (
+            Some(NetMode::Proxy),
+            vec![learn::PLACEHOLDER_HOST.to_string()],
+        ),
+        _ => (Some(NetMode::Proxy), vec![]),
+    };
+    let cli_hosts = extra.len();
+    let plan = plan::build(BuildInput {
+        loaded,
+        overrides: Overrides {
+            net: mode,
+            allow_hosts: extra,
+            timeout: a.timeout,
+            ..Overrides::default()
+        },
+        argv: a.command.clone(),
+        best_effort: false,
+        run_id: super::exec::new_run_id(),
+    })
+    .map_err(|e| e.to_string())?;
+    Ok((plan, cli_hosts))
+}
+
+/// The command's own output, on stderr (stdout carries the draft).
+fn replay(r: &RunResult) {
+    use std::io::Write;
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(r.stdout.as_bytes());
+    let _ = err.write_all(r.stderr.as_bytes());
+}
+
+/// Answer what one round was refused; learn what may be granted. Returns
+/// whether file accesses were observed.
+#[allow(clippy::too_many_arguments)]
+fn study(
+    plan: &Plan,
+    loaded: &LoadedPolicy,
+    cli_hosts: usize,
+    observer: &Observer,
+    r: &RunResult,
+    a: &LearnArgs,
+    home: &Path,
+    st: &mut State,
+) -> bool {
+    let survey = match super::explain::survey_for(plan, loaded, cli_hosts, r) {
+        Ok(s) => s,
+        Err(e) => {
+            say(format!("the survey: {e}"));
+            return false;
+        }
+    };
+    let files = study_files(&survey, observer, home, st);
+    named_paths(&survey, a, home, st);
+    study_hosts(&survey, r, a.learn_hosts, st);
+    study_broker(r, st);
+    files
+}
+
+/// The observed file accesses the run was refused, and its refused signals.
+fn study_files(
+    survey: &crate::why::Survey<'_>,
+    observer: &Observer,
+    home: &Path,
+    st: &mut State,
+) -> bool {
+    let seen = observer.seen.lock().unwrap_or_else(|p| p.into_inner());
+    let files = seen.active;
+    if !files {
+        say(format!(
+            "file accesses were not observed ({}): nothing is learnt for files",
+            seen.why_not.as_deref().unwrap_or("unknown")
+        ));
+    }
+    for (path, access, comm, call) in seen.accesses_by() {
+        let answer = survey.path(&path, access);
+        if answer.allowed {
+            continue;
+        }
+        let by = format!("{comm} ({call} {})", path.display());
+        match learn::judge(&answer, &path, access, &by, home) {
+            Ok(n) => {
+                if !st.needs.contains(&n) {
+                    st.needs.push(n)
+                }
+            }
+            Err(refused) if refused.reason.is_empty() => {}
+            Err(refused) => st.refused.push(refused),
+        }
+    }
+    for pid in &seen.signals {
+        let answer = survey.signal(*pid);
+        st.refused.push(Refused {
+            what: format!("process {pid}"),
+            access: "signal".into(),
+            reason: answer.no_change.unwrap_or_else(|| "outside the run".into()),
+        });
+    }
+    if seen.dropped > 0 {
+        st.refused.push(Refused {
+            what: format!("{} more file accesses", seen.dropped),
+            access: "any".into(),
+            reason: "past the observer's bound: not checked".into(),
+        });
+    }
+    files
+}
+
+/// The hosts the proxy refused: learnt with `--learn-hosts`, else reported.
+fn study_hosts(survey: &crate::why::Survey<'_>, r: &RunResult, learn_hosts: bool, st: &mut State) {
+    for host in &r.denied_hosts {
+        if host == learn::PLACEHOLDER_HOST {
+            continue;
+        }
+        let answer = survey.connect(host, 443);
+        let refuse = |reason: String| Refused {
+            what: host.clone(),
+            access: "connect".into(),
+            reason,
+        };
+        if !learn_hosts {
+            st.refused
+                .push(refuse("not learnt (pass --learn-hosts)".into()));
+        } else if let Some(why) = answer.no_change.clone() {
+            st.refused.push(refuse(why));
+        } else if !st.hosts.iter().any(|h| &h.host == host) {
+            st.hosts.push(HostGrant {
+                host: host.clone(),
+                why: "reached by: the command, through capsule's proxy while learning".into(),
+            });
+        }
+    }
+}
+
+/// The broker's refusals (tools, models): never learnt, reported.
+fn study_broker(r: &RunResult, st: &mut State) {
+    let list = |k: &str| -> Vec<String> {
+        r.usage
+            .as_ref()
+            .and_then(|u| u.get(k))
+            .and_then(serde_json::Value::as_array)
+            .map(|v| {
+                v.iter()
+                    .filter_map(|x| x.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    for t in list("refused_tools") {
+        st.refused.push(Refused {
+            what: t,
+            access: "tool".into(),
+            reason: "not learnt: a tool needs a host command only you can give (tools.allow)"
+                .into(),
+        });
+    }
+    for m in list("refused_models") {
+        st.refused.push(Refused {
+            what: m,
+            access: "model".into(),
+            reason: "not learnt: add it to llm_access.allowed_models yourself".into(),
+        });
+    }
+}
+
+/// The paths the command line names (its words, and the words of a shell
+/// `-c` script, `--opt=PATH` too) that exist here and that the run may not
+/// read: a program often stat()s a path before it opens it (pip's
+/// `--find-links DIR`, a compiler's `-I DIR`), and the observer does not see
+/// stat(), so a path hidden by the view would never be opened.
+fn named_paths(survey: &crate::why::Survey<'_>, a: &LearnArgs, home: &Path, st: &mut State) {
+    let here = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    let words = a
+        .command
+        .iter()
+        .skip(1)
+        .flat_map(|w| w.split_whitespace())
+        .take(512);
+    for w in words {
+        let w = w.trim_matches(|c| c == '"' || c == '\'' || c == ';');
+        let w = w.split_once('=').map_or(w, |(_, v)| v);
+        let w = w.strip_prefix("-I").unwrap_or(w);
+        if !(w.starts_with('/') || w.starts_with("./") || w.starts_with("../")) || w.len() > 4096 {
+            continue;
+        }
+        let p = here.join(w);
+        if std::fs::symlink_metadata(&p).is_err() {
+            continue;
+        }
+        let answer = survey.path(&p, crate::why::FsAccess::Read);
+        if answer.allowed {
+            continue;
+        }
+        let by = format!("the command line ({w})");
+        match learn::judge(&answer, &p, crate::why::FsAccess::Read, &by, home) {
+            Ok(n) if !st.needs.contains(&n) => st.needs.push(n),
+            Ok(_) => {}
+            Err(r) if r.reason.is_empty() => {}
+            Err(r) => st.refused.push(r),
+        }
+    }
+}
+
+fn header(a: &LearnArgs, base: &str, rounds: u32, converged: bool) -> Vec<String> {
+    let cmd = a.command.join(" ");
+    let mut h = vec![
+        format!("A draft policy written by `capsule learn` for: {cmd}"),
+        format!("Base: {base}."),
+        "Each learnt entry says which access needed it. Review every grant before you use it."
+            .into(),
+    ];
+    if !converged {
+        h.push(format!(
+            "Not converged after {rounds} run(s): run `capsule learn --policy THIS_FILE -- ...` again."
+        ));
+    }
+    h
+}
+
+fn report(
+    st: &State,
+    draft: &Draft,
+    dest: &str,
+    rounds: u32,
+    converged: bool,
+    files: bool,
+    status: Option<i32>,
+) {
+    for r in &st.refused {
+        say(format!(
+            "not granted: {} {}: {}",
+            r.access, r.what, r.reason
+        ));
+    }
+    if !files {
+        say(
+            "file accesses were not observed on this host: the draft holds no file grant learnt from the run",
+        );
+    }
+    let state = if converged {
+        "converged"
+    } else {
+        "not converged: learn again with --policy DRAFT"
+    };
+    say(format!(
+        "draft written to {dest}: {} new grant(s), {} new host(s), {} refused; {rounds} run(s), {state}; \
+         the command's last exit status: {}",
+        draft.grants.len(),
+        draft.hosts.len(),
+        st.refused.len(),
+        status.map_or("none".to_string(), |s| s.to_string())
+    ));
+}

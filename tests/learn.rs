@@ -1,0 +1,512 @@
+//! `capsule learn`: run a command confined, watch what the sandbox refused,
+//! write a draft policy that lets the same command run. Three real workloads
+//! (pytest of a small project, `pip install` from a local wheel into a venv,
+//! `make` of a small C project), each then run with `capsule exec --policy
+//! DRAFT`; the draft never grants `/`, `$HOME`, `~/.ssh` or `/etc/shadow`,
+//! and the key every workload tries to read is refused as a credential store.
+//! Hosts are learnt only with `--learn-hosts` (a loopback origin), and
+//! learning again with the draft as the base adds nothing.
+//!
+//! Runs in every pass of scripts/test (root, capsule-test, no namespaces,
+//! lowered Landlock ABIs).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+use serde_json::Value;
+
+/// A sandbox whose fake HOME holds an SSH key the workloads try to read.
+fn sandbox() -> Sandbox {
+    let sb = Sandbox::new();
+    sb.write("home/.ssh/id_rsa", "-----BEGIN KEY-----\nsecret\n");
+    sb
+}
+
+/// Whether `prog ARGS` runs and succeeds on the host.
+fn has(prog: &str, args: &[&str]) -> bool {
+    std::process::Command::new(prog)
+        .args(args)
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// The key's absolute path (the child's HOME is its own, not this one).
+fn key(sb: &Sandbox) -> String {
+    sb.home.join(".ssh/id_rsa").display().to_string()
+}
+
+/// `capsule learn ARGS` from CWD.
+fn learn(sb: &Sandbox, cwd: &Path, args: &[&str]) -> Run {
+    let mut v: Vec<String> = vec!["learn".into()];
+    v.extend(args.iter().map(|s| s.to_string()));
+    sb.run_in(&v, cwd, b"")
+}
+
+/// `capsule exec --policy DRAFT -- CMD` from CWD.
+fn exec_draft(sb: &Sandbox, cwd: &Path, draft: &Path, cmd: &[&str]) -> Run {
+    let mut v: Vec<String> = vec![
+        "exec".into(),
+        "--policy".into(),
+        draft.display().to_string(),
+        "--".into(),
+    ];
+    v.extend(cmd.iter().map(|s| s.to_string()));
+    sb.run_in(&v, cwd, b"")
+}
+
+/// The draft, parsed.
+fn parse(draft: &Path) -> Value {
+    let text = std::fs::read_to_string(draft)
+        .unwrap_or_else(|e| panic!("no draft at {}: {e}", draft.display()));
+    serde_saphyr::from_str::<Value>(&text)
+        .unwrap_or_else(|e| panic!("the draft does not parse: {e}\n{text}"))
+}
+
+/// Every path the draft grants (read, write, exec), `~` expanded.
+fn grants(d: &Value, home: &Path) -> Vec<(String, PathBuf)> {
+    let mut out = Vec::new();
+    for kind in ["read", "write", "exec"] {
+        for e in d["filesystem"][kind]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+        {
+            let raw = e
+                .as_str()
+                .map(str::to_string)
+                .or_else(|| e["path"].as_str().map(str::to_string))
+                .unwrap_or_default();
+            let raw = raw.trim_end_matches('?');
+            let p = match raw.strip_prefix('~') {
+                Some(rest) => PathBuf::from(format!("{}{rest}", home.display())),
+                None => PathBuf::from(raw),
+            };
+            out.push((kind.to_string(), p));
+        }
+    }
+    out
+}
+
+/// The draft never grants `/`, $HOME, anything of ~/.ssh, or /etc/shadow.
+fn assert_safe(d: &Value, sb: &Sandbox) {
+    for (kind, p) in grants(d, &sb.home) {
+        assert!(p != Path::new("/"), "{kind} grant of /: {d:#}");
+        assert!(p != sb.home, "{kind} grant of $HOME: {d:#}");
+        assert!(
+            !p.starts_with(sb.home.join(".ssh")),
+            "{kind} grant of ~/.ssh: {d:#}"
+        );
+        assert!(
+            !sb.home.starts_with(&p),
+            "{kind} grant of {} holds $HOME: {d:#}",
+            p.display()
+        );
+        assert!(p != Path::new("/etc/shadow"), "{kind} grant of /etc/shadow");
+        assert!(p != Path::new("/etc"), "{kind} grant of /etc wholesale");
+    }
+}
+
+/// Whether the observer watched file accesses on this host; else skip.
+fn observed(r: &Run) -> bool {
+    if r.stderr.contains("file accesses were not observed") {
+        skip(&format!(
+            "learn could not observe file accesses here: {}",
+            r.stderr
+        ));
+        return false;
+    }
+    true
+}
+
+/// learn said it refused to grant the key, as a credential store.
+fn assert_key_refused(r: &Run, sb: &Sandbox) {
+    let key = sb.home.join(".ssh/id_rsa");
+    let line = r
+        .stderr
+        .lines()
+        .find(|l| l.contains("not granted") && l.contains(&*key.to_string_lossy()))
+        .unwrap_or_else(|| panic!("the key's refusal is not listed{}", r.ctx()));
+    assert!(line.contains("credential store"), "{line}");
+}
+
+fn assert_learnt(r: &Run) {
+    assert_eq!(r.code, Some(0), "learn failed{}", r.ctx());
+    assert!(
+        r.stderr.contains("capsule learn: draft"),
+        "no summary{}",
+        r.ctx()
+    );
+}
+
+/// (1) pytest of a project that reads a data file outside every grant.
+#[test]
+fn pytest_of_a_project_reading_data_outside_the_grants() {
+    let sb = sandbox();
+    let data = sb.write("data/table.csv", "a,b\n1,2\n");
+    let proj = sb.mkdir("proj");
+    sb.write(
+        "proj/test_data.py",
+        &format!(
+            "import os\n\
+             def test_reads_the_table():\n\
+             \x20   try:\n\
+             \x20       open({:?}).read()\n\
+             \x20   except OSError:\n\
+             \x20       pass\n\
+             \x20   with open({:?}) as f:\n\
+             \x20       assert f.read().startswith('a,b')\n",
+            key(&sb),
+            data.display().to_string()
+        ),
+    );
+    let draft = sb.path("draft.yaml");
+    let py = python();
+    if !has(&py, &["-m", "pytest", "--version"]) {
+        skip(&format!("no pytest for {py} here"));
+        return;
+    }
+    let cmd = [py.as_str(), "-m", "pytest", "-q", "-p", "no:cacheprovider"];
+    let mut args = vec!["-o", draft.to_str().unwrap(), "--"];
+    args.extend(cmd);
+    let r = learn(&sb, &proj, &args);
+    if !observed(&r) {
+        return;
+    }
+    assert_learnt(&r);
+    let d = parse(&draft);
+    assert_safe(&d, &sb);
+    assert!(
+        grants(&d, &sb.home)
+            .iter()
+            .any(|(k, p)| k == "read" && data.starts_with(p)),
+        "the data file is not granted: {d:#}"
+    );
+    assert_key_refused(&r, &sb);
+    let text = std::fs::read_to_string(&draft).unwrap();
+    let commented = text.lines().any(|l| {
+        l.contains(&format!("\"{}\"", data.display()))
+            && l.contains("# read by: python")
+            && l.contains(&format!("(openat {})", data.display()))
+    });
+    assert!(commented, "no comment naming the access: {text}");
+    let e = exec_draft(&sb, &proj, &draft, &cmd);
+    assert_eq!(e.code, Some(0), "pytest under the draft{}\n{text}", e.ctx());
+    assert!(e.stdout.contains("1 passed"), "{}", e.ctx());
+}
+
+/// (2) `pip install` of a locally built wheel into a venv, no network.
+#[test]
+fn pip_install_from_a_local_wheel_into_a_venv() {
+    let sb = sandbox();
+    let py = python();
+    sb.write(
+        "src/tinypkg/pyproject.toml",
+        "[build-system]\nrequires = [\"setuptools\"]\nbuild-backend = \"setuptools.build_meta\"\n\
+         [project]\nname = \"tinypkg\"\nversion = \"0.1\"\n",
+    );
+    sb.write("src/tinypkg/tinypkg/__init__.py", "X = 1\n");
+    let wheels = sb.mkdir("wheels");
+    let host = |args: &[&str]| {
+        std::process::Command::new(&py)
+            .args(args)
+            .env("HOME", &sb.home)
+            .env("PIP_NO_CACHE_DIR", "1")
+            .current_dir(&sb.root)
+            .output()
+            .expect("spawn python")
+    };
+    let out = host(&[
+        "-m",
+        "pip",
+        "wheel",
+        "--no-index",
+        "--no-build-isolation",
+        "--no-deps",
+        "-w",
+        wheels.to_str().unwrap(),
+        sb.path("src/tinypkg").to_str().unwrap(),
+    ]);
+    if !out.status.success() {
+        skip(&format!(
+            "cannot build a wheel with {py} here: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+        return;
+    }
+    let venv = sb.path("venv");
+    let out = host(&["-m", "venv", venv.to_str().unwrap()]);
+    if !out.status.success() {
+        skip(&format!(
+            "cannot make a venv with pip with {py} here: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+        return;
+    }
+    let work = sb.mkdir("work");
+    let script = format!(
+        "cat {} >/dev/null 2>&1; exec {}/bin/python -m pip install --no-index --no-cache-dir \
+         --disable-pip-version-check --find-links {} tinypkg",
+        key(&sb),
+        venv.display(),
+        wheels.display()
+    );
+    let cmd = ["/bin/sh", "-c", script.as_str()];
+    let draft = sb.path("draft.yaml");
+    let mut args = vec!["--iterations", "6", "-o", draft.to_str().unwrap(), "--"];
+    args.extend(cmd);
+    let r = learn(&sb, &work, &args);
+    if !observed(&r) {
+        return;
+    }
+    assert_learnt(&r);
+    let d = parse(&draft);
+    assert_safe(&d, &sb);
+    assert_key_refused(&r, &sb);
+    // Writes only inside the venv (and the workspace).
+    for (k, p) in grants(&d, &sb.home) {
+        if k == "write" {
+            assert!(
+                p.starts_with(&venv) || p == work,
+                "write grant of {} beyond the venv: {d:#}",
+                p.display()
+            );
+        }
+    }
+    // Uninstalled, then installed again under the draft.
+    let site = std::fs::read_dir(venv.join("lib"))
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path()
+        .join("site-packages");
+    for e in std::fs::read_dir(&site).unwrap().flatten() {
+        if e.file_name().to_string_lossy().starts_with("tinypkg") {
+            std::fs::remove_dir_all(e.path()).unwrap();
+        }
+    }
+    let e = exec_draft(&sb, &work, &draft, &cmd);
+    assert_eq!(
+        e.code,
+        Some(0),
+        "pip under the draft{}\n{}",
+        e.ctx(),
+        std::fs::read_to_string(&draft).unwrap()
+    );
+    let init = site.join("tinypkg/__init__.py");
+    assert!(init.exists(), "not installed: {}", init.display());
+}
+
+/// (3) `make` of a small C project that includes a header from elsewhere
+/// (`-include FILE`: cc opens it; a `-I DIR` that the run's view hides is
+/// dropped by cc after a stat(), which the observer does not see).
+#[test]
+fn make_of_a_c_project_with_a_header_outside_the_grants() {
+    let sb = sandbox();
+    let inc = sb.mkdir("include");
+    sb.write("include/greet.h", "#define GREETING \"hello\"\n");
+    let proj = sb.mkdir("cproj");
+    sb.write(
+        "cproj/main.c",
+        "#include <stdio.h>\nint main(void){puts(GREETING);return 0;}\n",
+    );
+    sb.write(
+        "cproj/Makefile",
+        &format!(
+            "hello: main.c\n\t-cat {} >/dev/null 2>&1\n\tcc -include {}/greet.h -o hello main.c\n",
+            key(&sb),
+            inc.display()
+        ),
+    );
+    if !has("cc", &["--version"]) || !has("make", &["--version"]) {
+        skip("no C compiler (cc) or make here");
+        return;
+    }
+    let cmd = ["make", "-B"];
+    let draft = sb.path("draft.yaml");
+    let r = learn(
+        &sb,
+        &proj,
+        &["-o", draft.to_str().unwrap(), "--", "make", "-B"],
+    );
+    if !observed(&r) {
+        return;
+    }
+    assert_learnt(&r);
+    let d = parse(&draft);
+    assert_safe(&d, &sb);
+    assert_key_refused(&r, &sb);
+    assert!(
+        grants(&d, &sb.home)
+            .iter()
+            .any(|(k, p)| k == "read" && inc.join("greet.h").starts_with(p)),
+        "the header is not granted: {d:#}"
+    );
+    let _ = std::fs::remove_file(proj.join("hello"));
+    let e = exec_draft(&sb, &proj, &draft, &cmd);
+    assert_eq!(e.code, Some(0), "make under the draft{}", e.ctx());
+    let out = std::process::Command::new(proj.join("hello"))
+        .output()
+        .expect("run hello");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hello\n");
+}
+
+/// Learning again with the draft as the base adds nothing.
+#[test]
+fn learning_again_with_the_draft_converges() {
+    let sb = sandbox();
+    let data = sb.write("data/a/one.txt", "1\n");
+    sb.write("data/a/two.txt", "2\n");
+    let proj = sb.mkdir("proj");
+    let script = format!(
+        "echo pid=$$; cat {0}/a/one.txt {0}/a/two.txt; cat {1}; echo made > {0}/../proj/out.txt; true",
+        data.parent().unwrap().parent().unwrap().display(),
+        key(&sb)
+    );
+    let cmd = ["/bin/sh", "-c", script.as_str()];
+    let draft = sb.path("draft.yaml");
+    let mut args = vec!["-o", draft.to_str().unwrap(), "--"];
+    args.extend(cmd);
+    let r = learn(&sb, &proj, &args);
+    if !observed(&r) {
+        return;
+    }
+    assert_learnt(&r);
+    // Every round on the same path: in a pid namespace the shell is pid 2
+    // or so in each, else in none (a round left for the next must not take
+    // the run's namespaces away: the id maps of an unprivileged run).
+    let in_ns: Vec<bool> = r
+        .stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("pid="))
+        .map(|p| p.trim().parse::<u32>().unwrap_or(u32::MAX) <= 3)
+        .collect();
+    assert!(in_ns.len() >= 2, "fewer than two rounds{}", r.ctx());
+    assert!(
+        in_ns.iter().all(|x| *x == in_ns[0]),
+        "the rounds ran on different paths: {in_ns:?}{}",
+        r.ctx()
+    );
+    // Confined, never unconfined: the key was not read while learning.
+    assert!(
+        !r.stderr.contains("BEGIN KEY") && !r.stdout.contains("BEGIN KEY"),
+        "the key was read while learning{}",
+        r.ctx()
+    );
+    let first = parse(&draft);
+    assert_safe(&first, &sb);
+    assert_key_refused(&r, &sb);
+    // Two files of one directory: that directory, read-only.
+    let dir = sb.path("data/a");
+    assert!(
+        grants(&first, &sb.home)
+            .iter()
+            .any(|(k, p)| k == "read" && p == &dir),
+        "not collapsed to {}: {first:#}",
+        dir.display()
+    );
+    let again = sb.path("again.yaml");
+    let r2 = learn(
+        &sb,
+        &proj,
+        &[
+            "--policy",
+            draft.to_str().unwrap(),
+            "-o",
+            again.to_str().unwrap(),
+            "--",
+            cmd[0],
+            cmd[1],
+            cmd[2],
+        ],
+    );
+    assert_learnt(&r2);
+    assert!(
+        r2.stderr.contains(" 0 new grant"),
+        "the second round learnt more{}",
+        r2.ctx()
+    );
+    let second = parse(&again);
+    let (mut a, mut b) = (grants(&first, &sb.home), grants(&second, &sb.home));
+    a.sort();
+    b.sort();
+    assert_eq!(a, b, "the grants changed");
+}
+
+/// Without --learn-hosts a refused host is reported, not learnt; with it,
+/// the draft lists it and lets the command reach it (a loopback origin).
+#[test]
+fn hosts_are_learnt_only_with_learn_hosts() {
+    let sb = sandbox();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for s in listener.incoming().flatten() {
+            let mut s = s;
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(
+                b"HTTP/1.0 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\norigin",
+            );
+        }
+    });
+    let proj = sb.mkdir("proj");
+    let py = python();
+    let code = format!(
+        "import urllib.request\nprint(urllib.request.urlopen('http://127.0.0.1:{port}/x', timeout=20).read().decode())\n"
+    );
+    let cmd = [py.as_str(), "-c", code.as_str()];
+    let draft = sb.path("draft.yaml");
+    let mut args = vec!["-o", draft.to_str().unwrap(), "--"];
+    args.extend(cmd);
+    let r = learn(&sb, &proj, &args);
+    assert_learnt(&r);
+    assert!(
+        r.stderr.contains("127.0.0.1") && r.stderr.contains("not learnt (pass --learn-hosts)"),
+        "{}",
+        r.ctx()
+    );
+    let d = parse(&draft);
+    assert!(
+        d["network"]["allow_hosts"]
+            .as_array()
+            .is_none_or(|a| a.is_empty()),
+        "hosts learnt without --learn-hosts: {d:#}"
+    );
+    let mut args = vec!["--learn-hosts", "-o", draft.to_str().unwrap(), "--"];
+    args.extend(cmd);
+    let r = learn(&sb, &proj, &args);
+    assert_learnt(&r);
+    let d = parse(&draft);
+    assert_eq!(d["network"]["mode"], "proxy", "{d:#}");
+    let hosts: Vec<&str> = d["network"]["allow_hosts"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    assert_eq!(hosts, vec!["127.0.0.1"], "{d:#}");
+    let text = std::fs::read_to_string(&draft).unwrap();
+    assert!(
+        text.contains("# reached by"),
+        "no comment on the host: {text}"
+    );
+    let e = exec_draft(&sb, &proj, &draft, &cmd);
+    assert_eq!(e.code, Some(0), "{}", e.ctx());
+    assert!(e.stdout.contains("origin"), "{}", e.ctx());
+}
+
+/// `learn --help` names its options; a bad base policy is 125.
+#[test]
+fn help_and_a_bad_base() {
+    let sb = sandbox();
+    let h = sb.run(&["learn", "--help"]);
+    assert_eq!(h.code, Some(0), "{}", h.ctx());
+    for f in ["--policy", "--learn-hosts", "--output", "--iterations"] {
+        assert!(h.stdout.contains(f), "--help lacks {f}{}", h.ctx());
+    }
+    let bad = sb.policy("version: 1\nfilesystem:\n  write: [\"/\"]\n");
+    let r = learn(&sb, &sb.root, &["--policy", &bad, "--", "/bin/true"]);
+    assert_eq!(r.code, Some(125), "{}", r.ctx());
+}
