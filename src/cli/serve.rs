@@ -9,8 +9,11 @@
 //! from one step to the next), confined child, result object and audit
 //! record. What a run leaks on purpose (the child's spec and stage stacks)
 //! dies with its step process. The server saves the exec of capsule, the
-//! dynamic loader's work and the parse of its own arguments; a step still
-//! pays for its planning and its namespaces.
+//! dynamic loader's work, the build of the argument parser (made once,
+//! before any fork) and the wait for a step's teardown (a step reports its
+//! exit status on a pipe when `capsule exec` returns; the server answers
+//! then and reaps after); a step still pays for its planning and its
+//! namespaces.
 //!
 //! The server's death ends every step: each step process has
 //! PR_SET_PDEATHSIG (SIGTERM, the signal `capsule exec` answers by killing
