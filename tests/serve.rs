@@ -358,3 +358,45 @@ fn cancel_ends_a_running_step_and_it_still_answers() {
     assert_eq!(r["result"]["killed"], json!(true), "{r}");
     assert!(with_token(&tok).is_empty());
 }
+
+/// The step's process reports its exit status to the server on a pipe of
+/// its own (docs/serve.md): that pipe, like everything else of the
+/// server's, never reaches the run, whose descriptors above stderr are its
+/// own and capsule's RPC socket only.
+#[test]
+fn no_descriptor_of_the_server_or_the_step_reaches_the_run() {
+    let sb = Sandbox::new();
+    let mut s = Server::start(&sb);
+    for id in ["a", "b"] {
+        // Without --json the run's stdout and stderr are the step's own.
+        s.send(&exec_req(
+            &sb,
+            id,
+            &["--no-audit", "--", "/bin/sh", "-c", "ls -l /proc/$$/fd"],
+        ));
+        let r = s.recv().unwrap();
+        assert_eq!(r["exit_code"], json!(0), "{r}");
+        let listing = r["stdout"].as_str().unwrap();
+        for line in listing.lines().filter(|l| l.contains(" -> ")) {
+            let fd: u32 = line
+                .split(" -> ")
+                .next()
+                .and_then(|l| l.split_whitespace().last())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("unparsed line {line:?} in {listing}"));
+            if fd > 2 {
+                assert!(
+                    !line.contains("pipe:")
+                        && !line.contains("pidfd")
+                        && !line.contains("/dev/null"),
+                    "descriptor {fd} of the server or the step reached the run: {line}\n{listing}"
+                );
+            }
+        }
+        // The run's stdout is the step's pipe to the server; its stdin /dev/null.
+        assert!(
+            listing.lines().any(|l| l.contains(" 1 -> pipe:")),
+            "{listing}"
+        );
+    }
+}

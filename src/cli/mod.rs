@@ -111,14 +111,25 @@ pub fn main() -> i32 {
 /// One step of `capsule serve`, in its own forked process: exactly
 /// `capsule exec ARGS` (the same parsing, refusals, planning, run, result
 /// and audit record), with the request's policy text when it gave one.
-pub(crate) fn exec_step(args: &[String], policy_text: Option<String>) -> i32 {
+/// `cli` is [`cli_command`], built once by the server before it forks (the
+/// same parser `capsule exec` uses; building it is most of clap's cost).
+pub(crate) fn exec_step(
+    cli: &mut clap::Command,
+    args: &[String],
+    policy_text: Option<String>,
+) -> i32 {
+    use clap::FromArgMatches;
     let argv: Vec<std::ffi::OsString> = ["capsule", "exec"]
         .into_iter()
         .map(String::from)
         .chain(args.iter().cloned())
         .map(std::ffi::OsString::from)
         .collect();
-    match Cli::try_parse_from(&argv) {
+    let parsed = match cli.try_get_matches_from_mut(&argv) {
+        Ok(mut m) => Cli::from_arg_matches_mut(&mut m).map_err(|e| e.format(cli)),
+        Err(e) => Err(e),
+    };
+    match parsed {
         Ok(Cli {
             command: Command::Exec(mut a),
             ..
@@ -139,6 +150,14 @@ pub(crate) fn exec_step(args: &[String], policy_text: Option<String>) -> i32 {
             code
         }
     }
+}
+
+/// capsule's whole command-line parser, built (for `capsule serve`, once).
+pub(crate) fn cli_command() -> clap::Command {
+    use clap::CommandFactory;
+    let mut c = Cli::command();
+    c.build();
+    c
 }
 
 /// `capsule exec` with unusable arguments is a refusal like any other: it

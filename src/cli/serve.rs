@@ -9,8 +9,11 @@
 //! from one step to the next), confined child, result object and audit
 //! record. What a run leaks on purpose (the child's spec and stage stacks)
 //! dies with its step process. The server saves the exec of capsule, the
-//! dynamic loader's work and the parse of its own arguments; a step still
-//! pays for its planning and its namespaces.
+//! dynamic loader's work, the build of the argument parser (made once,
+//! before any fork) and the wait for a step's teardown (a step reports its
+//! exit status on a pipe when `capsule exec` returns; the server answers
+//! then and reaps after); a step still pays for its planning and its
+//! namespaces.
 //!
 //! The server's death ends every step: each step process has
 //! PR_SET_PDEATHSIG (SIGTERM, the signal `capsule exec` answers by killing
@@ -37,6 +40,8 @@ use crate::sys::serve::{fork_step, Forked};
 pub const MAX_LINE: usize = 1 << 20;
 /// Requests read ahead of the steps running (then stdin is not read).
 const MAX_PENDING: usize = 64;
+/// Where a step's process finds its status pipe.
+const STATUS_FD: i32 = 3;
 
 /// `capsule serve --help` and its man page.
 pub const LONG_ABOUT: &str = "A long-lived parent that runs one `capsule exec` per request, each in a \
@@ -143,6 +148,28 @@ struct Step {
     json: bool,
     out: Stream,
     err: Stream,
+    /// The step's report: its exit status, written when `capsule exec`
+    /// has returned (the run over, its tree gone, its record written).
+    status: Option<OwnedFd>,
+    code: Option<i32>,
+}
+
+impl Step {
+    /// Read the step's status pipe if it has something (non-blocking).
+    fn read_status(&mut self) {
+        let Some(fd) = &self.status else { return };
+        let mut b = [0u8; 4];
+        match nix::unistd::read(fd, &mut b) {
+            Ok(4) => {
+                self.code = Some(i32::from_le_bytes(b));
+                self.status = None;
+            }
+            Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => {}
+            // EOF (or a short read): the step ended without reporting; its
+            // response waits for its exit status.
+            _ => self.status = None,
+        }
+    }
 }
 
 /// The server's stdout, written with plain write(2): no buffer of std's
@@ -161,119 +188,179 @@ impl Out {
     }
 }
 
+/// The server's state between polls.
+struct Server {
+    input: ManuallyDrop<File>,
+    out: Out,
+    server_pid: libc::pid_t,
+    max: usize,
+    max_output: u64,
+    /// capsule's parser, built once: each step's process parses its
+    /// arguments with its own copy (clap's build is most of a parse).
+    cli: clap::Command,
+    buf: Vec<u8>,
+    /// Inside an overlong line.
+    skipping: bool,
+    eof: bool,
+    pending: VecDeque<(Value, Request)>,
+    steps: Vec<Step>,
+    /// Step processes already answered (their report is in), not yet
+    /// reaped: they count against `--max-parallel` until they are.
+    reaping: Vec<(libc::pid_t, OwnedFd)>,
+}
+
 pub fn run(a: ServeArgs) -> i32 {
     if crate::sys::serve::thread_count().is_some_and(|n| n != 1) {
         error_line("serve: more than one thread before the first fork; refusing to fork");
         return crate::result::exit::REFUSED;
     }
     // SAFETY-free: fds 0 and 1 exist (ensure_std_fds); ManuallyDrop keeps them open.
-    let mut input = ManuallyDrop::new(File::from(crate::sys::adopt_fd(0)));
-    let mut out = Out(ManuallyDrop::new(File::from(crate::sys::adopt_fd(1))));
-    let server_pid = raw::getpid();
-    let max = a.max_parallel as usize;
-    let mut buf: Vec<u8> = Vec::new();
-    let mut skipping = false; // inside an overlong line
-    let mut eof = false;
-    let mut pending: VecDeque<(Value, Request)> = VecDeque::new();
-    let mut steps: Vec<Step> = Vec::new();
-
+    let mut sv = Server {
+        input: ManuallyDrop::new(File::from(crate::sys::adopt_fd(0))),
+        out: Out(ManuallyDrop::new(File::from(crate::sys::adopt_fd(1)))),
+        server_pid: raw::getpid(),
+        max: a.max_parallel as usize,
+        max_output: a.max_output,
+        cli: super::cli_command(),
+        buf: Vec::new(),
+        skipping: false,
+        eof: false,
+        pending: VecDeque::new(),
+        steps: Vec::new(),
+        reaping: Vec::new(),
+    };
     loop {
-        // Start what may start.
-        while steps.len() < max {
-            let Some((id, req)) = pending.pop_front() else {
-                break;
-            };
-            match start(id.clone(), req, server_pid) {
-                Ok(s) => steps.push(s),
-                Err(e) => out.send(&json!({"id": id, "error": e})),
-            }
-        }
-        if eof && pending.is_empty() && steps.is_empty() {
+        sv.start_pending();
+        if sv.eof && sv.pending.is_empty() && sv.steps.is_empty() && sv.reaping.is_empty() {
             return 0;
         }
-        // Wait for a request, output or a step's end.
-        let read_input = !eof && pending.len() < MAX_PENDING;
-        let mut fds: Vec<PollFd> = Vec::new();
-        if read_input {
-            fds.push(PollFd::new(input.as_fd(), PollFlags::POLLIN));
-        }
-        for s in &steps {
-            fds.push(PollFd::new(s.pidfd.as_fd(), PollFlags::POLLIN));
-            for st in [&s.out, &s.err] {
-                if let Some(fd) = &st.fd {
-                    fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
-                }
-            }
-        }
-        match poll(&mut fds, PollTimeout::NONE) {
-            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+        let input_ready = match sv.wait() {
+            Ok(r) => r,
             Err(e) => {
                 error_line(format!("serve: poll: {e}"));
                 return crate::result::exit::REFUSED;
             }
+        };
+        sv.collect();
+        if input_ready {
+            sv.read_requests();
         }
-        let input_ready = read_input && fds[0].revents().is_some_and(|r| !r.is_empty());
-        drop(fds);
+    }
+}
 
-        for s in &mut steps {
-            s.out.pump(a.max_output);
-            s.err.pump(a.max_output);
+impl Server {
+    /// Start what may start: a step per free slot.
+    fn start_pending(&mut self) {
+        while self.steps.len() + self.reaping.len() < self.max {
+            let Some((id, req)) = self.pending.pop_front() else {
+                break;
+            };
+            match start(id.clone(), req, self.server_pid, &mut self.cli) {
+                Ok(s) => self.steps.push(s),
+                Err(e) => self.out.send(&json!({"id": id, "error": e})),
+            }
+        }
+    }
+
+    /// Wait for a request, output, a report or a step's end; whether the
+    /// request pipe is readable.
+    fn wait(&self) -> Result<bool, nix::errno::Errno> {
+        let read_input = !self.eof && self.pending.len() < MAX_PENDING;
+        let mut fds: Vec<PollFd> = Vec::new();
+        if read_input {
+            fds.push(PollFd::new(self.input.as_fd(), PollFlags::POLLIN));
+        }
+        for s in &self.steps {
+            fds.push(PollFd::new(s.pidfd.as_fd(), PollFlags::POLLIN));
+            for fd in [&s.out.fd, &s.err.fd, &s.status].into_iter().flatten() {
+                fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
+            }
+        }
+        for (_, pidfd) in &self.reaping {
+            fds.push(PollFd::new(pidfd.as_fd(), PollFlags::POLLIN));
+        }
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+        Ok(read_input && fds[0].revents().is_some_and(|r| !r.is_empty()))
+    }
+
+    /// Pump the steps' output; answer each step whose report is in (or
+    /// whose process ended without one); reap the answered ones that ended.
+    fn collect(&mut self) {
+        for s in &mut self.steps {
+            s.out.pump(self.max_output);
+            s.err.pump(self.max_output);
+            s.read_status();
         }
         let mut i = 0;
-        while i < steps.len() {
-            if exited(&steps[i]) {
-                let s = steps.swap_remove(i);
-                out.send(&finish(s, a.max_output));
+        while i < self.steps.len() {
+            let s = &self.steps[i];
+            if s.code.is_some() || (s.status.is_none() && readable(&s.pidfd)) {
+                let s = self.steps.swap_remove(i);
+                let (resp, left) = finish(s, self.max_output);
+                self.out.send(&resp);
+                self.reaping.extend(left);
             } else {
                 i += 1;
             }
         }
+        self.reaping.retain(|(pid, pidfd)| {
+            if readable(pidfd) {
+                let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(*pid), None);
+                false
+            } else {
+                true
+            }
+        });
+    }
 
-        if input_ready {
-            let mut chunk = [0u8; 65536];
-            match input.read(&mut chunk) {
-                Ok(0) => {
-                    eof = true;
-                    if !buf.is_empty() && !skipping {
-                        let line = std::mem::take(&mut buf);
-                        take_line(&line, &mut pending, &mut steps, &mut out);
+    /// Read what the caller sent and take each complete line.
+    fn read_requests(&mut self) {
+        let mut chunk = [0u8; 65536];
+        match self.input.read(&mut chunk) {
+            Ok(0) => {
+                self.eof = true;
+                if !self.buf.is_empty() && !self.skipping {
+                    let line = std::mem::take(&mut self.buf);
+                    take_line(&line, &mut self.pending, &mut self.steps, &mut self.out);
+                }
+            }
+            Ok(n) => {
+                let mut rest = &chunk[..n];
+                while let Some(nl) = rest.iter().position(|&b| b == b'\n') {
+                    if self.skipping {
+                        self.skipping = false;
+                    } else {
+                        self.buf.extend_from_slice(&rest[..nl]);
+                        let line = std::mem::take(&mut self.buf);
+                        take_line(&line, &mut self.pending, &mut self.steps, &mut self.out);
+                    }
+                    rest = &rest[nl + 1..];
+                }
+                if !self.skipping {
+                    self.buf.extend_from_slice(rest);
+                    if self.buf.len() > MAX_LINE {
+                        self.buf = Vec::new();
+                        self.skipping = true;
+                        self.out.send(&json!({"id": null, "error": format!(
+                            "request line longer than {MAX_LINE} bytes: skipped up to its newline")}));
                     }
                 }
-                Ok(n) => {
-                    let mut rest = &chunk[..n];
-                    while let Some(nl) = rest.iter().position(|&b| b == b'\n') {
-                        if skipping {
-                            skipping = false;
-                        } else {
-                            buf.extend_from_slice(&rest[..nl]);
-                            let line = std::mem::take(&mut buf);
-                            take_line(&line, &mut pending, &mut steps, &mut out);
-                        }
-                        rest = &rest[nl + 1..];
-                    }
-                    if !skipping {
-                        buf.extend_from_slice(rest);
-                        if buf.len() > MAX_LINE {
-                            buf = Vec::new();
-                            skipping = true;
-                            out.send(&json!({"id": null, "error": format!(
-                                "request line longer than {MAX_LINE} bytes: skipped up to its newline")}));
-                        }
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    error_line(format!("serve: reading requests: {e}"));
-                    eof = true;
-                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                error_line(format!("serve: reading requests: {e}"));
+                self.eof = true;
             }
         }
     }
 }
 
-/// Whether a step's process has ended (its pidfd is readable).
-fn exited(s: &Step) -> bool {
-    let mut fds = [PollFd::new(s.pidfd.as_fd(), PollFlags::POLLIN)];
+/// Whether a process has ended (its pidfd is readable).
+fn readable(pidfd: &OwnedFd) -> bool {
+    let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
     matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
 }
 
@@ -336,7 +423,12 @@ fn take_line(
 }
 
 /// Fork the step process for one request.
-fn start(id: Value, req: Request, server_pid: libc::pid_t) -> Result<Step, String> {
+fn start(
+    id: Value,
+    req: Request,
+    server_pid: libc::pid_t,
+    cli: &mut clap::Command,
+) -> Result<Step, String> {
     let stdin_data = match (&req.stdin, &req.stdin_base64) {
         (Some(_), Some(_)) => return Err("give `stdin` or `stdin_base64`, not both".into()),
         (Some(t), None) => Some(t.as_bytes().to_vec()),
@@ -374,13 +466,14 @@ fn start(id: Value, req: Request, server_pid: libc::pid_t) -> Result<Step, Strin
     };
     let (out_r, out_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
+    let (status_r, status_w) = pipe()?;
     let json = req
         .args
         .iter()
         .take_while(|a| *a != "--")
         .any(|a| a == "--json");
     match fork_step().map_err(|e| format!("fork: {e}"))? {
-        Forked::Child => step(req, &stdin_fd, &out_w, &err_w, server_pid),
+        Forked::Child => step(req, [&stdin_fd, &out_w, &err_w, &status_w], server_pid, cli),
         Forked::Parent(pid) => {
             let pidfd = match crate::sys::pidfd_open(pid) {
                 Ok(fd) => fd,
@@ -397,13 +490,22 @@ fn start(id: Value, req: Request, server_pid: libc::pid_t) -> Result<Step, Strin
                 json,
                 out: Stream::new(out_r),
                 err: Stream::new(err_r),
+                status: Some(status_r),
+                code: None,
             })
         }
     }
 }
 
-/// The step process: stdio onto the request's, then `capsule exec ARGS`.
-fn step(req: Request, stdin: &OwnedFd, out: &OwnedFd, err: &OwnedFd, server: libc::pid_t) -> ! {
+/// The step process: stdio onto the request's, then `capsule exec ARGS`;
+/// its exit status goes to the server on fd 3 (close-on-exec) as soon as
+/// `capsule exec` has returned, before this process is torn down.
+fn step(
+    req: Request,
+    [stdin, out, err, status]: [&OwnedFd; 4],
+    server: libc::pid_t,
+    cli: &mut clap::Command,
+) -> ! {
     // The server's death ends this step (as SIGTERM ends `capsule exec`).
     let _ = raw::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as usize);
     if raw::getppid() != server {
@@ -411,12 +513,18 @@ fn step(req: Request, stdin: &OwnedFd, out: &OwnedFd, err: &OwnedFd, server: lib
     }
     let ok = raw::dup_onto(stdin.as_raw_fd(), 0).is_ok()
         && raw::dup_onto(out.as_raw_fd(), 1).is_ok()
-        && raw::dup_onto(err.as_raw_fd(), 2).is_ok();
+        && raw::dup_onto(err.as_raw_fd(), 2).is_ok()
+        && raw::dup_onto(status.as_raw_fd(), STATUS_FD).is_ok();
     if !ok {
         raw::exit_group(crate::result::exit::REFUSED);
     }
-    // Nothing of the server (its request pipe, other steps' pipes and pidfds).
-    let _ = raw::close_range(3, u32::MAX);
+    // Nothing of the server (its request pipe, other steps' pipes and
+    // pidfds); the status pipe is close-on-exec, and the run's child
+    // closes everything above 2 besides (sandbox::child).
+    let _ = raw::close_range(STATUS_FD + 1, u32::MAX);
+    if raw::cloexec_range(STATUS_FD).is_err() {
+        raw::exit_group(crate::result::exit::REFUSED);
+    }
     if req.clear_env {
         for (k, _) in std::env::vars_os() {
             std::env::remove_var(k);
@@ -435,18 +543,39 @@ fn step(req: Request, stdin: &OwnedFd, out: &OwnedFd, err: &OwnedFd, server: lib
             std::process::exit(crate::result::exit::REFUSED);
         }
     }
-    let code = super::exec_step(&req.args, req.policy);
+    let code = super::exec_step(cli, &req.args, req.policy);
     let _ = std::io::stdout().flush();
+    // Everything the run wrote is in the pipes: the server answers now,
+    // while this process exits (the run itself is over: `capsule exec`
+    // returns only once its tree is gone and its record written).
+    let _ = raw::write(STATUS_FD, &code.to_le_bytes());
     std::process::exit(code)
 }
 
-/// The response for a step whose process has ended.
-fn finish(mut s: Step, cap: u64) -> Value {
+/// The response for a step that reported (then its process, still to be
+/// reaped, is returned) or whose process ended without a report.
+fn finish(mut s: Step, cap: u64) -> (Value, Option<(libc::pid_t, OwnedFd)>) {
     s.out.pump(cap);
     s.err.pump(cap);
-    let status = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(s.pid), None);
     let mut r = Map::new();
     r.insert("id".into(), s.id.clone());
+    let left = match s.code {
+        Some(code) => {
+            r.insert("exit_code".into(), code.into());
+            Some((s.pid, s.pidfd))
+        }
+        None => {
+            exit_status(s.pid, &mut r);
+            None
+        }
+    };
+    put_output(&mut r, &s.out, &s.err, s.json);
+    (Value::Object(r), left)
+}
+
+/// `exit_code` (and `error`) for a step process that ended without a report.
+fn exit_status(pid: libc::pid_t, r: &mut Map<String, Value>) {
+    let status = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
     use nix::sys::wait::WaitStatus;
     match status {
         Ok(WaitStatus::Exited(_, code)) => {
@@ -467,24 +596,26 @@ fn finish(mut s: Step, cap: u64) -> Value {
             );
         }
     }
-    let parsed = s
-        .json
-        .then(|| serde_json::from_slice::<Map<String, Value>>(&s.out.kept).ok())
+}
+
+/// `result` (or `stdout`) and `stderr`, with the truncation counts.
+fn put_output(r: &mut Map<String, Value>, out: &Stream, err: &Stream, json: bool) {
+    let parsed = json
+        .then(|| serde_json::from_slice::<Map<String, Value>>(&out.kept).ok())
         .flatten();
     match parsed {
         Some(obj) => {
             r.insert("result".into(), Value::Object(obj));
         }
-        None => put_bytes(&mut r, "stdout", &s.out.kept),
+        None => put_bytes(r, "stdout", &out.kept),
     }
-    put_bytes(&mut r, "stderr", &s.err.kept);
-    for (name, st) in [("stdout", &s.out), ("stderr", &s.err)] {
+    put_bytes(r, "stderr", &err.kept);
+    for (name, st) in [("stdout", out), ("stderr", err)] {
         if st.total > st.kept.len() as u64 {
             r.insert(format!("{name}_truncated"), true.into());
             r.insert(format!("{name}_bytes"), st.total.into());
         }
     }
-    Value::Object(r)
 }
 
 /// `name` as text when it is UTF-8, else `name_base64`.

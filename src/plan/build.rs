@@ -449,7 +449,14 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
     }
     let creds = credentials::patterns(&home, &extra);
     // Strictly beneath a grant; a grant naming the path exactly keeps it.
-    let beneath = |p: &Path| grants.iter().any(|g| p.starts_with(&g.path) && g.path != p);
+    // (`p.starts_with(&g.path) && g.path != p`, with each grant split into
+    // components once: this runs for every credential pattern against
+    // every grant, and re-splitting both paths was ~5% of a run's CPU.)
+    let grant_parts: Vec<Vec<std::path::Component>> = grants
+        .iter()
+        .map(|g| g.path.components().collect())
+        .collect();
+    let beneath = |p: &Path| strictly_beneath_any(&grant_parts, p);
     for cred in credentials::existing(&creds, beneath) {
         if !grants.iter().any(|g| g.path == cred.path) {
             deny.push(FsDeny {
@@ -583,5 +590,57 @@ fn absolute(base: &Path, p: &Path) -> PathBuf {
         p.to_path_buf()
     } else {
         base.join(p)
+    }
+}
+
+/// Whether `p` lies strictly beneath one of `grants` (each split into
+/// components): `p.starts_with(g) && p != g`, as `Path` compares them.
+fn strictly_beneath_any(grants: &[Vec<std::path::Component>], p: &Path) -> bool {
+    let parts: Vec<std::path::Component> = p.components().collect();
+    grants
+        .iter()
+        .any(|g| parts.len() > g.len() && parts[..g.len()] == g[..])
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    #[test]
+    fn strictly_beneath_any_is_path_starts_with_and_not_equal() {
+        let grants = ["/", "/home/u", "/home/u/", "/etc/ssl", "/a//b", "/x/./y"];
+        let paths = [
+            "/",
+            "/home",
+            "/home/u",
+            "/home/u/",
+            "/home/u/.ssh",
+            "/home/uu/.ssh",
+            "/home/u/./.ssh",
+            "/etc/ssl",
+            "/etc/ssl/private/k",
+            "/etc/sslx",
+            "/a/b",
+            "/a/b/c",
+            "/a//b//c",
+            "/x/y/z",
+            "relative/p",
+            "",
+        ];
+        for gs in [&grants[..], &grants[1..], &grants[3..4], &[][..]] {
+            let parts: Vec<Vec<_>> = gs
+                .iter()
+                .map(|g| Path::new(g).components().collect())
+                .collect();
+            for p in paths {
+                let p = Path::new(p);
+                let want = gs.iter().any(|g| p.starts_with(g) && Path::new(g) != p);
+                assert_eq!(
+                    super::strictly_beneath_any(&parts, p),
+                    want,
+                    "{p:?} under {gs:?}"
+                );
+            }
+        }
     }
 }
