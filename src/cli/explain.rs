@@ -116,6 +116,24 @@ pub fn explain(
     }));
 }
 
+/// A field of a denial as it may reach the user's terminal: the paths and
+/// tool names in it are the run's bytes, so every control character (ESC,
+/// BEL, CR, a newline that would forge a whole `capsule:` line) and every
+/// bidirectional override is shown escaped (`\u{1b}`), never sent raw.
+/// The JSON result and the audit record keep the text as it was.
+pub fn shown(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        let bidi = matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        if c.is_control() || bidi {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// The denials on stderr, as `why` prints its answers.
 pub fn print(denials: &[Value], info: Option<&Value>) {
     let files = info
@@ -132,7 +150,7 @@ pub fn print(denials: &[Value], info: Option<&Value>) {
         ));
     }
     for d in denials {
-        let s = |k: &str| d.get(k).and_then(Value::as_str).map(str::to_string);
+        let s = |k: &str| d.get(k).and_then(Value::as_str).map(shown);
         out.push_str(&format!(
             "{}: refused by {}\n",
             s("question").unwrap_or_default(),
@@ -174,10 +192,24 @@ pub fn print(denials: &[Value], info: Option<&Value>) {
         let why = info
             .and_then(|i| i.get("why_not"))
             .and_then(Value::as_str)
-            .unwrap_or("unknown");
+            .map_or_else(|| "unknown".to_string(), shown);
         out.push_str(&format!(
             "capsule: --explain: file accesses were not observed ({why}); only the proxy's, the broker's and the signal guard's refusals are explained\n"
         ));
     }
     eprint!("{out}");
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_runs_control_characters_are_shown_escaped() {
+        assert_eq!(super::shown("/a b/ü.txt"), "/a b/ü.txt");
+        assert_eq!(
+            super::shown("a\u{1b}]0;x\u{7}\ncapsule: y"),
+            "a\\u{1b}]0;x\\u{7}\\ncapsule: y"
+        );
+        assert_eq!(super::shown("\u{202e}gpj.exe"), "\\u{202e}gpj.exe");
+        assert_eq!(super::shown("\u{9b}2J"), "\\u{9b}2J");
+    }
 }
