@@ -123,7 +123,14 @@ except OSError as e:
 "#
     );
     let mut c = sb.std_command([
-        "exec", "--json", "-p", &policy, "--", &python(), "-c", &code,
+        "exec",
+        "--json",
+        "-p",
+        &policy,
+        "--",
+        &python(),
+        "-c",
+        &code,
     ]);
     c.stdout(std::process::Stdio::piped());
     c.stderr(std::process::Stdio::piped());
@@ -150,5 +157,104 @@ except OSError as e:
     assert!(
         got != "from-the-run",
         "ESCAPE: a host client connecting to the abstract name @{name} reached the run: {ctx}"
+    );
+}
+
+/// capsule's own CPU seconds (utime + stime, without its reaped children).
+fn own_cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let f: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Some(ticks as f64 / hz)
+}
+
+/// Four processes (two forks, each forking once more) that name paths outside every grant in a loop: each call
+/// is a round trip to capsule's observer, which reads the path from the
+/// caller's memory, its working directory, and stats the path twice (in
+/// the run's view and on the host) — work outside every limit of the run.
+const OPEN_LOOP_PY: &str = r#"
+import os, time
+def loop():
+    end = time.time() + 26
+    i = 0
+    while time.time() < end:
+        i += 1
+        try:
+            os.open("/nonexistent-red3/%d" % (i % 64), os.O_RDONLY)
+        except OSError:
+            pass
+    return i
+pids = [os.fork() for _ in range(2)]
+n = loop()
+if 0 in pids:
+    os._exit(0)
+for p in pids:
+    os.waitpid(p, 0)
+t = os.times()
+print("opens", n, "cpu of the run", t.user + t.system + t.children_user + t.children_system)
+"#;
+
+/// The guards' CPU budget (docs/guards.md) holds capsule to what one more
+/// process of the run may spend; `--explain`'s observer is exempt ("a run is
+/// never killed for being observed"), so under `--explain` a run keeps
+/// capsule's observer thread busy for its whole timeout, outside every limit
+/// (cpu_seconds, a cgroup's cpu) of the run: here 3 s of budget for a 30 s
+/// timeout, and capsule spent more than the run itself.
+#[test]
+#[ignore = "red3 finding 3: --explain's observer CPU is outside the guards' budget: a run keeps capsule busy for its whole timeout"]
+fn explain_cannot_make_capsule_burn_cpu_past_the_guards_budget() {
+    let sb = Sandbox::new();
+    let policy = sb.policy("version: 1\nlimits:\n  timeout_seconds: 30\n  cpu_seconds: 3\n");
+    let mut c = sb.std_command([
+        "exec",
+        "--json",
+        "--no-audit",
+        "--explain",
+        "-p",
+        &policy,
+        "--",
+        &python(),
+        "-c",
+        OPEN_LOOP_PY,
+    ]);
+    c.stdout(std::process::Stdio::piped());
+    c.stderr(std::process::Stdio::null());
+    c.stdin(std::process::Stdio::null());
+    let mut child = c.spawn().expect("spawn capsule");
+    let pid = child.id();
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || std::io::read_to_string(stdout).unwrap_or_default());
+    let mut cpu = 0.0f64;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        if let Some(t) = own_cpu_seconds(pid) {
+            cpu = cpu.max(t);
+        }
+        if child.try_wait().expect("wait").is_some() {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    let out = reader.join().unwrap();
+    eprintln!("capsule spent {cpu:.2} s of CPU under --explain: {out}");
+    if !via_serve() {
+        let j: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_default();
+        if j["explain"]["files"] != true {
+            skip("--explain could not observe file accesses here");
+            return;
+        }
+    }
+    // The budget is min(cpu_seconds, timeout / 10) = 3 s; the signal and
+    // process guards are held to it plus start-up slack (escape_guards.rs).
+    assert!(
+        cpu < 4.5,
+        "ESCAPE: under --explain the run made capsule spend {cpu:.2} s of CPU (budget 3 s): {out}"
     );
 }
