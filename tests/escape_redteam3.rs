@@ -258,3 +258,66 @@ fn explain_cannot_make_capsule_burn_cpu_past_the_guards_budget() {
         "ESCAPE: under --explain the run made capsule spend {cpu:.2} s of CPU (budget 3 s): {out}"
     );
 }
+
+/// A file's inode generation, as `FS_IOC_GETVERSION` reports it (None where
+/// the file system has none, e.g. tmpfs).
+fn generation(path: &std::path::Path) -> Option<i64> {
+    let out = std::process::Command::new(python())
+        .args([
+            "-c",
+            "import array, fcntl, os, sys\nfd = os.open(sys.argv[1], os.O_RDONLY)\nb = array.array('l', [0])\nfcntl.ioctl(fd, 0x80087601, b)\nprint(b[0])",
+        ])
+        .arg(path)
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+}
+
+/// Without a mount namespace nothing makes the host read-only, so the
+/// metadata guard holds what Landlock cannot see; its ioctl list covered the
+/// chattr flags, not the other ioctls an owner (as root: of every file) may
+/// make on a descriptor opened only for reading: `FS_IOC_SETVERSION`
+/// rewrites the inode's generation (NFS handles of the file go stale), and
+/// `EXT4_IOC_MIGRATE`, `FS_IOC_SET_ENCRYPTION_POLICY` and
+/// `FS_IOC_ENABLE_VERITY` (a verity file can never be written again) change
+/// a file or directory the run may only read.
+#[test]
+fn without_namespaces_a_read_grant_cannot_change_a_files_generation() {
+    let mut sb = Sandbox::new();
+    sb.set_env("CAPSULE_NO_NAMESPACES", "1");
+    let ro = sb.mkdir("ro");
+    let file = sb.write("ro/file", "data\n");
+    let Some(before) = generation(&file) else {
+        skip("this file system has no inode generation (FS_IOC_GETVERSION)");
+        return;
+    };
+    let code = r#"import fcntl, os, struct, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+for name, req, arg in [("FS_IOC_SETVERSION", 0x40087602, struct.pack("l", 424242)),
+                       ("FS_IOC32_SETVERSION", 0x40047602, struct.pack("i", 434343)),
+                       ("EXT4_IOC_MIGRATE", 0x6609, 0)]:
+    try:
+        fcntl.ioctl(fd, req, arg)
+        print(name, "ok")
+    except OSError as e:
+        print(name, "refused", e.errno)
+"#;
+    let r = sb.exec_json(
+        &["--allow-read", &ro.to_string_lossy()],
+        &[&python(), "-c", code, &file.to_string_lossy()],
+    );
+    r.assert_ran();
+    let out = r.child_stdout();
+    if r.json()["enforcement"]["view"] != serde_json::Value::Null {
+        skip("capsule took the view here (a read-only host)");
+        return;
+    }
+    let after = generation(&file);
+    assert_eq!(
+        after,
+        Some(before),
+        "ESCAPE: a read grant changed the file's generation on the no-namespace path: {out}{}",
+        r.ctx()
+    );
+    assert!(!out.contains(" ok"), "ESCAPE: {out}{}", r.ctx());
+}
