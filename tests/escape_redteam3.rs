@@ -321,3 +321,69 @@ for name, req, arg in [("FS_IOC_SETVERSION", 0x40087602, struct.pack("l", 424242
     );
     assert!(!out.contains(" ok"), "ESCAPE: {out}{}", r.ctx());
 }
+
+/// A read lease (`fcntl(F_SETLEASE, F_RDLCK)`) needs only a descriptor
+/// opened for reading and ownership of the file (as root: any file), and no
+/// Landlock ABI, mount flag or namespace sees it: the run held every host
+/// process that opened a file it may only read for writing (or truncated
+/// it) blocked for `fs.lease-break-time` (45 s) per open — `/etc/passwd`
+/// for `useradd`, a project's files for the user's editor.
+#[test]
+fn a_read_grant_cannot_block_the_hosts_writers_with_a_lease() {
+    let sb = Sandbox::new();
+    let ro = sb.mkdir("ro");
+    let file = sb.write("ro/file", "data\n");
+    let out = sb.mkdir("out");
+    let marker = out.join("leased");
+    let code = r#"import fcntl, os, signal, sys, time
+signal.signal(signal.SIGIO, signal.SIG_IGN)  # the lease break's notice
+fd = os.open(sys.argv[1], os.O_RDONLY)
+try:
+    fcntl.fcntl(fd, 1024, fcntl.F_RDLCK)  # F_SETLEASE
+    what = "leased"
+except OSError as e:
+    what = "refused %d" % e.errno
+open(sys.argv[2], "w").write(what)
+time.sleep(8)
+"#;
+    let mut c = sb.std_command([
+        "exec",
+        "--json",
+        "--no-audit",
+        "--allow-read",
+        &ro.to_string_lossy(),
+        "--allow-write",
+        &out.to_string_lossy(),
+        "--",
+        &python(),
+        "-c",
+        code,
+        &file.to_string_lossy(),
+        &marker.to_string_lossy(),
+    ]);
+    c.stdout(std::process::Stdio::piped());
+    c.stderr(std::process::Stdio::piped());
+    c.stdin(std::process::Stdio::null());
+    let child = c.spawn().expect("spawn capsule");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !marker.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let what = std::fs::read_to_string(&marker).unwrap_or_default();
+    // The host's writer: open for writing, timed.
+    let started = std::time::Instant::now();
+    let opened = std::fs::OpenOptions::new().write(true).open(&file);
+    let waited = started.elapsed();
+    let out = child.wait_with_output().expect("wait capsule");
+    let ctx = format!(
+        "the run: {what:?}; the host's open: {opened:?} after {waited:?}; capsule: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(!what.is_empty(), "the run never got going: {ctx}");
+    assert!(
+        waited < std::time::Duration::from_secs(3),
+        "ESCAPE: the run's lease held a host writer for {waited:?}: {ctx}"
+    );
+    assert!(what.starts_with("refused"), "ESCAPE: {ctx}");
+}
