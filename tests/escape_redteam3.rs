@@ -387,3 +387,50 @@ time.sleep(8)
     );
     assert!(what.starts_with("refused"), "ESCAPE: {ctx}");
 }
+
+/// After the run `--explain` answers every observed (path, access) with
+/// `why`'s Survey, on the host, as capsule. A run that builds a deep
+/// directory chain in its write grant and then names paths beneath it made
+/// each answer walk the chain once per missing component (canonicalize of
+/// every ancestor): 20 such paths at depth 400 kept capsule busy 167 s
+/// after a 1.4 s run — past the run's timeout, before the result, the audit
+/// record or the exit status.
+#[test]
+fn explain_answers_in_bounded_time_after_the_run() {
+    let sb = Sandbox::new();
+    let out = sb.mkdir("out");
+    let code = r#"import os, sys
+os.chdir(sys.argv[1])
+for i in range(300):
+    os.mkdir("d")
+    os.chdir("d")
+tail = "n/" * 300
+for i in range(20):
+    try:
+        os.open(tail + "f%d" % i, os.O_WRONLY | os.O_CREAT)
+    except OSError:
+        pass
+print("done")
+"#;
+    let started = std::time::Instant::now();
+    let r = sb.exec_json(
+        &[
+            "--explain",
+            "--no-audit",
+            "--allow-write",
+            &out.to_string_lossy(),
+        ],
+        &[&python(), "-c", code, &out.to_string_lossy()],
+    );
+    let took = started.elapsed().as_secs_f64();
+    r.assert_ran();
+    let j = r.json();
+    let ran = j["duration_seconds"].as_f64().unwrap_or(0.0);
+    eprintln!("the run took {ran:.1} s, capsule {took:.1} s");
+    assert!(
+        took - ran < 15.0,
+        "ESCAPE: --explain kept capsule busy {:.1} s after a {ran:.1} s run: {}",
+        took - ran,
+        j["explain"]
+    );
+}

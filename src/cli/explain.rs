@@ -14,6 +14,13 @@ use crate::why::{Answer, Survey};
 /// At most this many denials are kept in the result; the rest are counted.
 pub const MAX_DENIALS: usize = 64;
 
+/// The Survey of the observed file accesses stops after this long; the
+/// accesses not answered by then are counted in `not_observed`. Each answer
+/// looks at the host's file system as capsule (links, ancestors), and the
+/// run chose the paths: a deep directory chain in a write grant made each
+/// answer walk it once per missing component, minutes after a short run.
+pub const SURVEY_BUDGET: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Fill `r.denials` and `r.explain`.
 pub fn explain(
     plan: &Plan,
@@ -41,13 +48,20 @@ pub fn explain(
         Some(o) => {
             let seen = o.seen.lock().unwrap_or_else(|p| p.into_inner());
             signals.extend(seen.signals.iter().copied());
-            for (path, access) in seen.accesses() {
-                let a = survey.path(&path, access);
+            let until = std::time::Instant::now() + SURVEY_BUDGET;
+            let accesses = seen.accesses();
+            let mut unanswered = 0u64;
+            for (i, (path, access)) in accesses.iter().enumerate() {
+                if std::time::Instant::now() > until {
+                    unanswered = (accesses.len() - i) as u64;
+                    break;
+                }
+                let a = survey.path(path, *access);
                 if !a.allowed {
                     answers.push(a);
                 }
             }
-            (seen.active, seen.why_not.clone(), seen.dropped)
+            (seen.active, seen.why_not.clone(), seen.dropped + unanswered)
         }
         None => (false, Some("no observer".to_string()), 0),
     };
