@@ -507,3 +507,89 @@ fn on_path_2_the_run_cannot_read_the_containers_sockets() {
     );
     drop(listener);
 }
+
+/// Run `capsule exec OPTS -- CMD` with the file at `stdin` as capsule's own
+/// stdin (as `capsule exec ... < FILE`, and as `capsule serve` gives every
+/// step without `stdin`: /dev/null).
+fn exec_with_stdin(sb: &Sandbox, stdin: &std::path::Path, cmd: &[&str]) -> Run {
+    let mut args: Vec<String> = vec!["exec".into(), "--json".into(), "--no-audit".into()];
+    args.push("--".into());
+    args.extend(cmd.iter().map(|s| s.to_string()));
+    let mut c = sb.std_command(&args);
+    c.stdin(std::fs::File::open(stdin).expect("open stdin file"));
+    let out = c.output().expect("run capsule");
+    Run {
+        args,
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stdout_raw: out.stdout,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+const FCHMOD_STDIN_PY: &str = r#"import os
+for what, call in [("fchmod", lambda: os.fchmod(0, 0o600)), ("futimens", lambda: os.utime(0, (0, 0)))]:
+    try:
+        call()
+        print(what, "ok")
+    except OSError as e:
+        print(what, "refused", e.errno)
+print("read", len(os.read(0, 100)))
+"#;
+
+/// capsule's stdin reaches the run as the very file description capsule was
+/// given: one opened on the host's writable mount, outside the view's
+/// read-only clone of it, where Landlock has no hook for metadata. So with
+/// the view (the default path) the run changed the mode and times of the
+/// file it was fed (`capsule exec -- cmd < notes.txt`), and as root of the
+/// host's `/dev/null` itself (`capsule serve` gives every step /dev/null as
+/// stdin; a CI job's stdin is /dev/null): `fchmod(0, 0600)` broke /dev/null
+/// for every other user of the host.
+#[test]
+fn the_run_cannot_change_the_file_it_was_given_as_stdin() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let sb = Sandbox::new();
+    let file = sb.write("stdin.txt", "hello\n");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mtime = std::fs::metadata(&file).unwrap().mtime();
+    let r = exec_with_stdin(&sb, &file, &[&python(), "-c", FCHMOD_STDIN_PY]);
+    r.assert_ran();
+    let out = r.child_stdout();
+    let meta = std::fs::metadata(&file).unwrap();
+    assert_eq!(
+        (meta.mode() & 0o7777, meta.mtime()),
+        (0o644, mtime),
+        "ESCAPE: the run changed the mode or times of its stdin file: {out}{}",
+        r.ctx()
+    );
+    assert!(
+        out.contains("read 6"),
+        "the run still reads its stdin: {out}"
+    );
+    // A device as stdin (a node of /dev/null's numbers made for the test,
+    // never the host's own): as root the run owns it.
+    if !is_root() {
+        return;
+    }
+    let dev = sb.path("null-like");
+    let made = std::process::Command::new("mknod")
+        .args(["-m", "666"])
+        .arg(&dev)
+        .args(["c", "1", "3"])
+        .status();
+    if !matches!(made, Ok(s) if s.success()) {
+        skip("mknod refused here (a container without CAP_MKNOD)");
+        return;
+    }
+    let r = exec_with_stdin(&sb, &dev, &[&python(), "-c", FCHMOD_STDIN_PY]);
+    r.assert_ran();
+    let out = r.child_stdout();
+    let mode = std::fs::metadata(&dev).unwrap().mode() & 0o7777;
+    assert_eq!(
+        mode,
+        0o666,
+        "ESCAPE: the run changed the mode of the device it was given as stdin (as /dev/null): {out}{}",
+        r.ctx()
+    );
+    assert!(out.contains("read 0"), "stdin still reads as empty: {out}");
+}
