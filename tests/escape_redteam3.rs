@@ -593,3 +593,41 @@ fn the_run_cannot_change_the_file_it_was_given_as_stdin() {
     );
     assert!(out.contains("read 0"), "stdin still reads as empty: {out}");
 }
+
+/// The same through a named FIFO (`capsule exec -- cmd < /run/fifo`): its
+/// inode lies on the host's file system, unlike an anonymous pipe's.
+#[test]
+fn the_run_cannot_change_the_named_fifo_it_was_given_as_stdin() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let sb = Sandbox::new();
+    let fifo = sb.path("fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    std::fs::set_permissions(&fifo, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let writer = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let mut w = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+            let _ = w.write_all(b"hello\n");
+        })
+    };
+    let r = exec_with_stdin(&sb, &fifo, &[&python(), "-c", FCHMOD_STDIN_PY]);
+    writer.join().unwrap();
+    r.assert_ran();
+    let out = r.child_stdout();
+    let mode = std::fs::metadata(&fifo).unwrap().mode() & 0o7777;
+    assert_eq!(
+        mode,
+        0o644,
+        "ESCAPE: the run changed the mode of the named FIFO it was given as stdin: {out}{}",
+        r.ctx()
+    );
+    assert!(
+        out.contains("read 6"),
+        "the run still reads its stdin: {out}"
+    );
+}

@@ -545,7 +545,13 @@ fn file_stdin() -> Result<Option<(OwnedFd, Option<OwnedFd>)>, PtyError> {
         return Ok(None);
     };
     let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
-    if kind == SFlag::S_IFIFO || kind == SFlag::S_IFSOCK {
+    // An anonymous pipe or a socket has no inode on a file system; a named
+    // FIFO (`< /run/fifo`) does, so it is relayed too.
+    let anonymous = || {
+        std::fs::read_link("/proc/self/fd/0")
+            .is_ok_and(|l| l.as_os_str().as_encoded_bytes().starts_with(b"pipe:["))
+    };
+    if kind == SFlag::S_IFSOCK || (kind == SFlag::S_IFIFO && anonymous()) {
         return Ok(None);
     }
     let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(PtyError::StdinPipe)?;
