@@ -14,6 +14,13 @@ use crate::why::{Answer, Survey};
 /// At most this many denials are kept in the result; the rest are counted.
 pub const MAX_DENIALS: usize = 64;
 
+/// The Survey of the observed file accesses stops after this long; the
+/// accesses not answered by then are counted in `not_observed`. Each answer
+/// looks at the host's file system as capsule (links, ancestors), and the
+/// run chose the paths: a deep directory chain in a write grant made each
+/// answer walk it once per missing component, minutes after a short run.
+pub const SURVEY_BUDGET: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Fill `r.denials` and `r.explain`.
 pub fn explain(
     plan: &Plan,
@@ -38,13 +45,20 @@ pub fn explain(
         Some(o) => {
             let seen = o.seen.lock().unwrap_or_else(|p| p.into_inner());
             signals.extend(seen.signals.iter().copied());
-            for (path, access) in seen.accesses() {
-                let a = survey.path(&path, access);
+            let until = std::time::Instant::now() + SURVEY_BUDGET;
+            let accesses = seen.accesses();
+            let mut unanswered = 0u64;
+            for (i, (path, access)) in accesses.iter().enumerate() {
+                if std::time::Instant::now() > until {
+                    unanswered = (accesses.len() - i) as u64;
+                    break;
+                }
+                let a = survey.path(path, *access);
                 if !a.allowed {
                     answers.push(a);
                 }
             }
-            (seen.active, seen.why_not.clone(), seen.dropped)
+            (seen.active, seen.why_not.clone(), seen.dropped + unanswered)
         }
         None => (false, Some("no observer".to_string()), 0),
     };
@@ -126,6 +140,24 @@ pub fn survey_for<'a>(
     Survey::with_namespaces(plan, loaded, cli_hosts, namespaces)
 }
 
+/// A field of a denial as it may reach the user's terminal: the paths and
+/// tool names in it are the run's bytes, so every control character (ESC,
+/// BEL, CR, a newline that would forge a whole `capsule:` line) and every
+/// bidirectional override is shown escaped (`\u{1b}`), never sent raw.
+/// The JSON result and the audit record keep the text as it was.
+pub fn shown(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        let bidi = matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        if c.is_control() || bidi {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// The denials on stderr, as `why` prints its answers.
 pub fn print(denials: &[Value], info: Option<&Value>) {
     let files = info
@@ -142,7 +174,7 @@ pub fn print(denials: &[Value], info: Option<&Value>) {
         ));
     }
     for d in denials {
-        let s = |k: &str| d.get(k).and_then(Value::as_str).map(str::to_string);
+        let s = |k: &str| d.get(k).and_then(Value::as_str).map(shown);
         out.push_str(&format!(
             "{}: refused by {}\n",
             s("question").unwrap_or_default(),
@@ -184,10 +216,24 @@ pub fn print(denials: &[Value], info: Option<&Value>) {
         let why = info
             .and_then(|i| i.get("why_not"))
             .and_then(Value::as_str)
-            .unwrap_or("unknown");
+            .map_or_else(|| "unknown".to_string(), shown);
         out.push_str(&format!(
             "capsule: --explain: file accesses were not observed ({why}); only the proxy's, the broker's and the signal guard's refusals are explained\n"
         ));
     }
     eprint!("{out}");
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_runs_control_characters_are_shown_escaped() {
+        assert_eq!(super::shown("/a b/ü.txt"), "/a b/ü.txt");
+        assert_eq!(
+            super::shown("a\u{1b}]0;x\u{7}\ncapsule: y"),
+            "a\\u{1b}]0;x\\u{7}\\ncapsule: y"
+        );
+        assert_eq!(super::shown("\u{202e}gpj.exe"), "\\u{202e}gpj.exe");
+        assert_eq!(super::shown("\u{9b}2J"), "\\u{9b}2J");
+    }
 }

@@ -25,6 +25,12 @@ pub const MAX_SEEN: usize = 16384;
 /// in the set that deduplicates).
 pub const MAX_SEEN_BYTES: usize = 4 << 20;
 
+/// A path of more components is counted, not kept: the Survey's answer
+/// walks the host's file system along it (each ancestor's links), so a
+/// run's deep directory chain would make every answer cost its depth
+/// squared.
+pub const MAX_COMPONENTS: usize = 128;
+
 /// At most this many signal targets are kept.
 pub const MAX_SIGNALS: usize = 64;
 
@@ -42,7 +48,8 @@ pub struct Seen {
     pub origins: Vec<(String, &'static str)>,
     known: std::collections::HashSet<(PathBuf, u8)>,
     bytes: usize,
-    /// Pairs not kept (over [`MAX_SEEN`] or [`MAX_SEEN_BYTES`]; a pair
+    /// Pairs not kept (over [`MAX_SEEN`] or [`MAX_SEEN_BYTES`], or a path
+    /// deeper than [`MAX_COMPONENTS`]; a pair
     /// seen again after that is counted again).
     pub dropped: u64,
     /// The pids (as the caller named them) of the processes outside the
@@ -209,7 +216,10 @@ impl Observer {
             return;
         }
         let len = key.0.as_os_str().len();
-        if s.pairs.len() >= MAX_SEEN || s.bytes + len > MAX_SEEN_BYTES {
+        if s.pairs.len() >= MAX_SEEN
+            || s.bytes + len > MAX_SEEN_BYTES
+            || key.0.components().count() > MAX_COMPONENTS
+        {
             s.dropped += 1;
         } else {
             s.bytes += len;
@@ -397,6 +407,17 @@ mod tests {
             "{}",
             s.bytes
         );
+    }
+
+    #[test]
+    fn a_path_deeper_than_the_bound_is_counted_not_kept() {
+        let o = super::Observer::default();
+        let deep = "/d".repeat(super::MAX_COMPONENTS + 1);
+        o.record(deep.into(), crate::why::FsAccess::Write);
+        let ok = "/d".repeat(super::MAX_COMPONENTS - 1);
+        o.record(ok.into(), crate::why::FsAccess::Write);
+        let s = o.seen.lock().unwrap();
+        assert_eq!((s.pairs.len(), s.dropped), (1, 1));
     }
 
     #[test]

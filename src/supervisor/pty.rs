@@ -78,10 +78,12 @@ pub enum Terminal {
     /// capsule's stdin is not a terminal and no pty is wanted: as before.
     Plain,
     /// capsule's stdin is a terminal but no pty is wanted (`--json`,
-    /// `--no-tty`): the child reads it through this pipe.
+    /// `--no-tty`), or it is a file or device (see [`file_stdin`]): the
+    /// child reads it through this pipe.
     StdinPipe {
         child_end: Option<OwnedFd>,
         ours: Option<OwnedFd>,
+        terminal: bool,
     },
     /// The run's own pseudo-terminal.
     Pty(Pty),
@@ -92,6 +94,9 @@ pub struct Pty {
     slave: Option<OwnedFd>,
     /// The slave is the child's stdin (capsule's stdin is a terminal).
     stdin: bool,
+    /// Else, capsule's stdin when it is a file or device, through a pipe
+    /// (the child's end, and ours to fill; see [`file_stdin`]).
+    stdin_pipe: Option<(Option<OwnedFd>, Option<OwnedFd>)>,
     /// The slave is the child's stdout and stderr (capsule's stdout is a terminal).
     stdout: bool,
     /// The user's terminal whose size the pty follows.
@@ -110,15 +115,28 @@ impl Terminal {
         let out_tty = std::io::stdout().is_terminal();
         if json || no_tty || !(in_tty || out_tty) {
             if !in_tty {
-                return Ok(Terminal::Plain);
+                return Ok(match file_stdin()? {
+                    Some((r, w)) => Terminal::StdinPipe {
+                        child_end: Some(r),
+                        ours: w,
+                        terminal: false,
+                    },
+                    None => Terminal::Plain,
+                });
             }
             let (r, w) =
                 nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(PtyError::StdinPipe)?;
             return Ok(Terminal::StdinPipe {
                 child_end: Some(r),
                 ours: Some(w),
+                terminal: true,
             });
         }
+        let stdin_pipe = if in_tty {
+            None
+        } else {
+            file_stdin()?.map(|(r, w)| (Some(r), w))
+        };
         let user = if in_tty {
             std::io::stdin().as_fd().try_clone_to_owned()
         } else {
@@ -149,6 +167,7 @@ impl Terminal {
             master,
             slave: Some(slave),
             stdin: in_tty,
+            stdin_pipe,
             stdout: out_tty,
             size_source: user,
             host,
@@ -187,6 +206,8 @@ impl Terminal {
                 spec.ctty = Some(slave);
                 if p.stdin {
                     spec.stdin_r = Some(slave);
+                } else if let Some((Some(r), _)) = &p.stdin_pipe {
+                    spec.stdin_r = Some(r.as_raw_fd());
                 }
                 if p.stdout {
                     spec.stdout_w = Some(slave);
@@ -202,7 +223,12 @@ impl Terminal {
         match self {
             Terminal::Plain => {}
             Terminal::StdinPipe { child_end, .. } => drop(child_end.take()),
-            Terminal::Pty(p) => drop(p.slave.take()),
+            Terminal::Pty(p) => {
+                drop(p.slave.take());
+                if let Some((r, _)) = &mut p.stdin_pipe {
+                    drop(r.take());
+                }
+            }
         }
     }
 
@@ -216,12 +242,15 @@ impl Terminal {
         };
         match self {
             Terminal::Plain => {}
-            Terminal::StdinPipe { ours, .. } => {
+            Terminal::StdinPipe { ours, terminal, .. } => {
                 if let Some(w) = ours {
-                    feed_stdin_pipe(w);
+                    feed_stdin_pipe(w, terminal);
                 }
             }
-            Terminal::Pty(p) => {
+            Terminal::Pty(mut p) => {
+                if let Some((_, Some(w))) = p.stdin_pipe.take() {
+                    feed_stdin_pipe(w, false);
+                }
                 let master = match term::async_fd_rw(p.master) {
                     Ok(m) => Arc::new(m),
                     Err(e) => {
@@ -500,20 +529,51 @@ async fn restore_on_signal(host: Arc<HostTerminal>) {
     host.restore();
 }
 
-/// `--json`/`--no-tty` with a terminal stdin: copy capsule's stdin into the
-/// child's stdin pipe from a thread of its own (blocking reads of a cooked
-/// terminal, only while capsule is in the foreground; the thread ends with
-/// end-of-file, with the child's end closed, or with capsule).
-fn feed_stdin_pipe(w: OwnedFd) {
+/// capsule's stdin when it is an object on a file system — a regular file,
+/// a directory, a device (`/dev/null`: `capsule serve`'s steps, a CI job's
+/// stdin) — rather than a pipe, a socket or a terminal: a pipe for the
+/// child instead (its read end, and the write end for [`feed_stdin_pipe`];
+/// none for a character device of /dev/null's numbers, which reads as
+/// empty). Handed on as it is, the child would hold a description opened
+/// on the host's writable mount, outside the view's read-only clone and
+/// outside every Landlock hook, and could change its mode, times and xattrs
+/// with `fchmod`/`futimens`/`fsetxattr` (as root: `fchmod(0, 0)` of the
+/// host's /dev/null). The child reads the same bytes; it cannot seek them.
+fn file_stdin() -> Result<Option<(OwnedFd, Option<OwnedFd>)>, PtyError> {
+    use nix::sys::stat::{fstat, SFlag};
+    let Ok(st) = fstat(std::io::stdin().as_fd()) else {
+        return Ok(None);
+    };
+    let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
+    // An anonymous pipe or a socket has no inode on a file system; a named
+    // FIFO (`< /run/fifo`) does, so it is relayed too.
+    let anonymous = || {
+        std::fs::read_link("/proc/self/fd/0")
+            .is_ok_and(|l| l.as_os_str().as_encoded_bytes().starts_with(b"pipe:["))
+    };
+    if kind == SFlag::S_IFSOCK || (kind == SFlag::S_IFIFO && anonymous()) {
+        return Ok(None);
+    }
+    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(PtyError::StdinPipe)?;
+    let null = kind == SFlag::S_IFCHR && st.st_rdev == nix::sys::stat::makedev(1, 3);
+    Ok(Some((r, if null { None } else { Some(w) })))
+}
+
+/// Copy capsule's stdin into the child's stdin pipe from a thread of its
+/// own: `--json`/`--no-tty` with a terminal stdin (`terminal`: blocking
+/// reads of a cooked terminal, only while capsule is in the foreground), or
+/// a file or device stdin ([`file_stdin`]). The thread ends with
+/// end-of-file, with the child's end closed, or with capsule.
+fn feed_stdin_pipe(w: OwnedFd, terminal: bool) {
     let spawned = std::thread::Builder::new()
         .name("capsule-stdin".into())
         .spawn(move || {
             let stdin = std::io::stdin();
-            let mut buf = [0u8; 4096];
+            let mut buf = vec![0u8; 65536];
             loop {
                 // A read in the background of the user's shell would stop
                 // all of capsule (SIGTTIN): wait for the foreground.
-                if !term::in_foreground(stdin.as_fd()) {
+                if terminal && !term::in_foreground(stdin.as_fd()) {
                     std::thread::sleep(Duration::from_millis(200));
                     continue;
                 }

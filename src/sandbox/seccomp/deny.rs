@@ -241,6 +241,9 @@ pub(super) const PRIO_OWN: &[u32] = &[0, 1];
 /// `ioprio_set`'s `which` values allowed with who 0: IOPRIO_WHO_PROCESS, IOPRIO_WHO_PGRP.
 pub(super) const IOPRIO_OWN: &[u32] = &[1, 2];
 
+/// `fcntl`'s F_SETLEASE command (linux/fcntl.h: F_LINUX_SPECIFIC_BASE + 0).
+pub(super) const F_SETLEASE: u32 = 1024;
+
 /// `open`'s and `openat`'s flags argument.
 pub(super) const OPEN_FLAGS_ARG: &[(&str, u8)] = &[("open", 1), ("openat", 2)];
 /// Refuses access mode 3 (both bits of `O_ACCMODE`, 0o3) in flags argument `arg`.
@@ -283,6 +286,12 @@ pub(super) fn arg_checks(opts: &SeccompOptions) -> Vec<(&'static str, ArgCheck)>
             "ioctl",
             ArgCheck::one_of(1, &[TIOCSTI, TIOCLINUX], Deny, Pass),
         ),
+        // A lease needs only a descriptor opened for reading (and, as root,
+        // nothing else): a read lease held every host process that opened
+        // a file the run may only read for writing blocked for
+        // fs.lease-break-time (45 s) per open. No Landlock ABI, mount flag
+        // or namespace sees it.
+        ("fcntl", ArgCheck::one_of(1, &[F_SETLEASE], Deny, Pass)),
         ("socket", sockets::check(opts)),
         ("socketpair", sockets::pair_check(opts)),
         (

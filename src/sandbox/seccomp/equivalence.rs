@@ -108,6 +108,9 @@ fn interesting(name: &str, arg: usize) -> Vec<u32> {
             }
             v.extend([0x5413, 0x4004_5413]);
         }
+        ("fcntl", 1) => v.extend([
+            0, 1, 2, 3, 4, 8, 9, 1023, 1024, 1025, 1026, 1031, 1033, 0x1400,
+        ]),
         ("socket", 0) => v.extend(0..=46u32),
         ("socket", 1) => {
             for t in 0..=11u32 {

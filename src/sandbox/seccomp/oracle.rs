@@ -18,9 +18,9 @@ use seccompiler::{
 
 use super::bpf::SockFilter;
 use super::deny::{
-    denied, AT_EMPTY_PATH, CHMOD_MODE_ARG, CLONE_NEW_FLAGS, EXECVEAT_FLAGS_ARG, IOPRIO_OWN,
-    MFD_HUGETLB, MFD_NOEXEC_SEAL, OPEN_FLAGS_ARG, PERSONALITY_ALLOWED, PRIO_OWN, SETID_BITS,
-    TIOCLINUX, TIOCSTI,
+    denied, AT_EMPTY_PATH, CHMOD_MODE_ARG, CLONE_NEW_FLAGS, EXECVEAT_FLAGS_ARG, F_SETLEASE,
+    IOPRIO_OWN, MFD_HUGETLB, MFD_NOEXEC_SEAL, OPEN_FLAGS_ARG, PERSONALITY_ALLOWED, PRIO_OWN,
+    SETID_BITS, TIOCLINUX, TIOCSTI,
 };
 use super::sockets::{
     dgram_types, pair_types, stream_types, AF_INET, AF_INET6, AF_NETLINK, AF_UNIX, IPPROTO_TCP,
@@ -180,6 +180,16 @@ fn deny_rules(
             .map(|&req| SeccompRule::new(vec![cond(1, SeccompCmpOp::Eq, req)?]))
             .collect::<Result<Vec<_>, _>>()?;
         map.insert(nr, rules);
+    }
+    if let Some(nr) = arch.nr("fcntl") {
+        map.insert(
+            nr,
+            vec![SeccompRule::new(vec![cond(
+                1,
+                SeccompCmpOp::Eq,
+                F_SETLEASE,
+            )?])?],
+        );
     }
     if let Some(nr) = arch.nr("socket") {
         map.insert(nr, socket_rules(opts)?);

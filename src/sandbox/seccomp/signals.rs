@@ -38,7 +38,10 @@
 //!                                                         write grant covers the target)
 //! setxattrat, removexattrat, file_setattr     ENOSYS  arguments behind a struct
 //! ioctl(_, FS_IOC_SETFLAGS | FS_IOC32_SETFLAGS
-//!   | FS_IOC_FSSETXATTR, _)                   EPERM   chattr outside write grants
+//!   | FS_IOC_FSSETXATTR | FS_IOC(32)_SETVERSION
+//!   | EXT4_IOC_MIGRATE | FS_IOC_SET_ENCRYPTION_POLICY
+//!   | FS_IOC_ENABLE_VERITY, _)                EPERM   chattr and inode changes outside
+//!                                                     write grants
 //! SysV part (memory_mb without a cgroup, an unprivileged capsule's view):
 //! shmget                                      ENOSPC  kernel.shmall cannot bound it there
 //! process part (max_processes as root without a cgroup):
@@ -192,9 +195,24 @@ pub const META_NOTIFIED: &[&str] = &[
 /// Metadata calls whose arguments lie behind a struct: refused (ENOSYS).
 pub const META_REFUSED: &[&str] = &["setxattrat", "removexattrat", "file_setattr"];
 
-/// ioctls that change a file's attributes (chattr): refused (EPERM) with
-/// the metadata guard. FS_IOC_SETFLAGS, FS_IOC32_SETFLAGS, FS_IOC_FSSETXATTR.
-pub const META_IOCTLS: &[u32] = &[0x4008_6602, 0x4004_6602, 0x401c_5820];
+/// ioctls that change a file's attributes (chattr) or its inode, which an
+/// owner (as root: of every file) may make on a descriptor opened only for
+/// reading, and no Landlock ABI sees: refused (EPERM) with the metadata
+/// guard. FS_IOC_SETFLAGS, FS_IOC32_SETFLAGS, FS_IOC_FSSETXATTR; the inode's
+/// generation (FS_IOC_SETVERSION, FS_IOC32_SETVERSION: NFS handles go
+/// stale); ext4's extent migration (EXT4_IOC_MIGRATE); an encryption policy
+/// on an empty directory (FS_IOC_SET_ENCRYPTION_POLICY); fs-verity, after
+/// which the file can never be written again (FS_IOC_ENABLE_VERITY).
+pub const META_IOCTLS: &[u32] = &[
+    0x4008_6602,
+    0x4004_6602,
+    0x401c_5820,
+    0x4008_7602,
+    0x4004_7602,
+    0x0000_6609,
+    0x800c_6613,
+    0x4080_6685,
+];
 
 impl Parts {
     pub const SIGNALS: Parts = Parts {

@@ -98,6 +98,7 @@ fn python_prelude() -> String {
         "userfaultfd",
         "personality",
         "ioctl",
+        "fcntl",
         "process_vm_readv",
         "kexec_load",
         "init_module",
@@ -321,6 +322,9 @@ expect('ioctl', [0, 0x5412, 0], E.EPERM)
 expect('ioctl', [0, 0x5412 | (1 << 32), 0], E.EPERM)
 expect('ioctl', [0, 0x541C | (1 << 32), 0], E.EPERM)         # TIOCLINUX
 expect('ioctl', [0, 0x5413, 0], E.ENOTTY)                    # TIOCGWINSZ: ioctl itself allowed
+# F_SETLEASE (a lease blocks the host's writers): EPERM before the descriptor is looked at.
+expect('fcntl', [9999, 1024, 0], E.EPERM)
+expect('fcntl', [9999, 1025, 0], E.EBADF)                    # F_GETLEASE stays allowed
 # Access mode 3 (no read, no write: Landlock asks for no right): EPERM before
 # the path is even looked up (EFAULT without the filter), also with high bits.
 expect('openat', [-100, 0, 3, 0], E.EPERM)
