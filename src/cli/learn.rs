@@ -503,7 +503,9 @@ fn report(
     for r in &st.refused {
         say(format!(
             "not granted: {} {}: {}",
-            r.access, r.what, r.reason
+            r.access,
+            super::explain::shown(&r.what),
+            super::explain::shown(&r.reason)
         ));
     }
     if !files {
