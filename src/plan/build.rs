@@ -447,10 +447,10 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
     if let Some(log) = &ov.audit_log {
         extra.push((log.clone(), "capsule's audit log of this run"));
     }
-    let creds = credentials::patterns(&home, &extra);
+    let creds = credentials::with_extra(creds, &extra);
     // Strictly beneath a grant; a grant naming the path exactly keeps it.
-    let beneath = |p: &Path| grants.iter().any(|g| p.starts_with(&g.path) && g.path != p);
-    for cred in credentials::existing(&creds, beneath) {
+    let beneath = credentials::strictly_beneath_any(grants.iter().map(|g| g.path.as_path()));
+    for cred in credentials::existing(&creds, &beneath) {
         if !grants.iter().any(|g| g.path == cred.path) {
             deny.push(FsDeny {
                 path: cred.path,
@@ -463,7 +463,7 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
     // view covers them instead (`sandbox::fs_for_view`). A secret reached
     // through a linked directory is carved out where it lies (Landlock
     // refuses a deny through a symlink, and grants are canonical).
-    for secret in credentials::existing(&credentials::system_secrets(), beneath) {
+    for secret in credentials::existing(&credentials::system_secrets(), &beneath) {
         let path = match (secret.path.parent(), secret.path.file_name()) {
             (Some(dir), Some(name)) => std::fs::canonicalize(dir)
                 .map(|d| d.join(name))
