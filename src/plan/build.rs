@@ -99,6 +99,8 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         best_effort,
         run_id,
     } = input;
+    // Each path `follow` walks is looked at once in this plan (never across plans).
+    let _walk = resolve::WalkPass::begin();
     let home = resolve::invoking_home();
     let here = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
 
