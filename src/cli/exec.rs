@@ -278,63 +278,78 @@ pub fn default_policy() -> LoadedPolicy {
     }
 }
 
+/// The explain request of a run: the policy `why`'s survey reads after the
+/// run, and how many `--allow-host` flags there were.
+type ExplainInput = Option<(LoadedPolicy, usize)>;
+
 pub fn run(a: ExecArgs) -> i32 {
     tracing::debug!("exec: arguments parsed");
     let run_id = new_run_id();
     let dest = (!a.no_audit).then(|| audit::Dest::of(a.audit_log.as_deref()));
-    let json = a.json;
-    let agent_id = a.agent_id.clone();
-
-    // The audit log is opened (created 0600) before planning: it then exists,
-    // so planning carves it out of every grant, and the record goes to this
-    // very file whatever the child does to the path meanwhile. The default
-    // log that cannot be written becomes stderr (`audit::open_dest`).
-    let mut created_log = false;
-    let sink: RefCell<Option<audit::Sink>> = RefCell::new(None);
-    if let Some(d) = &dest {
-        created_log = d
-            .path()
-            .is_some_and(|p| std::fs::symlink_metadata(p).is_err());
-        match audit::open_dest(d) {
-            Ok((s, notice)) => {
-                if let Some(n) = notice {
-                    error_line(n);
-                }
-                *sink.borrow_mut() = Some(s);
-            }
-            Err(e) if e.is_unsafe() => {
-                let r = RunResult::not_run(
-                    run_id.clone(),
-                    Termination::Refused,
-                    exit::REFUSED,
-                    e.to_string(),
-                );
-                error_line(&e);
-                if json {
-                    let _ = r.write_json_line(std::io::stdout().lock());
-                }
-                return exit::REFUSED;
-            }
-            Err(e) => error_line(&e),
+    let (sink, created_log) = match open_audit_sink(dest.as_ref(), &run_id, a.json) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let report = Report {
+        run_id,
+        json: a.json,
+        agent_id: a.agent_id.clone(),
+        dest,
+        sink: RefCell::new(sink),
+    };
+    // The log file this run writes (none: stderr, `--no-audit`, or unwritable).
+    let audit_path = report.log_path();
+    let (loaded, tool_fd) = match load_inputs(&a, &report) {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
+    let (dry_run, no_tty) = (a.dry_run, a.no_tty);
+    let (plan, explain) = match make_plan(a, loaded, audit_path.clone(), &report) {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
+    tracing::debug!("exec: plan built");
+    if let Some(p) = &audit_path {
+        if let Err(code) = check_audit_log(p, &plan, created_log, &report) {
+            return code;
         }
     }
-    // The log file this run writes (none: stderr, `--no-audit`, or unwritable).
-    let audit_path: Option<PathBuf> = match &*sink.borrow() {
-        Some(audit::Sink::File { path, .. }) => Some(path.clone()),
-        _ => None,
-    };
+    if dry_run {
+        return super::report::dry_run(&plan, report.json);
+    }
+    run_plan(&plan, tool_fd, no_tty, explain, &report)
+}
 
-    let finish = |f: Finished, print_result: bool| -> i32 {
+/// Where a run's result and audit record go, and how: `finish` writes the
+/// record, says what the user must see, prints the JSON result, and gives
+/// the exit status.
+struct Report {
+    run_id: String,
+    json: bool,
+    agent_id: Option<String>,
+    dest: Option<audit::Dest>,
+    sink: RefCell<Option<audit::Sink>>,
+}
+
+impl Report {
+    fn log_path(&self) -> Option<PathBuf> {
+        match &*self.sink.borrow() {
+            Some(audit::Sink::File { path, .. }) => Some(path.clone()),
+            _ => None,
+        }
+    }
+
+    fn finish(&self, f: Finished) -> i32 {
         let r = &f.result;
-        if let Some(s) = sink.borrow_mut().as_mut() {
+        if let Some(s) = self.sink.borrow_mut().as_mut() {
             let rec = audit::Record::from_result(
                 r,
-                agent_id.as_deref().filter(|id| valid_agent_id(id)),
+                self.agent_id.as_deref().filter(|id| valid_agent_id(id)),
                 f.reason,
             );
             if let Err(e) = s.write(&rec) {
                 // The default log that fails now: the record still goes out.
-                if matches!(dest, Some(audit::Dest::Default(_))) {
+                if matches!(self.dest, Some(audit::Dest::Default(_))) {
                     error_line(audit::fallback_notice(&e));
                     if let Err(e) = audit::write_stderr(&rec) {
                         error_line(&e);
@@ -349,7 +364,7 @@ pub fn run(a: ExecArgs) -> i32 {
                 error_line(err);
             }
         }
-        if json && print_result {
+        if self.json {
             let _ = r.write_json_line(std::io::stdout().lock());
         } else if r.killed {
             if let Some(k) = &r.kill_reason {
@@ -357,39 +372,91 @@ pub fn run(a: ExecArgs) -> i32 {
             }
         }
         r.exit_code
-    };
-    let refuse = |reason: Reason, msg: String| -> i32 {
-        finish(supervisor::refused(&run_id, reason, msg), true)
-    };
+    }
 
-    if let Some(id) = &a.agent_id {
-        if !valid_agent_id(id) {
-            return refuse(
-                Reason::InvalidAgentId,
-                format!("--agent-id {id:?}: must match ^[a-zA-Z0-9][a-zA-Z0-9_.-]{{0,127}}$"),
+    fn refuse(&self, reason: Reason, msg: String) -> i32 {
+        self.finish(supervisor::refused(&self.run_id, reason, msg))
+    }
+}
+
+/// The audit log is opened (created 0600) before planning: it then exists,
+/// so planning carves it out of every grant, and the record goes to this
+/// very file whatever the child does to the path meanwhile. The default
+/// log that cannot be written becomes stderr (`audit::open_dest`). Returns
+/// the sink and whether this run created the file; an unsafe log refuses
+/// the run (its exit status).
+fn open_audit_sink(
+    dest: Option<&audit::Dest>,
+    run_id: &str,
+    json: bool,
+) -> Result<(Option<audit::Sink>, bool), i32> {
+    let Some(d) = dest else {
+        return Ok((None, false));
+    };
+    let created_log = d
+        .path()
+        .is_some_and(|p| std::fs::symlink_metadata(p).is_err());
+    match audit::open_dest(d) {
+        Ok((s, notice)) => {
+            if let Some(n) = notice {
+                error_line(n);
+            }
+            Ok((Some(s), created_log))
+        }
+        Err(e) if e.is_unsafe() => {
+            let r = RunResult::not_run(
+                run_id.to_string(),
+                Termination::Refused,
+                exit::REFUSED,
+                e.to_string(),
             );
+            error_line(&e);
+            if json {
+                let _ = r.write_json_line(std::io::stdout().lock());
+            }
+            Err(exit::REFUSED)
+        }
+        Err(e) => {
+            error_line(&e);
+            Ok((None, created_log))
         }
     }
-    let mut loaded = match (&a.policy_text, &a.policy) {
+}
+
+/// The agent id checked, the policy loaded (a request's text, a file, or the
+/// default) and `--tool-fd` adopted, in that order; a refusal's exit status.
+fn load_inputs(
+    a: &ExecArgs,
+    report: &Report,
+) -> Result<(LoadedPolicy, Option<std::os::fd::OwnedFd>), i32> {
+    if let Some(id) = &a.agent_id {
+        if !valid_agent_id(id) {
+            return Err(report.refuse(
+                Reason::InvalidAgentId,
+                format!("--agent-id {id:?}: must match ^[a-zA-Z0-9][a-zA-Z0-9_.-]{{0,127}}$"),
+            ));
+        }
+    }
+    let loaded = match (&a.policy_text, &a.policy) {
         (Some(_), Some(p)) => {
-            return refuse(
+            return Err(report.refuse(
                 Reason::PolicyInvalid,
                 format!(
                     "a request's `policy` and --policy {} both given: give one",
                     p.display()
                 ),
-            )
+            ))
         }
         (Some(text), None) => {
             let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
             match policy::load_str(text, "<request policy>", None, &cwd) {
                 Ok(lp) => lp,
-                Err(e) => return refuse(Reason::PolicyInvalid, policy_load_error(&e)),
+                Err(e) => return Err(report.refuse(Reason::PolicyInvalid, policy_load_error(&e))),
             }
         }
         (None, Some(p)) => match policy::load_file(p) {
             Ok(lp) => lp,
-            Err(e) => return refuse(Reason::PolicyInvalid, policy_load_error(&e)),
+            Err(e) => return Err(report.refuse(Reason::PolicyInvalid, policy_load_error(&e))),
         },
         (None, None) => default_policy(),
     };
@@ -397,17 +464,28 @@ pub fn run(a: ExecArgs) -> i32 {
         None => None,
         Some(fd) => {
             if fd < 3 || !crate::sys::fd_is_open(fd) {
-                return refuse(
+                return Err(report.refuse(
                     Reason::BadToolFd,
                     format!("--tool-fd {fd}: not an open inherited descriptor (> 2)"),
-                );
+                ));
             }
             Some(crate::sys::adopt_fd(fd))
         }
     };
     tracing::debug!("exec: policy loaded");
+    Ok((loaded, tool_fd))
+}
+
+/// The command-line flags applied to the policy, and the plan built; a
+/// refusal's exit status.
+fn make_plan(
+    a: ExecArgs,
+    mut loaded: LoadedPolicy,
+    audit_log: Option<PathBuf>,
+    report: &Report,
+) -> Result<(plan::Plan, ExplainInput), i32> {
     if let Err(e) = apply_env_flags(&mut loaded.policy.env, &a.env) {
-        return refuse(Reason::PolicyInvalid, e);
+        return Err(report.refuse(Reason::PolicyInvalid, e));
     }
     let env_names: Vec<String> = a
         .env
@@ -430,22 +508,22 @@ pub fn run(a: ExecArgs) -> i32 {
             cwd: a.cwd,
             mounts: a.mounts,
             tmp_size_mb: a.tmp_size,
-            audit_log: audit_path.clone(),
+            audit_log,
             implied_cwd: a.policy.is_none() && a.policy_text.is_none(),
         },
         argv: a.command,
         best_effort: a.best_effort,
-        run_id: run_id.clone(),
+        run_id: report.run_id.clone(),
     };
-    let plan = match plan::build(input) {
-        Ok(p) => p,
+    match plan::build(input) {
+        Ok(p) => Ok((p, explain)),
         Err(PlanError::Command(e)) => {
             let reason = match e.exit_code() {
                 exit::NOT_FOUND => Reason::CommandNotFound,
                 exit::CANNOT_EXECUTE => Reason::CannotExecute,
                 _ => Reason::PolicyInvalid,
             };
-            return finish(Finished::not_run(&run_id, reason, e.to_string()), true);
+            Err(report.finish(Finished::not_run(&report.run_id, reason, e.to_string())))
         }
         Err(e) => {
             let mut msg = e.to_string();
@@ -457,26 +535,44 @@ pub fn run(a: ExecArgs) -> i32 {
             }) {
                 msg.push_str(&format!(" (given with -e {n})"));
             }
-            return refuse(Reason::PolicyInvalid, msg);
+            Err(report.refuse(Reason::PolicyInvalid, msg))
         }
+    }
+}
+
+/// Never write into a place the child could have prepared: an audit log the
+/// run could reach refuses it (and a log this run created is removed).
+fn check_audit_log(
+    log: &std::path::Path,
+    plan: &plan::Plan,
+    created_log: bool,
+    report: &Report,
+) -> Result<(), i32> {
+    let Err(why) = audit_log_reachable(log, plan) else {
+        return Ok(());
     };
-    tracing::debug!("exec: plan built");
-    if let Some(p) = &audit_path {
-        if let Err(why) = audit_log_reachable(p, &plan) {
-            // Never write into a place the child could have prepared.
-            sink.borrow_mut().take();
-            if created_log {
-                let _ = std::fs::remove_file(p);
-            }
-            return refuse(
-                Reason::AuditLogUnsafe,
-                format!("refusing the audit log {}: {why}; put it outside every write grant (or use --no-audit)", p.display()),
-            );
-        }
+    report.sink.borrow_mut().take();
+    if created_log {
+        let _ = std::fs::remove_file(log);
     }
-    if a.dry_run {
-        return super::report::dry_run(&plan, json);
-    }
+    Err(report.refuse(
+        Reason::AuditLogUnsafe,
+        format!(
+            "refusing the audit log {}: {why}; put it outside every write grant (or use --no-audit)",
+            log.display()
+        ),
+    ))
+}
+
+/// Run the plan under the supervisor, explain and summarise, and finish.
+fn run_plan(
+    plan: &plan::Plan,
+    tool_fd: Option<std::os::fd::OwnedFd>,
+    no_tty: bool,
+    explain: ExplainInput,
+    report: &Report,
+) -> i32 {
+    let json = report.json;
     if !json {
         for n in plan.notices.iter().filter(|n| n.on_exec) {
             error_line(format!("note: {}", n.text));
@@ -486,16 +582,16 @@ pub fn run(a: ExecArgs) -> i32 {
         json,
         grace: Duration::from_millis(1000),
         tool_fd,
-        no_tty: a.no_tty,
+        no_tty,
         observer: explain
             .as_ref()
             .map(|_| supervisor::explain::Observer::default()),
     };
     let observer = opts.observer.clone();
-    let mut f = supervisor::run(&plan, opts);
+    let mut f = supervisor::run(plan, opts);
     if let Some((loaded, cli_hosts)) = &explain {
         if f.result.termination_reason != Termination::Refused {
-            super::explain::explain(&plan, loaded, *cli_hosts, observer.as_ref(), &mut f.result);
+            super::explain::explain(plan, loaded, *cli_hosts, observer.as_ref(), &mut f.result);
         }
     }
     if !json {
@@ -506,7 +602,7 @@ pub fn run(a: ExecArgs) -> i32 {
             super::explain::print(d, f.result.explain.as_ref());
         }
     }
-    finish(f, true)
+    report.finish(f)
 }
 
 /// What a streaming run must not hide (issue 25), one line each, said on

@@ -99,6 +99,8 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         best_effort,
         run_id,
     } = input;
+    // Each path `follow` walks is looked at once in this plan (never across plans).
+    let _walk = resolve::WalkPass::begin();
     let home = resolve::invoking_home();
     let here = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
 
@@ -447,17 +449,10 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
     if let Some(log) = &ov.audit_log {
         extra.push((log.clone(), "capsule's audit log of this run"));
     }
-    let creds = credentials::patterns(&home, &extra);
+    let creds = credentials::with_extra(creds, &extra);
     // Strictly beneath a grant; a grant naming the path exactly keeps it.
-    // (`p.starts_with(&g.path) && g.path != p`, with each grant split into
-    // components once: this runs for every credential pattern against
-    // every grant, and re-splitting both paths was ~5% of a run's CPU.)
-    let grant_parts: Vec<Vec<std::path::Component>> = grants
-        .iter()
-        .map(|g| g.path.components().collect())
-        .collect();
-    let beneath = |p: &Path| strictly_beneath_any(&grant_parts, p);
-    for cred in credentials::existing(&creds, beneath) {
+    let beneath = credentials::strictly_beneath_any(grants.iter().map(|g| g.path.as_path()));
+    for cred in credentials::existing(&creds, &beneath) {
         if !grants.iter().any(|g| g.path == cred.path) {
             deny.push(FsDeny {
                 path: cred.path,
@@ -470,7 +465,7 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
     // view covers them instead (`sandbox::fs_for_view`). A secret reached
     // through a linked directory is carved out where it lies (Landlock
     // refuses a deny through a symlink, and grants are canonical).
-    for secret in credentials::existing(&credentials::system_secrets(), beneath) {
+    for secret in credentials::existing(&credentials::system_secrets(), &beneath) {
         let path = match (secret.path.parent(), secret.path.file_name()) {
             (Some(dir), Some(name)) => std::fs::canonicalize(dir)
                 .map(|d| d.join(name))
@@ -590,57 +585,5 @@ fn absolute(base: &Path, p: &Path) -> PathBuf {
         p.to_path_buf()
     } else {
         base.join(p)
-    }
-}
-
-/// Whether `p` lies strictly beneath one of `grants` (each split into
-/// components): `p.starts_with(g) && p != g`, as `Path` compares them.
-fn strictly_beneath_any(grants: &[Vec<std::path::Component>], p: &Path) -> bool {
-    let parts: Vec<std::path::Component> = p.components().collect();
-    grants
-        .iter()
-        .any(|g| parts.len() > g.len() && parts[..g.len()] == g[..])
-}
-
-#[cfg(test)]
-mod tests {
-    use std::path::Path;
-
-    #[test]
-    fn strictly_beneath_any_is_path_starts_with_and_not_equal() {
-        let grants = ["/", "/home/u", "/home/u/", "/etc/ssl", "/a//b", "/x/./y"];
-        let paths = [
-            "/",
-            "/home",
-            "/home/u",
-            "/home/u/",
-            "/home/u/.ssh",
-            "/home/uu/.ssh",
-            "/home/u/./.ssh",
-            "/etc/ssl",
-            "/etc/ssl/private/k",
-            "/etc/sslx",
-            "/a/b",
-            "/a/b/c",
-            "/a//b//c",
-            "/x/y/z",
-            "relative/p",
-            "",
-        ];
-        for gs in [&grants[..], &grants[1..], &grants[3..4], &[][..]] {
-            let parts: Vec<Vec<_>> = gs
-                .iter()
-                .map(|g| Path::new(g).components().collect())
-                .collect();
-            for p in paths {
-                let p = Path::new(p);
-                let want = gs.iter().any(|g| p.starts_with(g) && Path::new(g) != p);
-                assert_eq!(
-                    super::strictly_beneath_any(&parts, p),
-                    want,
-                    "{p:?} under {gs:?}"
-                );
-            }
-        }
     }
 }

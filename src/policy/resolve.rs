@@ -203,6 +203,65 @@ pub fn pin(path: &Path) -> Result<crate::plan::Opened, FollowError> {
     Ok(crate::plan::Opened(Some(std::sync::Arc::new(fd))))
 }
 
+thread_local! {
+    /// What [`follow`] learnt of each directory and file on its walks during
+    /// one planning pass ([`WalkPass`]): whether it is a directory (links
+    /// are never kept). None outside a pass.
+    static WALKED: std::cell::RefCell<Option<std::collections::HashMap<PathBuf, bool>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// One planning pass: while it lives, [`follow`] looks at each path that is
+/// not a link once (every grant of a policy under `/home/u/project` walks
+/// `/home`, `/home/u` and the project again: ~20 `statx` per run of a starter
+/// policy). Never across passes: a `capsule serve` step, a `check` and an
+/// `exec` each plan afresh, and the filesystem may have changed between them.
+/// A link put on the way after the walk is still caught where the grant is
+/// taken ([`pin`]). A pass begun inside another is part of it.
+pub struct WalkPass {
+    outer: bool,
+}
+
+impl WalkPass {
+    pub fn begin() -> WalkPass {
+        let outer = WALKED.with(|w| {
+            let mut w = w.borrow_mut();
+            let fresh = w.is_none();
+            if fresh {
+                *w = Some(Default::default());
+            }
+            fresh
+        });
+        WalkPass { outer }
+    }
+}
+
+impl Drop for WalkPass {
+    fn drop(&mut self) {
+        if self.outer {
+            WALKED.with(|w| w.borrow_mut().take());
+        }
+    }
+}
+
+/// Whether `p` (not followed) is a link, else a directory: through the
+/// pass's record when there is one.
+fn walk_kind(p: &Path) -> std::io::Result<(bool, bool)> {
+    if let Some(dir) = WALKED.with(|w| w.borrow().as_ref().and_then(|m| m.get(p).copied())) {
+        return Ok((false, dir));
+    }
+    let meta = std::fs::symlink_metadata(p)?;
+    let (link, dir) = (meta.file_type().is_symlink(), meta.is_dir());
+    if !link {
+        WALKED.with(|w| {
+            if let Some(m) = w.borrow_mut().as_mut() {
+                m.insert(p.to_path_buf(), dir);
+            }
+        });
+    }
+    Ok((link, dir))
+}
+
 /// `abs` made canonical like `canonicalize`, following only trusted links
 /// (see the module's documentation). The path, and the first link followed.
 pub fn follow(abs: &Path) -> Result<(PathBuf, Option<PathBuf>), FollowError> {
@@ -227,9 +286,9 @@ pub fn follow(abs: &Path) -> Result<(PathBuf, Option<PathBuf>), FollowError> {
             continue;
         }
         let next = cur.join(&name);
-        let meta = std::fs::symlink_metadata(&next).map_err(FollowError::Io)?;
-        if !meta.file_type().is_symlink() {
-            if !todo.is_empty() && !meta.is_dir() {
+        let (link, dir) = walk_kind(&next).map_err(FollowError::Io)?;
+        if !link {
+            if !todo.is_empty() && !dir {
                 return Err(FollowError::Io(std::io::Error::from(
                     ErrorKind::NotADirectory,
                 )));
@@ -460,6 +519,40 @@ mod tests {
             p.starts_with("/proc") && via == Some(PathBuf::from("/proc/self")),
             "{p:?}"
         );
+    }
+
+    #[test]
+    fn a_walk_pass_is_one_plan_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        let untrusted = !link_trusted(&root.join("a"));
+        {
+            let _pass = WalkPass::begin();
+            assert_eq!(follow(&root.join("a/b")).unwrap().0, root.join("a/b"));
+            // A nested pass is part of the outer one, which it does not end.
+            drop(WalkPass::begin());
+            assert!(WALKED.with(|w| w
+                .borrow()
+                .as_ref()
+                .is_some_and(|m| m.contains_key(&root.join("a")))));
+            // Inside the pass a link put on the way is still caught by the pin.
+            std::fs::rename(root.join("a"), root.join("a2")).unwrap();
+            std::os::unix::fs::symlink(root.join("a2"), root.join("a")).unwrap();
+            let (p, _) = follow(&root.join("a/b")).unwrap();
+            assert!(pin(&p).is_err());
+        }
+        // The next plan walks afresh and sees the link.
+        assert!(WALKED.with(|w| w.borrow().is_none()));
+        let _pass = WalkPass::begin();
+        match follow(&root.join("a/b")) {
+            Err(FollowError::Link { link, .. }) => assert!(untrusted && link == root.join("a")),
+            Ok((p, via)) => {
+                assert!(!untrusted);
+                assert_eq!((p, via), (root.join("a2/b"), Some(root.join("a"))));
+            }
+            Err(e) => panic!("{e}"),
+        }
     }
 
     #[test]

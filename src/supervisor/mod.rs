@@ -243,13 +243,102 @@ fn run_prepared(
     services: &mut services::Services,
     observer: Option<explain::Observer>,
 ) -> Attempt {
-    let fail = |what: &str, e: &dyn std::fmt::Display| {
-        Attempt::Finished(Box::new(refused(
-            &plan.run_id,
-            Reason::SetupFailed,
-            format!("{what}: {e}"),
-        )))
+    let Started {
+        mut spawned,
+        start,
+        out_r,
+        err_r,
+        terminal,
+        view_summary,
+        cgroup_missing,
+    } = match start_child(plan, (json, no_tty), layers, services, observer.as_ref()) {
+        Ok(s) => s,
+        Err(attempt) => return attempt,
     };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            sys::signal(spawned.pid, libc::SIGKILL);
+            return setup_failed(plan, "starting the supervisor's event loop", &e);
+        }
+    };
+    let relay = {
+        let _in_runtime = rt.enter();
+        terminal.start(plan.limits.max_output_bytes)
+    };
+    let (guards, memory_watch) = guard_parts(plan, layers, services, &spawned, observer);
+    let mut sup = rt.block_on(supervise(
+        &mut spawned,
+        out_r,
+        err_r,
+        json,
+        plan,
+        grace,
+        services,
+        guards,
+        memory_watch,
+    ));
+    let duration = start.elapsed();
+    rt.block_on(relay.finish(Duration::from_secs(2), &mut sup.stdout, &mut sup.stderr));
+    tracing::debug!("supervisor: child gone, output drained");
+    let usage = rt.block_on(services.finish());
+    tracing::debug!("supervisor: services finished");
+    drop(rt);
+    if spawned.tree == TreeMode::PidNamespace {
+        // Init reported the command's status and exits right after (or was
+        // killed at the timeout): reap it, so no zombie outlives capsule.
+        sys::wait_blocking(spawned.pid);
+    }
+    if services.starts_processes() {
+        // Tool calls may still have run after the command ended (requests
+        // already sent): whatever they left behind is a child of capsule now.
+        treekill::kill_children(&spawned.inherited, 64);
+    }
+    let ended = Ended {
+        sup,
+        duration,
+        usage,
+        cgroup_missing,
+        view_summary,
+    };
+    Attempt::Finished(Box::new(judge(
+        plan, grace, layers, services, &spawned, ended,
+    )))
+}
+
+/// A set-up step that failed before the command ran.
+fn setup_failed(plan: &Plan, what: &str, e: &dyn std::fmt::Display) -> Attempt {
+    Attempt::Finished(Box::new(refused(
+        &plan.run_id,
+        Reason::SetupFailed,
+        format!("{what}: {e}"),
+    )))
+}
+
+/// A spawned child and what the parent keeps of its set-up.
+struct Started {
+    spawned: Spawned,
+    start: Instant,
+    out_r: OwnedFd,
+    err_r: OwnedFd,
+    terminal: pty::Terminal,
+    view_summary: Option<ViewSummary>,
+    cgroup_missing: Vec<String>,
+}
+
+/// The run's pipes and terminal, the child's spec, the child spawned (and,
+/// under the keeper, its command stage's pid read when a guard needs it).
+fn start_child(
+    plan: &Plan,
+    (json, no_tty): (bool, bool),
+    layers: &mut sandbox::Layers,
+    services: &mut services::Services,
+    observer: Option<&explain::Observer>,
+) -> Result<Started, Attempt> {
+    let fail = |what: &str, e: &dyn std::fmt::Display| Err(setup_failed(plan, what, e));
     let (out_r, out_w) = match pipe() {
         Ok(p) => p,
         Err(e) => return fail("pipe()", &e),
@@ -278,19 +367,19 @@ fn run_prepared(
     drop(out_w);
     drop(err_w);
     terminal.close_child_ends();
-    let (mut spawned, start) = match spawned {
+    let (spawned, start) = match spawned {
         Ok(s) => s,
-        Err(spawn::SpawnError::Refused(r)) => return Attempt::Refused(r),
+        Err(spawn::SpawnError::Refused(r)) => return Err(Attempt::Refused(r)),
         Err(e) => {
-            return Attempt::Finished(Box::new(refused(
+            return Err(Attempt::Finished(Box::new(refused(
                 &plan.run_id,
                 Reason::SetupFailed,
                 e.to_string(),
-            )))
+            ))))
         }
     };
     tracing::debug!("supervisor: spawned");
-    if let Some(o) = &observer {
+    if let Some(o) = observer {
         o.run_root
             .store(spawned.pid, std::sync::atomic::Ordering::Relaxed);
     }
@@ -307,26 +396,31 @@ fn run_prepared(
             return fail("starting the run", &e);
         }
     }
+    Ok(Started {
+        spawned,
+        start,
+        out_r,
+        err_r,
+        terminal,
+        view_summary,
+        cgroup_missing,
+    })
+}
 
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            sys::signal(spawned.pid, libc::SIGKILL);
-            return fail("starting the supervisor's event loop", &e);
-        }
-    };
-    let relay = {
-        let _in_runtime = rt.enter();
-        terminal.start(plan.limits.max_output_bytes)
-    };
+/// The guards the run's listener will serve (signals, network, processes,
+/// memfds, metadata, the observer), and the memory watchdog.
+fn guard_parts(
+    plan: &Plan,
+    layers: &sandbox::Layers,
+    services: &services::Services,
+    spawned: &Spawned,
+    observer: Option<explain::Observer>,
+) -> (GuardParts, Option<memwatch::Watch>) {
     // The run's signal filter sends its listener before exec; the guard
     // serving it needs to know the run (the command has not exec'd yet).
     let signal_tree = if layers.signals == sandbox::SignalLayer::SeccompNotify {
         let tree =
-            signals::Tree::for_run(spawned.command.get(), keeper(&spawned), &spawned.inherited);
+            signals::Tree::for_run(spawned.command.get(), keeper(spawned), &spawned.inherited);
         if tree.is_none() {
             tracing::warn!(
                 "signal guard: /proc does not show capsule as itself; every checked signal call of the run fails"
@@ -341,48 +435,8 @@ fn run_prepared(
         .then(|| services.proxy_port())
         .flatten()
         .map(|proxy_port| netguard::NetGuard { proxy_port });
-    // The process guard: max_processes as root without a cgroup.
-    let proc_guard = (layers.limits.get("max_processes").map(String::as_str)
-        == Some("seccomp-notify"))
-    .then_some(plan.limits.max_processes)
-    .flatten()
-    .and_then(|max| {
-        let census = if spawned.tree == TreeMode::PidNamespace {
-            Some(procguard::Census::PidNamespace {
-                init: spawned.pid,
-                tree: signals::Tree::for_run(spawned.pid, None, &spawned.inherited),
-            })
-        } else {
-            signals::Tree::for_run(spawned.command.get(), keeper(&spawned), &spawned.inherited)
-                .map(procguard::Census::Tree)
-        };
-        if census.is_none() {
-            tracing::warn!(
-                "process guard: /proc does not show capsule as itself; every fork of the run fails"
-            );
-        }
-        census.map(|c| procguard::ProcGuard::new(max, c))
-    });
-    // memory_mb without a cgroup: the memory watchdog, which also counts
-    // the memfds the memfd guard makes for the run.
-    let memory_watch = layers.memory_watch.as_ref().map(|w| {
-        let census = if spawned.tree == TreeMode::PidNamespace {
-            memwatch::Census::PidNamespace { init: spawned.pid }
-        } else {
-            // The keeper's descendants: orphans of the run are handed to it.
-            memwatch::Census::Keeper {
-                keeper: spawned.pid,
-            }
-        };
-        memwatch::Watch {
-            limit: w.limit,
-            census,
-            memfds: memwatch::Memfds::default(),
-            view_tmpfs: w.view_tmpfs.clone(),
-            host_tmpfs: w.host_tmpfs.clone(),
-            unlinked_in: w.unlinked_in.clone(),
-        }
-    });
+    let proc_guard = proc_guard(plan, layers, spawned);
+    let memory_watch = memory_watch(layers, spawned);
     let memfd_guard = layers.memfd_guard.map(|seal| memfdguard::MemfdGuard {
         seal,
         keep: memory_watch.as_ref().map(|w| w.memfds.clone()),
@@ -400,14 +454,7 @@ fn run_prepared(
         })
         .ok()
     });
-    let mut sup = rt.block_on(supervise(
-        &mut spawned,
-        out_r,
-        err_r,
-        json,
-        plan,
-        grace,
-        services,
+    (
         (
             signal_tree,
             net_guard,
@@ -417,24 +464,86 @@ fn run_prepared(
             observer.filter(|o| o.seen.lock().is_ok_and(|s| s.active)),
         ),
         memory_watch,
-    ));
-    let duration = start.elapsed();
-    rt.block_on(relay.finish(Duration::from_secs(2), &mut sup.stdout, &mut sup.stderr));
-    tracing::debug!("supervisor: child gone, output drained");
-    let usage = rt.block_on(services.finish());
-    tracing::debug!("supervisor: services finished");
-    drop(rt);
-    if spawned.tree == TreeMode::PidNamespace {
-        // Init reported the command's status and exits right after (or was
-        // killed at the timeout): reap it, so no zombie outlives capsule.
-        sys::wait_blocking(spawned.pid);
-    }
-    if services.starts_processes() {
-        // Tool calls may still have run after the command ended (requests
-        // already sent): whatever they left behind is a child of capsule now.
-        treekill::kill_children(&spawned.inherited, 64);
-    }
+    )
+}
 
+/// The process guard: max_processes as root without a cgroup.
+fn proc_guard(
+    plan: &Plan,
+    layers: &sandbox::Layers,
+    spawned: &Spawned,
+) -> Option<procguard::ProcGuard> {
+    (layers.limits.get("max_processes").map(String::as_str) == Some("seccomp-notify"))
+        .then_some(plan.limits.max_processes)
+        .flatten()
+        .and_then(|max| {
+            let census = if spawned.tree == TreeMode::PidNamespace {
+                Some(procguard::Census::PidNamespace {
+                    init: spawned.pid,
+                    tree: signals::Tree::for_run(spawned.pid, None, &spawned.inherited),
+                })
+            } else {
+                signals::Tree::for_run(spawned.command.get(), keeper(spawned), &spawned.inherited)
+                    .map(procguard::Census::Tree)
+            };
+            if census.is_none() {
+                tracing::warn!(
+                "process guard: /proc does not show capsule as itself; every fork of the run fails"
+            );
+            }
+            census.map(|c| procguard::ProcGuard::new(max, c))
+        })
+}
+
+/// memory_mb without a cgroup: the memory watchdog, which also counts
+/// the memfds the memfd guard makes for the run.
+fn memory_watch(layers: &sandbox::Layers, spawned: &Spawned) -> Option<memwatch::Watch> {
+    layers.memory_watch.as_ref().map(|w| {
+        let census = if spawned.tree == TreeMode::PidNamespace {
+            memwatch::Census::PidNamespace { init: spawned.pid }
+        } else {
+            // The keeper's descendants: orphans of the run are handed to it.
+            memwatch::Census::Keeper {
+                keeper: spawned.pid,
+            }
+        };
+        memwatch::Watch {
+            limit: w.limit,
+            census,
+            memfds: memwatch::Memfds::default(),
+            view_tmpfs: w.view_tmpfs.clone(),
+            host_tmpfs: w.host_tmpfs.clone(),
+            unlinked_in: w.unlinked_in.clone(),
+        }
+    })
+}
+
+/// What the parent gathered of an ended run, for [`judge`].
+struct Ended {
+    sup: Supervised,
+    duration: Duration,
+    usage: services::Usage,
+    cgroup_missing: Vec<String>,
+    view_summary: Option<ViewSummary>,
+}
+
+/// The run's result: its streams, enforcement and usage, and how it ended
+/// ([`result::classify`]).
+fn judge(
+    plan: &Plan,
+    grace: Duration,
+    layers: &sandbox::Layers,
+    services: &services::Services,
+    spawned: &Spawned,
+    ended: Ended,
+) -> Finished {
+    let Ended {
+        mut sup,
+        duration,
+        usage,
+        cgroup_missing,
+        view_summary,
+    } = ended;
     let mut r = RunResult::new(plan.run_id.clone(), Termination::Exited, 0);
     r.set_streams(&mut sup.stdout, &mut sup.stderr);
     r.duration_seconds = duration.as_secs_f64();
@@ -442,7 +551,7 @@ fn run_prepared(
         plan,
         layers,
         services,
-        &spawned,
+        spawned,
         cgroup_missing,
         view_summary,
     );
@@ -469,7 +578,7 @@ fn run_prepared(
             )
         });
     }
-    Attempt::Finished(Box::new(Finished { result: r, reason }))
+    Finished { result: r, reason }
 }
 
 /// The keeper of a run without a pid namespace (capsule's child there).
@@ -704,7 +813,7 @@ async fn supervise(
     plan: &Plan,
     grace: Duration,
     services: &mut services::Services,
-    (mut signal_tree, mut net_guard, mut proc_guard, mut memfd_guard, mut meta_guard, mut observer): GuardParts,
+    mut guard_parts: GuardParts,
     memory_watch: Option<memwatch::Watch>,
 ) -> Supervised {
     let limit = plan.limits.max_output_bytes;
@@ -763,34 +872,7 @@ async fn supervise(
                 tracing::warn!("an unexpected command pid {pid} reported; ignored")
             }
             Msg::Fd { tag } if tag == signals::LISTENER_TAG => {
-                // Without a guard the listener closes here, and every
-                // notified call of the run fails (ENOSYS).
-                let (tree, net, procs) = (signal_tree.take(), net_guard.take(), proc_guard.take());
-                let (memfd, meta) = (memfd_guard.take(), meta_guard.take());
-                let observe = observer.take();
-                let wanted = tree.is_some()
-                    || net.is_some()
-                    || procs.is_some()
-                    || memfd.is_some()
-                    || meta.is_some()
-                    || observe.is_some();
-                let parts = signals::Parts {
-                    tree,
-                    net,
-                    procs,
-                    memfd,
-                    meta,
-                    observe,
-                    budget,
-                    exhausted: exhausted.clone(),
-                };
-                match (fd, guard.is_none() && wanted) {
-                    (Some(fd), true) => match signals::start(fd, parts) {
-                        Ok(g) => guard = Some(g),
-                        Err(e) => tracing::warn!("guard: cannot start: {e}"),
-                    },
-                    _ => tracing::warn!("guard: unexpected listener message"),
-                }
+                start_guard(fd, &mut guard_parts, budget, &exhausted, &mut guard)
             }
             Msg::Fd { tag } => services.on_fd(tag, fd),
             Msg::Ready => {}
@@ -816,15 +898,55 @@ async fn supervise(
     }
     // Every writer is gone now; the pipes reach end-of-file promptly.
     let drain = Duration::from_secs(2);
-    state.stdout = tokio::time::timeout(drain, out_task)
-        .await
-        .ok()
-        .and_then(Result::ok)
-        .unwrap_or_default();
-    state.stderr = tokio::time::timeout(drain, err_task)
-        .await
-        .ok()
-        .and_then(Result::ok)
-        .unwrap_or_default();
+    state.stdout = drained(drain, out_task).await;
+    state.stderr = drained(drain, err_task).await;
     state
+}
+
+/// The run's listener arrived: start the guard thread with the parts wanted.
+/// Without a guard the listener closes here, and every notified call of the
+/// run fails (ENOSYS).
+fn start_guard(
+    fd: Option<OwnedFd>,
+    parts: &mut GuardParts,
+    budget: Duration,
+    exhausted: &signals::Exhausted,
+    guard: &mut Option<signals::Guard>,
+) {
+    let (signal_tree, net_guard, proc_guard, memfd_guard, meta_guard, observer) = parts;
+    let (tree, net, procs) = (signal_tree.take(), net_guard.take(), proc_guard.take());
+    let (memfd, meta) = (memfd_guard.take(), meta_guard.take());
+    let observe = observer.take();
+    let wanted = tree.is_some()
+        || net.is_some()
+        || procs.is_some()
+        || memfd.is_some()
+        || meta.is_some()
+        || observe.is_some();
+    let parts = signals::Parts {
+        tree,
+        net,
+        procs,
+        memfd,
+        meta,
+        observe,
+        budget,
+        exhausted: exhausted.clone(),
+    };
+    match (fd, guard.is_none() && wanted) {
+        (Some(fd), true) => match signals::start(fd, parts) {
+            Ok(g) => *guard = Some(g),
+            Err(e) => tracing::warn!("guard: cannot start: {e}"),
+        },
+        _ => tracing::warn!("guard: unexpected listener message"),
+    }
+}
+
+/// What a capture task collected, waiting at most `limit` for it.
+async fn drained(limit: Duration, task: tokio::task::JoinHandle<Captured>) -> Captured {
+    tokio::time::timeout(limit, task)
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default()
 }
