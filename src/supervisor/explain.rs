@@ -413,9 +413,19 @@ mod tests {
     fn a_path_deeper_than_the_bound_is_counted_not_kept() {
         let o = super::Observer::default();
         let deep = "/d".repeat(super::MAX_COMPONENTS + 1);
-        o.record(deep.into(), crate::why::FsAccess::Write);
+        o.record(
+            deep.into(),
+            crate::why::FsAccess::Write,
+            || "t".into(),
+            "open",
+        );
         let ok = "/d".repeat(super::MAX_COMPONENTS - 1);
-        o.record(ok.into(), crate::why::FsAccess::Write);
+        o.record(
+            ok.into(),
+            crate::why::FsAccess::Write,
+            || "t".into(),
+            "open",
+        );
         let s = o.seen.lock().unwrap();
         assert_eq!((s.pairs.len(), s.dropped), (1, 1));
     }
