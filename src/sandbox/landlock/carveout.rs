@@ -43,16 +43,17 @@ use super::report::{DenyLine, DroppedGrant, RuleKind, RuleLine};
 use super::rights;
 use crate::plan::{FsDeny, FsGrant, FsPlan};
 
-/// A rule ready to add: the opened path and its rights.
-pub(super) struct PlannedRule {
-    pub fd: Arc<OwnedFd>,
-    pub rights: BitFlags<AccessFs>,
-}
+/// Where each rule's opened path goes as soon as it is planned: the ruleset
+/// adds it and the descriptor is closed, so planning holds one descriptor at
+/// a time however many siblings a carve-out expands into (a carve-out
+/// beneath a directory of 1,000 entries used to hold 1,000 descriptors at
+/// once and failed with EMFILE at the usual soft limit of 1,024).
+pub(super) type Sink<'s> =
+    &'s mut dyn FnMut(Arc<OwnedFd>, BitFlags<AccessFs>) -> Result<(), LandlockError>;
 
 /// Every filesystem rule of a plan, with the report lines.
 #[derive(Default)]
 pub(super) struct FsRules {
-    pub rules: Vec<PlannedRule>,
     pub lines: Vec<RuleLine>,
     pub denied: Vec<DenyLine>,
     pub dropped: Vec<DroppedGrant>,
@@ -65,7 +66,7 @@ struct Deny<'a> {
 }
 
 /// Open each grant (once), expanding grants that have denied paths beneath them.
-pub(super) fn plan(fs: &FsPlan, abi: ABI) -> Result<FsRules, LandlockError> {
+pub(super) fn plan(fs: &FsPlan, abi: ABI, sink: Sink<'_>) -> Result<FsRules, LandlockError> {
     let denies = existing_denies(&fs.deny)?;
     let mut out = FsRules::default();
     for grant in &fs.grants {
@@ -96,12 +97,13 @@ pub(super) fn plan(fs: &FsPlan, abi: ABI) -> Result<FsRules, LandlockError> {
             tree.insert(&d.deny.path, &grant.path, d);
         }
         if tree.children.is_empty() {
-            add_grant(&mut out, grant, abi)?;
+            add_grant(&mut out, sink, grant, abi)?;
         } else {
             let mut walk = Walk {
                 grant,
                 abi,
                 out: &mut out,
+                sink: &mut *sink,
             };
             walk.expand(&grant.path, &tree)?;
         }
@@ -187,7 +189,12 @@ impl<'a> Node<'a> {
     }
 }
 
-fn add_grant(out: &mut FsRules, grant: &FsGrant, abi: ABI) -> Result<(), LandlockError> {
+fn add_grant(
+    out: &mut FsRules,
+    sink: Sink<'_>,
+    grant: &FsGrant,
+    abi: ABI,
+) -> Result<(), LandlockError> {
     // Plan paths are absolute and canonical; following a final link would be a no-op.
     // Planning may have opened the path already (the same flags).
     let fd = match &grant.opened.0 {
@@ -204,6 +211,7 @@ fn add_grant(out: &mut FsRules, grant: &FsGrant, abi: ABI) -> Result<(), Landloc
     let is_dir = fd_is_dir(&fd, &grant.path)?.unwrap_or(false);
     push(
         out,
+        sink,
         fd,
         rights::for_access(grant.access, abi, is_dir),
         RuleLine {
@@ -212,15 +220,21 @@ fn add_grant(out: &mut FsRules, grant: &FsGrant, abi: ABI) -> Result<(), Landloc
             kind: RuleKind::Grant,
             origin: grant.origin.clone(),
         },
-    );
-    Ok(())
+    )
 }
 
-/// Record a rule. Its rights are empty only without Landlock (ABI 0), where the
-/// rule is reported but never added.
-fn push(out: &mut FsRules, fd: Arc<OwnedFd>, rights: BitFlags<AccessFs>, line: RuleLine) {
-    out.rules.push(PlannedRule { fd, rights });
+/// Record a rule and hand its opened path to the sink. Its rights are empty
+/// only without Landlock (ABI 0), where the rule is reported but never added.
+fn push(
+    out: &mut FsRules,
+    sink: Sink<'_>,
+    fd: Arc<OwnedFd>,
+    rights: BitFlags<AccessFs>,
+    line: RuleLine,
+) -> Result<(), LandlockError> {
+    sink(fd, rights)?;
     out.lines.push(line);
+    Ok(())
 }
 
 /// Some(is_dir), or None for a symbolic link.
@@ -237,13 +251,14 @@ fn fd_is_dir(fd: &OwnedFd, path: &Path) -> Result<Option<bool>, LandlockError> {
     })
 }
 
-struct Walk<'g, 'o> {
+struct Walk<'g, 'o, 's> {
     grant: &'g FsGrant,
     abi: ABI,
     out: &'o mut FsRules,
+    sink: Sink<'s>,
 }
 
-impl Walk<'_, '_> {
+impl Walk<'_, '_, '_> {
     fn expand(&mut self, dir: &Path, node: &Node<'_>) -> Result<(), LandlockError> {
         let deny_path = || node.any_deny().unwrap_or(dir).to_path_buf();
         let dirfd = open(
@@ -309,6 +324,7 @@ impl Walk<'_, '_> {
             let rights = rights::for_access(self.grant.access, self.abi, is_dir);
             push(
                 self.out,
+                &mut *self.sink,
                 Arc::new(fd),
                 rights,
                 RuleLine {
@@ -319,13 +335,14 @@ impl Walk<'_, '_> {
                     },
                     origin: self.grant.origin.clone(),
                 },
-            );
+            )?;
         }
         if !node.dir_below {
             let rights =
                 rights::list_only(self.abi) & rights::for_access(self.grant.access, self.abi, true);
             push(
                 self.out,
+                &mut *self.sink,
                 Arc::new(dirfd),
                 rights,
                 RuleLine {
@@ -336,7 +353,7 @@ impl Walk<'_, '_> {
                     },
                     origin: self.grant.origin.clone(),
                 },
-            );
+            )?;
         }
         Ok(())
     }
@@ -393,7 +410,12 @@ mod tests {
             proc_self: false,
             mounts: vec![],
         };
-        let r = plan(&fs, ABI::V7).expect("plan");
+        let mut rights = Vec::new();
+        let r = plan(&fs, ABI::V7, &mut |_, r| {
+            rights.push(r);
+            Ok(())
+        })
+        .expect("plan");
         let carve = || RuleKind::CarveOut {
             grant: root.clone(),
         };
@@ -410,13 +432,13 @@ mod tests {
                 (root.join("e/pub"), carve()),
             ]
         );
-        assert_eq!(r.rules.len(), r.lines.len());
+        assert_eq!(rights.len(), r.lines.len());
         let file = r
             .lines
             .iter()
             .position(|l| l.path == root.join("a/f"))
             .expect("a/f");
-        assert_eq!(r.rules[file].rights, BitFlags::from(AccessFs::ReadFile));
+        assert_eq!(rights[file], BitFlags::from(AccessFs::ReadFile));
         let mut denied: Vec<_> = r.denied.iter().map(|x| x.path.clone()).collect();
         denied.sort();
         assert_eq!(denied, vec![root.join("a/b/secret"), root.join("e/key")]);
@@ -434,7 +456,7 @@ mod tests {
             mounts: vec![],
         };
         // root is denied and w lies inside it: dropped.
-        let r = plan(&fs, ABI::V7).expect("plan");
+        let r = plan(&fs, ABI::V7, &mut |_, _| Ok(())).expect("plan");
         assert!(r.lines.is_empty());
         assert_eq!(r.dropped.len(), 1);
         let fs = FsPlan {
@@ -443,7 +465,7 @@ mod tests {
             proc_self: false,
             mounts: vec![],
         };
-        let r = plan(&fs, ABI::V7).expect("plan");
+        let r = plan(&fs, ABI::V7, &mut |_, _| Ok(())).expect("plan");
         assert_eq!(paths(&r), vec![(root.join("w"), RuleKind::Grant)]);
     }
 
@@ -460,10 +482,42 @@ mod tests {
             proc_self: false,
             mounts: vec![],
         };
-        match plan(&fs, ABI::V7) {
+        match plan(&fs, ABI::V7, &mut |_, _| Ok(())) {
             Err(LandlockError::NotCanonical { .. }) => {}
             Err(e) => panic!("unexpected error {e}"),
             Ok(_) => panic!("a deny through a symlink must be refused"),
         }
+    }
+
+    #[test]
+    fn a_carve_out_beneath_many_entries_holds_one_descriptor_at_a_time() {
+        // More siblings than the usual soft limit of open files (1,024):
+        // each rule's descriptor goes to the sink and is closed there.
+        let t = tempfile::tempdir().expect("tempdir");
+        let root = std::fs::canonicalize(t.path()).expect("canonical");
+        for i in 0..3000 {
+            std::fs::write(root.join(format!("f{i}")), "x").expect("write");
+        }
+        std::fs::create_dir_all(root.join(".ssh")).expect("mkdir");
+        let fs = FsPlan {
+            grants: vec![g(&root, Access::READ)],
+            deny: vec![d(&root.join(".ssh"))],
+            proc_self: false,
+            mounts: vec![],
+        };
+        let open_fds = || std::fs::read_dir("/proc/self/fd").expect("fds").count();
+        let before = open_fds();
+        let (mut seen, mut most) = (0usize, 0usize);
+        let r = plan(&fs, ABI::V7, &mut |fd, _| {
+            seen += 1;
+            drop(fd);
+            most = most.max(open_fds().saturating_sub(before));
+            Ok(())
+        })
+        .expect("plan");
+        assert_eq!(seen, r.lines.len());
+        assert!(seen >= 3000, "{seen}");
+        // Other test threads open files too: a bound well below 3,000.
+        assert!(most < 64, "planning held {most} descriptors at once");
     }
 }

@@ -110,57 +110,36 @@ pub fn prepare(
     let fs_on = abi_n >= 1;
     let tcp_on = net.handle_tcp && abi_n >= 4;
     let scopes_on = want_scopes && abi_n >= 6;
-    let planned = carveout::plan(fs, abi)?;
-
-    let ruleset = if fs_on {
-        let level = if best_effort {
-            CompatLevel::BestEffort
-        } else {
-            CompatLevel::HardRequirement
-        };
-        let mut rs = Ruleset::default()
-            .set_compatibility(level)
-            .handle_access(rights::handled(abi))
-            .map_err(|e| LandlockError::ruleset("handle filesystem rights", e))?;
-        if tcp_on {
-            rs = rs
-                .handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)
-                .map_err(|e| LandlockError::ruleset("handle TCP rights", e))?;
-        }
-        if scopes_on {
-            let mut s = BitFlags::<Scope>::EMPTY;
-            if scopes.signal {
-                s |= Scope::Signal;
-            }
-            if scopes.abstract_unix {
-                s |= Scope::AbstractUnixSocket;
-            }
-            rs = rs
-                .scope(s)
-                .map_err(|e| LandlockError::ruleset("scope", e))?;
-        }
-        let mut created = rs
-            .create()
-            .map_err(|e| LandlockError::ruleset("create ruleset", e))?;
-        for rule in planned.rules {
-            if rule.rights.is_empty() {
-                continue;
-            }
-            created = created
-                .add_rule(PathBeneath::new(rule.fd, rule.rights))
-                .map_err(|e| LandlockError::ruleset("add path rule", e))?;
-        }
-        if tcp_on {
-            for &port in &net.connect_ports {
-                created = created
-                    .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
-                    .map_err(|e| LandlockError::ruleset("add TCP port rule", e))?;
-            }
-        }
-        Some(created)
+    let mut ruleset = if fs_on {
+        Some(create_ruleset(abi, best_effort, tcp_on, scopes_on, scopes)?)
     } else {
         None
     };
+    // Each path rule is added as soon as it is planned, and its descriptor
+    // closed (see carveout::Sink).
+    let planned = carveout::plan(fs, abi, &mut |fd, rights| {
+        let Some(created) = ruleset.take() else {
+            return Ok(());
+        };
+        if rights.is_empty() {
+            ruleset = Some(created);
+            return Ok(());
+        }
+        ruleset = Some(
+            created
+                .add_rule(PathBeneath::new(fd, rights))
+                .map_err(|e| LandlockError::ruleset("add path rule", e))?,
+        );
+        Ok(())
+    })?;
+    if let Some(mut created) = ruleset.take_if(|_| tcp_on) {
+        for &port in &net.connect_ports {
+            created = created
+                .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
+                .map_err(|e| LandlockError::ruleset("add TCP port rule", e))?;
+        }
+        ruleset = Some(created);
+    }
 
     let mut rules = planned.lines;
     if fs.proc_self {
@@ -214,6 +193,45 @@ impl Prepared {
     pub fn report(&self) -> &Report {
         &self.report
     }
+}
+
+/// The ruleset, created with every filesystem right of `abi` handled (and
+/// TCP and scopes where the plan uses them); rules are added by the caller.
+fn create_ruleset(
+    abi: ABI,
+    best_effort: bool,
+    tcp_on: bool,
+    scopes_on: bool,
+    scopes: &Scopes,
+) -> Result<RulesetCreated, LandlockError> {
+    let level = if best_effort {
+        CompatLevel::BestEffort
+    } else {
+        CompatLevel::HardRequirement
+    };
+    let mut rs = Ruleset::default()
+        .set_compatibility(level)
+        .handle_access(rights::handled(abi))
+        .map_err(|e| LandlockError::ruleset("handle filesystem rights", e))?;
+    if tcp_on {
+        rs = rs
+            .handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)
+            .map_err(|e| LandlockError::ruleset("handle TCP rights", e))?;
+    }
+    if scopes_on {
+        let mut s = BitFlags::<Scope>::EMPTY;
+        if scopes.signal {
+            s |= Scope::Signal;
+        }
+        if scopes.abstract_unix {
+            s |= Scope::AbstractUnixSocket;
+        }
+        rs = rs
+            .scope(s)
+            .map_err(|e| LandlockError::ruleset("scope", e))?;
+    }
+    rs.create()
+        .map_err(|e| LandlockError::ruleset("create ruleset", e))
 }
 
 fn scope_names(scopes: &Scopes) -> Vec<&'static str> {
