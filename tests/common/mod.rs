@@ -241,6 +241,28 @@ impl Sandbox {
             .prefix("capsule-test-")
             .tempdir()
             .expect("create temp dir");
+        Sandbox::at(dir)
+    }
+
+    /// A sandbox whose root lies outside the places the run's view makes
+    /// its own (`/tmp`, `/dev/shm`): under `/var/tmp` (or
+    /// `CAPSULE_TEST_VISIBLE_DIR`), which the view shows as the host's,
+    /// read-only. A test about Landlock needs its fixtures there: beneath
+    /// `/tmp` the view hides whatever is not granted, and the test would
+    /// pass with Landlock gone.
+    pub fn visible() -> Sandbox {
+        let base = std::env::var_os("CAPSULE_TEST_VISIBLE_DIR")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/var/tmp"));
+        let dir = tempfile::Builder::new()
+            .prefix("capsule-test-")
+            .tempdir_in(&base)
+            .unwrap_or_else(|e| panic!("create a temp dir in {}: {e}", base.display()));
+        Sandbox::at(dir)
+    }
+
+    fn at(dir: TempDir) -> Sandbox {
         // Canonical path: grants and getcwd() compare against it.
         let root = fs::canonicalize(dir.path()).expect("canonicalize temp dir");
         let home = root.join("home");
@@ -611,6 +633,48 @@ pub fn assert_errno(v: &Value, errnos: &[&str], run: &Run) {
     assert!(
         ok,
         "expected `{}` to fail with {errnos:?}, got {got}: {v}{}",
+        v["op"],
+        run.ctx()
+    );
+}
+
+/// Assert a probe op was refused by Landlock: EACCES and nothing else. For
+/// reads (and writes beneath a write grant, which the view binds writable)
+/// of fixtures the view shows ([`Sandbox::visible`]): there no other layer
+/// refuses them, so a run without Landlock fails this.
+pub fn assert_landlock_refused(v: &Value, run: &Run) {
+    assert_errno_exactly(v, &["EACCES"], run);
+}
+
+/// Assert a write outside every write grant was refused by the layer that
+/// enforces it here: with the run's view its read-only host refuses first
+/// (EROFS, before Landlock is asked), without it Landlock (EACCES). A
+/// container's read-only root may answer EROFS in either case.
+pub fn assert_write_refused(v: &Value, run: &Run) {
+    let view = run.json()["enforcement"]["view"].is_object();
+    if in_container() {
+        assert_errno_exactly(v, &["EROFS", "EACCES"], run);
+    } else if view {
+        assert_errno_exactly(v, &["EROFS"], run);
+    } else {
+        assert_errno_exactly(v, &["EACCES"], run);
+    }
+}
+
+/// Assert a probe op failed with one of ERRNOS, with no allowance for the
+/// view's own refusals (unlike [`assert_errno`]).
+pub fn assert_errno_exactly(v: &Value, errnos: &[&str], run: &Run) {
+    assert_eq!(
+        v["ok"],
+        Value::Bool(false),
+        "ESCAPE: expected `{}` to FAIL with {errnos:?}, but it succeeded: {v}{}",
+        v["op"],
+        run.ctx()
+    );
+    let got = v["errno"].as_str().unwrap_or("<none>");
+    assert!(
+        errnos.contains(&got),
+        "expected `{}` to fail with {errnos:?} (the refusal of the layer under test), got {got}: {v}{}",
         v["op"],
         run.ctx()
     );
