@@ -36,8 +36,8 @@ pub enum Layer {
     /// The seccomp user-notification guards (signals, network, processes,
     /// memfd, metadata) and the truncate guard.
     Guards,
-    /// The view (mount and IPC namespaces: the read-only host, private
-    /// /tmp, /dev/shm, /proc); the pid and network namespaces are kept.
+    /// The view's mounts (the read-only host, private /tmp, /dev/shm,
+    /// /proc, the covered /etc secrets); the namespaces are kept.
     View,
     /// Every namespace (pid, and with it the view and the network
     /// namespace: capsule makes them in one clone under `CLONE_NEWPID`, and
@@ -96,14 +96,19 @@ pub fn apply(mut layers: Layers) -> Layers {
         layers.notify_filter = None;
         layers.truncate_guard = None;
     }
-    if removed(Layer::View) {
-        layers.view = None;
+    if removed(Layer::View) || removed(Layer::Pidns) {
+        // The namespaces are made as before (with the view), its mounts are
+        // not: the run sees the host as it is, writable, with its /tmp and
+        // its /proc; the report still describes the view.
+        if let Some(v) = layers.view.as_mut() {
+            v.strip_for_mutation();
+        }
     }
     if removed(Layer::Pidns) {
+        // No namespace at all (the keeper's path), reported as before.
         layers.want_pidns = false;
         layers.netns = false;
         layers.own_loopback = false;
-        layers.view = None;
     }
     if removed(Layer::Rlimits) {
         layers.rlimits.clear();

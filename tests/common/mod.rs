@@ -358,6 +358,9 @@ impl Sandbox {
         for k in [
             "CAPSULE_NO_NAMESPACES",
             "CAPSULE_LANDLOCK_ABI_MAX",
+            // The mutation check's layer switch (scripts/mutation; only a
+            // `--features mutation` build reads it).
+            "CAPSULE_MUTATE",
             "RUST_LOG",
             "RUST_BACKTRACE",
         ] {
