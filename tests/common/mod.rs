@@ -94,11 +94,9 @@ pub fn container_refuses(v: &Value, errno: &str) -> bool {
     false
 }
 
-/// Print a skip reason (visible with --nocapture and in the summary log).
-pub fn skip(reason: &str) {
-    eprintln!("SKIP: {reason}");
-    println!("SKIP: {reason}");
-}
+mod skip;
+#[allow(unused_imports)]
+pub use skip::{skip, skip_part};
 
 /// Whether we run as root (some kernel checks differ for root).
 pub fn is_root() -> bool {
