@@ -799,3 +799,81 @@ pub fn landlock_abi() -> i64 {
         r
     }
 }
+
+// ------------------------------------------------------ container shapes
+// Shared by the tests that run capsule behind a wrapper emulating a
+// container's shape (tests/exec_fallbacks.rs, tests/container_guards.rs).
+
+/// Whether the suite runs with CAPSULE_NO_NAMESPACES set (the no-namespace pass).
+pub fn no_namespaces_env() -> bool {
+    std::env::var_os("CAPSULE_NO_NAMESPACES").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// The first of NAMES that exists.
+pub fn first_tool(names: &[&str]) -> Option<PathBuf> {
+    names.iter().map(PathBuf::from).find(|p| p.exists())
+}
+
+/// `capsh --drop=CAPS` before capsule: root without those capabilities, as a
+/// container's root with the runtime's default capabilities (None, said as a
+/// skip, without capsh).
+pub fn without_caps(caps: &str) -> Option<Vec<std::ffi::OsString>> {
+    let Some(capsh) = first_tool(&["/usr/sbin/capsh", "/sbin/capsh", "/usr/bin/capsh"]) else {
+        skip("no capsh to drop CAP_SYS_ADMIN");
+        return None;
+    };
+    Some(vec![
+        capsh.into(),
+        format!("--drop={caps}").into(),
+        "--".into(),
+        "-c".into(),
+        "exec \"$0\" \"$@\"".into(),
+    ])
+}
+
+/// `unshare -Urm` with /dev/null bound over /proc/timer_list (a masked
+/// /proc path of podman's and runc's list), then root without CAPS
+/// (`without_caps`): capsule as a container's root below a masked /proc.
+pub fn masked_proc_root(caps: &str) -> Option<Vec<std::ffi::OsString>> {
+    let mut v: Vec<std::ffi::OsString> = vec![
+        "/usr/bin/unshare".into(),
+        "-Urm".into(),
+        "--propagation".into(),
+        "private".into(),
+        "/bin/sh".into(),
+        "-c".into(),
+        "mount --bind /dev/null /proc/timer_list && exec \"$0\" \"$@\"".into(),
+    ];
+    v.extend(without_caps(caps)?);
+    Some(v)
+}
+
+/// Run capsule ARGS behind the PREFIX commands, with the sandbox's environment.
+pub fn wrapped(sb: &Sandbox, prefix: &[std::ffi::OsString], args: &[&str]) -> Run {
+    let c = sb.std_command(args);
+    let envs: Vec<(std::ffi::OsString, std::ffi::OsString)> = c
+        .get_envs()
+        .filter_map(|(k, v)| Some((k.to_os_string(), v?.to_os_string())))
+        .collect();
+    let out = assert_cmd::Command::new(&prefix[0])
+        .args(&prefix[1..])
+        .arg(capsule_bin())
+        .args(args)
+        .env_clear()
+        .envs(envs)
+        .current_dir(&sb.root)
+        .timeout(RUN_BOUND)
+        .output()
+        .expect("run capsule behind the wrapper");
+    Run {
+        args: prefix
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .chain(args.iter().map(|a| a.to_string()))
+            .collect(),
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stdout_raw: out.stdout,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
