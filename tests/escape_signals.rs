@@ -11,6 +11,12 @@
 //! (subprocess terminate, multiprocessing, `kill $!`, `timeout`, daemons it
 //! started that were reparented to capsule).
 //!
+//! The default path is attacked too (`the_default_path_cannot_signal_a_host_process`:
+//! each route must get the answer of the layer the run reports, ESRCH from the
+//! pid namespace), and Landlock's signal scope by itself without namespaces at
+//! the kernel's ABI (`the_signal_scope_holds_without_namespaces`), so that
+//! removing either layer fails a test (scripts/mutation).
+//!
 //! Probes aimed at capsule itself use signal 0 or SIGCONT, and kill(-1) only
 //! signal 0: were the protection missing, the test fails without harming the
 //! machine. Deadly signals go only to a `sleep` this test started.
