@@ -415,6 +415,7 @@ fn exec_measured(env: &[(&str, &str)], args: &[&str]) -> (i32, serde_json::Value
         .env("HOME", home.path())
         .env("XDG_STATE_HOME", home.path())
         .env("XDG_CONFIG_HOME", home.path())
+        .envs(std::env::var("CAPSULE_MUTATE").map(|m| ("CAPSULE_MUTATE", m)))
         .envs(env.iter().copied())
         .current_dir(home.path())
         .args(["exec", "--json", "--no-audit"])

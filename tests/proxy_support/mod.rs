@@ -281,6 +281,10 @@ pub fn exec_in(v: Variant, args: &[&str], command: &[&str], env: &[(&str, &str)]
     if v.path == NetPath::GuardFallback {
         full.push("CAPSULE_LANDLOCK_ABI_MAX=3".into());
     }
+    // The mutation check's layer switch (scripts/mutation) passes through.
+    if let Ok(m) = std::env::var("CAPSULE_MUTATE") {
+        full.push(format!("CAPSULE_MUTATE={m}"));
+    }
     for (k, val) in env {
         full.push(format!("{k}={val}"));
     }
