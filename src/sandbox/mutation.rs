@@ -39,6 +39,10 @@ pub enum Layer {
     /// The view's mounts (the read-only host, private /tmp, /dev/shm,
     /// /proc, the covered /etc secrets); the namespaces are kept.
     View,
+    /// The run's network namespace (the pid namespace and the view kept):
+    /// the run is on the host's network with the program made for its own
+    /// loopback (IP sockets allowed).
+    Netns,
     /// Every namespace (pid, and with it the view and the network
     /// namespace: capsule makes them in one clone under `CLONE_NEWPID`, and
     /// dropping only that flag would turn init's `kill(-1)` on the host).
@@ -59,6 +63,7 @@ pub const LAYERS: &[(&str, Layer)] = &[
     ("seccomp", Layer::Seccomp),
     ("guards", Layer::Guards),
     ("view", Layer::View),
+    ("netns", Layer::Netns),
     ("pidns", Layer::Pidns),
     ("rlimits", Layer::Rlimits),
     ("cgroup", Layer::Cgroup),
@@ -103,6 +108,11 @@ pub fn apply(mut layers: Layers) -> Layers {
         if let Some(v) = layers.view.as_mut() {
             v.strip_for_mutation();
         }
+    }
+    if removed(Layer::Netns) {
+        // The supervisor clones without CLONE_NEWNET (`supervisor`, where
+        // the namespaces are asked for); nothing brings the host's `lo` up.
+        layers.own_loopback = false;
     }
     if removed(Layer::Pidns) {
         // No namespace at all (the keeper's path), reported as before.
