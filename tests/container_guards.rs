@@ -30,42 +30,8 @@ fn outer_deny(sb: &Sandbox) -> Option<PathBuf> {
     sb.compile_c("probe", "outer_deny", OUTER_DENY_C)
 }
 
-/// Run capsule ARGS behind the PREFIX commands, with the sandbox's environment.
-fn wrapped(sb: &Sandbox, prefix: &[OsString], args: &[&str]) -> Run {
-    let c = sb.std_command(args);
-    let envs: Vec<(OsString, OsString)> = c
-        .get_envs()
-        .filter_map(|(k, v)| Some((k.to_os_string(), v?.to_os_string())))
-        .collect();
-    let out = assert_cmd::Command::new(&prefix[0])
-        .args(&prefix[1..])
-        .arg(capsule_bin())
-        .args(args)
-        .env_clear()
-        .envs(envs)
-        .current_dir(&sb.root)
-        .timeout(RUN_BOUND)
-        .output()
-        .expect("run capsule behind the wrapper");
-    Run {
-        args: prefix
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .chain(args.iter().map(|a| a.to_string()))
-            .collect(),
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stdout_raw: out.stdout,
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
 fn json_of(r: &Run) -> Value {
     serde_json::from_str(r.stdout.trim()).unwrap_or_else(|e| panic!("no JSON ({e}):{}", r.ctx()))
-}
-
-fn no_namespaces_env() -> bool {
-    std::env::var_os("CAPSULE_NO_NAMESPACES").is_some_and(|v| !v.is_empty() && v != "0")
 }
 
 /// The Landlock ABI capsule uses here (the kernel's, or lower where the
@@ -291,35 +257,6 @@ fn a_mount_at_a_new_destination_without_chroot() {
     );
 }
 
-/// `unshare -Urm` with /dev/null bound over /proc/timer_list (a masked /proc
-/// path of runc's list), then root without CAP_SYS_ADMIN and CAP_SYS_PTRACE
-/// (neither is among a container runtime's default capabilities): capsule as
-/// a container's root below a masked /proc (as tests/exec_fallbacks.rs).
-fn masked_proc_root() -> Option<Vec<OsString>> {
-    let capsh = ["/usr/sbin/capsh", "/sbin/capsh", "/usr/bin/capsh"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists());
-    let Some(capsh) = capsh else {
-        skip("no capsh to drop CAP_SYS_ADMIN");
-        return None;
-    };
-    Some(vec![
-        "/usr/bin/unshare".into(),
-        "-Urm".into(),
-        "--propagation".into(),
-        "private".into(),
-        "/bin/sh".into(),
-        "-c".into(),
-        "mount --bind /dev/null /proc/timer_list && exec \"$0\" \"$@\"".into(),
-        capsh.into(),
-        "--drop=cap_sys_admin,cap_sys_ptrace".into(),
-        "--".into(),
-        "-c".into(),
-        "exec \"$0\" \"$@\"".into(),
-    ])
-}
-
 /// Root below a container's masked /proc, with no cgroup (the process guard
 /// holds max_processes): the view binds the container's /proc, which lists
 /// every process of the container; the guard counts only the run's, so the
@@ -331,7 +268,7 @@ fn below_a_bound_proc_the_process_guard_counts_only_the_run() {
         skip("needs root: RLIMIT_NPROC binds every other uid, and unshare -Urm with a bind mount");
         return;
     }
-    let Some(prefix) = masked_proc_root() else {
+    let Some(prefix) = masked_proc_root("cap_sys_admin,cap_sys_ptrace") else {
         return;
     };
     let mut sb = Sandbox::new();

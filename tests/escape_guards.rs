@@ -15,6 +15,11 @@ use proxy_support::{
     exec_in, net_guard_available, runnable, shared_tempdir, NetPath, Run, Variant, Who,
 };
 
+/// The probe's source, compiled into the test binary: the test user may not
+/// be able to read the checkout (scripts/test's unprivileged pass runs from a
+/// copy), and must still build and run the attacks.
+const GUARD_ATTACKS_C: &str = include_str!("probes/guard_attacks.c");
+
 /// tests/probes/guard_attacks.c, built where `nobody` can run it.
 fn probe() -> Option<PathBuf> {
     static BUILT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
@@ -22,12 +27,14 @@ fn probe() -> Option<PathBuf> {
         .get_or_init(|| {
             let dir = shared_tempdir("capsule-guard-probe-").keep();
             let out = dir.join("guard_attacks");
-            let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/probes/guard_attacks.c");
+            let src = dir.join("guard_attacks.c");
+            std::fs::write(&src, GUARD_ATTACKS_C).expect("write the C probe");
             let ok = ["gcc", "cc", "clang"].iter().any(|cc| {
                 Command::new(cc)
                     .args(["-O2", "-pthread", "-o"])
                     .arg(&out)
-                    .arg(src)
+                    .arg(&src)
+                    .env("TMPDIR", &dir)
                     .status()
                     .is_ok_and(|s| s.success())
             });
@@ -35,7 +42,7 @@ fn probe() -> Option<PathBuf> {
         })
         .clone()
         .or_else(|| {
-            eprintln!("SKIP: no C compiler to build tests/probes/guard_attacks.c");
+            proxy_support::skip("no working C compiler (gcc/cc/clang) to build a C probe");
             None
         })
 }
@@ -408,6 +415,7 @@ fn exec_measured(env: &[(&str, &str)], args: &[&str]) -> (i32, serde_json::Value
         .env("HOME", home.path())
         .env("XDG_STATE_HOME", home.path())
         .env("XDG_CONFIG_HOME", home.path())
+        .envs(std::env::var("CAPSULE_MUTATE").map(|m| ("CAPSULE_MUTATE", m)))
         .envs(env.iter().copied())
         .current_dir(home.path())
         .args(["exec", "--json", "--no-audit"])
@@ -498,7 +506,9 @@ fn a_run_cannot_make_capsule_burn_a_core_for_it() {
             vec!["--policy", &policy],
         ));
     } else {
-        eprintln!("SKIP: the process guard runs as root only (RLIMIT_NPROC binds every other uid)");
+        proxy_support::skip_part(
+            "the process guard runs as root only (RLIMIT_NPROC binds every other uid)",
+        );
     }
     for (what, env, code, extra) in cases {
         let mut args: Vec<&str> = vec!["--best-effort"];

@@ -333,7 +333,7 @@ fn shared_memory_is_bounded_by_memory_mb() {
         .unwrap_or(0);
     let tmpfs_fits = shm_room > (600u64 << 20);
     if !tmpfs_fits {
-        skip(&format!(
+        skip_part(&format!(
             "the tmpfs cases: /dev/shm has {} MiB free, less than the 512 MiB they write (its own size bounds them)",
             shm_room >> 20
         ));
@@ -437,7 +437,7 @@ fn the_oom_killer_takes_the_run_not_capsule() {
             .as_str()
             .unwrap_or("");
         if !mech.starts_with("cgroup") {
-            skip(&format!(
+            skip_part(&format!(
                 "memory_mb by {mech} (CAPSULE_NO_NAMESPACES={no_ns}): no memory cgroup, no cgroup OOM killer"
             ));
             continue;

@@ -251,6 +251,41 @@ fn abstract_listener(name: &str) -> UnixListener {
     l
 }
 
+/// Without namespaces at the kernel's own ABI (6+), Landlock's abstract
+/// Unix socket scope is the only layer between the run (allowed Unix
+/// sockets) and the host's abstract sockets: EPERM, never a connection.
+#[test]
+fn the_abstract_socket_scope_holds_without_namespaces() {
+    if landlock_abi() < 6 {
+        skip("Landlock ABI < 6: no abstract unix socket scope on this kernel");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    sb.set_env("CAPSULE_NO_NAMESPACES", "1");
+    let name = token("abstract-scope");
+    let abs = abstract_listener(&name);
+    let inner = token("inner");
+    let pol = sb.policy("version: 1\nnetwork:\n  allow_unix_sockets: true\n");
+    let run = sb.probe(
+        &["--policy", &pol],
+        &[
+            &["abstract_connect", &name, "hello"],
+            &["abstract_selftest", &inner],
+        ],
+    );
+    run.assert_ran();
+    assert!(run.json()["enforcement"]["view"].is_null(), "{}", run.ctx());
+    if std::env::var_os("CAPSULE_LANDLOCK_ABI_MAX").is_none() {
+        assert_errno_exactly(&run.probe(0), &["EPERM"], &run);
+    }
+    assert!(
+        abs.accept().is_err(),
+        "ESCAPE: reached the host's abstract socket{}",
+        run.ctx()
+    );
+    assert_eq!(run.probe(1)["value"], "ping", "{}", run.ctx());
+}
+
 #[test]
 fn allow_unix_sockets_reaches_granted_pathname_but_not_host_abstract() {
     let sb = Sandbox::new();
@@ -297,7 +332,7 @@ fn allow_unix_sockets_reaches_granted_pathname_but_not_host_abstract() {
             run.ctx()
         );
     } else {
-        skip("Landlock ABI < 6: no abstract unix socket scope on this kernel");
+        skip_part("Landlock ABI < 6: no abstract unix socket scope on this kernel");
     }
     assert_eq!(run.probe(3)["value"], "ping", "{}", run.ctx());
     // allow_unix_sockets opens AF_UNIX only, not IP (beyond the run's own

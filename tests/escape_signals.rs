@@ -11,6 +11,12 @@
 //! (subprocess terminate, multiprocessing, `kill $!`, `timeout`, daemons it
 //! started that were reparented to capsule).
 //!
+//! The default path is attacked too (`the_default_path_cannot_signal_a_host_process`:
+//! each route must get the answer of the layer the run reports, ESRCH from the
+//! pid namespace), and Landlock's signal scope by itself without namespaces at
+//! the kernel's ABI (`the_signal_scope_holds_without_namespaces`), so that
+//! removing either layer fails a test (scripts/mutation).
+//!
 //! Probes aimed at capsule itself use signal 0 or SIGCONT, and kill(-1) only
 //! signal 0: were the protection missing, the test fails without harming the
 //! machine. Deadly signals go only to a `sleep` this test started.
@@ -297,6 +303,96 @@ fn check_and_doctor_name_the_layer() {
     let v: Value = serde_json::from_str(r.stdout.trim()).expect("doctor --json");
     assert_eq!(v["default_policy"]["runs"], true, "{v}");
     assert_eq!(v["default_policy"]["signals"], "seccomp-notify", "{v}");
+}
+
+/// Deadly signals at a host `sleep`, every route that names a process by
+/// pid (no process-group route: the group of a process the run cannot see
+/// cannot be asked for).
+const AT_HOST_BY_PID: &[&str] = &[
+    "kill:host:9",
+    "kill:host:19",
+    "tkill:host:9",
+    "tgkill:host:19",
+    "rt_sigqueueinfo:host:9",
+    "rt_tgsigqueueinfo:host:19",
+    "pidfd_send_signal:host:9",
+    "sigio:host:19",
+];
+
+/// Assert each route was refused the way the layer the run reports refuses
+/// it: the pid namespace cannot name the target (ESRCH), Landlock's scope
+/// refuses (EPERM; `sigio` sets its owner and the kernel drops the signal at
+/// delivery, seen by the sleeper staying alive), the seccomp-notify layer
+/// refuses (EPERM; ENOSYS for pidfd_send_signal). A run that lost its layer
+/// gets another answer, or kills the sleeper.
+fn assert_refused_by(layer: &str, lines: &[Value], ops: &[&str], run: &Run) {
+    assert_eq!(lines.len(), ops.len(), "probe lines missing:{}", run.ctx());
+    for l in lines {
+        let res = l["result"].as_str().unwrap_or_default();
+        let op = l["op"].as_str().unwrap_or_default();
+        let ok = match (layer, op.split(':').next().unwrap_or_default()) {
+            ("pid-namespace", "pidfd_send_signal") => res == "pidfd_open:ESRCH",
+            ("pid-namespace", _) => res == "ESRCH",
+            ("landlock-scope", "sigio") => res == "ok",
+            ("landlock-scope", _) => res == "EPERM",
+            ("seccomp-notify", "pidfd_send_signal") => res == "ENOSYS",
+            ("seccomp-notify", _) => res == "EPERM",
+            _ => false,
+        };
+        assert!(
+            ok,
+            "ESCAPE or another layer's answer (the run reports `{layer}`): {l}{}",
+            run.ctx()
+        );
+    }
+}
+
+/// The default path, at the kernel's own Landlock ABI: whatever layer the
+/// run reports (the pid namespace here as root or with user namespaces;
+/// Landlock's scope or the seccomp layer in the suite's no-namespace pass)
+/// refuses every route to a host process with its own answer, and the
+/// process lives on.
+#[test]
+fn the_default_path_cannot_signal_a_host_process() {
+    let sb = Sandbox::new();
+    let (mut sleeper, _guard) = host_sleeper();
+    let (run, lines) = signal_probes(&sb, &[], sleeper.id(), AT_HOST_BY_PID);
+    run.assert_ran();
+    let layer = enforcement(&run)["signals"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    if view_expected() {
+        assert_eq!(layer, "pid-namespace", "{}", run.ctx());
+    }
+    assert_refused_by(&layer, &lines, AT_HOST_BY_PID, &run);
+    assert_alive_and_running(&mut sleeper, &run);
+}
+
+/// Without namespaces at the kernel's own ABI (6+), Landlock's signal scope
+/// is the only layer: every route to a host process, and to the keeper
+/// between capsule and the command (outside the run's Landlock domain), is
+/// refused with EPERM.
+#[test]
+fn the_signal_scope_holds_without_namespaces() {
+    let probe = Sandbox::new();
+    if !kernel_has_scopes(&probe) {
+        skip("Landlock ABI < 6 on this kernel: no signal scope to attack");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    sb.set_env("CAPSULE_NO_NAMESPACES", "1");
+    let (mut sleeper, _guard) = host_sleeper();
+    let mut ops = AT_HOST_BY_PID.to_vec();
+    ops.extend(["kill:ppid:0", "kill:ppid:18", "tgkill:ppid:0"]);
+    let (run, lines) = signal_probes(&sb, &[], sleeper.id(), &ops);
+    run.assert_ran();
+    let layer = enforcement(&run)["signals"].clone();
+    if std::env::var_os("CAPSULE_LANDLOCK_ABI_MAX").is_none() {
+        assert_eq!(layer, "landlock-scope", "{}", run.ctx());
+    }
+    assert_refused_by(layer.as_str().unwrap_or_default(), &lines, &ops, &run);
+    assert_alive_and_running(&mut sleeper, &run);
 }
 
 #[test]

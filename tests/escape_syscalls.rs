@@ -30,7 +30,7 @@ fn denied_everywhere(ops: &[&[&str]], expect: &str, host_may_match: &[&str]) {
     for h in &host {
         let name = h["op"].as_str().unwrap_or_default();
         if host_may_match.contains(&name) && h["errno"] == expect {
-            skip(&format!(
+            skip_part(&format!(
                 "host control for {name} inconclusive: the host also says {expect} ({h})"
             ));
             continue;
@@ -256,7 +256,7 @@ fn foreign_abis_are_killed_c_probe() {
         .expect("run probe on host");
     let host_out = String::from_utf8_lossy(&host.stdout);
     if !host.status.success() || !host_out.contains("returned") {
-        skip(&format!(
+        skip_part(&format!(
             "kernel lacks IA32 emulation: int 0x80 on the host gave {:?} {host_out}",
             host.status
         ));

@@ -20,7 +20,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use proxy_support::{
-    capsule_bin, nobody_bin, runnable, shared_tempdir, NetPath, Variant, Who, PYTHON, TEST_PATH,
+    capsule_bin, nobody_bin, runnable_or_skip, shared_tempdir, NetPath, Variant, Who, PYTHON,
+    TEST_PATH,
 };
 use serde_json::Value;
 
@@ -58,7 +59,7 @@ macro_rules! matrix {
                 })
             }
             fn run(v: Variant) {
-                if runnable(v) {
+                if runnable_or_skip(v) {
                     super::$case(v)
                 }
             }
@@ -308,7 +309,7 @@ print("planted")
 
 fn what_stays_is_reported(v: Variant) {
     if !proxy_support::nobody_available() {
-        eprintln!("SKIP: making a file immutable (chattr +i) needs root");
+        proxy_support::skip("needs root (and a `nobody` user)");
         return;
     }
     let host = shared_tempdir("capsule-cleanup-tmp-");
@@ -337,7 +338,7 @@ fn what_stays_is_reported(v: Variant) {
     let r = exec_with(v, host.path(), &["--allow-write", &hp], STUCK, &[&hp]);
     let stuck = pin.join().expect("pin thread");
     let Some(stuck) = stuck else {
-        eprintln!("SKIP: chattr +i is not supported on the file system of the host's /tmp");
+        proxy_support::skip("chattr +i is not supported on the file system of the host's /tmp");
         return;
     };
     let unpin = std::process::Command::new("chattr")

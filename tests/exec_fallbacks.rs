@@ -40,75 +40,10 @@ fn outer_seccomp(sb: &Sandbox) -> Option<PathBuf> {
     sb.compile_c("probe", "outer_seccomp", OUTER_SECCOMP_C)
 }
 
-fn tool(names: &[&str]) -> Option<PathBuf> {
-    names.iter().map(PathBuf::from).find(|p| p.exists())
-}
-
 /// `capsh --drop=cap_sys_admin` before capsule: root without CAP_SYS_ADMIN,
 /// as a container's root with the runtime's default capabilities.
 fn without_sys_admin() -> Option<Vec<OsString>> {
-    let Some(capsh) = tool(&["/usr/sbin/capsh", "/sbin/capsh", "/usr/bin/capsh"]) else {
-        skip("no capsh to drop CAP_SYS_ADMIN");
-        return None;
-    };
-    Some(vec![
-        capsh.into(),
-        "--drop=cap_sys_admin".into(),
-        "--".into(),
-        "-c".into(),
-        "exec \"$0\" \"$@\"".into(),
-    ])
-}
-
-/// `unshare -Urm` with /dev/null bound over /proc/timer_list (a masked
-/// /proc path of podman's and runc's list), then root without CAP_SYS_ADMIN:
-/// capsule as a container's root, below a container's masked /proc.
-fn masked_proc_root() -> Option<Vec<OsString>> {
-    let mut v: Vec<OsString> = vec![
-        "/usr/bin/unshare".into(),
-        "-Urm".into(),
-        "--propagation".into(),
-        "private".into(),
-        "/bin/sh".into(),
-        "-c".into(),
-        "mount --bind /dev/null /proc/timer_list && exec \"$0\" \"$@\"".into(),
-    ];
-    v.extend(without_sys_admin()?);
-    Some(v)
-}
-
-/// Run capsule ARGS behind the PREFIX commands, with the sandbox's environment.
-fn wrapped(sb: &Sandbox, prefix: &[OsString], args: &[&str]) -> Run {
-    let c = sb.std_command(args);
-    let envs: Vec<(OsString, OsString)> = c
-        .get_envs()
-        .filter_map(|(k, v)| Some((k.to_os_string(), v?.to_os_string())))
-        .collect();
-    let out = assert_cmd::Command::new(&prefix[0])
-        .args(&prefix[1..])
-        .arg(capsule_bin())
-        .args(args)
-        .env_clear()
-        .envs(envs)
-        .current_dir(&sb.root)
-        .timeout(RUN_BOUND)
-        .output()
-        .expect("run capsule behind the wrapper");
-    Run {
-        args: prefix
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .chain(args.iter().map(|a| a.to_string()))
-            .collect(),
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stdout_raw: out.stdout,
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-fn no_namespaces_env() -> bool {
-    std::env::var_os("CAPSULE_NO_NAMESPACES").is_some_and(|v| !v.is_empty() && v != "0")
+    without_caps("cap_sys_admin")
 }
 
 fn limitations(v: &Value) -> String {
@@ -435,7 +370,7 @@ fn exec_proc(sb: &Sandbox, prefix: &[OsString], extra: &[&str], pid: u32) -> Run
 #[test]
 fn masked_proc_keeps_the_view_with_the_containers_proc_under_landlock() {
     let sb = Sandbox::new();
-    let Some(prefix) = masked_proc_root() else {
+    let Some(prefix) = masked_proc_root("cap_sys_admin") else {
         return;
     };
     let (holder, _guard, key) = key_holder();
@@ -554,7 +489,7 @@ fn pod_restricted_shape_runs_with_the_view() {
     for d in [&sb.home, &sb.state, &sb.config] {
         std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
     }
-    let Some(setpriv) = tool(&["/usr/bin/setpriv", "/bin/setpriv"]) else {
+    let Some(setpriv) = first_tool(&["/usr/bin/setpriv", "/bin/setpriv"]) else {
         skip("no setpriv");
         return;
     };
@@ -740,7 +675,7 @@ fn a_refused_uid_map_takes_the_no_namespace_path() {
     if is_root() {
         // runuser, not setpriv: setpriv keeps capabilities up to the exec,
         // and with them the binary counts as readable (dumpable).
-        let Some(runuser) = tool(&["/usr/sbin/runuser", "/sbin/runuser", "/usr/bin/runuser"])
+        let Some(runuser) = first_tool(&["/usr/sbin/runuser", "/sbin/runuser", "/usr/bin/runuser"])
         else {
             skip("no runuser to run capsule as uid 65534");
             return;

@@ -534,6 +534,9 @@ fn the_docs_send_users_only_to_files_a_clone_has() {
     ];
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let readable = root.join("README.md").is_file();
+    if !readable {
+        skip_part("the checkout is not readable by this user: links are checked for leaving the repository, not for existing");
+    }
     for (name, text) in docs {
         assert!(
             !text.contains("../shared"),

@@ -10,7 +10,8 @@ use std::path::Path;
 use serde_json::Value;
 
 use proxy_support::{
-    capsule_bin, exec, runnable, shared_tempdir, NetPath, Origin, Variant, Who, CURL,
+    capsule_bin, exec, runnable, runnable_or_skip, shared_tempdir, NetPath, Origin, Variant, Who,
+    CURL,
 };
 
 const INVOKER_NETNS: Variant = Variant {
@@ -65,7 +66,7 @@ fn proxy_without_hosts_is_125() {
 #[test]
 fn policy_hosts_and_flag_hosts_combine() {
     let v = INVOKER_NETNS;
-    if !runnable(v) {
+    if !runnable_or_skip(v) {
         return;
     }
     let dir = shared_tempdir("capsule-proxy-policy-");
@@ -211,7 +212,7 @@ fn unrestricted_is_the_host_network() {
 fn metadata_and_link_local_refused_even_when_listed() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 || !Path::new("/usr/bin/unshare").exists() {
-        eprintln!("SKIP: needs root and unshare(1) to make a private network namespace");
+        proxy_support::skip("needs root and unshare(1) to make a private network namespace");
         return;
     }
     let curls = [

@@ -12,7 +12,7 @@ mod proxy_support;
 use std::net::{TcpListener, UdpSocket};
 use std::time::Duration;
 
-use proxy_support::{cert, exec, runnable, NetPath, Origin, Variant, Who, CURL, PYTHON};
+use proxy_support::{cert, exec, runnable_or_skip, NetPath, Origin, Variant, Who, CURL, PYTHON};
 
 /// One `#[test]` per variant for each case.
 macro_rules! matrix {
@@ -62,7 +62,7 @@ macro_rules! matrix {
                 })
             }
             fn run(v: Variant) {
-                if runnable(v) {
+                if runnable_or_skip(v) {
                     super::$case(v)
                 }
             }

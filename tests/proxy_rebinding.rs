@@ -123,12 +123,12 @@ fn section<'a>(out: &'a str, name: &str) -> (&'a str, &'a str) {
 fn allowlisted_names_resolving_to_internal_addresses_are_refused() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIP: needs root to make a private mount and network namespace");
+        proxy_support::skip("needs root to make a private mount and network namespace");
         return;
     }
     for tool in ["/usr/bin/unshare", "/usr/bin/mount", "/usr/sbin/ip"] {
         if !Path::new(tool).exists() && !Path::new(&tool.replace("/usr", "")).exists() {
-            eprintln!("SKIP: {tool} is missing");
+            proxy_support::skip(&format!("{tool} is missing"));
             return;
         }
     }
@@ -147,7 +147,7 @@ fn allowlisted_names_resolving_to_internal_addresses_are_refused() {
     let as_nobody: &[bool] = if nobody_available() {
         &[false, true]
     } else {
-        eprintln!("SKIP (nobody variants): no `nobody` user");
+        proxy_support::skip_part("the `nobody` variant needs root and a `nobody` user");
         &[false]
     };
     for (fallback, nobody) in [false, true]
@@ -173,7 +173,7 @@ fn allowlisted_names_resolving_to_internal_addresses_are_refused() {
             .expect("run unshare");
         let stdout = String::from_utf8_lossy(&out.stdout);
         if let Some(why) = stdout.strip_prefix("SKIP: ") {
-            eprintln!("SKIP: {why}");
+            proxy_support::skip(why.trim());
             return;
         }
         let r: Value = serde_json::from_str(&stdout)

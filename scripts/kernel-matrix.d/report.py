@@ -4,9 +4,11 @@
   report.py RUN_DIR                      RUN_DIR/results.tsv and RUN_DIR/report.md
   report.py RUN_DIR --write-docs REPO    also merge into REPO/docs/kernel-matrix.tsv and regenerate
                                          REPO/docs/kernels.md and the README's "Kernel support" table
-  report.py RUN_DIR --compare TSV        exit 1 on a regression against TSV (a check that passed there
+  report.py RUN_DIR --compare TSV [--expect K1,K2]
+                                         exit 1 on a regression against TSV (a check that passed there
                                          and does not now; an ESCAPE that was not one; a guest that
-                                         did not finish)
+                                         did not finish; a kernel of --expect that did not run at all;
+                                         a kernel and user with no check)
 """
 import argparse
 import json
@@ -392,9 +394,20 @@ def readme_table(rows, kconf, order):
     return "\n".join(out)
 
 
-def compare(rows, base):
+def compare(rows, base, expect=()):
     b = {(r["kernel"], r["user"], r["check"]): r for r in base}
     bad = []
+    # A kernel that should have run and did not (cut by the --ci time budget,
+    # or no result at all) is a failure, not an empty, green comparison.
+    ran = {r["kernel"] for r in rows}
+    for k in expect:
+        if k not in ran:
+            bad.append("%s: did not run (cut by the time budget, or no result.log): nothing of it was checked" % k)
+    for k in sorted(ran):
+        for user in USERS:
+            if not any(r["kernel"] == k and r["user"] == user and r["check"] not in (META, "guest-finished")
+                       for r in rows):
+                bad.append("%s/%s: no check ran" % (k, user))
     for r in rows:
         if r["check"] == META:
             continue
@@ -419,6 +432,8 @@ def main():
     ap.add_argument("run")
     ap.add_argument("--write-docs", metavar="REPO")
     ap.add_argument("--compare", metavar="TSV")
+    ap.add_argument("--expect", metavar="KERNELS", default="",
+                    help="with --compare: the kernels (comma-separated) that must have run")
     a = ap.parse_args()
     kconf, order = conf()
     rows = parse_run(a.run)
@@ -440,7 +455,7 @@ def main():
         print("kernel-matrix: wrote docs/kernels.md, docs/kernel-matrix.tsv and README.md's table", file=sys.stderr)
     if a.compare:
         base = read_tsv(a.compare)
-        bad = compare(rows, base)
+        bad = compare(rows, base, [k for k in a.expect.split(",") if k])
         checks = sum(1 for r in rows if r["check"] != META)
         print("kernel-matrix: compared %d checks, %d regression(s)" % (checks, len(bad)), file=sys.stderr)
         if bad:

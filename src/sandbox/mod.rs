@@ -10,6 +10,7 @@
 pub mod cgroup;
 pub mod child;
 pub mod landlock;
+pub mod mutation;
 pub mod netns;
 pub mod rlimits;
 pub mod seccomp;
@@ -1056,7 +1057,8 @@ pub fn prepare(
             kernel::landlock_linux_span(LANDLOCK_FS)
         ));
     }
-    Ok(Layers {
+    // The mutation check's layer switches (a test-only feature; a no-op in every other build).
+    Ok(mutation::apply(Layers {
         limitations,
         landlock_abi: ll.report().abi,
         landlock: Some(ll),
@@ -1079,7 +1081,7 @@ pub fn prepare(
         netns,
         own_loopback: loopback,
         view,
-    })
+    }))
 }
 
 #[cfg(test)]

@@ -891,3 +891,12 @@ pub fn describe(summary: &ViewSummary) -> Vec<String> {
     }
     out
 }
+
+/// The mutation check's switch (`sandbox::mutation`, a test-only feature):
+/// the view's mounts gone, its report kept.
+#[cfg(feature = "mutation")]
+impl View {
+    pub(crate) fn strip_for_mutation(&mut self) {
+        self.ops.clear();
+    }
+}

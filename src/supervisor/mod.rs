@@ -613,6 +613,7 @@ fn spawn_child(
         // The run's own loopback holds only inside a namespace of its own:
         // `layers.netns` (which `own_loopback` implies) asks for it too.
         net: layers.want_pidns
+            && !sandbox::mutation::removed(sandbox::mutation::Layer::Netns)
             && (services.wants_netns()
                 || layers.netns
                 || (view && plan.net.mode == crate::policy::NetMode::None)),

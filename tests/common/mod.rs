@@ -94,11 +94,9 @@ pub fn container_refuses(v: &Value, errno: &str) -> bool {
     false
 }
 
-/// Print a skip reason (visible with --nocapture and in the summary log).
-pub fn skip(reason: &str) {
-    eprintln!("SKIP: {reason}");
-    println!("SKIP: {reason}");
-}
+mod skip;
+#[allow(unused_imports)]
+pub use skip::{skip, skip_part};
 
 /// Whether we run as root (some kernel checks differ for root).
 pub fn is_root() -> bool {
@@ -241,6 +239,28 @@ impl Sandbox {
             .prefix("capsule-test-")
             .tempdir()
             .expect("create temp dir");
+        Sandbox::at(dir)
+    }
+
+    /// A sandbox whose root lies outside the places the run's view makes
+    /// its own (`/tmp`, `/dev/shm`): under `/var/tmp` (or
+    /// `CAPSULE_TEST_VISIBLE_DIR`), which the view shows as the host's,
+    /// read-only. A test about Landlock needs its fixtures there: beneath
+    /// `/tmp` the view hides whatever is not granted, and the test would
+    /// pass with Landlock gone.
+    pub fn visible() -> Sandbox {
+        let base = std::env::var_os("CAPSULE_TEST_VISIBLE_DIR")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/var/tmp"));
+        let dir = tempfile::Builder::new()
+            .prefix("capsule-test-")
+            .tempdir_in(&base)
+            .unwrap_or_else(|e| panic!("create a temp dir in {}: {e}", base.display()));
+        Sandbox::at(dir)
+    }
+
+    fn at(dir: TempDir) -> Sandbox {
         // Canonical path: grants and getcwd() compare against it.
         let root = fs::canonicalize(dir.path()).expect("canonicalize temp dir");
         let home = root.join("home");
@@ -336,6 +356,9 @@ impl Sandbox {
         for k in [
             "CAPSULE_NO_NAMESPACES",
             "CAPSULE_LANDLOCK_ABI_MAX",
+            // The mutation check's layer switch (scripts/mutation; only a
+            // `--features mutation` build reads it).
+            "CAPSULE_MUTATE",
             "RUST_LOG",
             "RUST_BACKTRACE",
         ] {
@@ -616,6 +639,48 @@ pub fn assert_errno(v: &Value, errnos: &[&str], run: &Run) {
     );
 }
 
+/// Assert a probe op was refused by Landlock: EACCES and nothing else. For
+/// reads (and writes beneath a write grant, which the view binds writable)
+/// of fixtures the view shows ([`Sandbox::visible`]): there no other layer
+/// refuses them, so a run without Landlock fails this.
+pub fn assert_landlock_refused(v: &Value, run: &Run) {
+    assert_errno_exactly(v, &["EACCES"], run);
+}
+
+/// Assert a write outside every write grant was refused by the layer that
+/// enforces it here: with the run's view its read-only host refuses first
+/// (EROFS, before Landlock is asked), without it Landlock (EACCES). A
+/// container's read-only root may answer EROFS in either case.
+pub fn assert_write_refused(v: &Value, run: &Run) {
+    let view = run.json()["enforcement"]["view"].is_object();
+    if in_container() {
+        assert_errno_exactly(v, &["EROFS", "EACCES"], run);
+    } else if view {
+        assert_errno_exactly(v, &["EROFS"], run);
+    } else {
+        assert_errno_exactly(v, &["EACCES"], run);
+    }
+}
+
+/// Assert a probe op failed with one of ERRNOS, with no allowance for the
+/// view's own refusals (unlike [`assert_errno`]).
+pub fn assert_errno_exactly(v: &Value, errnos: &[&str], run: &Run) {
+    assert_eq!(
+        v["ok"],
+        Value::Bool(false),
+        "ESCAPE: expected `{}` to FAIL with {errnos:?}, but it succeeded: {v}{}",
+        v["op"],
+        run.ctx()
+    );
+    let got = v["errno"].as_str().unwrap_or("<none>");
+    assert!(
+        errnos.contains(&got),
+        "expected `{}` to fail with {errnos:?} (the refusal of the layer under test), got {got}: {v}{}",
+        v["op"],
+        run.ctx()
+    );
+}
+
 /// Assert a host-probe op (positive control outside capsule) did not fail
 /// with ERRNO, i.e. the kernel itself would let the attempt through or
 /// reject it for a different reason.
@@ -732,5 +797,83 @@ pub fn landlock_abi() -> i64 {
         0
     } else {
         r
+    }
+}
+
+// ------------------------------------------------------ container shapes
+// Shared by the tests that run capsule behind a wrapper emulating a
+// container's shape (tests/exec_fallbacks.rs, tests/container_guards.rs).
+
+/// Whether the suite runs with CAPSULE_NO_NAMESPACES set (the no-namespace pass).
+pub fn no_namespaces_env() -> bool {
+    std::env::var_os("CAPSULE_NO_NAMESPACES").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// The first of NAMES that exists.
+pub fn first_tool(names: &[&str]) -> Option<PathBuf> {
+    names.iter().map(PathBuf::from).find(|p| p.exists())
+}
+
+/// `capsh --drop=CAPS` before capsule: root without those capabilities, as a
+/// container's root with the runtime's default capabilities (None, said as a
+/// skip, without capsh).
+pub fn without_caps(caps: &str) -> Option<Vec<std::ffi::OsString>> {
+    let Some(capsh) = first_tool(&["/usr/sbin/capsh", "/sbin/capsh", "/usr/bin/capsh"]) else {
+        skip("no capsh to drop CAP_SYS_ADMIN");
+        return None;
+    };
+    Some(vec![
+        capsh.into(),
+        format!("--drop={caps}").into(),
+        "--".into(),
+        "-c".into(),
+        "exec \"$0\" \"$@\"".into(),
+    ])
+}
+
+/// `unshare -Urm` with /dev/null bound over /proc/timer_list (a masked
+/// /proc path of podman's and runc's list), then root without CAPS
+/// (`without_caps`): capsule as a container's root below a masked /proc.
+pub fn masked_proc_root(caps: &str) -> Option<Vec<std::ffi::OsString>> {
+    let mut v: Vec<std::ffi::OsString> = vec![
+        "/usr/bin/unshare".into(),
+        "-Urm".into(),
+        "--propagation".into(),
+        "private".into(),
+        "/bin/sh".into(),
+        "-c".into(),
+        "mount --bind /dev/null /proc/timer_list && exec \"$0\" \"$@\"".into(),
+    ];
+    v.extend(without_caps(caps)?);
+    Some(v)
+}
+
+/// Run capsule ARGS behind the PREFIX commands, with the sandbox's environment.
+pub fn wrapped(sb: &Sandbox, prefix: &[std::ffi::OsString], args: &[&str]) -> Run {
+    let c = sb.std_command(args);
+    let envs: Vec<(std::ffi::OsString, std::ffi::OsString)> = c
+        .get_envs()
+        .filter_map(|(k, v)| Some((k.to_os_string(), v?.to_os_string())))
+        .collect();
+    let out = assert_cmd::Command::new(&prefix[0])
+        .args(&prefix[1..])
+        .arg(capsule_bin())
+        .args(args)
+        .env_clear()
+        .envs(envs)
+        .current_dir(&sb.root)
+        .timeout(RUN_BOUND)
+        .output()
+        .expect("run capsule behind the wrapper");
+    Run {
+        args: prefix
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .chain(args.iter().map(|a| a.to_string()))
+            .collect(),
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stdout_raw: out.stdout,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
 }

@@ -15,6 +15,11 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+#[path = "../common/skip.rs"]
+mod skip;
+#[allow(unused_imports)]
+pub use skip::{skip, skip_part};
+
 /// A PATH without per-user shims.
 pub const TEST_PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin";
 /// The interpreter used inside and outside the sandbox (never a per-user shim).
@@ -176,17 +181,27 @@ pub fn nobody_available() -> bool {
             .unwrap_or(false)
 }
 
-/// Whether this variant can run here; prints why not.
-pub fn runnable(v: Variant) -> bool {
+/// Why this variant cannot run here (None: it can).
+fn not_runnable(v: Variant) -> Option<&'static str> {
     if v.who == Who::Nobody && !nobody_available() {
-        eprintln!("SKIP: {v:?} needs root and a `nobody` user");
-        return false;
+        return Some("the `nobody` variant needs root and a `nobody` user");
     }
     if v.path == NetPath::Netns && !namespaces_available() {
-        eprintln!("SKIP: {v:?}: this kernel refuses (user) namespaces");
-        return false;
+        return Some("the netns variant: this kernel refuses (user) namespaces");
     }
-    true
+    None
+}
+
+/// Whether this variant, one of several a test runs, can run here; prints
+/// why not as a skipped part of the test.
+pub fn runnable(v: Variant) -> bool {
+    not_runnable(v).map(skip_part).is_none()
+}
+
+/// Whether the one variant a test runs can run here; prints why not as the
+/// test's skip (the caller returns).
+pub fn runnable_or_skip(v: Variant) -> bool {
+    not_runnable(v).map(skip).is_none()
 }
 
 /// What a capsule run gave.
@@ -265,6 +280,10 @@ pub fn exec_in(v: Variant, args: &[&str], command: &[&str], env: &[(&str, &str)]
     }
     if v.path == NetPath::GuardFallback {
         full.push("CAPSULE_LANDLOCK_ABI_MAX=3".into());
+    }
+    // The mutation check's layer switch (scripts/mutation) passes through.
+    if let Ok(m) = std::env::var("CAPSULE_MUTATE") {
+        full.push(format!("CAPSULE_MUTATE={m}"));
     }
     for (k, val) in env {
         full.push(format!("{k}={val}"));

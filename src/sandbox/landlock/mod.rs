@@ -220,10 +220,11 @@ fn create_ruleset(
     }
     if scopes_on {
         let mut s = BitFlags::<Scope>::EMPTY;
-        if scopes.signal {
+        use crate::sandbox::mutation::{removed, Layer};
+        if scopes.signal && !removed(Layer::SignalScope) {
             s |= Scope::Signal;
         }
-        if scopes.abstract_unix {
+        if scopes.abstract_unix && !removed(Layer::UnixScope) {
             s |= Scope::AbstractUnixSocket;
         }
         rs = rs
