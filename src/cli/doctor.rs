@@ -40,7 +40,8 @@ pub fn run(a: DoctorArgs) -> i32 {
         crate::plan::build(input)
             .map_err(|e| (e.to_string(), None))
             .and_then(|plan| {
-                crate::sandbox::predict(&plan).map_err(|e| (e.to_string(), Some(e.path)))
+                crate::sandbox::predict(&plan, crate::supervisor::spawn::trial)
+                    .map_err(|e| (e.to_string(), Some(e.path)))
             })
     };
     let ok = prediction.is_ok();

@@ -394,22 +394,23 @@ pub fn print_plan(plan: &Plan, k: &Probe, view: Option<&ViewSummary>, namespaces
 pub fn dry_run(plan: &Plan, json: bool) -> i32 {
     let k = kernel::probe();
     let namespaces;
-    let (view, notes, problem) = match crate::sandbox::predict(plan) {
-        Ok(p) => {
-            namespaces = p.path.namespaces;
-            let notes: Vec<String> = p
-                .missing
-                .iter()
-                .map(|m| format!("not enforced here: {m}"))
-                .chain(p.limitations.iter().map(|m| format!("limitation: {m}")))
-                .collect();
-            (p.view, notes, None)
-        }
-        Err(e) => {
-            namespaces = e.path.namespaces;
-            (None, vec![], Some(e.to_string()))
-        }
-    };
+    let (view, notes, problem) =
+        match crate::sandbox::predict(plan, crate::supervisor::spawn::trial) {
+            Ok(p) => {
+                namespaces = p.path.namespaces;
+                let notes: Vec<String> = p
+                    .missing
+                    .iter()
+                    .map(|m| format!("not enforced here: {m}"))
+                    .chain(p.limitations.iter().map(|m| format!("limitation: {m}")))
+                    .collect();
+                (p.view, notes, None)
+            }
+            Err(e) => {
+                namespaces = e.path.namespaces;
+                (None, vec![], Some(e.to_string()))
+            }
+        };
     if json {
         let mut v = plan_json(plan, k, view.as_ref(), namespaces);
         v["notes"] = json!(notes);

@@ -465,7 +465,13 @@ pub struct Refusal {
     pub path: RunPath,
 }
 
-pub fn predict(plan: &Plan) -> Result<Prediction, Refusal> {
+/// The throwaway child that tries a namespace path's layers
+/// (`supervisor::spawn::trial`; the sandbox layer does not spawn): what the
+/// kernel refuses, if anything. Arguments: the layers, whether the run gets
+/// its own network namespace, the proxy port.
+pub type Trial = fn(&Layers, bool, Option<u16>) -> Option<NsRefusal>;
+
+pub fn predict(plan: &Plan, trial: Trial) -> Result<Prediction, Refusal> {
     // A stand-in port: the proxy's is only known when it listens.
     let port = (plan.net.mode == NetMode::Proxy).then_some(1);
     // The private TMPDIR must exist for its Landlock rule, as in `exec`.
@@ -473,7 +479,7 @@ pub fn predict(plan: &Plan) -> Result<Prediction, Refusal> {
         .tmpdir
         .as_ref()
         .filter(|t| std::fs::create_dir(t).is_ok());
-    let layers = predict_path(plan, port);
+    let layers = predict_path(plan, port, trial);
     if let Some(t) = made_tmp {
         let _ = std::fs::remove_dir(t);
     }
@@ -504,8 +510,12 @@ pub fn predict(plan: &Plan) -> Result<Prediction, Refusal> {
 /// The layers of the path `exec` lands on: prepared for each path in turn,
 /// and on a namespace path tried by a throwaway child that makes the same
 /// namespaces and view as `exec`'s init and stops before any command
-/// (`supervisor::spawn::trial`); its refusal moves on as in `exec`.
-pub fn predict_path(plan: &Plan, port: Option<u16>) -> Result<(Layers, RunPath), Refusal> {
+/// (`trial`: `supervisor::spawn::trial`); its refusal moves on as in `exec`.
+pub fn predict_path(
+    plan: &Plan,
+    port: Option<u16>,
+    trial: Trial,
+) -> Result<(Layers, RunPath), Refusal> {
     let mut path = RunPath::initial();
     loop {
         let mut layers = match prepare(plan, port, &path) {
@@ -516,7 +526,7 @@ pub fn predict_path(plan: &Plan, port: Option<u16>) -> Result<(Layers, RunPath),
             return Ok((layers, path));
         }
         let net = plan.net.mode != NetMode::Unrestricted;
-        let refusal = crate::supervisor::spawn::trial(&layers, net, port);
+        let refusal = trial(&layers, net, port);
         match refusal.and_then(|r| path.after(r).map(|next| (r, next))) {
             None => return Ok((layers, path)),
             Some((r, next)) => {
