@@ -14,7 +14,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use super::judge::{Judge, Tree};
 use super::procfs::ProcFs;
-use crate::sys::notify::{Listener, Reply};
+use crate::sys::notify::{Listener, Notification, Reply};
 
 pub use crate::sandbox::seccomp::signals::LISTENER_TAG;
 
@@ -88,13 +88,145 @@ impl Guard {
     }
 }
 
+/// The parts the guard thread hands calls to.
+struct Served<'a> {
+    judge: Option<Judge<'a, ProcFs>>,
+    net: Option<super::network::NetGuard>,
+    procs: Option<super::processes::ProcGuard>,
+    memfd: Option<super::memfd::MemfdGuard>,
+    meta: Option<super::metadata::MetaGuard>,
+    observe: Option<crate::supervisor::explain::Observer>,
+}
+
+impl Served<'_> {
+    /// Hand one notified call to the part that owns its system call (each
+    /// refused without its part); once the budget is `spent`, refuse it
+    /// without work.
+    fn dispatch(
+        &mut self,
+        listener: &std::sync::Arc<Listener>,
+        n: &Notification,
+        spent: bool,
+    ) -> super::network::Action {
+        use super::network::{Action, NetGuard};
+        use super::processes::ProcGuard;
+        if spent {
+            let errno = if ProcGuard::handles(n.nr) {
+                libc::EAGAIN
+            } else {
+                libc::EPERM
+            };
+            Action::Reply(Reply::Fail(errno))
+        } else if super::metadata::MetaGuard::handles(n.nr) {
+            match &self.meta {
+                Some(g) => Action::Reply(g.serve(listener, n)),
+                None => Action::Reply(Reply::Fail(libc::EPERM)),
+            }
+        } else if crate::supervisor::explain::Observer::handles(n.nr) {
+            // Only explains: the kernel decides as usual.
+            match &self.observe {
+                Some(o) => Action::Reply(o.serve(listener, n)),
+                None => Action::Reply(Reply::Continue),
+            }
+        } else if super::memfd::handles(n.nr) {
+            match &self.memfd {
+                Some(g) => super::memfd::serve(listener, n, g),
+                None => Action::Reply(Reply::Fail(libc::EPERM)),
+            }
+        } else if NetGuard::handles(n.nr) {
+            match &self.net {
+                Some(g) => g.decide(listener, n),
+                None => Action::Reply(Reply::Fail(libc::EPERM)),
+            }
+        } else if ProcGuard::handles(n.nr) {
+            match &mut self.procs {
+                Some(p) => Action::Reply(p.decide(n)),
+                None => Action::Reply(Reply::Fail(libc::EAGAIN)),
+            }
+        } else {
+            match (&self.judge, &self.observe) {
+                (Some(j), o) => {
+                    let reply = j.decide(n);
+                    if let (Some(o), Reply::Fail(_)) = (o, &reply) {
+                        o.refused_signal(n);
+                    }
+                    Action::Reply(reply)
+                }
+                // No signal checks here (a pid namespace or Landlock's
+                // scope decides): the observer only records.
+                (None, Some(o)) => Action::Reply(o.serve_signal(listener, n)),
+                (None, None) => Action::Reply(Reply::Fail(libc::EPERM)),
+            }
+        }
+    }
+}
+
+/// Answer `n` with `reply`, unless its caller is gone.
+fn answer(listener: &Listener, n: &Notification, reply: Reply) {
+    // The /proc reads are done: a caller that is gone meanwhile needs no answer.
+    if listener.id_valid(n.id) {
+        match listener.reply(n.id, reply) {
+            Ok(()) | Err(Errno::ENOENT) => {}
+            Err(e) => {
+                // CONTINUE refused (a kernel before 5.5): refuse the call.
+                tracing::warn!("guard: answering: {e}");
+                let _ = listener.reply(n.id, Reply::Fail(libc::EPERM));
+            }
+        }
+    }
+}
+
+/// What woke the guard thread.
+enum Woken {
+    /// Nothing to do (EINTR): wait again.
+    Again,
+    /// Stop: asked to, or poll failed.
+    Stop,
+    /// The listener's events.
+    Events(PollFlags),
+}
+
+/// Wait for a notification on `listener`, or for `stop`.
+fn wait(listener: &Listener, stop: &OwnedFd) -> Woken {
+    let mut fds = [
+        PollFd::new(listener.as_fd(), PollFlags::POLLIN),
+        PollFd::new(stop.as_fd(), PollFlags::POLLIN),
+    ];
+    match poll(&mut fds, PollTimeout::NONE) {
+        Ok(_) => {}
+        Err(Errno::EINTR) => return Woken::Again,
+        Err(e) => {
+            tracing::warn!("guard: poll: {e}");
+            return Woken::Stop;
+        }
+    }
+    if fds[1].revents().is_some_and(|r| !r.is_empty()) {
+        return Woken::Stop;
+    }
+    Woken::Events(fds[0].revents().unwrap_or(PollFlags::empty()))
+}
+
+/// Whether the guards have spent their CPU budget: this thread's time and
+/// the ended connect threads', less the observer's (`--explain` never
+/// kills a run for being observed). Unknown counts as spent.
+fn over_budget(
+    threads: &super::network::Threads,
+    observed_cpu: Duration,
+    budget: Duration,
+) -> bool {
+    let used = crate::sys::thread_cpu_time().map(|t| {
+        (t + Duration::from_nanos(threads.cpu_nanos.load(std::sync::atomic::Ordering::Relaxed)))
+            .saturating_sub(observed_cpu)
+    });
+    used.is_none_or(|t| t > budget)
+}
+
 fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (u64, u64) {
-    use super::network::{self, Action, NetGuard};
-    use super::processes::ProcGuard;
+    use super::network::{self, Action};
     let Parts {
         tree,
         net,
-        mut procs,
+        procs,
         memfd,
         meta,
         observe,
@@ -107,6 +239,14 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
         tree,
         procs: ProcFs,
     });
+    let mut served = Served {
+        judge,
+        net,
+        procs,
+        memfd,
+        meta,
+        observe,
+    };
     // Spent: every call is refused at once, until the event loop has killed the run.
     let mut spent = false;
     let threads = std::sync::Arc::new(network::Threads::default());
@@ -116,23 +256,15 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
     loop {
         // With the observer: this iteration's CPU time, for when it serves an
         // observed call (poll, receive, read, answer).
-        let iter_start = observe.as_ref().and_then(|_| crate::sys::thread_cpu_time());
-        let mut fds = [
-            PollFd::new(listener.as_fd(), PollFlags::POLLIN),
-            PollFd::new(stop.as_fd(), PollFlags::POLLIN),
-        ];
-        match poll(&mut fds, PollTimeout::NONE) {
-            Ok(_) => {}
-            Err(Errno::EINTR) => continue,
-            Err(e) => {
-                tracing::warn!("guard: poll: {e}");
-                break;
-            }
-        }
-        if fds[1].revents().is_some_and(|r| !r.is_empty()) {
-            break;
-        }
-        let ev = fds[0].revents().unwrap_or(PollFlags::empty());
+        let iter_start = served
+            .observe
+            .as_ref()
+            .and_then(|_| crate::sys::thread_cpu_time());
+        let ev = match wait(listener, stop) {
+            Woken::Again => continue,
+            Woken::Stop => break,
+            Woken::Events(ev) => ev,
+        };
         if ev.contains(PollFlags::POLLIN) {
             let n = match listener.recv() {
                 Ok(n) => n,
@@ -143,15 +275,7 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
                     break;
                 }
             };
-            // This thread's time and the ended connect threads', less the
-            // observer's (`--explain` never kills a run for being observed).
-            let used = crate::sys::thread_cpu_time().map(|t| {
-                (t + Duration::from_nanos(
-                    threads.cpu_nanos.load(std::sync::atomic::Ordering::Relaxed),
-                ))
-                .saturating_sub(observed_cpu)
-            });
-            if !spent && used.is_none_or(|t| t > budget) {
+            if !spent && over_budget(&threads, observed_cpu, budget) {
                 spent = true;
                 tracing::warn!(
                     "guard: {:.1} s of capsule's CPU spent on the run's checked calls: budget spent, the run is killed",
@@ -159,54 +283,7 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
                 );
                 exhausted.notify_one();
             }
-            let action = if spent {
-                let errno = if ProcGuard::handles(n.nr) {
-                    libc::EAGAIN
-                } else {
-                    libc::EPERM
-                };
-                Action::Reply(Reply::Fail(errno))
-            } else if super::metadata::MetaGuard::handles(n.nr) {
-                match &meta {
-                    Some(g) => Action::Reply(g.serve(listener, &n)),
-                    None => Action::Reply(Reply::Fail(libc::EPERM)),
-                }
-            } else if crate::supervisor::explain::Observer::handles(n.nr) {
-                // Only explains: the kernel decides as usual.
-                match &observe {
-                    Some(o) => Action::Reply(o.serve(listener, &n)),
-                    None => Action::Reply(Reply::Continue),
-                }
-            } else if super::memfd::handles(n.nr) {
-                match &memfd {
-                    Some(g) => super::memfd::serve(listener, &n, g),
-                    None => Action::Reply(Reply::Fail(libc::EPERM)),
-                }
-            } else if NetGuard::handles(n.nr) {
-                match &net {
-                    Some(g) => g.decide(listener, &n),
-                    None => Action::Reply(Reply::Fail(libc::EPERM)),
-                }
-            } else if ProcGuard::handles(n.nr) {
-                match &mut procs {
-                    Some(p) => Action::Reply(p.decide(&n)),
-                    None => Action::Reply(Reply::Fail(libc::EAGAIN)),
-                }
-            } else {
-                match (&judge, &observe) {
-                    (Some(j), o) => {
-                        let reply = j.decide(&n);
-                        if let (Some(o), Reply::Fail(_)) = (o, &reply) {
-                            o.refused_signal(&n);
-                        }
-                        Action::Reply(reply)
-                    }
-                    // No signal checks here (a pid namespace or Landlock's
-                    // scope decides): the observer only records.
-                    (None, Some(o)) => Action::Reply(o.serve_signal(listener, &n)),
-                    (None, None) => Action::Reply(Reply::Fail(libc::EPERM)),
-                }
-            };
+            let action = served.dispatch(listener, &n, spent);
             let reply = match action {
                 Action::Connect(conn) => {
                     allowed += 1;
@@ -231,18 +308,8 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
                     reply
                 );
             }
-            // The /proc reads are done: a caller that is gone meanwhile needs no answer.
-            if listener.id_valid(n.id) {
-                match listener.reply(n.id, reply) {
-                    Ok(()) | Err(Errno::ENOENT) => {}
-                    Err(e) => {
-                        // CONTINUE refused (a kernel before 5.5): refuse the call.
-                        tracing::warn!("guard: answering: {e}");
-                        let _ = listener.reply(n.id, Reply::Fail(libc::EPERM));
-                    }
-                }
-            }
-            if observe.is_some() && crate::supervisor::explain::Observer::handles(n.nr) {
+            answer(listener, &n, reply);
+            if served.observe.is_some() && crate::supervisor::explain::Observer::handles(n.nr) {
                 if let (Some(a), Some(b)) = (iter_start, crate::sys::thread_cpu_time()) {
                     observed_cpu += b.saturating_sub(a);
                 }
