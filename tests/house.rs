@@ -50,7 +50,6 @@ const LONG_FN_ALLOWLIST: &[&str] = &[
     "sandbox/mod.rs:prepare",
     "cli/report.rs:print_plan",
     "guards/metadata.rs:prepare",
-    "plan/tools.rs:check",
     "rpc/host_config.rs:load_with",
     "sandbox/child.rs:command_main",
     "sandbox/landlock/mod.rs:prepare",
