@@ -48,7 +48,6 @@ const LONG_FN_ALLOWLIST: &[&str] = &[
     // comments name the functions it should become. Remove an entry when
     // its function is split; the check keeps new ones from growing past it.
     "sandbox/mod.rs:prepare",
-    "cli/report.rs:print_plan",
     "guards/metadata.rs:prepare",
     "rpc/host_config.rs:load_with",
     "sandbox/child.rs:command_main",
