@@ -10,6 +10,8 @@
 //!   runs between fork and exec;
 //! * [`supervisor`] — the unsandboxed parent: spawn, stdio capture, timeout,
 //!   tree kill;
+//! * [`guards`] — the supervisor's answers to the run's notified system calls
+//!   (signals, network, processes, memfd, metadata: docs/guards.md);
 //! * [`result`] — what a run reports: the JSON result, the reason code and
 //!   exit status of every way a run ends, and the judgement of how it ended;
 //! * [`proxy`] — the filtering egress proxy of `network.mode: proxy`;
@@ -32,6 +34,7 @@
 
 pub(crate) mod audit;
 pub mod cli;
+pub(crate) mod guards;
 pub(crate) mod kernel;
 pub(crate) mod learn;
 pub(crate) mod plan;

@@ -49,7 +49,7 @@ pub fn run(a: CheckArgs) -> i32 {
     let mut signals = None;
     let mut view = None;
     let namespaces;
-    match crate::sandbox::predict(&plan) {
+    match crate::sandbox::predict(&plan, crate::supervisor::spawn::trial) {
         Ok(p) => {
             namespaces = p.path.namespaces;
             limits = p.limits;

@@ -29,42 +29,10 @@ pub fn run(a: DoctorArgs) -> i32 {
     let cg = cgroup::describe();
     // The same planning `exec` runs, for the default policy and /bin/true:
     // doctor's verdict is exec's.
-    let prediction = {
-        let input = crate::plan::BuildInput {
-            loaded: super::exec::default_policy(),
-            overrides: crate::plan::build::Overrides::default(),
-            argv: vec!["/bin/true".into()],
-            best_effort: false,
-            run_id: super::exec::new_run_id(),
-        };
-        crate::plan::build(input)
-            .map_err(|e| (e.to_string(), None))
-            .and_then(|plan| {
-                crate::sandbox::predict(&plan).map_err(|e| (e.to_string(), Some(e.path)))
-            })
-    };
+    let prediction = predict_default();
     let ok = prediction.is_ok();
     let mut advice = advice(k);
-    // What gives back what the kernel refused here (the trial child's answer).
-    if let Ok(p) = &prediction {
-        if k.namespaces && !p.path.namespaces {
-            advice.push(
-                "the kernel refused the run's namespaces here (see the limitations): in a container, allow \
-                 unshare of a user namespace (podman's default seccomp profile does; Docker/Kubernetes: a \
-                 seccomp profile of the runtime default plus the namespaces capsule makes, e.g. \
-                 seccompProfile: Localhost), or on Ubuntu 23.10+ an AppArmor profile for capsule with `userns,`"
-                    .to_string(),
-            );
-        }
-        if p.view.as_ref().is_some_and(|v| v.bound_proc) {
-            advice.push(
-                "a fresh /proc is refused below this container's masked /proc: podman --security-opt \
-                 unmask=ALL, Docker --security-opt systempaths=unconfined, Kubernetes procMount: Unmasked or a \
-                 user-namespaced pod (hostUsers: false) gives the run its private /proc"
-                    .to_string(),
-            );
-        }
-    }
+    path_advice(k, &prediction, &mut advice);
     // The path exec takes here (the trial child's answer), not only what
     // the sysctls allow.
     let namespaces = match &prediction {
@@ -97,141 +65,256 @@ pub fn run(a: DoctorArgs) -> i32 {
     } else {
         format!("fallback: {}", crate::sandbox::describe_host_proxy(k))
     };
+    let d = Doctor {
+        k,
+        release,
+        arch,
+        root,
+        cgroup_v2: v2.is_some(),
+        cg,
+        prediction,
+        ok,
+        advice,
+        namespaces,
+        tree,
+        guard,
+        proxy_mode,
+    };
     if a.json {
-        let v = json!({
-            "ok": ok,
-            // The Python backend's `image_digest` is `capsule <version>`.
-            "version": env!("CARGO_PKG_VERSION"),
-            "kernel": release,
-            "arch": arch,
-            "root": root,
-            "landlock_abi": k.landlock_abi,
-            "landlock_tcp": k.landlock_tcp(),
-            "landlock_scopes": k.landlock_scopes(),
-            "seccomp": k.seccomp,
-            "x32_check": arch == "x86_64",
-            "user_namespaces": k.namespaces,
-            "namespaces": namespaces,
-            "tree_kill": tree,
-            "cgroup_v2": v2.is_some(),
-            "cgroup": cg,
-            "limits": {
-                "memory_mb": "cgroup where capsule owns one (beneath its own, delegated to it), else RLIMIT_DATA + capsule's memory watchdog (shared memory: smaps_rollup, memfds, private tmpfs; every 100 ms)",
-                "max_processes": if root {
-                    "cgroup pids beneath capsule's cgroup, in its delegated cgroup, or in a delegated systemd scope capsule asks for; else capsule's process guard (seccomp user notification counting the run's tasks)"
-                } else {
-                    "cgroup pids where possible, else RLIMIT_NPROC"
-                },
-            },
-            "proxy": {
-                "available": namespaces || k.landlock_tcp() || matches!(guard, Some(Ok(()))),
-                "netns": namespaces,
-                "guard": matches!(guard, Some(Ok(()))),
-                "mode": proxy_mode,
-            },
-            "default_policy": match &prediction {
-                Ok(p) => json!({"runs": true, "missing": p.missing, "limitations": p.limitations,
-                                "view": p.view.is_some(),
-                                "bound_proc": p.view.as_ref().is_some_and(|v| v.bound_proc),
-                                "fallbacks": p.path.fallbacks,
-                                "signals": p.signals.as_str()}),
-                Err((e, path)) => json!({"runs": false, "refusal": e,
-                                         "fallbacks": path.as_ref().map(|p| &p.fallbacks)}),
-            },
-            "advice": advice,
-            "refused_env": {
-                "prefixes": validate::REFUSED_ENV_PREFIXES,
-                "names": validate::REFUSED_ENV_NAMES,
-            },
-        });
-        println!("{v}");
+        print_json(&d);
     } else {
-        let yes = |b: bool| if b { "yes" } else { "NO" };
-        println!(
-            "kernel            {release} ({arch}){}",
-            if root { ", running as root" } else { "" }
-        );
-        println!(
-            "landlock          {}",
-            if k.landlock_abi > 0 {
-                format!("ABI {}", k.landlock_abi)
-            } else {
-                format!(
-                    "NOT AVAILABLE (filesystem rules need Linux {}+ with Landlock enabled)",
-                    landlock_linux(LANDLOCK_FS)
-                )
-            }
-        );
-        println!(
-            "  tcp rules       {} (ABI {LANDLOCK_TCP}+, Linux {})",
-            yes(k.landlock_tcp()),
-            landlock_linux(LANDLOCK_TCP)
-        );
-        println!(
-            "  scopes          {} (ABI {LANDLOCK_SCOPES}+, Linux {}: signals, abstract unix sockets)",
-            yes(k.landlock_scopes()),
-            landlock_linux(LANDLOCK_SCOPES)
-        );
-        println!("seccomp           {}", yes(k.seccomp));
-        println!("x32 check         {}", yes(arch == "x86_64"));
-        println!(
-            "namespaces        {} (tree kill: {tree}){}",
-            yes(namespaces),
-            if namespaces != k.namespaces {
-                " — the host's settings allow them, the kernel refused them (see the limitations below)"
-            } else {
-                ""
-            }
-        );
-        println!("cgroups           {cg}");
-        if !root && !own_cgroup_delegated() {
-            println!(
-                "                  (these are the cgroups this process sits in; none is delegated to this user, so \
-                 capsule makes no cgroup for it: its limits are rlimits, as `capsule check` shows)"
-            );
-        }
-        println!("proxy mode        {proxy_mode}");
-        let refused: Vec<String> = validate::REFUSED_ENV_PREFIXES
-            .iter()
-            .map(|p| format!("{p}*"))
-            .chain(validate::REFUSED_ENV_NAMES.iter().map(|n| n.to_string()))
-            .collect();
-        println!("refused env vars  {}", refused.join(" "));
-        match &prediction {
-            Ok(p) => {
-                println!(
-                    "verdict           the default policy runs confined here{}",
-                    match &p.view {
-                        Some(v) if v.bound_proc => {
-                            " (with the run's view of the host; /proc is the container's, bound read-only)"
-                        }
-                        Some(_) => " (with the run's view of the host)",
-                        None => " (no namespaces: no view)",
-                    }
-                );
-                println!("  signals         {}", p.signals.describe());
-                for m in &p.missing {
-                    println!("  not enforced    {m}");
-                }
-                for l in &p.limitations {
-                    println!("  limitation      {l}");
-                }
-            }
-            Err((e, path)) => {
-                println!("verdict           capsule exec refuses the default policy here: {e}");
-                for f in path.iter().flat_map(|p| &p.fallbacks) {
-                    println!("  limitation      {f}");
-                }
-            }
-        }
-        for a in &advice {
-            println!("advice            {a}");
-        }
+        print_text(&d);
     }
     if ok {
         0
     } else {
         1
+    }
+}
+
+/// What doctor found, for printing.
+struct Doctor {
+    k: &'static Probe,
+    release: String,
+    arch: &'static str,
+    root: bool,
+    cgroup_v2: bool,
+    cg: String,
+    prediction: Result<crate::sandbox::Prediction, (String, Option<crate::sandbox::RunPath>)>,
+    ok: bool,
+    advice: Vec<String>,
+    namespaces: bool,
+    tree: &'static str,
+    guard: Option<Result<(), String>>,
+    proxy_mode: String,
+}
+
+/// The prediction for the default policy and /bin/true, as `exec` would plan it.
+fn predict_default() -> Result<crate::sandbox::Prediction, (String, Option<crate::sandbox::RunPath>)>
+{
+    let input = crate::plan::BuildInput {
+        loaded: super::exec::default_policy(),
+        overrides: crate::plan::build::Overrides::default(),
+        argv: vec!["/bin/true".into()],
+        best_effort: false,
+        run_id: super::exec::new_run_id(),
+    };
+    crate::plan::build(input)
+        .map_err(|e| (e.to_string(), None))
+        .and_then(|plan| {
+            crate::sandbox::predict(&plan, crate::supervisor::spawn::trial)
+                .map_err(|e| (e.to_string(), Some(e.path)))
+        })
+}
+
+/// What gives back what the kernel refused here (the trial child's answer).
+fn path_advice(
+    k: &Probe,
+    prediction: &Result<crate::sandbox::Prediction, (String, Option<crate::sandbox::RunPath>)>,
+    advice: &mut Vec<String>,
+) {
+    if let Ok(p) = &prediction {
+        if k.namespaces && !p.path.namespaces {
+            advice.push(
+            "the kernel refused the run's namespaces here (see the limitations): in a container, allow \
+             unshare of a user namespace (podman's default seccomp profile does; Docker/Kubernetes: a \
+             seccomp profile of the runtime default plus the namespaces capsule makes, e.g. \
+             seccompProfile: Localhost), or on Ubuntu 23.10+ an AppArmor profile for capsule with `userns,`"
+                .to_string(),
+        );
+        }
+        if p.view.as_ref().is_some_and(|v| v.bound_proc) {
+            advice.push(
+            "a fresh /proc is refused below this container's masked /proc: podman --security-opt \
+             unmask=ALL, Docker --security-opt systempaths=unconfined, Kubernetes procMount: Unmasked or a \
+             user-namespaced pod (hostUsers: false) gives the run its private /proc"
+                .to_string(),
+        );
+        }
+    }
+}
+
+/// `doctor --json`: one JSON object.
+fn print_json(d: &Doctor) {
+    let &Doctor {
+        k,
+        ref release,
+        arch,
+        root,
+        cgroup_v2,
+        ref cg,
+        ref prediction,
+        ok,
+        ref advice,
+        namespaces,
+        tree,
+        ref guard,
+        ref proxy_mode,
+    } = d;
+    let v = json!({
+        "ok": ok,
+        // The Python backend's `image_digest` is `capsule <version>`.
+        "version": env!("CARGO_PKG_VERSION"),
+        "kernel": release,
+        "arch": arch,
+        "root": root,
+        "landlock_abi": k.landlock_abi,
+        "landlock_tcp": k.landlock_tcp(),
+        "landlock_scopes": k.landlock_scopes(),
+        "seccomp": k.seccomp,
+        "x32_check": arch == "x86_64",
+        "user_namespaces": k.namespaces,
+        "namespaces": namespaces,
+        "tree_kill": tree,
+        "cgroup_v2": cgroup_v2,
+        "cgroup": cg,
+        "limits": {
+            "memory_mb": "cgroup where capsule owns one (beneath its own, delegated to it), else RLIMIT_DATA + capsule's memory watchdog (shared memory: smaps_rollup, memfds, private tmpfs; every 100 ms)",
+            "max_processes": if root {
+                "cgroup pids beneath capsule's cgroup, in its delegated cgroup, or in a delegated systemd scope capsule asks for; else capsule's process guard (seccomp user notification counting the run's tasks)"
+            } else {
+                "cgroup pids where possible, else RLIMIT_NPROC"
+            },
+        },
+        "proxy": {
+            "available": namespaces || k.landlock_tcp() || matches!(guard, Some(Ok(()))),
+            "netns": namespaces,
+            "guard": matches!(guard, Some(Ok(()))),
+            "mode": proxy_mode,
+        },
+        "default_policy": match &prediction {
+            Ok(p) => json!({"runs": true, "missing": p.missing, "limitations": p.limitations,
+                            "view": p.view.is_some(),
+                            "bound_proc": p.view.as_ref().is_some_and(|v| v.bound_proc),
+                            "fallbacks": p.path.fallbacks,
+                            "signals": p.signals.as_str()}),
+            Err((e, path)) => json!({"runs": false, "refusal": e,
+                                     "fallbacks": path.as_ref().map(|p| &p.fallbacks)}),
+        },
+        "advice": advice,
+        "refused_env": {
+            "prefixes": validate::REFUSED_ENV_PREFIXES,
+            "names": validate::REFUSED_ENV_NAMES,
+        },
+    });
+    println!("{v}");
+}
+
+/// `doctor`: one line per fact, the verdict, the advice.
+fn print_text(d: &Doctor) {
+    let &Doctor {
+        k,
+        ref release,
+        arch,
+        root,
+        ref cg,
+        ref prediction,
+        ref advice,
+        namespaces,
+        tree,
+        ref proxy_mode,
+        ..
+    } = d;
+    let yes = |b: bool| if b { "yes" } else { "NO" };
+    println!(
+        "kernel            {release} ({arch}){}",
+        if root { ", running as root" } else { "" }
+    );
+    println!(
+        "landlock          {}",
+        if k.landlock_abi > 0 {
+            format!("ABI {}", k.landlock_abi)
+        } else {
+            format!(
+                "NOT AVAILABLE (filesystem rules need Linux {}+ with Landlock enabled)",
+                landlock_linux(LANDLOCK_FS)
+            )
+        }
+    );
+    println!(
+        "  tcp rules       {} (ABI {LANDLOCK_TCP}+, Linux {})",
+        yes(k.landlock_tcp()),
+        landlock_linux(LANDLOCK_TCP)
+    );
+    println!(
+        "  scopes          {} (ABI {LANDLOCK_SCOPES}+, Linux {}: signals, abstract unix sockets)",
+        yes(k.landlock_scopes()),
+        landlock_linux(LANDLOCK_SCOPES)
+    );
+    println!("seccomp           {}", yes(k.seccomp));
+    println!("x32 check         {}", yes(arch == "x86_64"));
+    println!(
+        "namespaces        {} (tree kill: {tree}){}",
+        yes(namespaces),
+        if namespaces != k.namespaces {
+            " — the host's settings allow them, the kernel refused them (see the limitations below)"
+        } else {
+            ""
+        }
+    );
+    println!("cgroups           {cg}");
+    if !root && !own_cgroup_delegated() {
+        println!(
+            "                  (these are the cgroups this process sits in; none is delegated to this user, so \
+             capsule makes no cgroup for it: its limits are rlimits, as `capsule check` shows)"
+        );
+    }
+    println!("proxy mode        {proxy_mode}");
+    let refused: Vec<String> = validate::REFUSED_ENV_PREFIXES
+        .iter()
+        .map(|p| format!("{p}*"))
+        .chain(validate::REFUSED_ENV_NAMES.iter().map(|n| n.to_string()))
+        .collect();
+    println!("refused env vars  {}", refused.join(" "));
+    match &prediction {
+        Ok(p) => {
+            println!(
+                "verdict           the default policy runs confined here{}",
+                match &p.view {
+                    Some(v) if v.bound_proc => {
+                        " (with the run's view of the host; /proc is the container's, bound read-only)"
+                    }
+                    Some(_) => " (with the run's view of the host)",
+                    None => " (no namespaces: no view)",
+                }
+            );
+            println!("  signals         {}", p.signals.describe());
+            for m in &p.missing {
+                println!("  not enforced    {m}");
+            }
+            for l in &p.limitations {
+                println!("  limitation      {l}");
+            }
+        }
+        Err((e, path)) => {
+            println!("verdict           capsule exec refuses the default policy here: {e}");
+            for f in path.iter().flat_map(|p| &p.fallbacks) {
+                println!("  limitation      {f}");
+            }
+        }
+    }
+    for a in advice {
+        println!("advice            {a}");
     }
 }
 

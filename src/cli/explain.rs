@@ -42,24 +42,7 @@ pub fn explain(
     let mut answers: Vec<Answer> = Vec::new();
     let mut signals = Vec::new();
     let (files, why_not, not_kept) = match observer {
-        Some(o) => {
-            let seen = o.seen.lock().unwrap_or_else(|p| p.into_inner());
-            signals.extend(seen.signals.iter().copied());
-            let until = std::time::Instant::now() + SURVEY_BUDGET;
-            let accesses = seen.accesses();
-            let mut unanswered = 0u64;
-            for (i, (path, access)) in accesses.iter().enumerate() {
-                if std::time::Instant::now() > until {
-                    unanswered = (accesses.len() - i) as u64;
-                    break;
-                }
-                let a = survey.path(path, *access);
-                if !a.allowed {
-                    answers.push(a);
-                }
-            }
-            (seen.active, seen.why_not.clone(), seen.dropped + unanswered)
-        }
+        Some(o) => observed(&survey, o, &mut answers, &mut signals),
         None => (false, Some("no observer".to_string()), 0),
     };
     // The proxy's refusals by name (the port is not recorded: 443 is asked).
@@ -70,43 +53,7 @@ pub fn explain(
             answers.push(a);
         }
     }
-    // The broker's refusals: tools not allow-listed, by name.
-    let tools = r
-        .usage
-        .as_ref()
-        .and_then(|u| u.get("refused_tools"))
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    for t in tools.iter().filter_map(Value::as_str) {
-        let a = survey.tool(t);
-        if !a.allowed {
-            answers.push(a);
-        }
-    }
-    // The broker's LLM refusals, by the host's model.
-    let models = r
-        .usage
-        .as_ref()
-        .and_then(|u| u.get("refused_models"))
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    for m in models.iter().filter_map(Value::as_str) {
-        let mut a = survey.model(m);
-        if a.allowed {
-            // The policy allows it: the host config's ceiling refused it.
-            a.allowed = false;
-            a.key = Some("the host config's llm ceiling".into());
-            a.line = None;
-            a.because = format!(
-                "the policy allows {m}, but the host config's llm ceiling (enabled, allowed_models) refuses it"
-            );
-            a.no_change =
-                Some("the policy cannot raise the host's ceiling: change the host config".into());
-        }
-        answers.push(a);
-    }
+    brokered(&survey, r, &mut answers);
     // The signal guard's refusals, by the target's pid.
     for pid in &signals {
         answers.push(survey.signal(*pid));
@@ -125,6 +72,70 @@ pub fn explain(
         "dropped": dropped,
         "not_observed": not_kept,
     }));
+}
+
+/// The observer's file accesses the plan refuses, answered until
+/// [`SURVEY_BUDGET`] runs out, and the signals it saw; returns whether files
+/// were observed, why not, and how many accesses went unanswered.
+fn observed(
+    survey: &Survey<'_>,
+    o: &Observer,
+    answers: &mut Vec<Answer>,
+    signals: &mut Vec<i32>,
+) -> (bool, Option<String>, u64) {
+    let seen = o.seen.lock().unwrap_or_else(|p| p.into_inner());
+    signals.extend(seen.signals.iter().copied());
+    let until = std::time::Instant::now() + SURVEY_BUDGET;
+    let accesses = seen.accesses();
+    let mut unanswered = 0u64;
+    for (i, (path, access)) in accesses.iter().enumerate() {
+        if std::time::Instant::now() > until {
+            unanswered = (accesses.len() - i) as u64;
+            break;
+        }
+        let a = survey.path(path, *access);
+        if !a.allowed {
+            answers.push(a);
+        }
+    }
+    (seen.active, seen.why_not.clone(), seen.dropped + unanswered)
+}
+
+/// The broker's refusals: tools not allow-listed, and models (by the host's
+/// name) the policy or the host config's ceiling refused.
+fn brokered(survey: &Survey<'_>, r: &RunResult, answers: &mut Vec<Answer>) {
+    let usage_list = |key: &str| {
+        r.usage
+            .as_ref()
+            .and_then(|u| u.get(key))
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    for t in usage_list("refused_tools").iter().filter_map(Value::as_str) {
+        let a = survey.tool(t);
+        if !a.allowed {
+            answers.push(a);
+        }
+    }
+    for m in usage_list("refused_models")
+        .iter()
+        .filter_map(Value::as_str)
+    {
+        let mut a = survey.model(m);
+        if a.allowed {
+            // The policy allows it: the host config's ceiling refused it.
+            a.allowed = false;
+            a.key = Some("the host config's llm ceiling".into());
+            a.line = None;
+            a.because = format!(
+                "the policy allows {m}, but the host config's llm ceiling (enabled, allowed_models) refuses it"
+            );
+            a.no_change =
+                Some("the policy cannot raise the host's ceiling: change the host config".into());
+        }
+        answers.push(a);
+    }
 }
 
 /// `why`'s Survey of the path run `r` took: a pid namespace, or the

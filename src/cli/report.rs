@@ -252,19 +252,6 @@ fn network_layer(plan: &Plan, k: &Probe, namespaces: bool) -> String {
 
 /// Print the plan for humans, with the run's view when it has one.
 pub fn print_plan(plan: &Plan, k: &Probe, view: Option<&ViewSummary>, namespaces: bool) {
-    let fs = fs_rules(plan, view);
-    let fs_line = if k.landlock_abi > 0 {
-        format!(
-            "enforced by Landlock ABI {}; anything not listed is denied",
-            k.landlock_abi
-        )
-    } else {
-        format!(
-            "not enforced: this kernel has no Landlock (it needs Linux {}+ with landlock in lsm=); these are the \
-             grants exec would enforce",
-            landlock_linux(LANDLOCK_FS)
-        )
-    };
     if !plan.argv.is_empty() {
         println!(
             "command   {} ({})",
@@ -284,6 +271,57 @@ pub fn print_plan(plan: &Plan, k: &Probe, view: Option<&ViewSummary>, namespaces
             .collect::<Vec<_>>()
             .join(" ")
     );
+    print_filesystem(plan, k, view);
+    match view {
+        Some(v) => {
+            println!(
+                "view      the run's own mount, pid, IPC and network namespaces (the kernel's mount machinery; \
+                 Landlock's rules above apply on top):"
+            );
+            for l in view_lines(plan, v) {
+                println!("  {l}");
+            }
+        }
+        None => println!(
+            "view      none: no namespaces here (no unprivileged user namespaces, the kernel refused them, or \
+             CAPSULE_NO_NAMESPACES); the /etc secrets beneath grants are carved out by Landlock (deny lines above)"
+        ),
+    }
+    print_network(plan, k, namespaces);
+    println!(
+        "seccomp   {}",
+        if k.seccomp {
+            format!("architecture check, {}", seccomp_line(plan))
+        } else {
+            "NOT AVAILABLE".into()
+        }
+    );
+    println!(
+        "processes own session, no_new_privs, no capabilities, no core dumps; tree killed via {}",
+        if namespaces {
+            "its own pid namespace"
+        } else {
+            "a child subreaper"
+        }
+    );
+    print_limits(plan);
+}
+
+/// The filesystem rules: grants, carve-outs, notes, and who enforces them.
+fn print_filesystem(plan: &Plan, k: &Probe, view: Option<&ViewSummary>) {
+    let fs = fs_rules(plan, view);
+    let fs_line = if k.landlock_abi > 0 {
+        format!(
+            "enforced by Landlock ABI {}; anything not listed is denied",
+            k.landlock_abi
+        )
+    } else {
+        format!(
+            "not enforced: this kernel has no Landlock (it needs Linux {}+ with landlock in lsm=); these are the \
+             grants exec would enforce",
+            landlock_linux(LANDLOCK_FS)
+        )
+    };
     println!("filesystem ({fs_line}):");
     for g in &fs.grants {
         println!(
@@ -302,21 +340,10 @@ pub fn print_plan(plan: &Plan, k: &Probe, view: Option<&ViewSummary>, namespaces
     for n in plan.command_notes.iter().chain(&plan.fs_notes) {
         println!("  note {n}");
     }
-    match view {
-        Some(v) => {
-            println!(
-                "view      the run's own mount, pid, IPC and network namespaces (the kernel's mount machinery; \
-                 Landlock's rules above apply on top):"
-            );
-            for l in view_lines(plan, v) {
-                println!("  {l}");
-            }
-        }
-        None => println!(
-            "view      none: no namespaces here (no unprivileged user namespaces, the kernel refused them, or \
-             CAPSULE_NO_NAMESPACES); the /etc secrets beneath grants are carved out by Landlock (deny lines above)"
-        ),
-    }
+}
+
+/// The network mode and its layer, the allowed hosts, the host tools.
+fn print_network(plan: &Plan, k: &Probe, namespaces: bool) {
     println!(
         "network   {} — {}",
         plan.net.mode.as_str(),
@@ -339,22 +366,10 @@ pub fn print_plan(plan: &Plan, k: &Probe, view: Option<&ViewSummary>, namespaces
             );
         }
     }
-    println!(
-        "seccomp   {}",
-        if k.seccomp {
-            format!("architecture check, {}", seccomp_line(plan))
-        } else {
-            "NOT AVAILABLE".into()
-        }
-    );
-    println!(
-        "processes own session, no_new_privs, no capabilities, no core dumps; tree killed via {}",
-        if namespaces {
-            "its own pid namespace"
-        } else {
-            "a child subreaper"
-        }
-    );
+}
+
+/// The limits and how each is enforced.
+fn print_limits(plan: &Plan) {
     let l = &plan.limits;
     println!(
         "limits    timeout {}s, output {} bytes/stream",
@@ -394,22 +409,23 @@ pub fn print_plan(plan: &Plan, k: &Probe, view: Option<&ViewSummary>, namespaces
 pub fn dry_run(plan: &Plan, json: bool) -> i32 {
     let k = kernel::probe();
     let namespaces;
-    let (view, notes, problem) = match crate::sandbox::predict(plan) {
-        Ok(p) => {
-            namespaces = p.path.namespaces;
-            let notes: Vec<String> = p
-                .missing
-                .iter()
-                .map(|m| format!("not enforced here: {m}"))
-                .chain(p.limitations.iter().map(|m| format!("limitation: {m}")))
-                .collect();
-            (p.view, notes, None)
-        }
-        Err(e) => {
-            namespaces = e.path.namespaces;
-            (None, vec![], Some(e.to_string()))
-        }
-    };
+    let (view, notes, problem) =
+        match crate::sandbox::predict(plan, crate::supervisor::spawn::trial) {
+            Ok(p) => {
+                namespaces = p.path.namespaces;
+                let notes: Vec<String> = p
+                    .missing
+                    .iter()
+                    .map(|m| format!("not enforced here: {m}"))
+                    .chain(p.limitations.iter().map(|m| format!("limitation: {m}")))
+                    .collect();
+                (p.view, notes, None)
+            }
+            Err(e) => {
+                namespaces = e.path.namespaces;
+                (None, vec![], Some(e.to_string()))
+            }
+        };
     if json {
         let mut v = plan_json(plan, k, view.as_ref(), namespaces);
         v["notes"] = json!(notes);

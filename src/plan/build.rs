@@ -104,8 +104,115 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
     let home = resolve::invoking_home();
     let here = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
 
-    // Command-line overrides go into the policy first, so the same
-    // fail-closed rules apply to them.
+    apply_overrides(&mut loaded, &ov)?;
+    let mut resolved = resolve::resolve_fs(&loaded, &home)?;
+    grants_from_flags(&mut resolved, &ov, &here, &home)?;
+    let cwd_refused = implied_cwd(&mut resolved, &ov, &here, &home);
+    validate::validate(&loaded, &resolved)?;
+    tracing::debug!("plan: policy resolved and validated");
+    let mut notices = super::notices::policy_notices(&loaded, &home, loaded.policy.network.mode);
+    let policy = &loaded.policy;
+
+    let mut grants = policy_grants(&resolved);
+    let (mounts, mount_grants) = super::mounts::resolve(&loaded, &ov.mounts, &here, &home)?;
+    grants.extend(mount_grants);
+    let tmpdir = private_tmp(policy, &run_id, &mut grants);
+    let ws_output = workspace(&ov, &here, &mut grants)?;
+    let cwd = cwd(&ov, &here, &grants, ws_output.as_ref(), tmpdir.as_ref())?;
+    // The working directory fell back: say so, and why.
+    let fallback = (ov.cwd.is_none() && ov.workspace.is_none() && cwd != here).then(|| {
+        let why = cwd_refused
+            .clone()
+            .unwrap_or_else(|| super::notices::policy_does_not_grant(&loaded, &here));
+        notices.push(super::notices::cwd_fallback(&here, &cwd, &why));
+        (here.clone(), why)
+    });
+
+    // Every writable place is known now: a read-only mount over one gets no exec.
+    let fs_notes = super::mounts::withhold_exec(&mut grants, &mounts);
+    system_grants(policy, &mut grants)?;
+    let host_path = std::env::var("PATH").ok();
+    let (cmd, command_notes, creds) = command(
+        policy,
+        &argv,
+        host_path.as_deref(),
+        &cwd,
+        &home,
+        fallback.as_ref(),
+        &mut grants,
+    )?;
+
+    tracing::debug!("plan: command and system grants");
+    let mut deny = carve_outs(&resolved, &ov, creds, &grants);
+    etc_secrets(&grants, &mut deny);
+
+    tracing::debug!("plan: carve-outs");
+    let env = environment(
+        policy,
+        host_path.as_deref(),
+        ws_output.as_ref(),
+        tmpdir.as_ref(),
+        &grants,
+        &mounts,
+    )?;
+    let tools = host_tools(&loaded, &grants, host_path.as_deref())?;
+
+    Ok(Plan {
+        run_id,
+        program: cmd.program,
+        argv,
+        env,
+        cwd,
+        tmpdir,
+        command_notes,
+        fs_notes,
+        notices,
+        fs: FsPlan {
+            grants,
+            deny,
+            proc_self: policy.filesystem.system,
+            mounts,
+        },
+        net: net(policy),
+        limits: limits(policy, &ov),
+        best_effort,
+        policy_sha256: loaded.sha256.clone(),
+        tools,
+        llm: policy.llm_access.clone(),
+        policy_dir: loaded.base_dir.clone(),
+    })
+}
+
+/// The network plan: the policy's, as overridden.
+fn net(policy: &crate::policy::Policy) -> NetPlan {
+    NetPlan {
+        mode: policy.network.mode,
+        allow_hosts: policy.network.allow_hosts.clone(),
+        allow_unix_sockets: policy.network.allow_unix_sockets,
+        loopback: policy.network.loopback,
+        max_connections: policy.network.max_connections(),
+    }
+}
+
+/// The limits: the policy's, as overridden (`--tmp-size` here).
+fn limits(policy: &crate::policy::Policy, ov: &Overrides) -> LimitsPlan {
+    let l = &policy.limits;
+    let mib = |v: u64| v.saturating_mul(1024 * 1024);
+    LimitsPlan {
+        timeout: Duration::from_secs_f64(l.timeout_seconds),
+        max_output_bytes: l.max_output_bytes,
+        memory_bytes: l.memory_mb.map(mib),
+        cpu_seconds: l.cpu_seconds,
+        max_processes: l.max_processes,
+        max_file_size_bytes: l.max_file_size_mb.map(mib),
+        tmp_size_mb: ov.tmp_size_mb.or(l.tmp_size_mb),
+        max_open_files: l.max_open_files,
+    }
+}
+
+/// Command-line overrides go into the policy first, so the same
+/// fail-closed rules apply to them.
+fn apply_overrides(loaded: &mut LoadedPolicy, ov: &Overrides) -> Result<(), PlanError> {
     if let Some(mode) = ov.net {
         loaded.policy.network.mode = mode;
         if mode == NetMode::Proxy
@@ -129,9 +236,17 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
     if let Some(m) = ov.max_output {
         loaded.policy.limits.max_output_bytes = m;
     }
+    Ok(())
+}
 
-    let mut resolved = resolve::resolve_fs(&loaded, &home)?;
-    // Command-line grants resolve against capsule's cwd and obey the same rules.
+/// `--allow-read`, `--allow-write`, `--allow-exec`: resolved against
+/// capsule's cwd, with the checks policy grants get.
+fn grants_from_flags(
+    resolved: &mut resolve::ResolvedFs,
+    ov: &Overrides,
+    here: &Path,
+    home: &Path,
+) -> Result<(), PlanError> {
     for (flag, list, kind) in [
         ("--allow-read", &ov.allow_read, GrantKind::Read),
         ("--allow-write", &ov.allow_write, GrantKind::Write),
@@ -139,7 +254,7 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
     ] {
         for raw in list {
             // A flag has no `?` form: a missing path is named as such.
-            let mut r = resolve::resolve_one(raw, &here, &home, flag, true)?.ok_or_else(|| {
+            let mut r = resolve::resolve_one(raw, here, home, flag, true)?.ok_or_else(|| {
                 PlanError::Flag {
                     flag,
                     path: raw.clone(),
@@ -171,7 +286,17 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
             }
         }
     }
-    // Without a policy file, the current directory (issue 25; `notices`).
+    Ok(())
+}
+
+/// Without a policy file, the current directory (issue 25; `notices`):
+/// granted read-only, or why not.
+fn implied_cwd(
+    resolved: &mut resolve::ResolvedFs,
+    ov: &Overrides,
+    here: &Path,
+    home: &Path,
+) -> Option<String> {
     let mut cwd_refused: Option<String> = None;
     if ov.implied_cwd && ov.cwd.is_none() && ov.workspace.is_none() {
         let covered = resolved
@@ -180,17 +305,17 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
             .chain(&resolved.write)
             .chain(&resolved.exec)
             .any(|r| here.starts_with(&r.path));
-        match super::notices::implied_cwd_grant(&here, &home, covered) {
+        match super::notices::implied_cwd_grant(here, home, covered) {
             Ok(Some(r)) => resolved.read.push(r),
             Ok(None) => {}
             Err(why) => cwd_refused = Some(why),
         }
     }
-    validate::validate(&loaded, &resolved)?;
-    tracing::debug!("plan: policy resolved and validated");
-    let mut notices = super::notices::policy_notices(&loaded, &home, loaded.policy.network.mode);
-    let policy = &loaded.policy;
+    cwd_refused
+}
 
+/// The policy's (and the flags') grants, with their origin.
+fn policy_grants(resolved: &resolve::ResolvedFs) -> Vec<FsGrant> {
     let mut grants: Vec<FsGrant> = Vec::new();
     let from_policy = |r: &ResolvedPath, access: Access| FsGrant {
         opened: r.opened.clone(),
@@ -207,10 +332,15 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
     grants.extend(resolved.read.iter().map(|r| from_policy(r, Access::READ)));
     grants.extend(resolved.write.iter().map(|r| from_policy(r, Access::WRITE)));
     grants.extend(resolved.exec.iter().map(|r| from_policy(r, Access::EXEC)));
-    let (mounts, mount_grants) = super::mounts::resolve(&loaded, &ov.mounts, &here, &home)?;
-    grants.extend(mount_grants);
+    grants
+}
 
-    // The private tmp dir (created by the supervisor just before spawn).
+/// The private tmp dir (created by the supervisor just before spawn).
+fn private_tmp(
+    policy: &crate::policy::Policy,
+    run_id: &str,
+    grants: &mut Vec<FsGrant>,
+) -> Option<PathBuf> {
     let tmpdir = policy
         .filesystem
         .tmp
@@ -223,11 +353,19 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
             origin: Origin::Tmp,
         });
     }
+    tmpdir
+}
 
-    // The workspace: scripts/ read-only (+exec, it is the host's code), output/ read-write.
+/// The workspace: scripts/ read-only (+exec, it is the host's code),
+/// output/ read-write. Its output directory.
+fn workspace(
+    ov: &Overrides,
+    here: &Path,
+    grants: &mut Vec<FsGrant>,
+) -> Result<Option<PathBuf>, PlanError> {
     let mut ws_output = None;
     if let Some(ws) = &ov.workspace {
-        let ws = absolute(&here, ws);
+        let ws = absolute(here, ws);
         // Never a tree of typos (`/typo/ws` created `/typo` as root).
         if let Some(parent) = ws.parent().filter(|p| !p.is_dir()) {
             return Err(PlanError::WorkspaceParent {
@@ -271,43 +409,49 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         });
         ws_output = Some(output);
     }
+    Ok(ws_output)
+}
 
-    // Working directory.
+/// The working directory: `--cwd`, the workspace's output, capsule's own
+/// when readable, else the private tmp dir, else `/`.
+fn cwd(
+    ov: &Overrides,
+    here: &Path,
+    grants: &[FsGrant],
+    ws_output: Option<&PathBuf>,
+    tmpdir: Option<&PathBuf>,
+) -> Result<PathBuf, PlanError> {
     let readable = |p: &Path, grants: &[FsGrant]| {
         grants
             .iter()
             .any(|g| p.starts_with(&g.path) && g.access.read)
     };
     let cwd = if let Some(c) = &ov.cwd {
-        let c = std::fs::canonicalize(absolute(&here, c)).map_err(|source| PlanError::Cwd {
+        let c = std::fs::canonicalize(absolute(here, c)).map_err(|source| PlanError::Cwd {
             path: c.clone(),
             source,
         })?;
-        if !readable(&c, &grants) {
+        if !readable(&c, grants) {
             return Err(PlanError::CwdNotGranted(c));
         }
         c
-    } else if let Some(o) = &ws_output {
+    } else if let Some(o) = ws_output {
         o.clone()
-    } else if readable(&here, &grants) {
-        here.clone()
-    } else if let Some(t) = &tmpdir {
+    } else if readable(here, grants) {
+        here.to_path_buf()
+    } else if let Some(t) = tmpdir {
         t.clone()
     } else {
         PathBuf::from("/")
     };
-    // The working directory fell back: say so, and why.
-    let fallback = (ov.cwd.is_none() && ov.workspace.is_none() && cwd != here).then(|| {
-        let why = cwd_refused
-            .clone()
-            .unwrap_or_else(|| super::notices::policy_does_not_grant(&loaded, &here));
-        notices.push(super::notices::cwd_fallback(&here, &cwd, &why));
-        (here.clone(), why)
-    });
+    Ok(cwd)
+}
 
-    // Every writable place is known now: a read-only mount over one gets no exec.
-    let fs_notes = super::mounts::withhold_exec(&mut grants, &mounts);
-
+/// `filesystem.system`: its grants, never around a place the run can write.
+fn system_grants(
+    policy: &crate::policy::Policy,
+    grants: &mut Vec<FsGrant>,
+) -> Result<(), PlanError> {
     if policy.filesystem.system {
         grants.extend(system::grants());
         // Its read+exec of /usr, /lib... must not cover a place the run can
@@ -318,33 +462,53 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
             .filter(|g| g.origin == Origin::System && g.access.exec)
             .filter_map(|g| std::fs::canonicalize(&g.path).ok())
             .collect();
-        for (w, o) in super::tools::writable_places(&grants) {
+        for (w, o) in super::tools::writable_places(grants) {
             if let Some(x) = sys_exec.iter().find(|x| w.starts_with(x)) {
                 return Err(PlanError::ExecOverWrite(format!(
-                    "{} ({o}) is writable, and filesystem.system grants read+exec of {} around it: a program the \
-                     run wrote there could be executed (grant a place outside {} instead)",
-                    w.display(),
-                    x.display(),
-                    x.display()
-                )));
+                "{} ({o}) is writable, and filesystem.system grants read+exec of {} around it: a program the \
+                 run wrote there could be executed (grant a place outside {} instead)",
+                w.display(),
+                x.display(),
+                x.display()
+            )));
             }
         }
     }
 
-    // The command, resolved on the host. Places the child can write are
+    Ok(())
+}
+
+/// The command, resolved on the host, and the grants it needs: its files
+/// and (with `filesystem.system`) its install prefixes; with what was
+/// skipped and why.
+fn command(
+    policy: &crate::policy::Policy,
+    argv: &[String],
+    host_path: Option<&str>,
+    cwd: &Path,
+    home: &Path,
+    fallback: Option<&(PathBuf, String)>,
+    grants: &mut Vec<FsGrant>,
+) -> Result<
+    (
+        command::ResolvedCommand,
+        Vec<String>,
+        Vec<credentials::Location>,
+    ),
+    PlanError,
+> {
     // known now: content there adds no prefix (see `command`). It is looked
     // up on the PATH the child gets (the policy's `env.set.PATH`, else
     // capsule's own), as env(1), bubblewrap and Docker do: a program found
     // on another PATH than the child's runs under a name that its own
     // lookups (an interpreter finding its prefix through argv[0] and PATH)
     // resolve to something else.
-    let host_path = std::env::var("PATH").ok();
     let child_path = policy
         .env
         .set
         .get("PATH")
         .map(String::as_str)
-        .or(host_path.as_deref())
+        .or(host_path)
         .filter(|p| !p.is_empty());
     let writable: Vec<PathBuf> = grants
         .iter()
@@ -360,79 +524,99 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         .collect();
     let ctx = command::Context {
         path_env: child_path.unwrap_or(env::DEFAULT_PATH),
-        cwd: &cwd,
-        home: &home,
+        cwd,
+        home,
         writable: &writable,
         granted: &granted,
     };
     // `capsule check` plans without a command.
     let cmd = match argv.first() {
         Some(name) => command::resolve(name, &ctx)
-            .map_err(|e| super::notices::command_not_found(e, &cwd, fallback.as_ref()))?,
+            .map_err(|e| super::notices::command_not_found(e, cwd, fallback))?,
         None => command::ResolvedCommand::default(),
     };
     let mut command_notes = cmd.skipped.clone();
-    let creds = credentials::patterns(&home, &[]);
-    let mut add_command_path = |a: &command::Added, prefix: bool, grants: &mut Vec<FsGrant>| {
-        if let Some(g) = grants
-            .iter()
-            .find(|g| g.access.exec && a.path.starts_with(&g.path))
-        {
-            if !prefix {
-                command_notes.push(format!(
-                    "{} ({}) needs no grant: {} ({}) covers it",
-                    a.path.display(),
-                    a.why,
-                    g.path.display(),
-                    g.origin
-                ));
-            }
-            return;
-        }
-        // The checks policy grants get, no credential location, and nothing
-        // that holds a place the run can write (exec would cover it).
-        let holds_writable = writable.iter().find(|w| w.starts_with(&a.path));
-        let refused = validate::check_grant(&a.path, GrantKind::Exec)
-            .err()
-            .or_else(|| {
-                holds_writable.map(|w| {
-                    format!(
-                        "it holds {}, which the run can write (a program written there could be executed)",
-                        w.display()
-                    )
-                })
-            })
-            .or_else(|| {
-                a.path
-                    .ancestors()
-                    .any(|p| credentials::is_credential(&creds, p))
-                    .then(|| "it is a credential location".to_string())
-            });
-        if let Some(why) = refused {
-            command_notes.push(format!(
-                "{} ({}) is not granted: {why}",
-                a.path.display(),
-                a.why
-            ));
-            return;
-        }
-        grants.push(FsGrant {
-            opened: Opened::NONE,
-            path: a.path.clone(),
-            access: Access::EXEC,
-            origin: Origin::Command(a.why.clone()),
-        });
-    };
+    let creds = credentials::patterns(home, &[]);
     for f in &cmd.files {
-        add_command_path(f, false, &mut grants);
+        add_command_path(f, false, grants, &writable, &creds, &mut command_notes);
     }
     if policy.filesystem.system {
         for p in &cmd.prefixes {
-            add_command_path(p, true, &mut grants);
+            add_command_path(p, true, grants, &writable, &creds, &mut command_notes);
         }
     }
+    Ok((cmd, command_notes, creds))
+}
 
-    tracing::debug!("plan: command and system grants");
+/// Grant `a` (a file or prefix of the command) exec, unless a grant covers
+/// it already or it may not be granted: then a note says why.
+fn add_command_path(
+    a: &command::Added,
+    prefix: bool,
+    grants: &mut Vec<FsGrant>,
+    writable: &[PathBuf],
+    creds: &[credentials::Location],
+    command_notes: &mut Vec<String>,
+) {
+    if let Some(g) = grants
+        .iter()
+        .find(|g| g.access.exec && a.path.starts_with(&g.path))
+    {
+        if !prefix {
+            command_notes.push(format!(
+                "{} ({}) needs no grant: {} ({}) covers it",
+                a.path.display(),
+                a.why,
+                g.path.display(),
+                g.origin
+            ));
+        }
+        return;
+    }
+    // The checks policy grants get, no credential location, and nothing
+    // that holds a place the run can write (exec would cover it).
+    let holds_writable = writable.iter().find(|w| w.starts_with(&a.path));
+    let refused = validate::check_grant(&a.path, GrantKind::Exec)
+        .err()
+        .or_else(|| {
+            holds_writable.map(|w| {
+                format!(
+                "it holds {}, which the run can write (a program written there could be executed)",
+                w.display()
+            )
+            })
+        })
+        .or_else(|| {
+            a.path
+                .ancestors()
+                .any(|p| credentials::is_credential(creds, p))
+                .then(|| "it is a credential location".to_string())
+        });
+    if let Some(why) = refused {
+        command_notes.push(format!(
+            "{} ({}) is not granted: {why}",
+            a.path.display(),
+            a.why
+        ));
+        return;
+    }
+    grants.push(FsGrant {
+        opened: Opened::NONE,
+        path: a.path.clone(),
+        access: Access::EXEC,
+        origin: Origin::Command(a.why.clone()),
+    });
+}
+
+/// Carve-outs: the policy's, and credential paths beneath a broader grant
+/// (`creds`: the credential list the command step made, from which the run's
+/// own audit log is added here).
+fn carve_outs(
+    resolved: &resolve::ResolvedFs,
+    ov: &Overrides,
+    creds: Vec<credentials::Location>,
+    grants: &[FsGrant],
+) -> Vec<FsDeny> {
     // Carve-outs: the policy's, and credential paths beneath a broader grant.
     let mut deny: Vec<FsDeny> = resolved
         .deny
@@ -460,6 +644,13 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
             });
         }
     }
+    deny
+}
+
+/// The secrets of /etc, carved out like the credentials.
+fn etc_secrets(grants: &[FsGrant], deny: &mut Vec<FsDeny>) {
+    // Strictly beneath a grant; a grant naming the path exactly keeps it.
+    let beneath = credentials::strictly_beneath_any(grants.iter().map(|g| g.path.as_path()));
     // The secrets of /etc, the same way: a grant of /etc or / (or the
     // system grant of /etc/ssl) never includes them. Inside the view the
     // view covers them instead (`sandbox::fs_for_view`). A secret reached
@@ -485,7 +676,7 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         if path.parent().is_none_or(|d| std::fs::read_dir(d).is_err()) {
             if std::fs::File::open(&path).is_ok() {
                 tracing::warn!(secret = %path.display(),
-                    "readable, in a directory this user cannot list: not carved out");
+                "readable, in a directory this user cannot list: not carved out");
             }
             continue;
         }
@@ -494,15 +685,22 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
             origin: Origin::Secret(secret.what),
         });
     }
+}
 
-    tracing::debug!("plan: carve-outs");
-    // Environment.
+/// The child's environment, built from nothing (`env`).
+fn environment(
+    policy: &crate::policy::Policy,
+    host_path: Option<&str>,
+    ws_output: Option<&PathBuf>,
+    tmpdir: Option<&PathBuf>,
+    grants: &[FsGrant],
+    mounts: &[super::Bind],
+) -> Result<Vec<(String, String)>, PlanError> {
     let home_dir = ws_output
-        .as_ref()
-        .or(tmpdir.as_ref())
+        .or(tmpdir)
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_else(|| "/nonexistent".to_string());
-    let tmp_s = tmpdir.as_ref().map(|p| p.to_string_lossy().into_owned());
+    let tmp_s = tmpdir.map(|p| p.to_string_lossy().into_owned());
     // A mount's destination is a place in the child too: read-only ones may
     // hold PYTHONPATH (/pack for a pack mounted there), read-write ones not.
     let access: Vec<(PathBuf, Access)> = grants
@@ -519,65 +717,34 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         .collect();
     let env = env::build(
         &policy.env,
-        host_path.as_deref(),
+        host_path,
         &home_dir,
         tmp_s.as_deref(),
         &[],
         &access,
     )?;
 
-    // Host tools: none may run code or policy the run can write.
+    Ok(env)
+}
+
+/// Host tools: none may run code or policy the run can write.
+fn host_tools(
+    loaded: &LoadedPolicy,
+    grants: &[FsGrant],
+    host_path: Option<&str>,
+) -> Result<Option<crate::policy::Tools>, PlanError> {
+    let policy = &loaded.policy;
     let mut tools = policy.tools.clone();
-    let writable_places = super::tools::writable_places(&grants);
+    let writable_places = super::tools::writable_places(grants);
     super::tools::check(
         &mut tools,
         &loaded.base_dir,
         &writable_places,
-        host_path.as_deref(),
+        host_path,
         std::env::var_os("HOME").map(PathBuf::from).as_deref(),
     )?;
 
-    let l = &policy.limits;
-    let mib = |v: u64| v.saturating_mul(1024 * 1024);
-    Ok(Plan {
-        run_id,
-        program: cmd.program,
-        argv,
-        env,
-        cwd,
-        tmpdir,
-        command_notes,
-        fs_notes,
-        notices,
-        fs: FsPlan {
-            grants,
-            deny,
-            proc_self: policy.filesystem.system,
-            mounts,
-        },
-        net: NetPlan {
-            mode: policy.network.mode,
-            allow_hosts: policy.network.allow_hosts.clone(),
-            allow_unix_sockets: policy.network.allow_unix_sockets,
-            loopback: policy.network.loopback,
-            max_connections: policy.network.max_connections(),
-        },
-        limits: LimitsPlan {
-            timeout: Duration::from_secs_f64(l.timeout_seconds),
-            max_output_bytes: l.max_output_bytes,
-            memory_bytes: l.memory_mb.map(mib),
-            cpu_seconds: l.cpu_seconds,
-            max_processes: l.max_processes,
-            max_file_size_bytes: l.max_file_size_mb.map(mib),
-            tmp_size_mb: ov.tmp_size_mb.or(l.tmp_size_mb),
-            max_open_files: l.max_open_files,
-        },
-        best_effort,
-        policy_sha256: loaded.sha256.clone(),
-        tools,
-        llm: policy.llm_access.clone(),
-        policy_dir: loaded.base_dir.clone(),
-    })
+    Ok(tools)
 }
 
 fn absolute(base: &Path, p: &Path) -> PathBuf {

@@ -8,7 +8,6 @@
 
 pub mod build;
 pub mod command;
-pub mod credentials;
 pub mod env;
 pub mod mounts;
 pub mod notices;
@@ -21,55 +20,11 @@ use std::time::Duration;
 use crate::policy::NetMode;
 
 pub use build::{build, BuildInput, PlanError};
-
-/// Filesystem access rights a grant gives, in the contract's terms.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Access {
-    /// Read files, list directories.
-    pub read: bool,
-    /// Create, modify, delete, rename beneath (implies read in policies).
-    pub write: bool,
-    /// Execute files (implies read).
-    pub exec: bool,
-}
-
-impl Access {
-    pub const READ: Access = Access {
-        read: true,
-        write: false,
-        exec: false,
-    };
-    pub const WRITE: Access = Access {
-        read: true,
-        write: true,
-        exec: false,
-    };
-    pub const EXEC: Access = Access {
-        read: true,
-        write: false,
-        exec: true,
-    };
-    pub fn is_empty(self) -> bool {
-        !(self.read || self.write || self.exec)
-    }
-    /// "r", "rw", "rx", "rwx"
-    pub fn label(self) -> String {
-        let mut s = String::new();
-        if self.read {
-            s.push('r')
-        }
-        if self.write {
-            s.push('w')
-        }
-        if self.exec {
-            s.push('x')
-        }
-        if s.is_empty() {
-            s.push('-')
-        }
-        s
-    }
-}
+// Defined beneath the plan, in the policy layer, which needs them too
+// (validation and path resolution) and must not call up into the planner.
+pub use crate::policy::access::Access;
+pub use crate::policy::credentials;
+pub use crate::policy::resolve::Opened;
 
 /// Where a grant or carve-out came from, for `--dry-run` and errors.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,24 +80,6 @@ pub struct FsGrant {
     /// at it anyway (system grants), so Landlock need not resolve it again.
     pub opened: Opened,
 }
-
-/// An `O_PATH` descriptor of a grant's path, or none (then Landlock opens
-/// the path itself). Not part of a grant's identity: it compares equal to
-/// any other.
-#[derive(Debug, Clone, Default)]
-pub struct Opened(pub Option<std::sync::Arc<std::os::fd::OwnedFd>>);
-
-impl Opened {
-    pub const NONE: Opened = Opened(None);
-}
-
-impl PartialEq for Opened {
-    fn eq(&self, _: &Opened) -> bool {
-        true
-    }
-}
-
-impl Eq for Opened {}
 
 /// A path that must stay inaccessible even beneath a grant.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -152,116 +152,163 @@ pub fn check(
             name: tool.name.clone(),
             why,
         };
-        let place = |(w, o): &(PathBuf, Origin)| format!("{} ({o})", w.display());
-        // The working directory: relative paths, `-m`, the current directory
-        // on an interpreter's search path.
-        if let Some(w) = reached(policy_dir, writable) {
-            return Err(refuse(format!(
-                "its working directory {} (the policy file's directory, where tools run) lies in {}, which the \
-                 run can write",
-                policy_dir.display(),
-                place(w)
-            )));
-        }
-        if let Some(p) = &tool.policy {
-            let pf = policy_dir.join(p);
-            if let Some(w) = reached(&pf, writable) {
-                return Err(refuse(format!(
-                    "its policy {} lies in {}, which the run can write",
-                    pf.display(),
-                    place(w)
-                )));
-            }
-        }
+        check_places(policy_dir, tool.policy.as_deref(), writable).map_err(refuse)?;
         let Some(first) = argv.first().cloned() else {
             continue;
         };
-        // The tool inherits capsule's PATH and HOME: a command it (or its
-        // `#!/usr/bin/env` line, or a script it runs) looks up by name, or
-        // an interpreter's per-user files (~/.local), must not come from a
-        // place the run can write.
-        for d in path_env.unwrap_or("").split(':') {
-            let d = if d.is_empty() { "." } else { d };
-            if let Some(w) = reached(&policy_dir.join(d), writable) {
-                return Err(refuse(format!(
-                    "the PATH it inherits holds {d}, which lies in {}, which the run can write",
+        check_inherited(policy_dir, writable, path_env, home).map_err(refuse)?;
+        check_program(&first, argv, policy_dir, writable, path_env).map_err(refuse)?;
+        check_arguments(argv, policy_dir, writable).map_err(refuse)?;
+    }
+    Ok(())
+}
+
+/// A writable place and where it came from, for a refusal.
+fn place((w, o): &(PathBuf, Origin)) -> String {
+    format!("{} ({o})", w.display())
+}
+
+/// Where the tool runs (the policy file's directory: relative paths,
+/// `-m`, the current directory on an interpreter's search path) and its
+/// own policy: not where the run can write.
+fn check_places(
+    policy_dir: &Path,
+    policy: Option<&str>,
+    writable: &[(PathBuf, Origin)],
+) -> Result<(), String> {
+    if let Some(w) = reached(policy_dir, writable) {
+        return Err(format!(
+            "its working directory {} (the policy file's directory, where tools run) lies in {}, which the \
+             run can write",
+            policy_dir.display(),
+            place(w)
+        ));
+    }
+    if let Some(p) = policy {
+        let pf = policy_dir.join(p);
+        if let Some(w) = reached(&pf, writable) {
+            return Err(format!(
+                "its policy {} lies in {}, which the run can write",
+                pf.display(),
+                place(w)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The tool inherits capsule's PATH and HOME: a command it (or its
+/// `#!/usr/bin/env` line, or a script it runs) looks up by name, or an
+/// interpreter's per-user files (~/.local), must not come from a place the
+/// run can write.
+fn check_inherited(
+    policy_dir: &Path,
+    writable: &[(PathBuf, Origin)],
+    path_env: Option<&str>,
+    home: Option<&Path>,
+) -> Result<(), String> {
+    for d in path_env.unwrap_or("").split(':') {
+        let d = if d.is_empty() { "." } else { d };
+        if let Some(w) = reached(&policy_dir.join(d), writable) {
+            return Err(format!(
+                "the PATH it inherits holds {d}, which lies in {}, which the run can write",
+                place(w)
+            ));
+        }
+    }
+    if let Some(h) = home {
+        if let Some(w) = reached(h, writable) {
+            return Err(format!(
+                "the HOME it inherits ({}) lies in {}, which the run can write",
+                h.display(),
+                place(w)
+            ));
+        }
+        // Its per-user files: a dot entry of HOME or anything beneath
+        // one (Python's user site under ~/.local runs its `.pth` files
+        // at every start; ~/.config/git, ~/.npmrc, ~/.cache/pre-commit).
+        let (hl, hc) = (lexical(h), canonical_prefix(&lexical(h)));
+        if let Some(w) = writable.iter().find(|(w, _)| {
+            [&hl, &hc].iter().any(|h| {
+                w.strip_prefix(h)
+                    .ok()
+                    .and_then(|r| r.components().next())
+                    .is_some_and(|c| c.as_os_str().as_encoded_bytes().first() == Some(&b'.'))
+            })
+        }) {
+            return Err(format!(
+                "the HOME it inherits ({}) holds {}, per-user files (an interpreter's user site, a tool's \
+                 configuration) that the run can write",
+                h.display(),
+                place(w)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Its program (looked up on PATH when named bare) and the program's `#!`
+/// interpreter: not where the run can write. `argv[0]` becomes its path.
+fn check_program(
+    first: &str,
+    argv: &mut [String],
+    policy_dir: &Path,
+    writable: &[(PathBuf, Origin)],
+    path_env: Option<&str>,
+) -> Result<(), String> {
+    let program = if first.contains('/') {
+        Some(policy_dir.join(first))
+    } else {
+        path_env.and_then(|p| on_path(first, p))
+    };
+    if let Some(prog) = &program {
+        if let Some(w) = reached(prog, writable) {
+            return Err(format!(
+                "its program {} lies in {}, which the run can write",
+                prog.display(),
+                place(w)
+            ));
+        }
+        if let Some(interp) = shebang(prog) {
+            if let Some(w) = reached(&interp, writable) {
+                return Err(format!(
+                    "its program's #! interpreter {} lies in {}, which the run can write",
+                    interp.display(),
                     place(w)
-                )));
+                ));
             }
         }
-        if let Some(h) = home {
-            if let Some(w) = reached(h, writable) {
-                return Err(refuse(format!(
-                    "the HOME it inherits ({}) lies in {}, which the run can write",
-                    h.display(),
-                    place(w)
-                )));
-            }
-            // Its per-user files: a dot entry of HOME or anything beneath
-            // one (Python's user site under ~/.local runs its `.pth` files
-            // at every start; ~/.config/git, ~/.npmrc, ~/.cache/pre-commit).
-            let (hl, hc) = (lexical(h), canonical_prefix(&lexical(h)));
-            if let Some(w) = writable.iter().find(|(w, _)| {
-                [&hl, &hc].iter().any(|h| {
-                    w.strip_prefix(h)
-                        .ok()
-                        .and_then(|r| r.components().next())
-                        .is_some_and(|c| c.as_os_str().as_encoded_bytes().first() == Some(&b'.'))
-                })
-            }) {
-                return Err(refuse(format!(
-                    "the HOME it inherits ({}) holds {}, per-user files (an interpreter's user site, a tool's \
-                     configuration) that the run can write",
-                    h.display(),
-                    place(w)
-                )));
-            }
+        argv[0] = lexical(prog).to_string_lossy().into_owned();
+    }
+    Ok(())
+}
+
+/// Arguments that name a path (a script, a module directory, a `--opt=PATH`
+/// value, a dotted module after -m): not where the run can write.
+fn check_arguments(
+    argv: &[String],
+    policy_dir: &Path,
+    writable: &[(PathBuf, Origin)],
+) -> Result<(), String> {
+    // `--opt=PATH` value, a dotted module after -m).
+    let mut prev_m = false;
+    for arg in argv.iter().skip(1) {
+        let mut candidates = vec![arg.clone()];
+        if let Some((_, v)) = arg.strip_prefix('-').and_then(|a| a.split_once('=')) {
+            candidates.push(v.to_string());
         }
-        let program = if first.contains('/') {
-            Some(policy_dir.join(&first))
-        } else {
-            path_env.and_then(|p| on_path(&first, p))
-        };
-        if let Some(prog) = &program {
-            if let Some(w) = reached(prog, writable) {
-                return Err(refuse(format!(
-                    "its program {} lies in {}, which the run can write",
-                    prog.display(),
-                    place(w)
-                )));
-            }
-            if let Some(interp) = shebang(prog) {
-                if let Some(w) = reached(&interp, writable) {
-                    return Err(refuse(format!(
-                        "its program's #! interpreter {} lies in {}, which the run can write",
-                        interp.display(),
-                        place(w)
-                    )));
-                }
-            }
-            argv[0] = lexical(prog).to_string_lossy().into_owned();
+        if prev_m {
+            candidates.push(arg.replace('.', "/"));
         }
-        // Arguments that name a path (a script, a module directory, a
-        // `--opt=PATH` value, a dotted module after -m).
-        let mut prev_m = false;
-        for arg in argv.iter().skip(1) {
-            let mut candidates = vec![arg.clone()];
-            if let Some((_, v)) = arg.strip_prefix('-').and_then(|a| a.split_once('=')) {
-                candidates.push(v.to_string());
-            }
-            if prev_m {
-                candidates.push(arg.replace('.', "/"));
-            }
-            prev_m = arg == "-m";
-            for c in candidates.iter().filter(|c| !c.is_empty()) {
-                let p = policy_dir.join(c);
-                if let Some(w) = reached(&p, writable) {
-                    return Err(refuse(format!(
-                        "its argument `{arg}` ({}) lies in {}, which the run can write",
-                        lexical(&p).display(),
-                        place(w)
-                    )));
-                }
+        prev_m = arg == "-m";
+        for c in candidates.iter().filter(|c| !c.is_empty()) {
+            let p = policy_dir.join(c);
+            if let Some(w) = reached(&p, writable) {
+                return Err(format!(
+                    "its argument `{arg}` ({}) lies in {}, which the run can write",
+                    lexical(&p).display(),
+                    place(w)
+                ));
             }
         }
     }

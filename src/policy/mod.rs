@@ -5,11 +5,15 @@
 //! [`resolve`] turns relative and `~` paths into absolute ones. The sandbox
 //! layers never see these types directly: `crate::plan` translates them.
 
+pub mod access;
+pub mod credentials;
 pub mod error;
+pub mod home;
 mod hosts;
 mod lines;
 pub mod parse;
 pub mod resolve;
+pub mod search_path;
 pub mod starter;
 pub mod validate;
 

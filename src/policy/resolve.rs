@@ -36,7 +36,7 @@ pub struct ResolvedPath {
     pub flag: Option<&'static str>,
     /// `path` opened while resolving ([`pin`]): Landlock's rule lands on
     /// this inode, whatever is put at the path later.
-    pub opened: crate::plan::Opened,
+    pub opened: Opened,
 }
 
 /// The policy's filesystem grants, resolved. Optional entries that do not
@@ -56,40 +56,11 @@ impl ResolvedFs {
     }
 }
 
-/// The invoking user's home: `$HOME` if set and absolute, else the passwd
-/// entry of the real uid, else `/nonexistent` (so `~` grants fail as missing).
-pub fn invoking_home() -> PathBuf {
-    if let Some(h) = std::env::var_os("HOME") {
-        let p = PathBuf::from(h);
-        if p.is_absolute() {
-            return p;
-        }
-    }
-    account_home().unwrap_or_else(|| PathBuf::from("/nonexistent"))
-}
+/// Directories that may never be granted `write` or `exec` as a whole
+/// (validation refuses them; resolution trusts links directly in them).
+pub const NO_WRITE_EXEC: &[&str] = &["/", "/etc", "/proc", "/sys", "/dev", "/usr", "/boot"];
 
-/// The home directory of this process's account in the password database.
-/// A static capsule may have no NSS to ask: then /etc/passwd itself.
-pub fn account_home() -> Option<PathBuf> {
-    let uid = nix::unistd::getuid();
-    if let Ok(Some(u)) = nix::unistd::User::from_uid(uid) {
-        if u.dir.is_absolute() {
-            return Some(u.dir);
-        }
-    }
-    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
-    passwd_home(&passwd, uid.as_raw())
-}
-
-/// The home field of `uid`'s line in a passwd(5) text.
-pub fn passwd_home(passwd: &str, uid: u32) -> Option<PathBuf> {
-    passwd.lines().find_map(|l| {
-        let f: Vec<&str> = l.split(':').collect();
-        (f.len() >= 7 && f[2].parse::<u32>().ok() == Some(uid))
-            .then(|| PathBuf::from(f[5]))
-            .filter(|p| p.is_absolute())
-    })
-}
+pub use super::home::invoking_home;
 
 /// Expand `~` / `~/x` and make `raw` absolute against `base`, without touching
 /// the filesystem. `~user` is not supported.
@@ -156,11 +127,10 @@ impl std::fmt::Display for FollowError {
 /// which is never so for root.
 fn link_trusted(link: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
-    if link.parent().is_some_and(|dir| {
-        super::validate::NO_WRITE_EXEC
-            .iter()
-            .any(|d| dir == Path::new(d))
-    }) {
+    if link
+        .parent()
+        .is_some_and(|dir| NO_WRITE_EXEC.iter().any(|d| dir == Path::new(d)))
+    {
         return true;
     }
     let uid = nix::unistd::geteuid();
@@ -173,12 +143,30 @@ fn link_trusted(link: &Path) -> bool {
     })
 }
 
+/// An `O_PATH` descriptor of a grant's path, or none (then Landlock opens
+/// the path itself). Not part of a grant's identity: it compares equal to
+/// any other.
+#[derive(Debug, Clone, Default)]
+pub struct Opened(pub Option<std::sync::Arc<std::os::fd::OwnedFd>>);
+
+impl Opened {
+    pub const NONE: Opened = Opened(None);
+}
+
+impl PartialEq for Opened {
+    fn eq(&self, _: &Opened) -> bool {
+        true
+    }
+}
+
+impl Eq for Opened {}
+
 /// The canonical `path` ([`follow`]'s result) opened `O_PATH|O_NOFOLLOW`
 /// and checked to be the one resolved (the kernel's name of the opened
 /// inode): a run that swaps a component for a link after the walk gets the
 /// grant refused, not redirected. Landlock takes the rule from this
 /// descriptor.
-pub fn pin(path: &Path) -> Result<crate::plan::Opened, FollowError> {
+pub fn pin(path: &Path) -> Result<Opened, FollowError> {
     use nix::fcntl::{open, OFlag};
     use nix::sys::stat::Mode;
     use std::os::fd::AsRawFd;
@@ -200,7 +188,7 @@ pub fn pin(path: &Path) -> Result<crate::plan::Opened, FollowError> {
             named.display()
         ))));
     }
-    Ok(crate::plan::Opened(Some(std::sync::Arc::new(fd))))
+    Ok(Opened(Some(std::sync::Arc::new(fd))))
 }
 
 thread_local! {
@@ -321,11 +309,11 @@ fn resolve_path(
     base: &Path,
     home: &Path,
     optional: bool,
-) -> Result<Option<(PathBuf, crate::plan::Opened)>, String> {
+) -> Result<Option<(PathBuf, Opened)>, String> {
     let abs = expand(raw, base, home)?;
     match follow(&abs).and_then(|(p, via)| Ok((pin(&p)?, p, via))) {
         Ok((opened, p, via)) => {
-            match crate::plan::credentials::linked_into_secret(&p, via.as_deref(), &abs, home) {
+            match super::credentials::linked_into_secret(&p, via.as_deref(), &abs, home) {
                 Some(why) => Err(format!("`{raw}` ({}) {why}", abs.display())),
                 None => Ok(Some((p, opened))),
             }
@@ -586,15 +574,5 @@ mod tests {
         );
         let e = resolve_one("nope", &root, Path::new("/h"), "--allow-write", false).unwrap_err();
         assert!(e.to_string().starts_with("--allow-write: `nope` ("), "{e}");
-    }
-
-    #[test]
-    fn home_is_absolute() {
-        assert!(invoking_home().is_absolute());
-        let text = "root:x:0:0:root:/root:/bin/bash\nbad line\nu:x:1000:1000::/home/u:/bin/sh\nr:x:7:7::rel:/bin/sh\n";
-        assert_eq!(passwd_home(text, 0), Some(PathBuf::from("/root")));
-        assert_eq!(passwd_home(text, 1000), Some(PathBuf::from("/home/u")));
-        assert_eq!(passwd_home(text, 7), None);
-        assert_eq!(passwd_home(text, 5), None);
     }
 }

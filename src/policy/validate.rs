@@ -32,8 +32,7 @@ impl GrantKind {
     }
 }
 
-/// Directories that may never be granted `write` or `exec` as a whole.
-pub const NO_WRITE_EXEC: &[&str] = &["/", "/etc", "/proc", "/sys", "/dev", "/usr", "/boot"];
+pub use super::resolve::NO_WRITE_EXEC;
 /// Directories that may never be granted `read` as a whole.
 pub const NO_READ: &[&str] = &["/proc", "/sys"];
 
@@ -77,7 +76,7 @@ pub fn check_env_name(name: &str) -> Result<(), String> {
             name.escape_debug()
         ));
     }
-    if is_refused_env(name) && !crate::plan::env::is_search_path(name) {
+    if is_refused_env(name) && !super::search_path::is_search_path(name) {
         return Err(format!(
             "`{name}` is refused: it makes programs load code or options from outside the policy (LD_*, PYTHONPATH, NODE_OPTIONS, ... are never passed)"
         ));
@@ -292,16 +291,16 @@ impl Validator<'_> {
             // PYTHONPATH/NODE_PATH: every entry read-only in the child. The
             // planner checks again with every grant (workspace, TMPDIR, host
             // values of env.pass).
-            if crate::plan::env::is_search_path(name) {
+            if super::search_path::is_search_path(name) {
                 let grants: Vec<_> = [
-                    (&fs.read, crate::plan::Access::READ),
-                    (&fs.write, crate::plan::Access::WRITE),
-                    (&fs.exec, crate::plan::Access::EXEC),
+                    (&fs.read, super::access::Access::READ),
+                    (&fs.write, super::access::Access::WRITE),
+                    (&fs.exec, super::access::Access::EXEC),
                 ]
                 .iter()
                 .flat_map(|(list, a)| list.iter().map(|r| (r.path.clone(), *a)))
                 .collect();
-                crate::plan::env::check_search_path_with(value, &grants, false)
+                super::search_path::check_search_path_with(value, &grants, false)
                     .map_err(|why| self.err(&key, format!("`{name}` is refused: {why}")))?;
             }
         }

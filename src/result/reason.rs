@@ -51,7 +51,7 @@ reasons! {
     /// The wall-clock limit was reached.
     Timeout = "timeout",
     /// The guards spent their CPU budget serving the run's checked calls
-    /// (`supervisor::signals::cpu_budget`): the run was killed.
+    /// (`guards::notify_loop::cpu_budget`): the run was killed.
     GuardBudget = "guard_budget",
     // The command could not start, or vanished.
     /// execve found no such file.

@@ -177,46 +177,8 @@ pub fn load_with(
     path: Option<&Path>,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<HostConfig, HostConfigError> {
-    let mut section = LlmSection::default();
-    let mut source = None;
-    if let Some(p) = path {
-        match std::fs::read_to_string(p) {
-            Ok(text) => {
-                source = Some(p.to_path_buf());
-                if !text.trim().is_empty() {
-                    let fc: FileConfig =
-                        serde_saphyr::from_str(&text).map_err(|e| HostConfigError::Parse {
-                            path: p.to_path_buf(),
-                            message: e.to_string(),
-                        })?;
-                    section = fc.llm.unwrap_or_default();
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(source) => {
-                return Err(HostConfigError::Read {
-                    path: p.to_path_buf(),
-                    source,
-                })
-            }
-        }
-    }
-    let var = |k: &str| env(k).filter(|s| !s.is_empty());
-    if let Some(p) = var("CAPSULE_LLM_PROVIDER") {
-        section.provider = Some(Provider::parse(&p).ok_or_else(|| HostConfigError::Env {
-            var: "CAPSULE_LLM_PROVIDER",
-            message: format!("unknown provider '{p}' (openai | anthropic | openai-compatible)"),
-        })?);
-    }
-    if let Some(u) = var("CAPSULE_LLM_BASE_URL") {
-        section.base_url = Some(u);
-    }
-    if let Some(m) = var("CAPSULE_LLM_MODEL") {
-        section.model = Some(m);
-    }
-    if let Some(k) = var("CAPSULE_LLM_API_KEY_ENV") {
-        section.api_key_env = Some(k);
-    }
+    let (mut section, source) = read_file(path)?;
+    apply_env(&mut section, env)?;
     let ceiling = section.ceiling.clone().unwrap_or_default();
     let origin = || {
         source
@@ -279,6 +241,60 @@ pub fn load_with(
         ceiling,
         source,
     })
+}
+
+/// The `llm:` section of the host config file at `path` (empty when
+/// there is none), and the file when it exists.
+fn read_file(path: Option<&Path>) -> Result<(LlmSection, Option<PathBuf>), HostConfigError> {
+    let mut section = LlmSection::default();
+    let mut source = None;
+    if let Some(p) = path {
+        match std::fs::read_to_string(p) {
+            Ok(text) => {
+                source = Some(p.to_path_buf());
+                if !text.trim().is_empty() {
+                    let fc: FileConfig =
+                        serde_saphyr::from_str(&text).map_err(|e| HostConfigError::Parse {
+                            path: p.to_path_buf(),
+                            message: e.to_string(),
+                        })?;
+                    section = fc.llm.unwrap_or_default();
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(HostConfigError::Read {
+                    path: p.to_path_buf(),
+                    source,
+                })
+            }
+        }
+    }
+    Ok((section, source))
+}
+
+/// `CAPSULE_LLM_*` variables (non-empty) override the file's settings.
+fn apply_env(
+    section: &mut LlmSection,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(), HostConfigError> {
+    let var = |k: &str| env(k).filter(|s| !s.is_empty());
+    if let Some(p) = var("CAPSULE_LLM_PROVIDER") {
+        section.provider = Some(Provider::parse(&p).ok_or_else(|| HostConfigError::Env {
+            var: "CAPSULE_LLM_PROVIDER",
+            message: format!("unknown provider '{p}' (openai | anthropic | openai-compatible)"),
+        })?);
+    }
+    if let Some(u) = var("CAPSULE_LLM_BASE_URL") {
+        section.base_url = Some(u);
+    }
+    if let Some(m) = var("CAPSULE_LLM_MODEL") {
+        section.model = Some(m);
+    }
+    if let Some(k) = var("CAPSULE_LLM_API_KEY_ENV") {
+        section.api_key_env = Some(k);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -36,7 +36,7 @@
 //!   the run behind on this path either.
 //! * [`command_main`]: confines this process and execs the command.
 
-use std::ffi::{c_char, c_int, CString};
+use std::ffi::{c_char, c_int, CStr, CString};
 use std::os::fd::{AsRawFd, RawFd};
 
 use crate::sandbox::netns::{self, NetSetup};
@@ -171,6 +171,21 @@ impl ChildSpec {
             .map(|c| c.as_ptr())
             .chain(std::iter::once(std::ptr::null()))
             .collect();
+    }
+}
+
+impl crate::sys::stage::Stages for ChildSpec {
+    fn init_main(&'static self) -> c_int {
+        init_main(self)
+    }
+    fn keeper_main(&'static self) -> c_int {
+        keeper_main(self)
+    }
+    fn command_main(&'static self) -> c_int {
+        command_main(self)
+    }
+    fn exec_args(&self) -> (&CStr, &[*const c_char], &[*const c_char]) {
+        (&self.program, &self.argv_ptrs, &self.envp_ptrs)
     }
 }
 

@@ -60,7 +60,7 @@ pub enum SignalLayer {
     /// Landlock's signal scope (ABI 6+).
     LandlockScope,
     /// The seccomp signal filter, its listener served by the supervisor
-    /// (`supervisor::signals`): no pid namespace and Landlock below ABI 6.
+    /// (`guards::signals`): no pid namespace and Landlock below ABI 6.
     SeccompNotify,
     /// None (only with --best-effort; listed in `missing`).
     None,
@@ -95,7 +95,7 @@ impl SignalLayer {
     }
 }
 
-/// The limitation the seccomp signal layer brings (see `supervisor::signals`).
+/// The limitation the seccomp signal layer brings (see `guards::signals`).
 pub const SECCOMP_NOTIFY_LIMITATION: &str =
     "signal isolation by seccomp user notification (no pid namespace, Landlock below ABI 6): capsule checks \
      that the target of kill/tkill/tgkill/rt_sigqueueinfo/rt_tgsigqueueinfo and of F_SETOWN is a process of \
@@ -104,7 +104,7 @@ pub const SECCOMP_NOTIFY_LIMITATION: &str =
      with ENOSYS (programs fall back to kill); F_SETOWN_EX, FIOSETOWN and SIOCSPGRP fail with EPERM";
 
 /// The limitation the network guard brings when the policy allows Unix
-/// sockets (see `supervisor::netguard`).
+/// sockets (see `guards::network`).
 pub const NET_GUARD_UNIX_LIMITATION: &str =
     "network guard with allow_unix_sockets: capsule makes every connect of the run itself (never lets one \
      through after its check, which a thread could race by swapping an IP socket in), so a connect to an \
@@ -120,7 +120,7 @@ pub fn keeper_can_list_children() -> bool {
     std::fs::File::open("/proc/thread-self/children").is_ok()
 }
 
-/// Whether the network guard (`supervisor::netguard`) can serve a run on
+/// Whether the network guard (`guards::network`) can serve a run on
 /// this machine: a seccomp listener, and pidfd_getfd, process_vm_readv and
 /// /proc/PID/fd of a child of capsule, tried as the guard does them (a
 /// container's seccomp profile may refuse pidfd_getfd: Docker's and
@@ -196,7 +196,7 @@ fn root_no_view_why(path: &RunPath) -> String {
     )
 }
 
-/// The limitation the process guard brings (see `supervisor::procguard`).
+/// The limitation the process guard brings (see `guards::processes`).
 pub const PROCESS_GUARD_LIMITATION: &str =
     "max_processes by capsule's process guard (root without a cgroup: RLIMIT_NPROC does not bind uid 0): \
      every clone/fork/vfork of the run waits while capsule counts the run's tasks (threads included) and fails \
@@ -219,7 +219,7 @@ pub const MEMORY_WATCHDOG_LIMITATION: &str =
      unprivileged capsule; a process of the run whose share capsule needs but cannot read (made \
      non-dumpable) ends the run";
 
-/// The limitation the metadata guard brings (see `supervisor::metaguard`).
+/// The limitation the metadata guard brings (see `guards::metadata`).
 pub const META_GUARD_LIMITATION: &str =
     "metadata guard (no mount namespace, so no read-only view of the host): every chmod, chown, utime(s), \
      futimesat, utimensat and setxattr/removexattr of the run waits while capsule resolves its target once \
@@ -466,7 +466,13 @@ pub struct Refusal {
     pub path: RunPath,
 }
 
-pub fn predict(plan: &Plan) -> Result<Prediction, Refusal> {
+/// The throwaway child that tries a namespace path's layers
+/// (`supervisor::spawn::trial`; the sandbox layer does not spawn): what the
+/// kernel refuses, if anything. Arguments: the layers, whether the run gets
+/// its own network namespace, the proxy port.
+pub type Trial = fn(&Layers, bool, Option<u16>) -> Option<NsRefusal>;
+
+pub fn predict(plan: &Plan, trial: Trial) -> Result<Prediction, Refusal> {
     // A stand-in port: the proxy's is only known when it listens.
     let port = (plan.net.mode == NetMode::Proxy).then_some(1);
     // The private TMPDIR must exist for its Landlock rule, as in `exec`.
@@ -474,7 +480,7 @@ pub fn predict(plan: &Plan) -> Result<Prediction, Refusal> {
         .tmpdir
         .as_ref()
         .filter(|t| std::fs::create_dir(t).is_ok());
-    let layers = predict_path(plan, port);
+    let layers = predict_path(plan, port, trial);
     if let Some(t) = made_tmp {
         let _ = std::fs::remove_dir(t);
     }
@@ -505,8 +511,12 @@ pub fn predict(plan: &Plan) -> Result<Prediction, Refusal> {
 /// The layers of the path `exec` lands on: prepared for each path in turn,
 /// and on a namespace path tried by a throwaway child that makes the same
 /// namespaces and view as `exec`'s init and stops before any command
-/// (`supervisor::spawn::trial`); its refusal moves on as in `exec`.
-pub fn predict_path(plan: &Plan, port: Option<u16>) -> Result<(Layers, RunPath), Refusal> {
+/// (`trial`: `supervisor::spawn::trial`); its refusal moves on as in `exec`.
+pub fn predict_path(
+    plan: &Plan,
+    port: Option<u16>,
+    trial: Trial,
+) -> Result<(Layers, RunPath), Refusal> {
     let mut path = RunPath::initial();
     loop {
         let mut layers = match prepare(plan, port, &path) {
@@ -517,7 +527,7 @@ pub fn predict_path(plan: &Plan, port: Option<u16>) -> Result<(Layers, RunPath),
             return Ok((layers, path));
         }
         let net = plan.net.mode != NetMode::Unrestricted;
-        let refusal = crate::supervisor::spawn::trial(&layers, net, port);
+        let refusal = trial(&layers, net, port);
         match refusal.and_then(|r| path.after(r).map(|next| (r, next))) {
             None => return Ok((layers, path)),
             Some((r, next)) => {
@@ -659,7 +669,7 @@ pub fn prepare(
     // endpoint, so Landlock's TCP rules, which cannot tell the run's own
     // 127.0.0.1 from another, are off. Landlock's TCP rules are then a second layer, used where
     // the kernel has them. On the host's network (no namespaces) the network
-    // guard (`supervisor::netguard`) holds connect to the proxy and refuses
+    // guard (`guards::network`) holds connect to the proxy and refuses
     // listen and TCP Fast Open, which no Landlock ABI sees; Landlock's TCP
     // rules are required only where the guard cannot be had.
     let host_proxy = plan.net.mode == NetMode::Proxy && !want_pidns && k.seccomp;
@@ -854,7 +864,7 @@ pub fn prepare(
     // files of the kernel's internal shmem mount, and seccomp cannot see the
     // path. vm.memfd_noexec = 2 in the run's pid namespace closes it (root
     // with the view); elsewhere on 6.3+ the memfd guard makes every memfd of
-    // the run itself, sealed against execution (`supervisor::memfdguard`).
+    // the run itself, sealed against execution (`guards::memfd`).
     let memfd_sysctl = view.as_ref().is_some_and(|v| v.summary.memfd_noexec);
     // The memfd and metadata guards need a seccomp listener, and they read
     // the caller's memory (process_vm_readv), which a container's seccomp
@@ -907,7 +917,7 @@ pub fn prepare(
     });
     let count_memfds = memory_watch.is_some() && remote();
     // Without the view's read-only host, the metadata guard
-    // (`supervisor::metaguard`) makes every chmod/chown/utime/setxattr of
+    // (`guards::metadata`) makes every chmod/chown/utime/setxattr of
     // the run itself, only where a write grant covers the target.
     let meta_guard =
         (view.is_none() && remote() && crate::sys::meta::openat2_available()).then(|| {

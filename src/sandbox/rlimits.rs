@@ -18,7 +18,7 @@ pub enum Mechanism {
     CgroupV1,
     Rlimit,
     /// max_processes as root without a cgroup: the process guard
-    /// (`supervisor::procguard`) counts the run's tasks at every fork.
+    /// (`guards::processes`) counts the run's tasks at every fork.
     ProcessGuard,
     /// Not enforced (only with --best-effort).
     None,

@@ -255,7 +255,7 @@ impl Observer {
             "openat2" => {
                 // struct open_how: its first field is the flags.
                 let mut b = [0u8; 8];
-                super::netguard::read_remote(tid, a[2], &mut b).ok()?;
+                crate::guards::procfs::read_remote(tid, a[2], &mut b).ok()?;
                 (
                     a[0] as i32 as i64,
                     a[1],
@@ -323,7 +323,7 @@ fn resolve(tid: libc::pid_t, dirfd: i64, ptr: u64) -> Option<PathBuf> {
     loop {
         let to_page_end = 4096 - (at % 4096) as usize;
         let mut buf = vec![0u8; to_page_end];
-        super::netguard::read_remote(tid, at, &mut buf).ok()?;
+        crate::guards::procfs::read_remote(tid, at, &mut buf).ok()?;
         if let Some(end) = buf.iter().position(|&b| b == 0) {
             out.extend_from_slice(&buf[..end]);
             break;

@@ -14,7 +14,7 @@
 //!   Pss_Shmem` (shared pages divided among the processes mapping them;
 //!   `Pss` where the kernel has no `Pss_Anon`, before 5.14) plus hugetlb
 //!   pages. Swap is not counted (nor does a cgroup's `memory.max`);
-//! * every memfd the run made: the memfd guard (`memfdguard`) makes each one
+//! * every memfd the run made: the memfd guard (`guards::memfd`) makes each one
 //!   itself and keeps a duplicate, whose allocated blocks count whether or
 //!   not any process maps it or still holds it (a memfd parked in flight in a
 //!   Unix socket is in no descriptor table; capsule cannot tell it from a
@@ -30,7 +30,7 @@
 //! [`MAX_PROCESSES`]): with a pid namespace, the descendants of its init
 //! (orphans are reparented to it); without one, the command's descendants
 //! and those of capsule's children (orphans of the run are reparented to
-//! capsule, a subreaper) that `signals::Judge` places in the run. A process
+//! capsule, a subreaper) that `guards::judge::Judge` places in the run. A process
 //! that moves in the tree during a sample is seen at the next one. A process of the run whose `smaps_rollup` cannot be read
 //! when it is needed (it made itself non-dumpable) counts as over the limit:
 //! fail closed.

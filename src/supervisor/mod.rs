@@ -12,14 +12,9 @@ pub mod capture;
 pub mod cleanup;
 pub mod event_loop;
 pub mod explain;
-pub mod memfdguard;
 pub mod memwatch;
-pub mod metaguard;
-pub mod netguard;
-pub mod procguard;
 pub mod pty;
 pub mod services;
-pub mod signals;
 pub mod spawn;
 pub mod treekill;
 
@@ -28,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 
+use crate::guards::{judge, memfd, metadata, network, notify_loop, processes};
 use crate::plan::Plan;
 use crate::result::{self, exit, Enforcement, Reason, RunResult, Termination};
 use crate::sandbox::{self, child::ChildSpec, view::ViewSummary};
@@ -419,8 +415,7 @@ fn guard_parts(
     // The run's signal filter sends its listener before exec; the guard
     // serving it needs to know the run (the command has not exec'd yet).
     let signal_tree = if layers.signals == sandbox::SignalLayer::SeccompNotify {
-        let tree =
-            signals::Tree::for_run(spawned.command.get(), keeper(spawned), &spawned.inherited);
+        let tree = judge::Tree::for_run(spawned.command.get(), keeper(spawned), &spawned.inherited);
         if tree.is_none() {
             tracing::warn!(
                 "signal guard: /proc does not show capsule as itself; every checked signal call of the run fails"
@@ -434,16 +429,16 @@ fn guard_parts(
     let net_guard = (layers.net_part == sandbox::seccomp::NetPart::Guard)
         .then(|| services.proxy_port())
         .flatten()
-        .map(|proxy_port| netguard::NetGuard { proxy_port });
+        .map(|proxy_port| network::NetGuard { proxy_port });
     let proc_guard = proc_guard(plan, layers, spawned);
     let memory_watch = memory_watch(layers, spawned);
-    let memfd_guard = layers.memfd_guard.map(|seal| memfdguard::MemfdGuard {
+    let memfd_guard = layers.memfd_guard.map(|seal| memfd::MemfdGuard {
         seal,
         keep: memory_watch.as_ref().map(|w| w.memfds.clone()),
     });
     // The metadata guard: no view of the host.
     let meta_guard = layers.meta_guard.as_ref().and_then(|m| {
-        metaguard::MetaGuard::start(metaguard::Grants {
+        metadata::MetaGuard::start(metadata::Grants {
             write: m.write.clone(),
             deny: m.deny.clone(),
         })
@@ -472,26 +467,26 @@ fn proc_guard(
     plan: &Plan,
     layers: &sandbox::Layers,
     spawned: &Spawned,
-) -> Option<procguard::ProcGuard> {
+) -> Option<processes::ProcGuard> {
     (layers.limits.get("max_processes").map(String::as_str) == Some("seccomp-notify"))
         .then_some(plan.limits.max_processes)
         .flatten()
         .and_then(|max| {
             let census = if spawned.tree == TreeMode::PidNamespace {
-                Some(procguard::Census::PidNamespace {
+                Some(processes::Census::PidNamespace {
                     init: spawned.pid,
-                    tree: signals::Tree::for_run(spawned.pid, None, &spawned.inherited),
+                    tree: judge::Tree::for_run(spawned.pid, None, &spawned.inherited),
                 })
             } else {
-                signals::Tree::for_run(spawned.command.get(), keeper(spawned), &spawned.inherited)
-                    .map(procguard::Census::Tree)
+                judge::Tree::for_run(spawned.command.get(), keeper(spawned), &spawned.inherited)
+                    .map(processes::Census::Tree)
             };
             if census.is_none() {
                 tracing::warn!(
                 "process guard: /proc does not show capsule as itself; every fork of the run fails"
             );
             }
-            census.map(|c| procguard::ProcGuard::new(max, c))
+            census.map(|c| processes::ProcGuard::new(max, c))
         })
 }
 
@@ -777,7 +772,7 @@ struct Supervised {
     exec_failed: Option<Errno>,
     setup_failed: Option<(sys::channel::Stage, Errno)>,
     ended: event_loop::Ended,
-    /// The guards' CPU budget (`signals::cpu_budget`).
+    /// The guards' CPU budget (`notify_loop::cpu_budget`).
     guard_budget: Duration,
 }
 
@@ -797,11 +792,11 @@ impl Supervised {
 
 /// What the guard thread serves once the run's listener arrives.
 type GuardParts = (
-    Option<signals::Tree>,
-    Option<netguard::NetGuard>,
-    Option<procguard::ProcGuard>,
-    Option<memfdguard::MemfdGuard>,
-    Option<metaguard::MetaGuard>,
+    Option<judge::Tree>,
+    Option<network::NetGuard>,
+    Option<processes::ProcGuard>,
+    Option<memfd::MemfdGuard>,
+    Option<metadata::MetaGuard>,
     Option<explain::Observer>,
 );
 
@@ -837,11 +832,11 @@ async fn supervise(
         exec_failed: None,
         setup_failed: None,
         ended: event_loop::Ended::default(),
-        guard_budget: signals::cpu_budget(plan.limits.timeout, plan.limits.cpu_seconds),
+        guard_budget: notify_loop::cpu_budget(plan.limits.timeout, plan.limits.cpu_seconds),
     };
     let budget = state.guard_budget;
-    let exhausted = signals::Exhausted::default();
-    let mut guard: Option<signals::Guard> = None;
+    let exhausted = notify_loop::Exhausted::default();
+    let mut guard: Option<notify_loop::Guard> = None;
     let (over_tx, over_rx) = tokio::sync::oneshot::channel();
     let watchdog = memory_watch.and_then(|w| match memwatch::start(w, over_tx) {
         Ok(d) => Some(d),
@@ -872,7 +867,7 @@ async fn supervise(
             Msg::Command { pid } => {
                 tracing::warn!("an unexpected command pid {pid} reported; ignored")
             }
-            Msg::Fd { tag } if tag == signals::LISTENER_TAG => {
+            Msg::Fd { tag } if tag == notify_loop::LISTENER_TAG => {
                 start_guard(fd, &mut guard_parts, budget, &exhausted, &mut guard)
             }
             Msg::Fd { tag } => services.on_fd(tag, fd),
@@ -911,8 +906,8 @@ fn start_guard(
     fd: Option<OwnedFd>,
     parts: &mut GuardParts,
     budget: Duration,
-    exhausted: &signals::Exhausted,
-    guard: &mut Option<signals::Guard>,
+    exhausted: &notify_loop::Exhausted,
+    guard: &mut Option<notify_loop::Guard>,
 ) {
     let (signal_tree, net_guard, proc_guard, memfd_guard, meta_guard, observer) = parts;
     let (tree, net, procs) = (signal_tree.take(), net_guard.take(), proc_guard.take());
@@ -924,7 +919,7 @@ fn start_guard(
         || memfd.is_some()
         || meta.is_some()
         || observe.is_some();
-    let parts = signals::Parts {
+    let parts = notify_loop::Parts {
         tree,
         net,
         procs,
@@ -935,7 +930,7 @@ fn start_guard(
         exhausted: exhausted.clone(),
     };
     match (fd, guard.is_none() && wanted) {
-        (Some(fd), true) => match signals::start(fd, parts) {
+        (Some(fd), true) => match notify_loop::start(fd, parts) {
             Ok(g) => *guard = Some(g),
             Err(e) => tracing::warn!("guard: cannot start: {e}"),
         },

@@ -1,4 +1,4 @@
-//! The system calls the metadata guard (`supervisor::metaguard`) makes for
+//! The system calls the metadata guard (`guards::metadata`) makes for
 //! the run: on its own thread, which holds the run's credentials (fsuid and
 //! fsgid, per-thread raw calls, never glibc's broadcasting setfsuid/setuid
 //! wrappers) and no capabilities, on an `O_PATH` descriptor of the object it

@@ -1,5 +1,5 @@
 //! seccomp user notification: the supervisor's side of the notify filter's
-//! listener (`supervisor::signals`, `supervisor::netguard`), the probe that
+//! listener (`guards::notify_loop`, `guards::network`), the probe that
 //! says whether a child of this process can get such a listener at all, and
 //! what the network guard needs to act on a notified call: the caller's
 //! socket (pidfd_getfd) and the address it passed (process_vm_readv).

@@ -2,13 +2,27 @@
 //! on its own stack in the supervisor's address space, turning the clone
 //! argument back into the leaked spec, and the final `execve`.
 //!
-//! The stages themselves are safe Rust ([`child::init_main`],
-//! [`child::command_main`]) that follow the CLONE_VM rules stated in
-//! `sandbox::child`; only the entry points here need `unsafe`.
+//! The stages themselves are safe Rust (`sandbox::child::init_main`,
+//! `command_main`, `keeper_main`) that follow the CLONE_VM rules stated in
+//! `sandbox::child`; only the entry points here need `unsafe`. sys/ knows
+//! nobody above it: the stages come in through [`Stages`], which the
+//! child's spec implements.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_char, c_int, c_void, CStr};
 
-use crate::sandbox::child::{self, ChildSpec};
+/// What a stage runs: the spec the supervisor prepared before the clone
+/// (`sandbox::child::ChildSpec`), with the stages' entry points.
+pub trait Stages: 'static {
+    /// Pid 1 of the run's pid namespace.
+    fn init_main(&'static self) -> c_int;
+    /// The keeper between capsule and the command.
+    fn keeper_main(&'static self) -> c_int;
+    /// The command's pre-exec stage.
+    fn command_main(&'static self) -> c_int;
+    /// The program to execute, and its argv and envp: NULL-terminated
+    /// pointer arrays into strings the spec owns and never changes.
+    fn exec_args(&self) -> (&CStr, &[*const c_char], &[*const c_char]);
+}
 
 /// Which stage a clone starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,40 +36,40 @@ pub enum Entry {
     Keeper,
 }
 
-extern "C" fn init_entry(arg: *mut c_void) -> c_int {
-    // SAFETY: `clone_stage` passes a pointer made from a `&'static ChildSpec`
+extern "C" fn init_entry<S: Stages>(arg: *mut c_void) -> c_int {
+    // SAFETY: `clone_stage::<S>` passes a pointer made from a `&'static S`
     // (leaked by the supervisor, never written after the clone).
-    let spec: &'static ChildSpec = unsafe { &*(arg as *const ChildSpec) };
-    child::init_main(spec)
+    let spec: &'static S = unsafe { &*(arg as *const S) };
+    spec.init_main()
 }
 
-extern "C" fn keeper_entry(arg: *mut c_void) -> c_int {
+extern "C" fn keeper_entry<S: Stages>(arg: *mut c_void) -> c_int {
     // SAFETY: as in `init_entry`.
-    let spec: &'static ChildSpec = unsafe { &*(arg as *const ChildSpec) };
-    child::keeper_main(spec)
+    let spec: &'static S = unsafe { &*(arg as *const S) };
+    spec.keeper_main()
 }
 
-extern "C" fn command_entry(arg: *mut c_void) -> c_int {
+extern "C" fn command_entry<S: Stages>(arg: *mut c_void) -> c_int {
     // SAFETY: as in `init_entry`.
-    let spec: &'static ChildSpec = unsafe { &*(arg as *const ChildSpec) };
-    child::command_main(spec)
+    let spec: &'static S = unsafe { &*(arg as *const S) };
+    spec.command_main()
 }
 
 /// `clone(flags | CLONE_VM | SIGCHLD)` of a stage on `stack`, reading `spec`.
 /// `stack` must not be in use by another live stage (each stage has its own:
 /// `spec.command_stack` for the command stage).
-pub fn clone_stage(
+pub fn clone_stage<S: Stages>(
     flags: c_int,
     stack: super::StageStack,
     entry: Entry,
-    spec: &'static ChildSpec,
+    spec: &'static S,
 ) -> Result<libc::pid_t, i32> {
     let f = match entry {
-        Entry::Init => init_entry as extern "C" fn(*mut c_void) -> c_int,
-        Entry::Command => command_entry,
-        Entry::Keeper => keeper_entry,
+        Entry::Init => init_entry::<S> as extern "C" fn(*mut c_void) -> c_int,
+        Entry::Command => command_entry::<S>,
+        Entry::Keeper => keeper_entry::<S>,
     };
-    let arg = (spec as *const ChildSpec).cast_mut().cast::<c_void>();
+    let arg = (spec as *const S).cast_mut().cast::<c_void>();
     // SAFETY: both entries run the stages of `sandbox::child`, which follow
     // the CLONE_VM rules (raw system calls only, no allocation, no
     // thread-locals, no panic); `spec` is 'static and nobody writes it any
@@ -66,14 +80,13 @@ pub fn clone_stage(
 }
 
 /// `execve` of the spec's program; only returns, with the errno, on failure.
-pub fn exec(spec: &ChildSpec) -> i32 {
-    // SAFETY: `ChildSpec::seal` built both pointer arrays NULL-terminated,
-    // pointing into the spec's own CStrings, which live as long as the spec.
-    unsafe {
-        super::raw::execve(
-            &spec.program,
-            spec.argv_ptrs.as_ptr(),
-            spec.envp_ptrs.as_ptr(),
-        )
+pub fn exec<S: Stages>(spec: &S) -> i32 {
+    let (program, argv, envp) = spec.exec_args();
+    if argv.last() != Some(&std::ptr::null()) || envp.last() != Some(&std::ptr::null()) {
+        return libc::EINVAL;
     }
+    // SAFETY: both pointer arrays are NULL-terminated (checked above) and
+    // point into the spec's own CStrings, which live as long as the spec
+    // (`Stages::exec_args`; `ChildSpec::seal` built them).
+    unsafe { super::raw::execve(program, argv.as_ptr(), envp.as_ptr()) }
 }

@@ -240,7 +240,7 @@ impl<'a> Survey<'a> {
         // namespaces, or a fresh /proc), as `check` predicts it; or the one
         // the run took.
         let layers = match namespaces {
-            None => sandbox::predict_path(plan, port),
+            None => sandbox::predict_path(plan, port, crate::supervisor::spawn::trial),
             Some(namespaces) => {
                 let path = sandbox::RunPath {
                     namespaces,

@@ -338,32 +338,41 @@ pub(super) fn arg_checks(opts: &SeccompOptions) -> Vec<(&'static str, ArgCheck)>
         },
     ));
     if !opts.private_pid {
-        let pid0 = |arg| ArgCheck::one_of(arg, &[0], Pass, Deny);
-        // prlimit64(pid, resource, new_limit, old_limit).
-        checks.push((
-            "prlimit64",
-            ArgCheck::one_of(
-                0,
-                &[0],
-                Pass,
-                ArgCheck::Null {
-                    arg: 2,
-                    then: Box::new(Pass),
-                    otherwise: Box::new(Deny),
-                },
-            ),
-        ));
-        // setpriority(which, who, prio), ioprio_set(which, who, ioprio).
-        checks.push(("setpriority", ArgCheck::one_of(0, PRIO_OWN, pid0(1), Deny)));
-        checks.push(("ioprio_set", ArgCheck::one_of(0, IOPRIO_OWN, pid0(1), Deny)));
-        for name in [
-            "sched_setaffinity",
-            "sched_setscheduler",
-            "sched_setparam",
-            "sched_setattr",
-        ] {
-            checks.push((name, pid0(0)));
-        }
+        checks.extend(only_own_process());
+    }
+    checks
+}
+
+/// Without a private pid namespace: the scheduling and limit calls act only
+/// on the caller's own process (pid 0), or only read.
+fn only_own_process() -> Vec<(&'static str, ArgCheck)> {
+    use ArgCheck::{Deny, Pass};
+    let pid0 = |arg| ArgCheck::one_of(arg, &[0], Pass, Deny);
+    let mut checks = Vec::new();
+    // prlimit64(pid, resource, new_limit, old_limit).
+    checks.push((
+        "prlimit64",
+        ArgCheck::one_of(
+            0,
+            &[0],
+            Pass,
+            ArgCheck::Null {
+                arg: 2,
+                then: Box::new(Pass),
+                otherwise: Box::new(Deny),
+            },
+        ),
+    ));
+    // setpriority(which, who, prio), ioprio_set(which, who, ioprio).
+    checks.push(("setpriority", ArgCheck::one_of(0, PRIO_OWN, pid0(1), Deny)));
+    checks.push(("ioprio_set", ArgCheck::one_of(0, IOPRIO_OWN, pid0(1), Deny)));
+    for name in [
+        "sched_setaffinity",
+        "sched_setscheduler",
+        "sched_setparam",
+        "sched_setattr",
+    ] {
+        checks.push((name, pid0(0)));
     }
     checks
 }

@@ -6,7 +6,7 @@
 //! A second, small program, installed by the command stage right after the
 //! main one (so last before exec) with `SECCOMP_FILTER_FLAG_NEW_LISTENER`
 //! when a part is notified. The listener goes to the supervisor
-//! (`supervisor::signals`, `supervisor::netguard`), which decides each
+//! (`guards::notify_loop`: `guards::signals`, `guards::network`, ...), which decides each
 //! notified call: for a signal the target must be a process of the run; a
 //! connect must go to the proxy, and the supervisor makes it itself.
 //!
@@ -32,7 +32,7 @@
 //! memfd_create                                USER_NOTIF (the supervisor makes it sealed,
 //!                                                         and keeps it for the memory watchdog)
 //!                                             ENOSYS  (memory_mb without a cgroup nor a listener)
-//! metadata part (no mount namespace, see `supervisor::metaguard`):
+//! metadata part (no mount namespace, see `guards::metadata`):
 //! utime(s), futimesat, utimensat, the chmod,
 //!   chown, setxattr and removexattr families  USER_NOTIF (the supervisor makes the call where a
 //!                                                         write grant covers the target)
@@ -130,7 +130,7 @@ pub struct Parts {
     /// The metadata guard (no mount namespace): the chmod, chown, utime and
     /// setxattr/removexattr families go to the supervisor, which makes each
     /// call itself where a write grant covers the target
-    /// (`supervisor::metaguard`; a listener is needed). setxattrat,
+    /// (`guards::metadata`; a listener is needed). setxattrat,
     /// removexattrat and file_setattr fail with ENOSYS, the
     /// FS_IOC_SETFLAGS/FS_IOC_FSSETXATTR ioctls with EPERM.
     pub meta: bool,
@@ -170,7 +170,7 @@ pub const OBSERVED: &[&str] = &[
     "symlinkat",
 ];
 
-/// The metadata guard's notified calls (`supervisor::metaguard::NOTIFIED`).
+/// The metadata guard's notified calls (`guards::metadata::NOTIFIED`).
 pub const META_NOTIFIED: &[&str] = &[
     "utime",
     "utimes",

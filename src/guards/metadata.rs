@@ -399,7 +399,7 @@ fn own_fd_path(path: &std::ffi::CStr, caller: libc::pid_t) -> Option<i32> {
 
 /// Read `buf.len()` bytes of the caller's memory.
 fn read(tid: libc::pid_t, addr: u64, buf: &mut [u8]) -> Result<(), Errno> {
-    super::netguard::read_remote(tid, addr, buf).map_err(|e| {
+    super::procfs::read_remote(tid, addr, buf).map_err(|e| {
         if e == Errno::EACCES {
             Errno::EFAULT
         } else {

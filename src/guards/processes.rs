@@ -17,7 +17,7 @@
 //! memory: a container's root), the run's tree is counted as without a pid
 //! namespace (every parent chain of the run leads to its init); without
 //! one, the host's `/proc` is scanned for processes that carry the run's
-//! marks and descend from it (`signals::Judge::in_tree`).
+//! marks and descend from it (`judge::Judge::in_tree`).
 //!
 //! A fork that was let through but whose child has not appeared yet is
 //! counted as one more task until its caller has returned from the call
@@ -26,7 +26,8 @@
 //! its child execs or exits, so that child counts twice meanwhile: stricter,
 //! never looser.
 
-use super::signals::{Judge, ProcFs, Tree};
+use super::judge::{Judge, Tree};
+use super::procfs::ProcFs;
 use crate::sys::notify::{Notification, Reply};
 
 /// How the run's tasks are found.

@@ -239,7 +239,7 @@ pub fn patterns(home: &Path, extra: &[(PathBuf, &'static str)]) -> Vec<Location>
     // database counts too when $HOME names another directory (sudo -E, a
     // CI job's HOME=/tmp/x): its credentials are the user's all the same.
     let mut homes = vec![home.to_path_buf()];
-    if let Some(dir) = crate::policy::resolve::account_home() {
+    if let Some(dir) = super::home::account_home() {
         if dir != home && dir != Path::new("/") {
             homes.push(dir);
         }
@@ -415,7 +415,7 @@ mod tests {
         let elsewhere = Path::new("/nonexistent/elsewhere-home");
         let v = patterns(elsewhere, &[]);
         assert!(v.iter().any(|l| l.path == elsewhere.join(".ssh")));
-        let dir = crate::policy::resolve::account_home().expect("this account has a home");
+        let dir = crate::policy::home::account_home().expect("this account has a home");
         if dir != Path::new("/") {
             assert!(
                 v.iter().any(|l| l.path == dir.join(".ssh")),

@@ -20,7 +20,7 @@
 
 use nix::errno::Errno;
 
-use super::netguard::Action;
+use super::network::Action;
 use crate::sys::notify::{self, Listener, Notification, Reply};
 
 /// MFD_NOEXEC_SEAL and MFD_EXEC (linux/memfd.h, 6.3+).
@@ -40,7 +40,7 @@ pub struct MemfdGuard {
     /// Seal every memfd against execution (MFD_NOEXEC_SEAL, Linux 6.3+).
     pub seal: bool,
     /// Keep a duplicate of every memfd for the memory watchdog.
-    pub keep: Option<super::memwatch::Memfds>,
+    pub keep: Option<crate::supervisor::memwatch::Memfds>,
 }
 
 /// Serve one memfd_create: answered here with the descriptor, or the
@@ -85,7 +85,7 @@ fn read_name(tid: libc::pid_t, addr: u64) -> Result<std::ffi::CString, Errno> {
         let to_page_end = 4096 - (at % 4096) as usize;
         let want = to_page_end.min(NAME_MAX + 1 - name.len());
         let mut buf = vec![0u8; want];
-        super::netguard::read_remote(tid, at, &mut buf).map_err(|e| {
+        super::procfs::read_remote(tid, at, &mut buf).map_err(|e| {
             if e == Errno::EACCES {
                 Errno::EFAULT
             } else {

@@ -59,6 +59,7 @@ use std::sync::Arc;
 use nix::errno::Errno;
 use nix::sys::socket::{SockaddrIn, SockaddrIn6};
 
+use super::procfs::read_remote;
 use crate::sys::notify::{self, Listener, Notification, Reply};
 
 /// Connects in flight at once; past it a connect fails with EAGAIN (the
@@ -422,26 +423,6 @@ fn same_file(tid: libc::pid_t, fd: i32, sock: &OwnedFd) -> bool {
         .and_then(|s| s.strip_suffix(']'))
         .and_then(|s| s.parse::<u64>().ok())
         .is_some_and(|ino| ino == st.st_ino)
-}
-
-/// Read `buf.len()` bytes at `addr` of thread `tid`'s memory. EFAULT when
-/// the caller passed a bad pointer.
-pub(super) fn read_remote(tid: libc::pid_t, addr: u64, buf: &mut [u8]) -> Result<(), Errno> {
-    if buf.is_empty() {
-        return Err(Errno::EINVAL);
-    }
-    let len = buf.len();
-    let remote = [nix::sys::uio::RemoteIoVec {
-        base: addr as usize,
-        len,
-    }];
-    let mut local = [std::io::IoSliceMut::new(buf)];
-    match nix::sys::uio::process_vm_readv(nix::unistd::Pid::from_raw(tid), &mut local, &remote) {
-        Ok(n) if n == len => Ok(()),
-        Ok(_) => Err(Errno::EFAULT),
-        Err(Errno::EPERM) => Err(Errno::EACCES),
-        Err(e) => Err(if e == Errno::ESRCH { e } else { Errno::EFAULT }),
-    }
 }
 
 #[cfg(test)]

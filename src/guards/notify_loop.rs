@@ -1,0 +1,338 @@
+//! The notify loop: one thread serves the run's seccomp listener, hands
+//! each notified call to the part that owns its system call (signals,
+//! network, processes, memfd, metadata; the path observer of
+//! `exec --explain`), answers it, and holds the guards to their CPU budget
+//! ([`cpu_budget`]). If the thread or the listener fails, the descriptor
+//! closes and the kernel fails every notified call with ENOSYS: closed,
+//! never open.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+
+use super::judge::{Judge, Tree};
+use super::procfs::ProcFs;
+use crate::sys::notify::{Listener, Notification, Reply};
+
+pub use crate::sandbox::seccomp::signals::LISTENER_TAG;
+
+/// The CPU time the guards may spend serving one run's notified calls.
+///
+/// Every notified call costs capsule work (a parent-chain walk, a `/proc`
+/// scan for a leaderless group, a census of the run's tasks per fork, a
+/// connect thread), on capsule's CPU, outside every limit of the run; a run
+/// that signals or forks in a loop would keep capsule busy on a core for as
+/// long as it runs. So the guards count as one more process of the run: they
+/// may use no more CPU time than one process of the run may (`cpu_seconds`,
+/// RLIMIT_CPU), and no more than a tenth of a core over the wall-clock limit;
+/// at least one second. Past it the run is killed (`kill_reason` names the
+/// budget); calls that arrive meanwhile are refused without any work.
+pub fn cpu_budget(timeout: Duration, cpu_seconds: Option<u64>) -> Duration {
+    let mut b = timeout / 10;
+    if let Some(c) = cpu_seconds {
+        b = b.min(Duration::from_secs(c));
+    }
+    b.max(Duration::from_secs(1))
+}
+
+/// What the guard thread tells the event loop: its CPU budget is spent.
+pub type Exhausted = std::sync::Arc<tokio::sync::Notify>;
+
+/// The thread serving the run's listener: the signal checks, the network
+/// guard, or both (one notify filter, one listener).
+pub struct Guard {
+    stop: OwnedFd,
+    thread: std::thread::JoinHandle<(u64, u64)>,
+}
+
+/// The parts one guard thread serves, and what bounds it.
+pub struct Parts {
+    pub tree: Option<Tree>,
+    pub net: Option<super::network::NetGuard>,
+    pub procs: Option<super::processes::ProcGuard>,
+    pub memfd: Option<super::memfd::MemfdGuard>,
+    pub meta: Option<super::metadata::MetaGuard>,
+    /// `exec --explain`: the path observer (always CONTINUE).
+    pub observe: Option<crate::supervisor::explain::Observer>,
+    /// The thread's CPU budget ([`cpu_budget`]) and whom to tell when it is spent.
+    pub budget: Duration,
+    pub exhausted: Exhausted,
+}
+
+/// Serve `listener` on a thread of its own: signal calls are judged against
+/// `tree`, connect/listen by `net`, clone/fork/vfork by `procs`,
+/// memfd_create by the memfd guard with `memfd` (each refused without its judge).
+pub fn start(listener: OwnedFd, parts: Parts) -> std::io::Result<Guard> {
+    let listener = std::sync::Arc::new(Listener::new(listener)?);
+    let (stop_r, stop_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let thread = std::thread::Builder::new()
+        .name("capsule-guard".into())
+        .spawn(move || serve(&listener, &stop_r, parts))?;
+    Ok(Guard {
+        stop: stop_w,
+        thread,
+    })
+}
+
+impl Guard {
+    pub fn stop(self) {
+        drop(self.stop);
+        match self.thread.join() {
+            Ok((allowed, refused)) => {
+                tracing::debug!("guard: {allowed} calls let through or made, {refused} refused")
+            }
+            Err(_) => tracing::warn!("guard: the thread panicked"),
+        }
+    }
+}
+
+/// The parts the guard thread hands calls to.
+struct Served<'a> {
+    judge: Option<Judge<'a, ProcFs>>,
+    net: Option<super::network::NetGuard>,
+    procs: Option<super::processes::ProcGuard>,
+    memfd: Option<super::memfd::MemfdGuard>,
+    meta: Option<super::metadata::MetaGuard>,
+    observe: Option<crate::supervisor::explain::Observer>,
+}
+
+impl Served<'_> {
+    /// Hand one notified call to the part that owns its system call (each
+    /// refused without its part); once the budget is `spent`, refuse it
+    /// without work.
+    fn dispatch(
+        &mut self,
+        listener: &std::sync::Arc<Listener>,
+        n: &Notification,
+        spent: bool,
+    ) -> super::network::Action {
+        use super::network::{Action, NetGuard};
+        use super::processes::ProcGuard;
+        if spent {
+            let errno = if ProcGuard::handles(n.nr) {
+                libc::EAGAIN
+            } else {
+                libc::EPERM
+            };
+            Action::Reply(Reply::Fail(errno))
+        } else if super::metadata::MetaGuard::handles(n.nr) {
+            match &self.meta {
+                Some(g) => Action::Reply(g.serve(listener, n)),
+                None => Action::Reply(Reply::Fail(libc::EPERM)),
+            }
+        } else if crate::supervisor::explain::Observer::handles(n.nr) {
+            // Only explains: the kernel decides as usual.
+            match &self.observe {
+                Some(o) => Action::Reply(o.serve(listener, n)),
+                None => Action::Reply(Reply::Continue),
+            }
+        } else if super::memfd::handles(n.nr) {
+            match &self.memfd {
+                Some(g) => super::memfd::serve(listener, n, g),
+                None => Action::Reply(Reply::Fail(libc::EPERM)),
+            }
+        } else if NetGuard::handles(n.nr) {
+            match &self.net {
+                Some(g) => g.decide(listener, n),
+                None => Action::Reply(Reply::Fail(libc::EPERM)),
+            }
+        } else if ProcGuard::handles(n.nr) {
+            match &mut self.procs {
+                Some(p) => Action::Reply(p.decide(n)),
+                None => Action::Reply(Reply::Fail(libc::EAGAIN)),
+            }
+        } else {
+            match (&self.judge, &self.observe) {
+                (Some(j), o) => {
+                    let reply = j.decide(n);
+                    if let (Some(o), Reply::Fail(_)) = (o, &reply) {
+                        o.refused_signal(n);
+                    }
+                    Action::Reply(reply)
+                }
+                // No signal checks here (a pid namespace or Landlock's
+                // scope decides): the observer only records.
+                (None, Some(o)) => Action::Reply(o.serve_signal(listener, n)),
+                (None, None) => Action::Reply(Reply::Fail(libc::EPERM)),
+            }
+        }
+    }
+}
+
+/// Answer `n` with `reply`, unless its caller is gone.
+fn answer(listener: &Listener, n: &Notification, reply: Reply) {
+    // The /proc reads are done: a caller that is gone meanwhile needs no answer.
+    if listener.id_valid(n.id) {
+        match listener.reply(n.id, reply) {
+            Ok(()) | Err(Errno::ENOENT) => {}
+            Err(e) => {
+                // CONTINUE refused (a kernel before 5.5): refuse the call.
+                tracing::warn!("guard: answering: {e}");
+                let _ = listener.reply(n.id, Reply::Fail(libc::EPERM));
+            }
+        }
+    }
+}
+
+/// What woke the guard thread.
+enum Woken {
+    /// Nothing to do (EINTR): wait again.
+    Again,
+    /// Stop: asked to, or poll failed.
+    Stop,
+    /// The listener's events.
+    Events(PollFlags),
+}
+
+/// Wait for a notification on `listener`, or for `stop`.
+fn wait(listener: &Listener, stop: &OwnedFd) -> Woken {
+    let mut fds = [
+        PollFd::new(listener.as_fd(), PollFlags::POLLIN),
+        PollFd::new(stop.as_fd(), PollFlags::POLLIN),
+    ];
+    match poll(&mut fds, PollTimeout::NONE) {
+        Ok(_) => {}
+        Err(Errno::EINTR) => return Woken::Again,
+        Err(e) => {
+            tracing::warn!("guard: poll: {e}");
+            return Woken::Stop;
+        }
+    }
+    if fds[1].revents().is_some_and(|r| !r.is_empty()) {
+        return Woken::Stop;
+    }
+    Woken::Events(fds[0].revents().unwrap_or(PollFlags::empty()))
+}
+
+/// Whether the guards have spent their CPU budget: this thread's time and
+/// the ended connect threads', less the observer's (`--explain` never
+/// kills a run for being observed). Unknown counts as spent.
+fn over_budget(
+    threads: &super::network::Threads,
+    observed_cpu: Duration,
+    budget: Duration,
+) -> bool {
+    let used = crate::sys::thread_cpu_time().map(|t| {
+        (t + Duration::from_nanos(threads.cpu_nanos.load(std::sync::atomic::Ordering::Relaxed)))
+            .saturating_sub(observed_cpu)
+    });
+    used.is_none_or(|t| t > budget)
+}
+
+fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (u64, u64) {
+    use super::network::{self, Action};
+    let Parts {
+        tree,
+        net,
+        procs,
+        memfd,
+        meta,
+        observe,
+        budget,
+        exhausted,
+    } = parts;
+    // Signals for capsule go to the event loop's thread, never here.
+    let _ = crate::sys::block_all_signals();
+    let judge = tree.as_ref().map(|tree| Judge {
+        tree,
+        procs: ProcFs,
+    });
+    let mut served = Served {
+        judge,
+        net,
+        procs,
+        memfd,
+        meta,
+        observe,
+    };
+    // Spent: every call is refused at once, until the event loop has killed the run.
+    let mut spent = false;
+    let threads = std::sync::Arc::new(network::Threads::default());
+    let (mut allowed, mut refused) = (0u64, 0u64);
+    // The path observer's CPU time (`exec --explain`), not counted in the budget.
+    let mut observed_cpu = Duration::ZERO;
+    loop {
+        // With the observer: this iteration's CPU time, for when it serves an
+        // observed call (poll, receive, read, answer).
+        let iter_start = served
+            .observe
+            .as_ref()
+            .and_then(|_| crate::sys::thread_cpu_time());
+        let ev = match wait(listener, stop) {
+            Woken::Again => continue,
+            Woken::Stop => break,
+            Woken::Events(ev) => ev,
+        };
+        if ev.contains(PollFlags::POLLIN) {
+            let n = match listener.recv() {
+                Ok(n) => n,
+                // The caller went away before we could receive it.
+                Err(Errno::ENOENT) => continue,
+                Err(e) => {
+                    tracing::warn!("guard: receiving a notification: {e}");
+                    break;
+                }
+            };
+            if !spent && over_budget(&threads, observed_cpu, budget) {
+                spent = true;
+                tracing::warn!(
+                    "guard: {:.1} s of capsule's CPU spent on the run's checked calls: budget spent, the run is killed",
+                    budget.as_secs_f64()
+                );
+                exhausted.notify_one();
+            }
+            let action = served.dispatch(listener, &n, spent);
+            let reply = match action {
+                Action::Connect(conn) => {
+                    allowed += 1;
+                    network::serve_connect(listener, n.id, conn, &threads);
+                    continue;
+                }
+                Action::Answered => {
+                    allowed += 1;
+                    continue;
+                }
+                Action::Reply(r) => r,
+            };
+            if matches!(reply, Reply::Continue | Reply::Value(_)) {
+                allowed += 1;
+            } else {
+                refused += 1;
+                tracing::debug!(
+                    "guard: refused syscall {} of pid {} (args {:?}): {:?}",
+                    n.nr,
+                    n.pid,
+                    &n.args[..3],
+                    reply
+                );
+            }
+            answer(listener, &n, reply);
+            if served.observe.is_some() && crate::supervisor::explain::Observer::handles(n.nr) {
+                if let (Some(a), Some(b)) = (iter_start, crate::sys::thread_cpu_time()) {
+                    observed_cpu += b.saturating_sub(a);
+                }
+            }
+        } else if ev.intersects(PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL) {
+            // No process uses the filter any more.
+            break;
+        }
+    }
+    (allowed, refused)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cpu_budget_is_a_tenth_of_the_timeout_at_most_cpu_seconds_at_least_a_second() {
+        let s = Duration::from_secs;
+        assert_eq!(cpu_budget(s(600), None), s(60));
+        assert_eq!(cpu_budget(s(600), Some(30)), s(30));
+        assert_eq!(cpu_budget(s(20), Some(300)), s(2));
+        assert_eq!(cpu_budget(s(3), None), s(1));
+        assert_eq!(cpu_budget(s(600), Some(0)), s(1));
+    }
+}

@@ -1,0 +1,53 @@
+//! Whose home `~` means: the invoking user's (`$HOME`, else the account's).
+
+use std::path::PathBuf;
+
+/// The invoking user's home: `$HOME` if set and absolute, else the passwd
+/// entry of the real uid, else `/nonexistent` (so `~` grants fail as missing).
+pub fn invoking_home() -> PathBuf {
+    if let Some(h) = std::env::var_os("HOME") {
+        let p = PathBuf::from(h);
+        if p.is_absolute() {
+            return p;
+        }
+    }
+    account_home().unwrap_or_else(|| PathBuf::from("/nonexistent"))
+}
+
+/// The home directory of this process's account in the password database.
+/// A static capsule may have no NSS to ask: then /etc/passwd itself.
+pub fn account_home() -> Option<PathBuf> {
+    let uid = nix::unistd::getuid();
+    if let Ok(Some(u)) = nix::unistd::User::from_uid(uid) {
+        if u.dir.is_absolute() {
+            return Some(u.dir);
+        }
+    }
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd_home(&passwd, uid.as_raw())
+}
+
+/// The home field of `uid`'s line in a passwd(5) text.
+pub fn passwd_home(passwd: &str, uid: u32) -> Option<PathBuf> {
+    passwd.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.len() >= 7 && f[2].parse::<u32>().ok() == Some(uid))
+            .then(|| PathBuf::from(f[5]))
+            .filter(|p| p.is_absolute())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn home_is_absolute() {
+        assert!(invoking_home().is_absolute());
+        let text = "root:x:0:0:root:/root:/bin/bash\nbad line\nu:x:1000:1000::/home/u:/bin/sh\nr:x:7:7::rel:/bin/sh\n";
+        assert_eq!(passwd_home(text, 0), Some(PathBuf::from("/root")));
+        assert_eq!(passwd_home(text, 1000), Some(PathBuf::from("/home/u")));
+        assert_eq!(passwd_home(text, 7), None);
+        assert_eq!(passwd_home(text, 5), None);
+    }
+}
