@@ -43,7 +43,6 @@ const LONG_FN_ALLOWLIST: &[&str] = &[
     "sandbox/seccomp/oracle.rs:deny_rules",
     "sandbox/seccomp/signals.rs:program",
     "supervisor/event_loop.rs:watch",
-    "supervisor/spawn.rs:spawn",
 ];
 
 fn src_dir() -> Option<PathBuf> {
