@@ -42,7 +42,6 @@ const LONG_FN_ALLOWLIST: &[&str] = &[
     "sandbox/child.rs:command_main",
     "sandbox/seccomp/oracle.rs:deny_rules",
     "sandbox/seccomp/signals.rs:program",
-    "supervisor/event_loop.rs:watch",
 ];
 
 fn src_dir() -> Option<PathBuf> {
