@@ -38,13 +38,10 @@ const LONG_FN_ALLOWLIST: &[&str] = &[
     // Not split yet (issue 24): each is a sequence of commented steps whose
     // comments name the functions it should become. Remove an entry when
     // its function is split; the check keeps new ones from growing past it.
-    "sandbox/mod.rs:prepare",
     "guards/metadata.rs:prepare",
     "sandbox/child.rs:command_main",
     "sandbox/seccomp/oracle.rs:deny_rules",
     "sandbox/seccomp/signals.rs:program",
-    "supervisor/event_loop.rs:watch",
-    "supervisor/spawn.rs:spawn",
 ];
 
 fn src_dir() -> Option<PathBuf> {

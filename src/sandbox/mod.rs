@@ -544,396 +544,563 @@ pub fn predict_path(
 /// `path`: whether the child is to get its own namespaces and the view, and
 /// which /proc (the supervisor asks again on the next path when the kernel
 /// refuses them).
+///
+/// The steps run in this order, each deciding one layer (and, fail-closed,
+/// refusing the run or adding to `missing` what it cannot give): the
+/// signal layer, the run's own network, the network guard on the host's
+/// network, the Landlock ruleset, the view, the seccomp programs, the
+/// truncate guard, the limits, the guards that need a seccomp listener,
+/// the notify filter that serves them, and the limitations to report.
 pub fn prepare(
     plan: &Plan,
     proxy_port: Option<u16>,
     path: &RunPath,
 ) -> Result<Layers, SandboxError> {
-    let namespaces = path.namespaces;
-    let best_effort = plan.best_effort;
-    let mut missing = Vec::new();
-    let unavailable =
-        |what: &str, why: &str, missing: &mut Vec<String>| -> Result<(), SandboxError> {
-            if best_effort {
-                let line = format!("{what}: {why}");
-                tracing::warn!("not enforced (--best-effort): {line}");
-                missing.push(line);
-                Ok(())
-            } else {
-                Err(SandboxError::Unavailable {
-                    what: what.into(),
-                    why: why.into(),
-                })
-            }
-        };
-    let want_pidns = namespaces;
-    if !want_pidns {
-        tracing::info!(
-            "no pid namespace available: descendants are killed through a child subreaper, and a setsid'd \
-             grandchild can outlive capsule if capsule itself is SIGKILLed"
-        );
-    }
-
-    let k = kernel::probe();
-    // Landlock.
-    let abi = k.landlock_abi;
-    let scopes = landlock::Scopes {
-        signal: k.landlock_scopes(),
-        abstract_unix: k.landlock_scopes(),
-    };
-    // Signals: the pid namespace hides every process outside the run;
-    // without one, Landlock's signal scope, and below it the seccomp signal
-    // filter, whose listener the supervisor serves.
-    let scope_kernel = format!(
-        "Landlock ABI {LANDLOCK_SCOPES} (Linux {})",
-        landlock_linux(LANDLOCK_SCOPES)
-    );
-    let signals = if want_pidns {
-        SignalLayer::PidNamespace
-    } else if k.landlock_scopes() {
-        SignalLayer::LandlockScope
-    } else if abi == 0 {
-        // Only Landlock's filesystem rules keep the run out of the host's
-        // /proc, where capsule's listener sits in /proc/PID/fd: the kernel's
-        // own checks stop a reopen there (ptrace access, the anon inode's
-        // root:0600 mode) except for a run as root under a capsule that holds
-        // no capabilities. Not claimed without Landlock.
-        unavailable(
-            "signal isolation",
-            &format!(
-                "needs a pid namespace (user namespaces are disabled) or Landlock: {scope_kernel} for its \
-                 signal scope, or any ABI for the seccomp user-notification layer, whose listener Landlock \
-                 keeps out of the run's reach (capsule's /proc/PID/fd)"
-            ),
-            &mut missing,
-        )?;
-        SignalLayer::None
-    } else if !k.seccomp {
-        unavailable(
-            "signal isolation",
-            &format!(
-                "needs a pid namespace (user namespaces are disabled), {scope_kernel} or seccomp user \
-                 notification, and this kernel has no seccomp filter support"
-            ),
-            &mut missing,
-        )?;
-        SignalLayer::None
-    } else {
-        match seccomp::listener_available() {
-            Ok(()) => SignalLayer::SeccompNotify,
-            Err(e) => {
-                let why = format!(
-                    "needs a pid namespace (user namespaces are disabled), {scope_kernel} or a seccomp \
-                     user-notification listener, which cannot be made here ({e}){}",
-                    if e == nix::errno::Errno::EBUSY {
-                        ": capsule runs under a seccomp filter that already has a listener, e.g. inside \
-                         another capsule without namespaces"
-                    } else {
-                        ""
-                    }
-                );
-                unavailable("signal isolation", &why, &mut missing)?;
-                SignalLayer::None
-            }
-        }
-    };
-    // Abstract Unix sockets belong to a network namespace: the run's own
-    // isolates them as well as Landlock's scope does.
-    let netns = want_pidns && plan.net.mode != NetMode::Unrestricted;
-    let loopback = own_loopback(&plan.net, netns);
-    if plan.net.loopback == Some(true) && plan.net.mode != NetMode::Unrestricted && !netns {
-        // Not a weaker run but a different one: no --best-effort for this.
-        return Err(SandboxError::NoLoopback {
-            why: if kernel::probe().namespaces {
-                "clone() refused the namespaces"
-            } else {
-                "no user namespaces here, or CAPSULE_NO_NAMESPACES"
-            },
-        });
-    }
-    if !k.landlock_scopes() && plan.net.allow_unix_sockets && !netns {
-        unavailable(
-            "abstract Unix socket isolation",
-            &format!(
-                "allow_unix_sockets needs Landlock ABI {LANDLOCK_SCOPES} (Linux {}) to keep abstract sockets of the \
-                 host out of reach",
-                landlock_linux(LANDLOCK_SCOPES)
-            ),
-            &mut missing,
-        )?;
-    }
-    // Who enforces the network: seccomp refuses every IP socket in `none`
-    // mode, and in proxy mode the run's network namespace holds nothing but
-    // the proxy. With the run's own loopback, the namespace is the layer in
-    // both modes: IP sockets (TCP, UDP) reach only the run and the proxy's
-    // endpoint, so Landlock's TCP rules, which cannot tell the run's own
-    // 127.0.0.1 from another, are off. Landlock's TCP rules are then a second layer, used where
-    // the kernel has them. On the host's network (no namespaces) the network
-    // guard (`guards::network`) holds connect to the proxy and refuses
-    // listen and TCP Fast Open, which no Landlock ABI sees; Landlock's TCP
-    // rules are required only where the guard cannot be had.
-    let host_proxy = plan.net.mode == NetMode::Proxy && !want_pidns && k.seccomp;
-    let guard_unavailable = if host_proxy {
-        net_guard_available().err()
+    let mut p = Prep::new(plan, path);
+    let signals = p.signal_layer()?;
+    let (netns, loopback) = p.own_network()?;
+    let host_net = p.host_network_guard()?;
+    let ll = p.landlock(proxy_port, loopback, host_net.part)?;
+    let view = p.view(&ll)?;
+    let filters = p.seccomp(loopback)?;
+    let truncate_guard = p.truncate_guard(filters.is_some())?;
+    tracing::debug!("seccomp filters ready");
+    let (cg, memory, procs) = p.limits(filters.is_some())?;
+    let guards = p.guards(view.as_ref(), filters.is_some(), memory)?;
+    let parts = p.notify_parts(signals, host_net.part, procs, &guards, view.is_some());
+    let notify_filter = if parts.any() && filters.is_some() {
+        Some((seccomp::notify_filter(parts)?, parts.notifies()))
     } else {
         None
     };
-    let net_part = match (host_proxy, &guard_unavailable) {
-        (false, _) => seccomp::NetPart::None,
-        (true, None) => seccomp::NetPart::Guard,
-        (true, Some(_)) if !plan.net.allow_unix_sockets => seccomp::NetPart::NoListen,
-        (true, Some(why)) => {
-            unavailable(
-                "listen() on IP sockets",
-                &format!(
-                    "with allow_unix_sockets on the host's network only capsule's network guard can refuse \
-                     listen() on an IP socket (which binds an ephemeral port on every address), and it cannot \
-                     run here: {why}"
-                ),
-                &mut missing,
-            )?;
-            seccomp::NetPart::FastOpenOnly
-        }
-    };
-    if let Some(why) = &guard_unavailable {
-        tracing::info!("network guard unavailable ({why}): Landlock's TCP rules must hold connect");
-    }
-    let net = landlock::NetRules {
-        handle_tcp: plan.net.mode != NetMode::Unrestricted && !loopback,
-        connect_ports: proxy_port.into_iter().collect(),
-        tcp_required: plan.net.mode == NetMode::Proxy
-            && !want_pidns
-            && net_part != seccomp::NetPart::Guard,
-    };
-    let viewed_fs;
-    let fs = if want_pidns {
-        viewed_fs = fs_for_view(&plan.fs);
-        &viewed_fs
+    let nproc_base = if procs == Mechanism::Rlimit && !p.want_pidns {
+        // And the keeper, one more process of the uid.
+        rlimits::uid_process_count(nix::unistd::getuid().as_raw()) + 1
     } else {
-        &plan.fs
+        0
     };
-    let ll = landlock::prepare(fs, &net, &scopes, best_effort)?;
-    tracing::debug!("landlock ruleset ready ({} rules)", ll.report().rules.len());
-    missing.extend(ll.report().missing.iter().cloned());
+    let l = &plan.limits;
+    let limits = limit_labels(l, memory, procs);
+    let limitations = p.limitations(&parts, &guards, &host_net, truncate_guard.is_some());
+    // The mutation check's layer switches (a test-only feature; a no-op in every other build).
+    Ok(mutation::apply(Layers {
+        limitations,
+        landlock_abi: ll.report().abi,
+        landlock: Some(ll),
+        seccomp_enforced: filters.is_some(),
+        seccomp: filters,
+        signals,
+        notify_filter,
+        notify_parts: parts,
+        net_part: host_net.part,
+        memfd_exec: guards.memfd_exec,
+        memfd_guard: guards.memfd_guard,
+        memory_watch: guards.memory_watch,
+        meta_guard: guards.meta_guard,
+        truncate_guard,
+        rlimits: rlimits::plan(l, memory, procs, nproc_base),
+        cgroup: cg,
+        limits,
+        missing: p.missing,
+        want_pidns: p.want_pidns,
+        netns,
+        own_loopback: loopback,
+        view,
+    }))
+}
 
-    // Truncation: Landlock's truncate right arrives with ABI 3; the view's
-    // read-only host covers it everywhere outside write grants. Where
-    // neither exists, the seccomp truncate guard does (below).
-    let truncate_needs_guard = abi < LANDLOCK_TRUNCATE && !want_pidns;
-    // The view (mount namespace).
-    let view = if want_pidns {
-        if path.bound_proc && abi == 0 {
-            // Nothing else keeps /proc/PID/environ of the processes outside
-            // the run unreadable at the same uid.
-            unavailable(
-                "private /proc",
-                "a fresh procfs is refused here (a container's masked /proc), and the container's /proc can be \
-                 bound into the view only under Landlock, whose ptrace restriction keeps the environ, memory \
-                 and descriptors of processes outside the run unreadable; this kernel has no Landlock. The \
-                 private /proc comes back with podman --security-opt unmask=ALL, Docker --security-opt \
-                 systempaths=unconfined or Kubernetes procMount: Unmasked",
-                &mut missing,
-            )?;
-        }
-        let input = view::ViewInput {
-            tmp_size_mb: plan.limits.tmp_size_mb,
-            rights: ll.view_rights(),
-            memfd_noexec: k.memfd_noexec && !path.bound_proc,
-            shm_pages: plan.limits.memory_bytes.map(|b| b.div_ceil(4096)),
-            bound_proc: path.bound_proc,
-        };
-        Some(view::View::plan(plan, &input)?)
+/// A protection the policy asks for that no layer gives here: the run's
+/// refusal, or with `best_effort` a line of `missing` (and a warning).
+fn unavailable(
+    best_effort: bool,
+    what: &str,
+    why: &str,
+    missing: &mut Vec<String>,
+) -> Result<(), SandboxError> {
+    if best_effort {
+        let line = format!("{what}: {why}");
+        tracing::warn!("not enforced (--best-effort): {line}");
+        missing.push(line);
+        Ok(())
     } else {
-        if let Some(m) = plan.fs.mounts.iter().find(|m| m.src != m.dst) {
+        Err(SandboxError::Unavailable {
+            what: what.into(),
+            why: why.into(),
+        })
+    }
+}
+
+/// What the steps of [`prepare`] read, and the protections they find
+/// missing (in the order they find them).
+struct Prep<'a> {
+    plan: &'a Plan,
+    path: &'a RunPath,
+    k: &'static kernel::Probe,
+    /// The run gets its own pid namespace (and with it the view).
+    want_pidns: bool,
+    /// Protections asked for but not enforced (only with best_effort).
+    missing: Vec<String>,
+}
+
+/// How proxy mode holds on the host's network: the network part of the
+/// notify filter, and why the network guard cannot run (where it cannot).
+struct HostNet {
+    part: seccomp::NetPart,
+    guard_unavailable: Option<String>,
+}
+
+/// The guards that need a seccomp listener (memfd, metadata) and the
+/// memory watchdog, as [`Prep::guards`] decides them.
+struct Guards {
+    memfd_exec: &'static str,
+    memfd_guard: Option<bool>,
+    /// No listener to count memfds with: memfd_create fails (ENOSYS).
+    memfd_enosys: bool,
+    memory_watch: Option<MemoryWatchPlan>,
+    meta_guard: Option<MetaGuardPlan>,
+}
+
+/// Whether the memfd and metadata guards can be had: they need a seccomp
+/// listener, and they read the caller's memory (process_vm_readv), which a
+/// container's seccomp profile may refuse (Docker's and containerd's
+/// RuntimeDefault without CAP_SYS_PTRACE).
+fn remote_guards_available(seccomp: bool) -> bool {
+    seccomp
+        && seccomp::listener_available().is_ok()
+        && crate::sys::notify::remote_read_available().is_ok()
+}
+
+impl<'a> Prep<'a> {
+    fn new(plan: &'a Plan, path: &'a RunPath) -> Prep<'a> {
+        let want_pidns = path.namespaces;
+        if !want_pidns {
+            tracing::info!(
+                "no pid namespace available: descendants are killed through a child subreaper, and a setsid'd \
+                 grandchild can outlive capsule if capsule itself is SIGKILLed"
+            );
+        }
+        Prep {
+            plan,
+            path,
+            k: kernel::probe(),
+            want_pidns,
+            missing: Vec::new(),
+        }
+    }
+
+    fn unavailable(&mut self, what: &str, why: &str) -> Result<(), SandboxError> {
+        unavailable(self.plan.best_effort, what, why, &mut self.missing)
+    }
+
+    /// Signals: the pid namespace hides every process outside the run;
+    /// without one, Landlock's signal scope, and below it the seccomp signal
+    /// filter, whose listener the supervisor serves.
+    fn signal_layer(&mut self) -> Result<SignalLayer, SandboxError> {
+        let k = self.k;
+        let abi = k.landlock_abi;
+        let scope_kernel = format!(
+            "Landlock ABI {LANDLOCK_SCOPES} (Linux {})",
+            landlock_linux(LANDLOCK_SCOPES)
+        );
+        let signals = if self.want_pidns {
+            SignalLayer::PidNamespace
+        } else if k.landlock_scopes() {
+            SignalLayer::LandlockScope
+        } else if abi == 0 {
+            // Only Landlock's filesystem rules keep the run out of the host's
+            // /proc, where capsule's listener sits in /proc/PID/fd: the kernel's
+            // own checks stop a reopen there (ptrace access, the anon inode's
+            // root:0600 mode) except for a run as root under a capsule that holds
+            // no capabilities. Not claimed without Landlock.
+            self.unavailable(
+                "signal isolation",
+                &format!(
+                    "needs a pid namespace (user namespaces are disabled) or Landlock: {scope_kernel} for its \
+                     signal scope, or any ABI for the seccomp user-notification layer, whose listener Landlock \
+                     keeps out of the run's reach (capsule's /proc/PID/fd)"
+                ),
+            )?;
+            SignalLayer::None
+        } else if !k.seccomp {
+            self.unavailable(
+                "signal isolation",
+                &format!(
+                    "needs a pid namespace (user namespaces are disabled), {scope_kernel} or seccomp user \
+                     notification, and this kernel has no seccomp filter support"
+                ),
+            )?;
+            SignalLayer::None
+        } else {
+            match seccomp::listener_available() {
+                Ok(()) => SignalLayer::SeccompNotify,
+                Err(e) => {
+                    let why = format!(
+                        "needs a pid namespace (user namespaces are disabled), {scope_kernel} or a seccomp \
+                         user-notification listener, which cannot be made here ({e}){}",
+                        if e == nix::errno::Errno::EBUSY {
+                            ": capsule runs under a seccomp filter that already has a listener, e.g. inside \
+                             another capsule without namespaces"
+                        } else {
+                            ""
+                        }
+                    );
+                    self.unavailable("signal isolation", &why)?;
+                    SignalLayer::None
+                }
+            }
+        };
+        Ok(signals)
+    }
+
+    /// Whether the run gets its own network namespace, and its own loopback
+    /// in it. Abstract Unix sockets belong to a network namespace: the run's
+    /// own isolates them as well as Landlock's scope does.
+    fn own_network(&mut self) -> Result<(bool, bool), SandboxError> {
+        let plan = self.plan;
+        let netns = self.want_pidns && plan.net.mode != NetMode::Unrestricted;
+        let loopback = own_loopback(&plan.net, netns);
+        if plan.net.loopback == Some(true) && plan.net.mode != NetMode::Unrestricted && !netns {
             // Not a weaker run but a different one: no --best-effort for this.
-            return Err(SandboxError::NoView {
-                what: format!("mounting {} at {}", m.src.display(), m.dst.display()),
-                why: match path.fallbacks.last() {
-                    // The exact step the kernel or a container refused.
-                    Some(why) => format!("the run has none here: {why}"),
-                    None => {
-                        "namespaces are not available here (no unprivileged user namespaces, or \
-                             CAPSULE_NO_NAMESPACES)"
-                            .to_string()
-                    }
+            return Err(SandboxError::NoLoopback {
+                why: if kernel::probe().namespaces {
+                    "clone() refused the namespaces"
+                } else {
+                    "no user namespaces here, or CAPSULE_NO_NAMESPACES"
                 },
             });
         }
-        // The first gap (metadata outside write grants) is decided below:
-        // the metadata guard closes it where a listener can be had.
-        missing.extend(NO_VIEW_GAPS.iter().skip(1).map(|s| s.to_string()));
-        // The keeper (`child::keeper_main`) kills the run's tree when capsule
-        // dies, by the list of its children, which only /proc gives.
-        if !keeper_can_list_children() {
-            missing.push(
-                "pid namespace: a setsid'd descendant can outlive capsule if capsule itself is SIGKILLed (the \
-                 keeper that takes the run down with capsule needs /proc/thread-self/children: /proc and a \
-                 kernel with CONFIG_PROC_CHILDREN)"
-                    .into(),
+        if !self.k.landlock_scopes() && plan.net.allow_unix_sockets && !netns {
+            self.unavailable(
+                "abstract Unix socket isolation",
+                &format!(
+                    "allow_unix_sockets needs Landlock ABI {LANDLOCK_SCOPES} (Linux {}) to keep abstract sockets of the \
+                     host out of reach",
+                    landlock_linux(LANDLOCK_SCOPES)
+                ),
+            )?;
+        }
+        Ok((netns, loopback))
+    }
+
+    /// Who enforces the network: seccomp refuses every IP socket in `none`
+    /// mode, and in proxy mode the run's network namespace holds nothing but
+    /// the proxy. With the run's own loopback, the namespace is the layer in
+    /// both modes: IP sockets (TCP, UDP) reach only the run and the proxy's
+    /// endpoint, so Landlock's TCP rules, which cannot tell the run's own
+    /// 127.0.0.1 from another, are off. Landlock's TCP rules are then a second layer, used where
+    /// the kernel has them. On the host's network (no namespaces) the network
+    /// guard (`guards::network`) holds connect to the proxy and refuses
+    /// listen and TCP Fast Open, which no Landlock ABI sees; Landlock's TCP
+    /// rules are required only where the guard cannot be had.
+    fn host_network_guard(&mut self) -> Result<HostNet, SandboxError> {
+        let plan = self.plan;
+        let host_proxy = plan.net.mode == NetMode::Proxy && !self.want_pidns && self.k.seccomp;
+        let guard_unavailable = if host_proxy {
+            net_guard_available().err()
+        } else {
+            None
+        };
+        let net_part = match (host_proxy, &guard_unavailable) {
+            (false, _) => seccomp::NetPart::None,
+            (true, None) => seccomp::NetPart::Guard,
+            (true, Some(_)) if !plan.net.allow_unix_sockets => seccomp::NetPart::NoListen,
+            (true, Some(why)) => {
+                self.unavailable(
+                    "listen() on IP sockets",
+                    &format!(
+                        "with allow_unix_sockets on the host's network only capsule's network guard can refuse \
+                         listen() on an IP socket (which binds an ephemeral port on every address), and it cannot \
+                         run here: {why}"
+                    ),
+                )?;
+                seccomp::NetPart::FastOpenOnly
+            }
+        };
+        if let Some(why) = &guard_unavailable {
+            tracing::info!(
+                "network guard unavailable ({why}): Landlock's TCP rules must hold connect"
             );
         }
-        None
-    };
+        Ok(HostNet {
+            part: net_part,
+            guard_unavailable,
+        })
+    }
 
-    // seccomp.
-    let filters = if k.seccomp {
-        Some(seccomp::build(&seccomp::SeccompOptions {
-            net: plan.net.mode,
-            allow_unix_sockets: plan.net.allow_unix_sockets,
-            // The spawn never falls back by itself: when clone() refuses the
-            // namespaces, the supervisor prepares again with
-            // `namespaces == false`, and so gets the strict program.
-            private_ipc: want_pidns,
-            private_pid: want_pidns,
-            own_loopback: loopback,
-            memfd_noexec_seal: false,
-        })?)
-    } else {
-        unavailable(
-            "seccomp",
-            "the kernel has no seccomp filter support (CONFIG_SECCOMP_FILTER)",
-            &mut missing,
-        )?;
-        None
-    };
-
-    let truncate_guard = if !truncate_needs_guard {
-        None
-    } else if filters.is_some() {
-        Some(seccomp::truncate_guard()?)
-    } else {
-        unavailable(
-            "truncate protection",
-            &format!(
-                "Landlock's truncate right needs ABI {LANDLOCK_TRUNCATE} (Linux {}), and without a mount namespace \
-                 or seccomp nothing else stops truncate() of files outside write grants",
-                landlock_linux(LANDLOCK_TRUNCATE)
-            ),
-            &mut missing,
-        )?;
-        None
-    };
-    tracing::debug!("seccomp filters ready");
-    // Limits: a cgroup where capsule may make one, else rlimits.
-    let l = &plan.limits;
-    let root = nix::unistd::getuid().is_root();
-    // As root nothing but a cgroup holds max_processes: capsule may ask
-    // systemd for a delegated scope (see `cgroup`).
-    let cg = cgroup::RunCgroup::create(&plan.run_id, l.memory_bytes, l.max_processes, root);
-    let memory = match (l.memory_bytes, cg.memory) {
-        (None, _) => Mechanism::None,
-        (Some(_), Some(m)) => m,
-        (Some(_), None) => Mechanism::Rlimit,
-    };
-    let procs = match (l.max_processes, cg.procs) {
-        (None, _) => Mechanism::None,
-        (Some(_), Some(m)) => m,
-        (Some(_), None) if !root => Mechanism::Rlimit,
-        (Some(_), None) => {
-            // The process guard: the supervisor counts the run's tasks at
-            // every clone/fork/vfork (seccomp user notification).
-            let listener = seccomp::listener_available()
-                .map_err(|e| {
-                    format!("no seccomp user-notification listener for the process guard ({e})")
-                })
-                .and_then(|()| {
-                    crate::sys::notify::proc_syscall_available().map_err(|e| {
-                        format!("the process guard cannot watch the run's forks ({e})")
-                    })
-                });
-            match (filters.is_some(), listener) {
-                (true, Ok(())) => Mechanism::ProcessGuard,
-                (_, listener) => {
-                    let mut why = "capsule runs as root (RLIMIT_NPROC does not bind uid 0) and cannot create a \
-                                   cgroup with the pids controller beneath its own"
-                        .to_string();
-                    if let Some(n) = &cg.systemd_note {
-                        why.push_str(&format!("; no delegated systemd scope: {n}"));
-                    }
-                    why.push_str(&match listener {
-                        Err(e) if filters.is_some() => format!("; and {e}"),
-                        _ => "; and no seccomp for the process guard".to_string(),
-                    });
-                    unavailable("limits.max_processes", &why, &mut missing)?;
-                    Mechanism::None
-                }
-            }
-        }
-    };
-    // A memfd executed through /proc/self/fd/N: Landlock does not check
-    // files of the kernel's internal shmem mount, and seccomp cannot see the
-    // path. vm.memfd_noexec = 2 in the run's pid namespace closes it (root
-    // with the view); elsewhere on 6.3+ the memfd guard makes every memfd of
-    // the run itself, sealed against execution (`guards::memfd`).
-    let memfd_sysctl = view.as_ref().is_some_and(|v| v.summary.memfd_noexec);
-    // The memfd and metadata guards need a seccomp listener, and they read
-    // the caller's memory (process_vm_readv), which a container's seccomp
-    // profile may refuse (Docker's and containerd's RuntimeDefault without
-    // CAP_SYS_PTRACE). Probed (once) only where a guard would be planned:
-    // the default run with the view as root needs neither.
-    let remote = || {
-        filters.is_some()
-            && seccomp::listener_available().is_ok()
-            && crate::sys::notify::remote_read_available().is_ok()
-    };
-    let memfd_seal = !memfd_sysctl && k.memfd_noexec_known && remote();
-    // memory_mb without a cgroup: RLIMIT_DATA counts no shared memory, so
-    // the memory watchdog (`supervisor::memwatch`) samples the run, and the
-    // memfd guard makes every memfd of the run so that it can count them.
-    let memory_watch = (memory == Mechanism::Rlimit).then(|| {
-        let mut w = MemoryWatchPlan {
-            limit: l.memory_bytes.unwrap_or(u64::MAX),
-            view_tmpfs: view
-                .as_ref()
-                .map(|v| {
-                    let mut t = Vec::new();
-                    if v.summary.private_shm {
-                        t.push("/dev/shm".into());
-                    }
-                    if v.summary.private_tmp && plan.limits.tmp_size_mb.is_some() {
-                        t.push("/tmp".into());
-                    }
-                    t
-                })
-                .unwrap_or_default(),
-            host_tmpfs: plan
-                .tmpdir
-                .iter()
-                .filter(|t| {
-                    nix::sys::statfs::statfs(t.as_path())
-                        .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)
-                })
-                .cloned()
-                .collect(),
-            unlinked_in: Vec::new(),
+    /// The Landlock ruleset: the filesystem plan (as the view has it, on
+    /// the namespace path), the TCP rules and the scopes.
+    fn landlock(
+        &mut self,
+        proxy_port: Option<u16>,
+        loopback: bool,
+        net_part: seccomp::NetPart,
+    ) -> Result<landlock::Prepared, SandboxError> {
+        let (plan, k, want_pidns) = (self.plan, self.k, self.want_pidns);
+        let scopes = landlock::Scopes {
+            signal: k.landlock_scopes(),
+            abstract_unix: k.landlock_scopes(),
         };
-        w.unlinked_in = w.host_tmpfs.clone();
-        let tmp_bound = view.as_ref().is_some_and(|v| v.summary.private_tmp)
-            && plan.limits.tmp_size_mb.is_none();
-        if tmp_bound && !w.host_tmpfs.is_empty() {
-            w.unlinked_in.push("/tmp".into());
-        }
-        w
-    });
-    let count_memfds = memory_watch.is_some() && remote();
-    // Without the view's read-only host, the metadata guard
-    // (`guards::metadata`) makes every chmod/chown/utime/setxattr of
-    // the run itself, only where a write grant covers the target.
-    let meta_guard =
-        (view.is_none() && remote() && crate::sys::meta::openat2_available()).then(|| {
-            MetaGuardPlan {
-                write: plan
-                    .fs
-                    .grants
-                    .iter()
-                    // The system grants' writable devices are given for their data.
-                    .filter(|g| g.access.write && g.origin != crate::plan::Origin::System)
-                    .map(|g| g.path.clone())
-                    .collect(),
-                deny: plan.fs.deny.iter().map(|d| d.path.clone()).collect(),
+        let net = landlock::NetRules {
+            handle_tcp: plan.net.mode != NetMode::Unrestricted && !loopback,
+            connect_ports: proxy_port.into_iter().collect(),
+            tcp_required: plan.net.mode == NetMode::Proxy
+                && !want_pidns
+                && net_part != seccomp::NetPart::Guard,
+        };
+        let viewed_fs;
+        let fs = if want_pidns {
+            viewed_fs = fs_for_view(&plan.fs);
+            &viewed_fs
+        } else {
+            &plan.fs
+        };
+        let ll = landlock::prepare(fs, &net, &scopes, plan.best_effort)?;
+        tracing::debug!("landlock ruleset ready ({} rules)", ll.report().rules.len());
+        self.missing.extend(ll.report().missing.iter().cloned());
+        Ok(ll)
+    }
+
+    /// The view (mount namespace) on the namespace path; without it, the
+    /// gaps of the no-namespace path.
+    fn view(&mut self, ll: &landlock::Prepared) -> Result<Option<view::View>, SandboxError> {
+        let (plan, path, k) = (self.plan, self.path, self.k);
+        let abi = k.landlock_abi;
+        if self.want_pidns {
+            if path.bound_proc && abi == 0 {
+                // Nothing else keeps /proc/PID/environ of the processes outside
+                // the run unreadable at the same uid.
+                self.unavailable(
+                    "private /proc",
+                    "a fresh procfs is refused here (a container's masked /proc), and the container's /proc can be \
+                     bound into the view only under Landlock, whose ptrace restriction keeps the environ, memory \
+                     and descriptors of processes outside the run unreadable; this kernel has no Landlock. The \
+                     private /proc comes back with podman --security-opt unmask=ALL, Docker --security-opt \
+                     systempaths=unconfined or Kubernetes procMount: Unmasked",
+                )?;
             }
-        });
-    if view.is_none() && meta_guard.is_none() {
+            let input = view::ViewInput {
+                tmp_size_mb: plan.limits.tmp_size_mb,
+                rights: ll.view_rights(),
+                memfd_noexec: k.memfd_noexec && !path.bound_proc,
+                shm_pages: plan.limits.memory_bytes.map(|b| b.div_ceil(4096)),
+                bound_proc: path.bound_proc,
+            };
+            Ok(Some(view::View::plan(plan, &input)?))
+        } else {
+            if let Some(m) = plan.fs.mounts.iter().find(|m| m.src != m.dst) {
+                // Not a weaker run but a different one: no --best-effort for this.
+                return Err(SandboxError::NoView {
+                    what: format!("mounting {} at {}", m.src.display(), m.dst.display()),
+                    why: match path.fallbacks.last() {
+                        // The exact step the kernel or a container refused.
+                        Some(why) => format!("the run has none here: {why}"),
+                        None => {
+                            "namespaces are not available here (no unprivileged user namespaces, or \
+                                 CAPSULE_NO_NAMESPACES)"
+                                .to_string()
+                        }
+                    },
+                });
+            }
+            // The first gap (metadata outside write grants) is decided in
+            // `guards`: the metadata guard closes it where a listener can be had.
+            self.missing
+                .extend(NO_VIEW_GAPS.iter().skip(1).map(|s| s.to_string()));
+            // The keeper (`child::keeper_main`) kills the run's tree when capsule
+            // dies, by the list of its children, which only /proc gives.
+            if !keeper_can_list_children() {
+                self.missing.push(
+                    "pid namespace: a setsid'd descendant can outlive capsule if capsule itself is SIGKILLed (the \
+                     keeper that takes the run down with capsule needs /proc/thread-self/children: /proc and a \
+                     kernel with CONFIG_PROC_CHILDREN)"
+                        .into(),
+                );
+            }
+            Ok(None)
+        }
+    }
+
+    /// The seccomp programs, where the kernel has seccomp.
+    fn seccomp(&mut self, loopback: bool) -> Result<Option<seccomp::Filters>, SandboxError> {
+        let (plan, want_pidns) = (self.plan, self.want_pidns);
+        if self.k.seccomp {
+            Ok(Some(seccomp::build(&seccomp::SeccompOptions {
+                net: plan.net.mode,
+                allow_unix_sockets: plan.net.allow_unix_sockets,
+                // The spawn never falls back by itself: when clone() refuses the
+                // namespaces, the supervisor prepares again with
+                // `namespaces == false`, and so gets the strict program.
+                private_ipc: want_pidns,
+                private_pid: want_pidns,
+                own_loopback: loopback,
+                memfd_noexec_seal: false,
+            })?))
+        } else {
+            self.unavailable(
+                "seccomp",
+                "the kernel has no seccomp filter support (CONFIG_SECCOMP_FILTER)",
+            )?;
+            Ok(None)
+        }
+    }
+
+    /// Truncation: Landlock's truncate right arrives with ABI 3; the view's
+    /// read-only host covers it everywhere outside write grants. Where
+    /// neither exists, the seccomp truncate guard does.
+    fn truncate_guard(
+        &mut self,
+        seccomp: bool,
+    ) -> Result<Option<seccomp::TruncateGuard>, SandboxError> {
+        let truncate_needs_guard = self.k.landlock_abi < LANDLOCK_TRUNCATE && !self.want_pidns;
+        if !truncate_needs_guard {
+            Ok(None)
+        } else if seccomp {
+            Ok(Some(seccomp::truncate_guard()?))
+        } else {
+            self.unavailable(
+                "truncate protection",
+                &format!(
+                    "Landlock's truncate right needs ABI {LANDLOCK_TRUNCATE} (Linux {}), and without a mount namespace \
+                     or seccomp nothing else stops truncate() of files outside write grants",
+                    landlock_linux(LANDLOCK_TRUNCATE)
+                ),
+            )?;
+            Ok(None)
+        }
+    }
+
+    /// Limits: a cgroup where capsule may make one, else rlimits; how
+    /// memory_mb and max_processes are held.
+    fn limits(
+        &mut self,
+        seccomp: bool,
+    ) -> Result<(cgroup::RunCgroup, Mechanism, Mechanism), SandboxError> {
+        let l = &self.plan.limits;
+        let root = nix::unistd::getuid().is_root();
+        // As root nothing but a cgroup holds max_processes: capsule may ask
+        // systemd for a delegated scope (see `cgroup`).
+        let cg =
+            cgroup::RunCgroup::create(&self.plan.run_id, l.memory_bytes, l.max_processes, root);
+        let memory = match (l.memory_bytes, cg.memory) {
+            (None, _) => Mechanism::None,
+            (Some(_), Some(m)) => m,
+            (Some(_), None) => Mechanism::Rlimit,
+        };
+        let procs = match (l.max_processes, cg.procs) {
+            (None, _) => Mechanism::None,
+            (Some(_), Some(m)) => m,
+            (Some(_), None) if !root => Mechanism::Rlimit,
+            (Some(_), None) => self.process_guard(seccomp, &cg)?,
+        };
+        Ok((cg, memory, procs))
+    }
+
+    /// max_processes as root without a cgroup: the process guard, where the
+    /// supervisor can count the run's tasks at every clone/fork/vfork
+    /// (seccomp user notification).
+    fn process_guard(
+        &mut self,
+        seccomp: bool,
+        cg: &cgroup::RunCgroup,
+    ) -> Result<Mechanism, SandboxError> {
+        let listener = seccomp::listener_available()
+            .map_err(|e| {
+                format!("no seccomp user-notification listener for the process guard ({e})")
+            })
+            .and_then(|()| {
+                crate::sys::notify::proc_syscall_available()
+                    .map_err(|e| format!("the process guard cannot watch the run's forks ({e})"))
+            });
+        match (seccomp, listener) {
+            (true, Ok(())) => Ok(Mechanism::ProcessGuard),
+            (_, listener) => {
+                let mut why =
+                    "capsule runs as root (RLIMIT_NPROC does not bind uid 0) and cannot create a \
+                               cgroup with the pids controller beneath its own"
+                        .to_string();
+                if let Some(n) = &cg.systemd_note {
+                    why.push_str(&format!("; no delegated systemd scope: {n}"));
+                }
+                why.push_str(&match listener {
+                    Err(e) if seccomp => format!("; and {e}"),
+                    _ => "; and no seccomp for the process guard".to_string(),
+                });
+                self.unavailable("limits.max_processes", &why)?;
+                Ok(Mechanism::None)
+            }
+        }
+    }
+
+    /// The memfd guard, the memory watchdog and the metadata guard.
+    fn guards(
+        &mut self,
+        view: Option<&view::View>,
+        seccomp: bool,
+        memory: Mechanism,
+    ) -> Result<Guards, SandboxError> {
+        let plan = self.plan;
+        // A memfd executed through /proc/self/fd/N: Landlock does not check
+        // files of the kernel's internal shmem mount, and seccomp cannot see the
+        // path. vm.memfd_noexec = 2 in the run's pid namespace closes it (root
+        // with the view); elsewhere on 6.3+ the memfd guard makes every memfd of
+        // the run itself, sealed against execution (`guards::memfd`).
+        let memfd_sysctl = view.is_some_and(|v| v.summary.memfd_noexec);
+        // The memfd and metadata guards need a seccomp listener and
+        // process_vm_readv ([`remote_guards_available`]). Probed only where
+        // a guard would be planned: the default run with the view as root
+        // needs neither.
+        let remote = || remote_guards_available(seccomp);
+        let memfd_seal = !memfd_sysctl && self.k.memfd_noexec_known && remote();
+        // memory_mb without a cgroup: RLIMIT_DATA counts no shared memory, so
+        // the memory watchdog (`supervisor::memwatch`) samples the run, and the
+        // memfd guard makes every memfd of the run so that it can count them.
+        let memory_watch = (memory == Mechanism::Rlimit).then(|| memory_watch_plan(plan, view));
+        let count_memfds = memory_watch.is_some() && remote();
+        // Without the view's read-only host, the metadata guard
+        // (`guards::metadata`) makes every chmod/chown/utime/setxattr of
+        // the run itself, only where a write grant covers the target.
+        let meta_guard = (view.is_none() && remote() && crate::sys::meta::openat2_available())
+            .then(|| meta_guard_plan(&plan.fs));
+        if view.is_none() && meta_guard.is_none() {
+            self.no_view_gap()?;
+        }
+        if memory_watch.is_some() && !seccomp {
+            self.unavailable(
+                "limits.memory_mb (shared memory)",
+                "without a cgroup RLIMIT_DATA does not count memfds, and without seccomp capsule can neither make \
+                 them itself (to count them) nor refuse them",
+            )?;
+        }
+        let memfd_guard = (memfd_seal || count_memfds).then_some(memfd_seal);
+        let memfd_exec = if memfd_sysctl {
+            "pid-namespace-sysctl"
+        } else if memfd_seal {
+            "seccomp-notify"
+        } else {
+            "none"
+        };
+        let memfd_enosys = memory_watch.is_some() && !remote();
+        if memfd_exec == "none" {
+            self.missing.push(
+                "execution of a memfd through /proc/self/fd/N (needs Linux 6.3+: vm.memfd_noexec=2 in the run's pid \
+                 namespace, or capsule's memfd guard, which needs a seccomp listener and process_vm_readv of the run; \
+                 fexecve of a memfd is refused \
+                 by seccomp)"
+                    .to_string(),
+            );
+        }
+        Ok(Guards {
+            memfd_exec,
+            memfd_guard,
+            memfd_enosys,
+            memory_watch,
+            meta_guard,
+        })
+    }
+
+    /// Neither the view nor the metadata guard: the mode, owner, times and
+    /// xattrs of files outside write grants can be changed.
+    fn no_view_gap(&mut self) -> Result<(), SandboxError> {
         // uid 0 owns the host's system files: owner checks do not need the
         // capabilities the run lacks. Not a run without --best-effort where
         // the host took the view away and no guard closes the gap;
@@ -941,12 +1108,13 @@ pub fn prepare(
         // and says it loudly.
         if nix::unistd::getuid().is_root() && !kernel::namespaces_disabled_by_env() {
             unavailable(
+                self.plan.best_effort,
                 "read-only view of the host",
-                &root_no_view_why(path),
+                &root_no_view_why(self.path),
                 &mut Vec::new(),
             )?;
         }
-        missing.insert(
+        self.missing.insert(
             0,
             if nix::unistd::getuid().is_root() {
                 ROOT_NO_VIEW_GAP
@@ -955,50 +1123,156 @@ pub fn prepare(
             }
             .to_string(),
         );
+        Ok(())
     }
-    if memory_watch.is_some() && filters.is_none() {
-        unavailable(
-            "limits.memory_mb (shared memory)",
-            "without a cgroup RLIMIT_DATA does not count memfds, and without seccomp capsule can neither make \
-             them itself (to count them) nor refuse them",
-            &mut missing,
-        )?;
+
+    /// What the stacked notify filter holds.
+    fn notify_parts(
+        &self,
+        signals: SignalLayer,
+        net_part: seccomp::NetPart,
+        procs: Mechanism,
+        guards: &Guards,
+        view: bool,
+    ) -> seccomp::Parts {
+        let root = nix::unistd::getuid().is_root();
+        seccomp::Parts {
+            signals: signals == SignalLayer::SeccompNotify,
+            net: net_part,
+            procs: procs == Mechanism::ProcessGuard,
+            memfd: guards.memfd_guard.is_some(),
+            // No listener to count memfds with: memfd_create fails (ENOSYS).
+            memfd_enosys: guards.memfd_enosys,
+            meta: guards.meta_guard.is_some(),
+            // The view's IPC namespace bounds SysV segments with kernel.shmall
+            // = memory_mb only where capsule may set it (as root); else they
+            // are refused, as no process's memory shows one nobody maps.
+            // kernel.shmall bounds SysV memory only where the view can write it:
+            // root's fresh /proc (not the container's, bound read-only).
+            sysv_refuse: guards.memory_watch.is_some() && view && (!root || self.path.bound_proc),
+            observe: false,
+        }
     }
-    let memfd_guard = (memfd_seal || count_memfds).then_some(memfd_seal);
-    let memfd_exec = if memfd_sysctl {
-        "pid-namespace-sysctl"
-    } else if memfd_seal {
-        "seccomp-notify"
-    } else {
-        "none"
+
+    /// What works differently here without weakening a protection
+    /// (`enforcement.limitations`).
+    fn limitations(
+        &self,
+        parts: &seccomp::Parts,
+        guards: &Guards,
+        host_net: &HostNet,
+        truncate_guard: bool,
+    ) -> Vec<String> {
+        let (plan, abi) = (self.plan, self.k.landlock_abi);
+        let net_part = host_net.part;
+        let mut limitations = self.path.fallbacks.clone();
+        if parts.signals {
+            limitations.push(SECCOMP_NOTIFY_LIMITATION.to_string());
+        }
+        if parts.procs {
+            limitations.push(PROCESS_GUARD_LIMITATION.to_string());
+        }
+        if guards.meta_guard.is_some() {
+            limitations.push(META_GUARD_LIMITATION.to_string());
+        }
+        if guards.memory_watch.is_some() {
+            limitations.push(MEMORY_WATCHDOG_LIMITATION.to_string());
+            if parts.memfd_enosys {
+                limitations.push(
+                    "memory_mb without a cgroup and without a seccomp listener: memfd_create fails with ENOSYS \
+                     (capsule could not count the memfds)"
+                        .to_string(),
+                );
+            }
+        }
+        if net_part == seccomp::NetPart::Guard && plan.net.allow_unix_sockets {
+            limitations.push(NET_GUARD_UNIX_LIMITATION.to_string());
+        }
+        if let (true, Some(why)) = (
+            net_part != seccomp::NetPart::Guard,
+            &host_net.guard_unavailable,
+        ) {
+            limitations.push(format!(
+                "proxy mode on the host's network without capsule's network guard ({why}): Landlock's TCP rule \
+                 pins the proxy's port, not its address, so a listener on the same port number at another address \
+                 is reachable too (the port is an ephemeral one the kernel chose)"
+            ));
+        }
+        if truncate_guard {
+            limitations.push(seccomp::truncate::LIMITATION.to_string());
+        }
+        if crate::plan::tools::has_command_tools(plan.tools.as_ref()) {
+            limitations.push(crate::plan::tools::LIMITATION.to_string());
+        }
+        if abi == LANDLOCK_FS {
+            limitations.push(format!(
+                "Landlock ABI {LANDLOCK_FS} (Linux {}) has no refer right: renaming or linking a file between two \
+                 directories fails with EXDEV, even inside one write grant (git, pip and mv may fail)",
+                kernel::landlock_linux_span(LANDLOCK_FS)
+            ));
+        }
+        limitations
+    }
+}
+
+/// The memory watchdog's plan (memory_mb without a cgroup): the run's
+/// private tmpfs mounts and the host tmpfs directories whose files are its.
+fn memory_watch_plan(plan: &Plan, view: Option<&view::View>) -> MemoryWatchPlan {
+    let mut w = MemoryWatchPlan {
+        limit: plan.limits.memory_bytes.unwrap_or(u64::MAX),
+        view_tmpfs: view
+            .map(|v| {
+                let mut t = Vec::new();
+                if v.summary.private_shm {
+                    t.push("/dev/shm".into());
+                }
+                if v.summary.private_tmp && plan.limits.tmp_size_mb.is_some() {
+                    t.push("/tmp".into());
+                }
+                t
+            })
+            .unwrap_or_default(),
+        host_tmpfs: plan
+            .tmpdir
+            .iter()
+            .filter(|t| {
+                nix::sys::statfs::statfs(t.as_path())
+                    .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)
+            })
+            .cloned()
+            .collect(),
+        unlinked_in: Vec::new(),
     };
-    let parts = seccomp::Parts {
-        signals: signals == SignalLayer::SeccompNotify,
-        net: net_part,
-        procs: procs == Mechanism::ProcessGuard,
-        memfd: memfd_guard.is_some(),
-        // No listener to count memfds with: memfd_create fails (ENOSYS).
-        memfd_enosys: memory_watch.is_some() && !remote(),
-        meta: meta_guard.is_some(),
-        // The view's IPC namespace bounds SysV segments with kernel.shmall
-        // = memory_mb only where capsule may set it (as root); else they
-        // are refused, as no process's memory shows one nobody maps.
-        // kernel.shmall bounds SysV memory only where the view can write it:
-        // root's fresh /proc (not the container's, bound read-only).
-        sysv_refuse: memory_watch.is_some() && view.is_some() && (!root || path.bound_proc),
-        observe: false,
-    };
-    let notify_filter = if parts.any() && filters.is_some() {
-        Some((seccomp::notify_filter(parts)?, parts.notifies()))
-    } else {
-        None
-    };
-    let nproc_base = if procs == Mechanism::Rlimit && !want_pidns {
-        // And the keeper, one more process of the uid.
-        rlimits::uid_process_count(nix::unistd::getuid().as_raw()) + 1
-    } else {
-        0
-    };
+    w.unlinked_in = w.host_tmpfs.clone();
+    let tmp_bound =
+        view.is_some_and(|v| v.summary.private_tmp) && plan.limits.tmp_size_mb.is_none();
+    if tmp_bound && !w.host_tmpfs.is_empty() {
+        w.unlinked_in.push("/tmp".into());
+    }
+    w
+}
+
+/// What the metadata guard may let change: the write grants, less the
+/// carve-outs.
+fn meta_guard_plan(fs: &crate::plan::FsPlan) -> MetaGuardPlan {
+    MetaGuardPlan {
+        write: fs
+            .grants
+            .iter()
+            // The system grants' writable devices are given for their data.
+            .filter(|g| g.access.write && g.origin != crate::plan::Origin::System)
+            .map(|g| g.path.clone())
+            .collect(),
+        deny: fs.deny.iter().map(|d| d.path.clone()).collect(),
+    }
+}
+
+/// limit name -> mechanism label, for the result.
+fn limit_labels(
+    l: &crate::plan::LimitsPlan,
+    memory: Mechanism,
+    procs: Mechanism,
+) -> BTreeMap<String, String> {
     let mut limits = BTreeMap::new();
     if l.memory_bytes.is_some() {
         limits.insert("memory_mb".into(), memory.label("rlimit-data+watchdog"));
@@ -1015,83 +1289,7 @@ pub fn prepare(
             limits.insert(name.into(), "rlimit".into());
         }
     }
-    if memfd_exec == "none" {
-        missing.push(
-            "execution of a memfd through /proc/self/fd/N (needs Linux 6.3+: vm.memfd_noexec=2 in the run's pid \
-             namespace, or capsule's memfd guard, which needs a seccomp listener and process_vm_readv of the run; \
-             fexecve of a memfd is refused \
-             by seccomp)"
-                .to_string(),
-        );
-    }
-    let mut limitations = path.fallbacks.clone();
-    if parts.signals {
-        limitations.push(SECCOMP_NOTIFY_LIMITATION.to_string());
-    }
-    if parts.procs {
-        limitations.push(PROCESS_GUARD_LIMITATION.to_string());
-    }
-    if meta_guard.is_some() {
-        limitations.push(META_GUARD_LIMITATION.to_string());
-    }
-    if memory_watch.is_some() {
-        limitations.push(MEMORY_WATCHDOG_LIMITATION.to_string());
-        if parts.memfd_enosys {
-            limitations.push(
-                "memory_mb without a cgroup and without a seccomp listener: memfd_create fails with ENOSYS \
-                 (capsule could not count the memfds)"
-                    .to_string(),
-            );
-        }
-    }
-    if net_part == seccomp::NetPart::Guard && plan.net.allow_unix_sockets {
-        limitations.push(NET_GUARD_UNIX_LIMITATION.to_string());
-    }
-    if let (true, Some(why)) = (net_part != seccomp::NetPart::Guard, &guard_unavailable) {
-        limitations.push(format!(
-            "proxy mode on the host's network without capsule's network guard ({why}): Landlock's TCP rule \
-             pins the proxy's port, not its address, so a listener on the same port number at another address \
-             is reachable too (the port is an ephemeral one the kernel chose)"
-        ));
-    }
-    if truncate_guard.is_some() {
-        limitations.push(seccomp::truncate::LIMITATION.to_string());
-    }
-    if crate::plan::tools::has_command_tools(plan.tools.as_ref()) {
-        limitations.push(crate::plan::tools::LIMITATION.to_string());
-    }
-    if abi == LANDLOCK_FS {
-        limitations.push(format!(
-            "Landlock ABI {LANDLOCK_FS} (Linux {}) has no refer right: renaming or linking a file between two \
-             directories fails with EXDEV, even inside one write grant (git, pip and mv may fail)",
-            kernel::landlock_linux_span(LANDLOCK_FS)
-        ));
-    }
-    // The mutation check's layer switches (a test-only feature; a no-op in every other build).
-    Ok(mutation::apply(Layers {
-        limitations,
-        landlock_abi: ll.report().abi,
-        landlock: Some(ll),
-        seccomp_enforced: filters.is_some(),
-        seccomp: filters,
-        signals,
-        notify_filter,
-        notify_parts: parts,
-        net_part,
-        memfd_exec,
-        memfd_guard,
-        memory_watch,
-        meta_guard,
-        truncate_guard,
-        rlimits: rlimits::plan(l, memory, procs, nproc_base),
-        cgroup: cg,
-        limits,
-        missing,
-        want_pidns,
-        netns,
-        own_loopback: loopback,
-        view,
-    }))
+    limits
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use std::os::fd::OwnedFd;
 use std::time::Duration;
 
 use nix::errno::Errno;
+use tokio::io::unix::AsyncFd;
 use tokio::signal::unix::{signal, SignalKind};
 
 use super::spawn::{Spawned, TreeMode};
@@ -110,20 +111,9 @@ pub async fn watch(
     mut memory_over: Option<tokio::sync::oneshot::Receiver<u64>>,
     mut on_msg: impl FnMut(Msg, Option<OwnedFd>),
 ) -> Option<i32> {
-    let pidfd = sys::pidfd_open(sp.pid)
-        .ok()
-        .and_then(|fd| sys::async_fd(fd).ok());
-    let _ = sys::set_nonblocking(sp.chan.raw());
-    let chan = sp
-        .chan
-        .try_clone_fd()
-        .ok()
-        .and_then(|fd| sys::async_fd(fd).ok());
+    let (pidfd, chan) = child_fds(sp);
     let mut chan_open = chan.is_some();
-    let mut sig_int = signal(SignalKind::interrupt()).ok();
-    let mut sig_term = signal(SignalKind::terminate()).ok();
-    let mut sig_hup = signal(SignalKind::hangup()).ok();
-    let mut sig_quit = signal(SignalKind::quit()).ok();
+    let mut stops = StopSignals::new();
     // Handlers are in place: a signal held since `hold_stop_signals` is
     // delivered now, to them.
     release_stop_signals();
@@ -140,22 +130,6 @@ pub async fn watch(
     // everything else, so there is no need to wait for init's own exit here
     // (it exits right after; the supervisor reaps it once the loop is over).
     let reported = std::cell::Cell::new(false);
-    let drain = |on_msg: &mut dyn FnMut(Msg, Option<OwnedFd>)| -> bool {
-        loop {
-            match sp.chan.recv() {
-                Ok(Some((Some(m), fd))) => {
-                    if matches!(m, Msg::Exited { .. }) {
-                        reported.set(true);
-                    }
-                    on_msg(m, fd)
-                }
-                Ok(Some((None, _))) => {}
-                Ok(None) => return false,
-                Err(Errno::EAGAIN) => return true,
-                Err(_) => return false,
-            }
-        }
-    };
 
     let status = loop {
         tokio::select! {
@@ -174,7 +148,7 @@ pub async fn watch(
             }
             r = async { chan.as_ref().unwrap().readable().await }, if chan_open => {
                 if let Ok(mut guard) = r {
-                    chan_open = drain(&mut on_msg);
+                    chan_open = drain(sp, &reported, &mut on_msg);
                     guard.clear_ready();
                 }
                 if reported.get() && sp.tree == TreeMode::PidNamespace {
@@ -206,14 +180,7 @@ pub async fn watch(
                 tracing::info!("grace period over; killing every process of the run");
                 kill_run(sp);
             }
-            sig = async {
-                tokio::select! {
-                    _ = recv(&mut sig_int) => libc::SIGINT,
-                    _ = recv(&mut sig_term) => libc::SIGTERM,
-                    _ = recv(&mut sig_hup) => libc::SIGHUP,
-                    _ = recv(&mut sig_quit) => libc::SIGQUIT,
-                }
-            } => {
+            sig = stops.next() => {
                 forward(sp, sig);
                 // The first signal (unless the timeout already did) starts the grace.
                 if ended.signal.is_none() && !ended.timed_out {
@@ -225,9 +192,77 @@ pub async fn watch(
         }
     };
     if chan_open {
-        drain(&mut on_msg);
+        drain(sp, &reported, &mut on_msg);
     }
     status
+}
+
+/// The child's exit (a pidfd) and its messages (the channel), as async
+/// descriptors; None where one cannot be had (then its exit is polled).
+fn child_fds(sp: &Spawned) -> (Option<AsyncFd<OwnedFd>>, Option<AsyncFd<OwnedFd>>) {
+    let pidfd = sys::pidfd_open(sp.pid)
+        .ok()
+        .and_then(|fd| sys::async_fd(fd).ok());
+    let _ = sys::set_nonblocking(sp.chan.raw());
+    let chan = sp
+        .chan
+        .try_clone_fd()
+        .ok()
+        .and_then(|fd| sys::async_fd(fd).ok());
+    (pidfd, chan)
+}
+
+/// Read every message waiting on the channel and hand it to `on_msg`;
+/// false when the channel is closed. Init's `Exited` sets `reported`.
+fn drain(
+    sp: &Spawned,
+    reported: &std::cell::Cell<bool>,
+    on_msg: &mut dyn FnMut(Msg, Option<OwnedFd>),
+) -> bool {
+    loop {
+        match sp.chan.recv() {
+            Ok(Some((Some(m), fd))) => {
+                if matches!(m, Msg::Exited { .. }) {
+                    reported.set(true);
+                }
+                on_msg(m, fd)
+            }
+            Ok(Some((None, _))) => {}
+            Ok(None) => return false,
+            Err(Errno::EAGAIN) => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+/// capsule's handlers of SIGINT, SIGTERM, SIGHUP and SIGQUIT (each None
+/// where it could not be registered).
+struct StopSignals {
+    int: Option<tokio::signal::unix::Signal>,
+    term: Option<tokio::signal::unix::Signal>,
+    hup: Option<tokio::signal::unix::Signal>,
+    quit: Option<tokio::signal::unix::Signal>,
+}
+
+impl StopSignals {
+    fn new() -> StopSignals {
+        StopSignals {
+            int: signal(SignalKind::interrupt()).ok(),
+            term: signal(SignalKind::terminate()).ok(),
+            hup: signal(SignalKind::hangup()).ok(),
+            quit: signal(SignalKind::quit()).ok(),
+        }
+    }
+
+    /// The next of them capsule receives.
+    async fn next(&mut self) -> libc::c_int {
+        tokio::select! {
+            _ = recv(&mut self.int) => libc::SIGINT,
+            _ = recv(&mut self.term) => libc::SIGTERM,
+            _ = recv(&mut self.hup) => libc::SIGHUP,
+            _ = recv(&mut self.quit) => libc::SIGQUIT,
+        }
+    }
 }
 
 /// The next delivery of a signal, or never when it could not be registered.

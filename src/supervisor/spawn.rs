@@ -149,6 +149,12 @@ const STAGE_STACK: usize = 256 * 1024;
 /// read it from the shared address space until they exec or exit. The
 /// caller closes its own copies of the child's descriptors after this
 /// returns (the stages have their own descriptor tables).
+///
+/// The steps: the channel and the stages' stacks, the clone flags of the
+/// run's path ([`clone_flags`]), the spec leaked and finished for the first
+/// stage ([`stage_entry`]), the clone with every signal blocked, and then
+/// in the parent the user namespace's maps, `before_go`, "go" and init's
+/// `Ready` ([`start`]), or the clone's refusal ([`clone_error`]).
 pub fn spawn(
     mut spec: ChildSpec,
     ns: NsRequest,
@@ -165,26 +171,7 @@ pub fn spawn(
     // Init or the keeper, on a stack of its own.
     let init_stack = stack()?;
 
-    // `ns.pid` already reflects the run's path (`sandbox::RunPath`, and thus
-    // CAPSULE_NO_NAMESPACES); when clone() refuses anyway, the supervisor
-    // prepares the no-namespace path and calls again.
-    let (flags, tree) = if ns.pid {
-        let mut flags = libc::CLONE_NEWPID;
-        // Root without CAP_SYS_ADMIN (a container's root) needs a user
-        // namespace too, mapping root to itself.
-        if !root || crate::kernel::probe().root_needs_userns {
-            flags |= libc::CLONE_NEWUSER;
-        }
-        if ns.net {
-            flags |= libc::CLONE_NEWNET;
-        }
-        if ns.view {
-            flags |= libc::CLONE_NEWNS | libc::CLONE_NEWIPC;
-        }
-        (flags, TreeMode::PidNamespace)
-    } else {
-        (0, TreeMode::Subreaper)
-    };
+    let (flags, tree) = clone_flags(ns, root);
 
     // Fail closed: the program that lets the run make IP sockets for its
     // own loopback must never run in the host's network namespace.
@@ -200,16 +187,7 @@ pub fn spawn(
     let userns = flags & libc::CLONE_NEWUSER != 0;
     let go_needed = userns || spec.wait_go;
     spec.wait_go = go_needed;
-    let entry = if tree == TreeMode::Subreaper {
-        // Orphaned descendants go to the keeper; to us should it be gone.
-        let _ = sys::set_child_subreaper();
-        spec.parent_pid = parent_pid;
-        spec.keeper = true;
-        Entry::Keeper
-    } else {
-        spec.parent_pid = 0;
-        Entry::Init
-    };
+    let entry = stage_entry(spec, tree, parent_pid);
     let stack = init_stack;
     // From here on the stages read the spec: nobody writes it any more.
     let spec: &'static ChildSpec = spec;
@@ -219,75 +197,161 @@ pub fn spawn(
     match cloned {
         Ok(pid) => {
             drop(theirs);
-            let kill = || {
-                sys::signal(pid, libc::SIGKILL);
-                let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
-                if dumpable {
-                    let _ = nix::sys::prctl::set_dumpable(true);
-                }
-            };
-            if userns {
-                if let Err(source) = write_id_maps(pid, uid.as_raw(), gid.as_raw()) {
-                    kill();
-                    return Err(match source.raw_os_error() {
-                        Some(e @ (libc::EPERM | libc::EACCES)) => {
-                            SpawnError::Refused(NsRefusal::Unusable {
-                                step: "writing the user namespace's uid map",
-                                errno: Errno::from_raw(e),
-                            })
-                        }
-                        _ => SpawnError::UserMap { pid, source },
-                    });
-                }
-            }
-            if let Err(msg) = before_go(pid) {
-                kill();
-                return Err(SpawnError::BeforeGo(msg));
-            }
-            if go_needed {
-                ours.send_go().map_err(SpawnError::Go)?;
-            }
-            let command = if tree == TreeMode::Subreaper { 0 } else { pid };
-            // On the namespace path init reports its namespaces built (or
-            // which step the kernel refused) before it creates the command.
-            let early_fds = if tree == TreeMode::PidNamespace {
-                match await_ready(&ours) {
-                    Ok(fds) => fds,
-                    Err(e) => {
-                        kill();
-                        return Err(e);
-                    }
-                }
-            } else {
-                Vec::new()
-            };
-            Ok(Spawned {
+            let cloned = Cloned {
                 pid,
-                command: std::cell::Cell::new(command),
+                flags,
                 tree,
-                netns: flags & libc::CLONE_NEWNET != 0,
-                chan: ours,
-                inherited: Vec::new(),
-                early_fds,
-            })
+                userns,
+                go_needed,
+                dumpable,
+                uid,
+                gid,
+            };
+            start(cloned, ours, before_go)
         }
+        Err(e) => Err(clone_error(e, tree)),
+    }
+}
+
+/// The clone flags of the run's path, and how its tree is contained.
+///
+/// `ns.pid` already reflects the run's path (`sandbox::RunPath`, and thus
+/// CAPSULE_NO_NAMESPACES); when clone() refuses anyway, the supervisor
+/// prepares the no-namespace path and calls again.
+fn clone_flags(ns: NsRequest, root: bool) -> (libc::c_int, TreeMode) {
+    if ns.pid {
+        let mut flags = libc::CLONE_NEWPID;
+        // Root without CAP_SYS_ADMIN (a container's root) needs a user
+        // namespace too, mapping root to itself.
+        if !root || crate::kernel::probe().root_needs_userns {
+            flags |= libc::CLONE_NEWUSER;
+        }
+        if ns.net {
+            flags |= libc::CLONE_NEWNET;
+        }
+        if ns.view {
+            flags |= libc::CLONE_NEWNS | libc::CLONE_NEWIPC;
+        }
+        (flags, TreeMode::PidNamespace)
+    } else {
+        (0, TreeMode::Subreaper)
+    }
+}
+
+/// The first stage: init of the run's pid namespace, or the keeper (then
+/// capsule becomes a child subreaper too). The last writes to the spec
+/// before the clone.
+fn stage_entry(spec: &mut ChildSpec, tree: TreeMode, parent_pid: libc::pid_t) -> Entry {
+    if tree == TreeMode::Subreaper {
+        // Orphaned descendants go to the keeper; to us should it be gone.
+        let _ = sys::set_child_subreaper();
+        spec.parent_pid = parent_pid;
+        spec.keeper = true;
+        Entry::Keeper
+    } else {
+        spec.parent_pid = 0;
+        Entry::Init
+    }
+}
+
+/// The first stage as cloned, and what [`start`] needs to know of it.
+struct Cloned {
+    pid: libc::pid_t,
+    flags: libc::c_int,
+    tree: TreeMode,
+    /// The stage is in a user namespace of its own: its maps are written here.
+    userns: bool,
+    /// The stage waits for "go".
+    go_needed: bool,
+    /// Whether this process was dumpable before the stage made the shared
+    /// mm non-dumpable (restored when the stage is killed).
+    dumpable: bool,
+    uid: nix::unistd::Uid,
+    gid: nix::unistd::Gid,
+}
+
+/// In the parent, after the clone: the user namespace's maps, `before_go`,
+/// "go", and on the namespace path init's `Ready`. A failure kills the stage.
+fn start(c: Cloned, ours: Channel, before_go: BeforeGo<'_>) -> Result<Spawned, SpawnError> {
+    let Cloned {
+        pid,
+        flags,
+        tree,
+        userns,
+        go_needed,
+        dumpable,
+        uid,
+        gid,
+    } = c;
+    let kill = || {
+        sys::signal(pid, libc::SIGKILL);
+        let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+        if dumpable {
+            let _ = nix::sys::prctl::set_dumpable(true);
+        }
+    };
+    if userns {
+        if let Err(source) = write_id_maps(pid, uid.as_raw(), gid.as_raw()) {
+            kill();
+            return Err(match source.raw_os_error() {
+                Some(e @ (libc::EPERM | libc::EACCES)) => {
+                    SpawnError::Refused(NsRefusal::Unusable {
+                        step: "writing the user namespace's uid map",
+                        errno: Errno::from_raw(e),
+                    })
+                }
+                _ => SpawnError::UserMap { pid, source },
+            });
+        }
+    }
+    if let Err(msg) = before_go(pid) {
+        kill();
+        return Err(SpawnError::BeforeGo(msg));
+    }
+    if go_needed {
+        ours.send_go().map_err(SpawnError::Go)?;
+    }
+    let command = if tree == TreeMode::Subreaper { 0 } else { pid };
+    // On the namespace path init reports its namespaces built (or
+    // which step the kernel refused) before it creates the command.
+    let early_fds = if tree == TreeMode::PidNamespace {
+        match await_ready(&ours) {
+            Ok(fds) => fds,
+            Err(e) => {
+                kill();
+                return Err(e);
+            }
+        }
+    } else {
+        Vec::new()
+    };
+    Ok(Spawned {
+        pid,
+        command: std::cell::Cell::new(command),
+        tree,
+        netns: flags & libc::CLONE_NEWNET != 0,
+        chan: ours,
+        inherited: Vec::new(),
+        early_fds,
+    })
+}
+
+/// What a failed clone() is: on the namespace path, a refusal of the
+/// namespaces (the supervisor takes the next path); else an error.
+fn clone_error(e: libc::c_int, tree: TreeMode) -> SpawnError {
+    match e {
         // ENOSYS: a container runtime's seccomp profile (podman's answers
         // what it does not allow so).
-        Err(
-            e @ (libc::EPERM
-            | libc::EINVAL
-            | libc::ENOSPC
-            | libc::EUSERS
-            | libc::EACCES
-            | libc::ENOSYS),
-        ) if tree == TreeMode::PidNamespace => {
+        libc::EPERM | libc::EINVAL | libc::ENOSPC | libc::EUSERS | libc::EACCES | libc::ENOSYS
+            if tree == TreeMode::PidNamespace =>
+        {
             tracing::debug!(
                 "clone with namespaces refused ({}); the no-namespace path comes next",
                 Errno::from_raw(e)
             );
-            Err(SpawnError::Refused(NsRefusal::Clone(Errno::from_raw(e))))
+            SpawnError::Refused(NsRefusal::Clone(Errno::from_raw(e)))
         }
-        Err(e) => Err(SpawnError::Clone(Errno::from_raw(e))),
+        e => SpawnError::Clone(Errno::from_raw(e)),
     }
 }
 
