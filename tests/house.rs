@@ -39,7 +39,6 @@ const LONG_FN_ALLOWLIST: &[&str] = &[
     // comments name the functions it should become. Remove an entry when
     // its function is split; the check keeps new ones from growing past it.
     "sandbox/mod.rs:prepare",
-    "sandbox/seccomp/signals.rs:program",
     "supervisor/event_loop.rs:watch",
     "supervisor/spawn.rs:spawn",
 ];
