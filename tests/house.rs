@@ -35,13 +35,6 @@ const LONG_FN_ALLOWLIST: &[&str] = &[
     "sandbox/landlock/tests.rs:read_write_exec_are_enforced",
     "sandbox/seccomp/equivalence.rs:compact_program_decides_like_the_three_filters",
     "sandbox/seccomp/signals.rs:the_network_part_per_variant_on_both_architectures",
-    // Not split yet (issue 24): each is a sequence of commented steps whose
-    // comments name the functions it should become. Remove an entry when
-    // its function is split; the check keeps new ones from growing past it.
-    "guards/metadata.rs:prepare",
-    "sandbox/child.rs:command_main",
-    "sandbox/seccomp/oracle.rs:deny_rules",
-    "sandbox/seccomp/signals.rs:program",
 ];
 
 fn src_dir() -> Option<PathBuf> {

@@ -175,176 +175,7 @@ impl MetaGuard {
 
     /// Read the call: its starting point (taken now, once) and its change.
     fn prepare(&self, listener: &Listener, n: &Notification) -> Result<(Target, Change), Errno> {
-        let tid = n.pid as libc::pid_t;
-        let a = n.args;
-        let int = |i: usize| a[i] as u32 as i32;
-        let nr = i64::from(n.nr);
-        let is = |name: &str| nr_of(name) == Some(nr);
-        let path_at = |dirfd: i32, addr: u64, follow: bool, empty: bool| -> Result<Target, Errno> {
-            if addr == 0 {
-                return Err(Errno::EFAULT);
-            }
-            let path = read_cstr(tid, addr, PATH_MAX, Errno::ENAMETOOLONG)?;
-            if path.as_bytes().is_empty() && !empty {
-                return Err(Errno::ENOENT);
-            }
-            let start = if dirfd == libc::AT_FDCWD || path.as_bytes().first() == Some(&b'/') {
-                open_proc(&format!("/proc/{tid}/cwd"))?
-            } else {
-                open_proc(&format!("/proc/{tid}/fd/{dirfd}"))?
-            };
-            Ok(Target::Path {
-                start,
-                path,
-                follow,
-                empty,
-                caller: tid,
-            })
-        };
-        let fd = |fd: i32| -> Result<Target, Errno> {
-            if fd < 0 {
-                return Err(Errno::EBADF);
-            }
-            open_proc(&format!("/proc/{tid}/fd/{fd}")).map(Target::Fd)
-        };
-        let flags_at = |flags: i32, allowed: i32| -> Result<(bool, bool), Errno> {
-            if flags & !allowed != 0 {
-                return Err(Errno::EINVAL);
-            }
-            Ok((
-                flags & libc::AT_SYMLINK_NOFOLLOW == 0,
-                flags & libc::AT_EMPTY_PATH != 0,
-            ))
-        };
-        let (target, change) = if is("utime") {
-            let times = if a[1] == 0 {
-                None
-            } else {
-                let mut b = [0u8; 16];
-                read(tid, a[1], &mut b)?;
-                let t = |i: usize| i64::from_ne_bytes(b[i..i + 8].try_into().expect("8"));
-                Some([ts(t(0), 0), ts(t(8), 0)])
-            };
-            (
-                path_at(libc::AT_FDCWD, a[0], true, false)?,
-                Change::Times(times),
-            )
-        } else if is("utimes") || is("futimesat") {
-            let (dirfd, p, tv) = if is("utimes") {
-                (libc::AT_FDCWD, a[0], a[1])
-            } else {
-                (int(0), a[1], a[2])
-            };
-            let times = if tv == 0 {
-                None
-            } else {
-                let mut b = [0u8; 32];
-                read(tid, tv, &mut b)?;
-                let t = |i: usize| i64::from_ne_bytes(b[i..i + 8].try_into().expect("8"));
-                let mut out = [ts(0, 0); 2];
-                for (k, slot) in out.iter_mut().enumerate() {
-                    let (sec, usec) = (t(16 * k), t(16 * k + 8));
-                    if !(0..1_000_000).contains(&usec) {
-                        return Err(Errno::EINVAL);
-                    }
-                    *slot = ts(sec, usec * 1000);
-                }
-                Some(out)
-            };
-            let target = if p == 0 && !is("utimes") {
-                fd(dirfd)?
-            } else {
-                path_at(dirfd, p, true, false)?
-            };
-            (target, Change::Times(times))
-        } else if is("utimensat") {
-            let (follow, empty) =
-                flags_at(int(3), libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH)?;
-            let times = if a[2] == 0 {
-                None
-            } else {
-                let mut b = [0u8; 32];
-                read(tid, a[2], &mut b)?;
-                let t = |i: usize| i64::from_ne_bytes(b[i..i + 8].try_into().expect("8"));
-                Some([ts(t(0), t(8)), ts(t(16), t(24))])
-            };
-            let target = if a[1] == 0 {
-                if int(0) == libc::AT_FDCWD {
-                    return Err(Errno::EFAULT);
-                }
-                fd(int(0))?
-            } else {
-                path_at(int(0), a[1], follow, empty)?
-            };
-            (target, Change::Times(times))
-        } else if is("chmod") {
-            (
-                path_at(libc::AT_FDCWD, a[0], true, false)?,
-                Change::Mode(int(1) as u32),
-            )
-        } else if is("fchmod") {
-            (fd(int(0))?, Change::Mode(int(1) as u32))
-        } else if is("fchmodat") {
-            (
-                path_at(int(0), a[1], true, false)?,
-                Change::Mode(int(2) as u32),
-            )
-        } else if is("fchmodat2") {
-            let (follow, empty) =
-                flags_at(int(3), libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH)?;
-            (
-                path_at(int(0), a[1], follow, empty)?,
-                Change::Mode(int(2) as u32),
-            )
-        } else if is("chown") || is("lchown") {
-            (
-                path_at(libc::AT_FDCWD, a[0], is("chown"), false)?,
-                Change::Owner(int(1) as u32, int(2) as u32),
-            )
-        } else if is("fchown") {
-            (fd(int(0))?, Change::Owner(int(1) as u32, int(2) as u32))
-        } else if is("fchownat") {
-            let (follow, empty) =
-                flags_at(int(4), libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH)?;
-            (
-                path_at(int(0), a[1], follow, empty)?,
-                Change::Owner(int(2) as u32, int(3) as u32),
-            )
-        } else if is("setxattr") || is("lsetxattr") || is("fsetxattr") {
-            let name = read_cstr(tid, a[1], XATTR_NAME_MAX + 1, Errno::ERANGE)?;
-            if name.as_bytes().is_empty() {
-                return Err(Errno::ERANGE);
-            }
-            let size = a[3] as usize;
-            if size > XATTR_SIZE_MAX {
-                return Err(Errno::E2BIG);
-            }
-            let mut value = vec![0u8; size];
-            if size > 0 {
-                read(tid, a[2], &mut value)?;
-            }
-            let change = Change::SetXattr {
-                name,
-                value,
-                flags: int(4),
-            };
-            let target = if is("fsetxattr") {
-                fd(int(0))?
-            } else {
-                path_at(libc::AT_FDCWD, a[0], is("setxattr"), false)?
-            };
-            (target, change)
-        } else if is("removexattr") || is("lremovexattr") || is("fremovexattr") {
-            let name = read_cstr(tid, a[1], XATTR_NAME_MAX + 1, Errno::ERANGE)?;
-            let target = if is("fremovexattr") {
-                fd(int(0))?
-            } else {
-                path_at(libc::AT_FDCWD, a[0], is("removexattr"), false)?
-            };
-            (target, Change::RemoveXattr(name))
-        } else {
-            return Err(Errno::ENOSYS);
-        };
+        let (target, change) = Call::of(n).decode()?;
         // The starting point was taken through the caller's tid: it is the
         // caller's only if the caller still waits (no pid reuse in between).
         if !listener.id_valid(n.id) {
@@ -352,6 +183,251 @@ impl MetaGuard {
         }
         Ok((target, change))
     }
+}
+
+/// One notified call as the guard reads it: the calling thread, the call's
+/// number and its raw arguments.
+struct Call {
+    tid: libc::pid_t,
+    nr: i64,
+    a: [u64; 6],
+}
+
+impl Call {
+    fn of(n: &Notification) -> Call {
+        Call {
+            tid: n.pid as libc::pid_t,
+            nr: i64::from(n.nr),
+            a: n.args,
+        }
+    }
+
+    /// Whether the call is `name`.
+    fn is(&self, name: &str) -> bool {
+        nr_of(name) == Some(self.nr)
+    }
+
+    /// Argument `i` as a C int.
+    fn int(&self, i: usize) -> i32 {
+        self.a[i] as u32 as i32
+    }
+
+    /// The path at `addr` from `dirfd` (the caller's cwd for `AT_FDCWD` or
+    /// an absolute path), its starting point taken now.
+    fn path_at(&self, dirfd: i32, addr: u64, follow: bool, empty: bool) -> Result<Target, Errno> {
+        let tid = self.tid;
+        if addr == 0 {
+            return Err(Errno::EFAULT);
+        }
+        let path = read_cstr(tid, addr, PATH_MAX, Errno::ENAMETOOLONG)?;
+        if path.as_bytes().is_empty() && !empty {
+            return Err(Errno::ENOENT);
+        }
+        let start = if dirfd == libc::AT_FDCWD || path.as_bytes().first() == Some(&b'/') {
+            open_proc(&format!("/proc/{tid}/cwd"))?
+        } else {
+            open_proc(&format!("/proc/{tid}/fd/{dirfd}"))?
+        };
+        Ok(Target::Path {
+            start,
+            path,
+            follow,
+            empty,
+            caller: tid,
+        })
+    }
+
+    /// The caller's descriptor `fd`, taken now.
+    fn fd(&self, fd: i32) -> Result<Target, Errno> {
+        let tid = self.tid;
+        if fd < 0 {
+            return Err(Errno::EBADF);
+        }
+        open_proc(&format!("/proc/{tid}/fd/{fd}")).map(Target::Fd)
+    }
+
+    /// Which call it is: its target and its change.
+    fn decode(&self) -> Result<(Target, Change), Errno> {
+        let a = self.a;
+        let int = |i: usize| self.int(i);
+        let is = |name: &str| self.is(name);
+        let (target, change) = if is("utime") {
+            self.utime()?
+        } else if is("utimes") || is("futimesat") {
+            self.utimes()?
+        } else if is("utimensat") {
+            self.utimensat()?
+        } else if is("chmod") {
+            (
+                self.path_at(libc::AT_FDCWD, a[0], true, false)?,
+                Change::Mode(int(1) as u32),
+            )
+        } else if is("fchmod") {
+            (self.fd(int(0))?, Change::Mode(int(1) as u32))
+        } else if is("fchmodat") {
+            (
+                self.path_at(int(0), a[1], true, false)?,
+                Change::Mode(int(2) as u32),
+            )
+        } else if is("fchmodat2") {
+            let (follow, empty) =
+                flags_at(int(3), libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH)?;
+            (
+                self.path_at(int(0), a[1], follow, empty)?,
+                Change::Mode(int(2) as u32),
+            )
+        } else if is("chown") || is("lchown") {
+            (
+                self.path_at(libc::AT_FDCWD, a[0], is("chown"), false)?,
+                Change::Owner(int(1) as u32, int(2) as u32),
+            )
+        } else if is("fchown") {
+            (
+                self.fd(int(0))?,
+                Change::Owner(int(1) as u32, int(2) as u32),
+            )
+        } else if is("fchownat") {
+            let (follow, empty) =
+                flags_at(int(4), libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH)?;
+            (
+                self.path_at(int(0), a[1], follow, empty)?,
+                Change::Owner(int(2) as u32, int(3) as u32),
+            )
+        } else if is("setxattr") || is("lsetxattr") || is("fsetxattr") {
+            self.setxattr()?
+        } else if is("removexattr") || is("lremovexattr") || is("fremovexattr") {
+            self.removexattr()?
+        } else {
+            return Err(Errno::ENOSYS);
+        };
+        Ok((target, change))
+    }
+
+    /// utime(path, times): whole seconds.
+    fn utime(&self) -> Result<(Target, Change), Errno> {
+        let (tid, a) = (self.tid, self.a);
+        let times = if a[1] == 0 {
+            None
+        } else {
+            let mut b = [0u8; 16];
+            read(tid, a[1], &mut b)?;
+            let t = |i: usize| i64::from_ne_bytes(b[i..i + 8].try_into().expect("8"));
+            Some([ts(t(0), 0), ts(t(8), 0)])
+        };
+        Ok((
+            self.path_at(libc::AT_FDCWD, a[0], true, false)?,
+            Change::Times(times),
+        ))
+    }
+
+    /// utimes(path, tv) and futimesat(dirfd, path, tv): timevals.
+    fn utimes(&self) -> Result<(Target, Change), Errno> {
+        let (tid, a) = (self.tid, self.a);
+        let (dirfd, p, tv) = if self.is("utimes") {
+            (libc::AT_FDCWD, a[0], a[1])
+        } else {
+            (self.int(0), a[1], a[2])
+        };
+        let times = if tv == 0 {
+            None
+        } else {
+            let mut b = [0u8; 32];
+            read(tid, tv, &mut b)?;
+            let t = |i: usize| i64::from_ne_bytes(b[i..i + 8].try_into().expect("8"));
+            let mut out = [ts(0, 0); 2];
+            for (k, slot) in out.iter_mut().enumerate() {
+                let (sec, usec) = (t(16 * k), t(16 * k + 8));
+                if !(0..1_000_000).contains(&usec) {
+                    return Err(Errno::EINVAL);
+                }
+                *slot = ts(sec, usec * 1000);
+            }
+            Some(out)
+        };
+        let target = if p == 0 && !self.is("utimes") {
+            self.fd(dirfd)?
+        } else {
+            self.path_at(dirfd, p, true, false)?
+        };
+        Ok((target, Change::Times(times)))
+    }
+
+    /// utimensat(dirfd, path, times, flags): timespecs; a NULL path means
+    /// the descriptor itself.
+    fn utimensat(&self) -> Result<(Target, Change), Errno> {
+        let (tid, a) = (self.tid, self.a);
+        let int = |i: usize| self.int(i);
+        let (follow, empty) = flags_at(int(3), libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH)?;
+        let times = if a[2] == 0 {
+            None
+        } else {
+            let mut b = [0u8; 32];
+            read(tid, a[2], &mut b)?;
+            let t = |i: usize| i64::from_ne_bytes(b[i..i + 8].try_into().expect("8"));
+            Some([ts(t(0), t(8)), ts(t(16), t(24))])
+        };
+        let target = if a[1] == 0 {
+            if int(0) == libc::AT_FDCWD {
+                return Err(Errno::EFAULT);
+            }
+            self.fd(int(0))?
+        } else {
+            self.path_at(int(0), a[1], follow, empty)?
+        };
+        Ok((target, Change::Times(times)))
+    }
+
+    /// setxattr, lsetxattr, fsetxattr: the name and value copied now.
+    fn setxattr(&self) -> Result<(Target, Change), Errno> {
+        let (tid, a) = (self.tid, self.a);
+        let name = read_cstr(tid, a[1], XATTR_NAME_MAX + 1, Errno::ERANGE)?;
+        if name.as_bytes().is_empty() {
+            return Err(Errno::ERANGE);
+        }
+        let size = a[3] as usize;
+        if size > XATTR_SIZE_MAX {
+            return Err(Errno::E2BIG);
+        }
+        let mut value = vec![0u8; size];
+        if size > 0 {
+            read(tid, a[2], &mut value)?;
+        }
+        let change = Change::SetXattr {
+            name,
+            value,
+            flags: self.int(4),
+        };
+        let target = if self.is("fsetxattr") {
+            self.fd(self.int(0))?
+        } else {
+            self.path_at(libc::AT_FDCWD, a[0], self.is("setxattr"), false)?
+        };
+        Ok((target, change))
+    }
+
+    /// removexattr, lremovexattr, fremovexattr: the name copied now.
+    fn removexattr(&self) -> Result<(Target, Change), Errno> {
+        let (tid, a) = (self.tid, self.a);
+        let name = read_cstr(tid, a[1], XATTR_NAME_MAX + 1, Errno::ERANGE)?;
+        let target = if self.is("fremovexattr") {
+            self.fd(self.int(0))?
+        } else {
+            self.path_at(libc::AT_FDCWD, a[0], self.is("removexattr"), false)?
+        };
+        Ok((target, Change::RemoveXattr(name)))
+    }
+}
+
+/// The `*at` flags of a call (only `allowed` may be set): whether a last
+/// link is followed, whether an empty path means the starting point.
+fn flags_at(flags: i32, allowed: i32) -> Result<(bool, bool), Errno> {
+    if flags & !allowed != 0 {
+        return Err(Errno::EINVAL);
+    }
+    Ok((
+        flags & libc::AT_SYMLINK_NOFOLLOW == 0,
+        flags & libc::AT_EMPTY_PATH != 0,
+    ))
 }
 
 fn ts(sec: i64, nsec: i64) -> libc::timespec {

@@ -499,7 +499,29 @@ fn reap(cmd: c_int) -> Option<c_int> {
 
 /// Confine this process and exec the command. `arg` is the leaked
 /// `&'static ChildSpec`. Never returns.
+///
+/// Each step below is a plain function call on this stage's own stack: the
+/// rules of the module (no allocation, no lock, raw system calls only) hold
+/// in every one of them.
 pub(crate) fn command_main(spec: &'static ChildSpec) -> c_int {
+    tie_to_parent(spec);
+    oom_first();
+    session_and_stdio(spec);
+    drop_privileges(spec);
+    restrict_paths(spec);
+    close_on_exec(spec);
+    install_filters(spec);
+    set_limits(spec);
+    let err = crate::sys::stage::exec(spec);
+    report(spec.chan, Msg::ExecFailed { errno: err });
+    raw::exit_group(if err == libc::ENOENT { 127 } else { 126 })
+}
+
+/// The command's signal state, its death with its parent, and its parent
+/// still there (the keeper, init or the supervisor); then the supervisor's
+/// "go" where it is the parent.
+#[inline]
+fn tie_to_parent(spec: &ChildSpec) {
     // Default dispositions and an empty mask for the command. execve resets
     // caught signals by itself; only ignored ones survive it, and Rust's
     // SIGPIPE = ignore must not leak into the command (`yes | head` would
@@ -526,7 +548,12 @@ pub(crate) fn command_main(spec: &'static ChildSpec) -> c_int {
     if spec.wait_go && spec.parent_pid != 0 && !spec.keeper {
         wait_go(spec);
     }
-    oom_first();
+}
+
+/// A session of its own, the run's terminal as its controlling terminal,
+/// stdio onto 0, 1 and 2, and the working directory.
+#[inline]
+fn session_and_stdio(spec: &ChildSpec) {
     if let Err(e) = raw::setsid() {
         fail(spec, Stage::Session, e);
     }
@@ -545,19 +572,33 @@ pub(crate) fn command_main(spec: &'static ChildSpec) -> c_int {
     if let Err(e) = raw::chdir(&spec.cwd) {
         fail(spec, Stage::Cwd, e);
     }
+}
+
+/// No capability left, and none to be gained (NO_NEW_PRIVS).
+#[inline]
+fn drop_privileges(spec: &ChildSpec) {
     if let Err(e) = drop_capabilities() {
         fail(spec, Stage::Capabilities, e);
     }
     if let Err(e) = raw::prctl(libc::PR_SET_NO_NEW_PRIVS, 1) {
         fail(spec, Stage::NoNewPrivs, e);
     }
+}
+
+/// The Landlock domain, from the ruleset the parent built.
+#[inline]
+fn restrict_paths(spec: &ChildSpec) {
     if let Some(ll) = &spec.landlock {
         if let Err(e) = ll.restrict() {
             fail(spec, Stage::Landlock, e);
         }
     }
-    // Every inherited descriptor above stderr goes at exec, except the RPC
-    // end; the channel stays usable until then to report an exec failure.
+}
+
+/// Every inherited descriptor above stderr goes at exec, except the RPC
+/// end; the channel stays usable until then to report an exec failure.
+#[inline]
+fn close_on_exec(spec: &ChildSpec) {
     if let Err(e) = cloexec_from(3) {
         fail(spec, Stage::Fds, e);
     }
@@ -566,6 +607,12 @@ pub(crate) fn command_main(spec: &'static ChildSpec) -> c_int {
             fail(spec, Stage::Fds, e);
         }
     }
+}
+
+/// The seccomp filters, in order: the main program, the truncate guard, the
+/// notify filter (its listener sent to the supervisor where it has one).
+#[inline]
+fn install_filters(spec: &ChildSpec) {
     if let Some(filters) = &spec.seccomp {
         if let Err(e) = filters.install() {
             fail(spec, Stage::Seccomp, e as i32);
@@ -596,19 +643,20 @@ pub(crate) fn command_main(spec: &'static ChildSpec) -> c_int {
             fail(spec, Stage::SignalFilter, e);
         }
     }
-    // The limits come after every descriptor this stage opens or inherits
-    // (the plan's O_PATH descriptors, /proc/self, the signal filter's
-    // listener): a small max_open_files must bind the command, not make its
-    // own confinement fail. They close at exec. The seccomp program lets
-    // prlimit64 on the caller itself through.
+}
+
+/// The resource limits, last: they come after every descriptor this stage
+/// opens or inherits (the plan's O_PATH descriptors, /proc/self, the signal
+/// filter's listener), so a small max_open_files binds the command and does
+/// not make its own confinement fail. They close at exec. The seccomp
+/// program lets prlimit64 on the caller itself through.
+#[inline]
+fn set_limits(spec: &ChildSpec) {
     for &(res, val) in &spec.rlimits {
         if let Err(e) = raw::set_rlimit(res, val) {
             fail(spec, Stage::Rlimits, e);
         }
     }
-    let err = crate::sys::stage::exec(spec);
-    report(spec.chan, Msg::ExecFailed { errno: err });
-    raw::exit_group(if err == libc::ENOENT { 127 } else { 126 })
 }
 
 /// Empty every capability set: bounding (needs CAP_SETPCAP, which root and a

@@ -146,18 +146,42 @@ fn socketpair_rules(opts: &SeccompOptions) -> Result<Vec<SeccompRule>, BackendEr
     Ok(rules)
 }
 
+/// The rules of one filter, keyed by syscall number.
+type Rules = BTreeMap<i64, Vec<SeccompRule>>;
+
 /// The denial rules, keyed by syscall number. An empty rule list means
-/// "deny whatever the arguments".
-fn deny_rules(
-    arch: Arch,
-    opts: &SeccompOptions,
-) -> Result<BTreeMap<i64, Vec<SeccompRule>>, BackendError> {
+/// "deny whatever the arguments". Each step inserts its syscalls in turn (a
+/// later step's rules replace an earlier one's for the same syscall).
+fn deny_rules(arch: Arch, opts: &SeccompOptions) -> Result<Rules, BackendError> {
     let mut map = BTreeMap::new();
+    denied_whatever_the_arguments(&mut map, arch, opts);
+    namespace_tty_and_lease_rules(&mut map, arch)?;
+    if let Some(nr) = arch.nr("socket") {
+        map.insert(nr, socket_rules(opts)?);
+    }
+    if let Some(nr) = arch.nr("socketpair") {
+        map.insert(nr, socketpair_rules(opts)?);
+    }
+    open_mode_rules(&mut map, arch)?;
+    setid_exec_and_memfd_rules(&mut map, arch, opts)?;
+    if !opts.private_pid {
+        other_process_rules(&mut map, arch)?;
+    }
+    Ok(map)
+}
+
+/// The denied syscalls: no rule, denied whatever the arguments.
+fn denied_whatever_the_arguments(map: &mut Rules, arch: Arch, opts: &SeccompOptions) {
     for (_, names) in denied(opts) {
         for nr in names.iter().filter_map(|n| arch.nr(n)) {
             map.insert(nr, Vec::new());
         }
     }
+}
+
+/// clone with a namespace flag, personality outside the allowed ones, the
+/// TIOCSTI/TIOCLINUX ioctls, fcntl(F_SETLEASE).
+fn namespace_tty_and_lease_rules(map: &mut Rules, arch: Arch) -> Result<(), BackendError> {
     if let Some(nr) = arch.nr("clone") {
         let rules = CLONE_NEW_FLAGS
             .iter()
@@ -191,12 +215,11 @@ fn deny_rules(
             )?])?],
         );
     }
-    if let Some(nr) = arch.nr("socket") {
-        map.insert(nr, socket_rules(opts)?);
-    }
-    if let Some(nr) = arch.nr("socketpair") {
-        map.insert(nr, socketpair_rules(opts)?);
-    }
+    Ok(())
+}
+
+/// The open family with access mode 3.
+fn open_mode_rules(map: &mut Rules, arch: Arch) -> Result<(), BackendError> {
     for &(name, arg) in OPEN_FLAGS_ARG {
         if let Some(nr) = arch.nr(name) {
             // Access mode 3: both bits of O_ACCMODE.
@@ -204,20 +227,31 @@ fn deny_rules(
             map.insert(nr, vec![SeccompRule::new(vec![mode3])?]);
         }
     }
-    // Any bit of `mask` set in 32-bit argument `arg`: one rule per bit.
-    let any_bit = |arg: u8, mask: u32| -> Result<Vec<SeccompRule>, BackendError> {
-        (0..32)
-            .map(|b| 1u32 << b)
-            .filter(|bit| mask & bit != 0)
-            .map(|bit| {
-                SeccompRule::new(vec![cond(
-                    arg,
-                    SeccompCmpOp::MaskedEq(u64::from(bit)),
-                    bit,
-                )?])
-            })
-            .collect()
-    };
+    Ok(())
+}
+
+/// Any bit of `mask` set in 32-bit argument `arg`: one rule per bit.
+fn any_bit(arg: u8, mask: u32) -> Result<Vec<SeccompRule>, BackendError> {
+    (0..32)
+        .map(|b| 1u32 << b)
+        .filter(|bit| mask & bit != 0)
+        .map(|bit| {
+            SeccompRule::new(vec![cond(
+                arg,
+                SeccompCmpOp::MaskedEq(u64::from(bit)),
+                bit,
+            )?])
+        })
+        .collect()
+}
+
+/// chmod with a set-id bit, execveat with AT_EMPTY_PATH, memfd_create with
+/// MFD_HUGETLB (or without MFD_NOEXEC_SEAL where it is asked for).
+fn setid_exec_and_memfd_rules(
+    map: &mut Rules,
+    arch: Arch,
+    opts: &SeccompOptions,
+) -> Result<(), BackendError> {
     for &(name, arg) in CHMOD_MODE_ARG {
         if let Some(nr) = arch.nr(name) {
             map.insert(nr, any_bit(arg, SETID_BITS)?);
@@ -239,32 +273,36 @@ fn deny_rules(
         }
         map.insert(nr, rules);
     }
-    if !opts.private_pid {
-        let not_zero = |arg: u8| cond(arg, SeccompCmpOp::Ne, 0);
-        if let Some(nr) = arch.nr("prlimit64") {
-            // pid != 0 and new_limit (the whole 64-bit pointer) != NULL.
-            let new_limit = SeccompCondition::new(2, SeccompCmpArgLen::Qword, SeccompCmpOp::Ne, 0)?;
-            map.insert(nr, vec![SeccompRule::new(vec![not_zero(0)?, new_limit])?]);
-        }
-        for (name, own) in [("setpriority", PRIO_OWN), ("ioprio_set", IOPRIO_OWN)] {
-            if let Some(nr) = arch.nr(name) {
-                let mut rules = not_in(0, own, &[])?;
-                rules.push(SeccompRule::new(vec![not_zero(1)?])?);
-                map.insert(nr, rules);
-            }
-        }
-        for name in [
-            "sched_setaffinity",
-            "sched_setscheduler",
-            "sched_setparam",
-            "sched_setattr",
-        ] {
-            if let Some(nr) = arch.nr(name) {
-                map.insert(nr, vec![SeccompRule::new(vec![not_zero(0)?])?]);
-            }
+    Ok(())
+}
+
+/// Without a pid namespace of its own: limits, priorities and scheduling
+/// of any process but the caller.
+fn other_process_rules(map: &mut Rules, arch: Arch) -> Result<(), BackendError> {
+    let not_zero = |arg: u8| cond(arg, SeccompCmpOp::Ne, 0);
+    if let Some(nr) = arch.nr("prlimit64") {
+        // pid != 0 and new_limit (the whole 64-bit pointer) != NULL.
+        let new_limit = SeccompCondition::new(2, SeccompCmpArgLen::Qword, SeccompCmpOp::Ne, 0)?;
+        map.insert(nr, vec![SeccompRule::new(vec![not_zero(0)?, new_limit])?]);
+    }
+    for (name, own) in [("setpriority", PRIO_OWN), ("ioprio_set", IOPRIO_OWN)] {
+        if let Some(nr) = arch.nr(name) {
+            let mut rules = not_in(0, own, &[])?;
+            rules.push(SeccompRule::new(vec![not_zero(1)?])?);
+            map.insert(nr, rules);
         }
     }
-    Ok(map)
+    for name in [
+        "sched_setaffinity",
+        "sched_setscheduler",
+        "sched_setparam",
+        "sched_setattr",
+    ] {
+        if let Some(nr) = arch.nr(name) {
+            map.insert(nr, vec![SeccompRule::new(vec![not_zero(0)?])?]);
+        }
+    }
+    Ok(())
 }
 
 fn convert(p: BpfProgram) -> Vec<SockFilter> {

@@ -306,12 +306,32 @@ fn assemble(code: &[Insn]) -> Result<Vec<SockFilter>, SeccompError> {
     Ok(out)
 }
 
-/// The program for `arch` (see the module docs).
+/// The program for `arch` (see the module docs): a dispatch on the syscall
+/// number, the checks of the arguments it jumps to, and the verdicts.
 pub(super) fn program(arch: Arch, parts: Parts) -> Result<Vec<SockFilter>, SeccompError> {
-    use Insn::*;
-    let nr = |name: &str| arch.nr(name).map(|n| n as u32);
     let mut code: Vec<Insn> = Vec::new();
-    // With A = the syscall number:
+    dispatch(arch, parts, &mut code);
+    argument_checks(parts, &mut code);
+    verdicts(&mut code);
+    let mut prog = prologue(arch);
+    prog.extend(assemble(&code)?);
+    Ok(prog)
+}
+
+/// With A = the syscall number: a jump for each syscall `parts` decides
+/// (those this architecture has), in this order; anything else is allowed.
+fn dispatch(arch: Arch, parts: Parts, code: &mut Vec<Insn>) {
+    let nr = |name: &str| arch.nr(name).map(|n| n as u32);
+    for (name, to) in jumps(parts) {
+        if let Some(n) = nr(name) {
+            code.push(Insn::JeqTo(n, to));
+        }
+    }
+    code.push(Insn::Ret(RET_ALLOW));
+}
+
+/// The syscalls `parts` decides, each with where it jumps.
+fn jumps(parts: Parts) -> Vec<(&'static str, Label)> {
     let mut jumps: Vec<(&str, Label)> = Vec::new();
     if parts.signals || parts.meta {
         jumps.push(("ioctl", Label::Ioctl));
@@ -367,12 +387,13 @@ pub(super) fn program(arch: Arch, parts: Parts) -> Result<Vec<SockFilter>, Secco
             jumps.extend(NOTIFIED.iter().map(|n| (*n, Label::Notify)));
         }
     }
-    for (name, to) in jumps {
-        if let Some(n) = nr(name) {
-            code.push(JeqTo(n, to));
-        }
-    }
-    code.push(Ret(RET_ALLOW));
+    jumps
+}
+
+/// The checks of the arguments: kill's pid and fcntl's command (signals),
+/// ioctl's request (signals, metadata), the send calls' MSG_FASTOPEN (net).
+fn argument_checks(parts: Parts, code: &mut Vec<Insn>) {
+    use Insn::*;
     if parts.signals {
         code.extend([
             Here(Label::Kill),
@@ -412,6 +433,11 @@ pub(super) fn program(arch: Arch, parts: Parts) -> Result<Vec<SockFilter>, Secco
             Ret(RET_ALLOW),
         ]);
     }
+}
+
+/// The shared verdicts every check jumps to.
+fn verdicts(code: &mut Vec<Insn>) {
+    use Insn::*;
     code.extend([
         Here(Label::Allow),
         Ret(RET_ALLOW),
@@ -426,9 +452,6 @@ pub(super) fn program(arch: Arch, parts: Parts) -> Result<Vec<SockFilter>, Secco
         Here(Label::Enospc),
         Ret(ret_errno(libc::ENOSPC)),
     ]);
-    let mut prog = prologue(arch);
-    prog.extend(assemble(&code)?);
-    Ok(prog)
 }
 
 /// The notify filter, built in the parent before the clone; the command
