@@ -131,6 +131,7 @@ pub async fn watch(
     // (it exits right after; the supervisor reaps it once the loop is over).
     let reported = std::cell::Cell::new(false);
 
+    let mut pending = None; // a stop signal held for `deliver`
     let status = loop {
         tokio::select! {
             // In this order: the child's exit and its messages before any
@@ -151,6 +152,7 @@ pub async fn watch(
                     chan_open = drain(sp, &reported, &mut on_msg);
                     guard.clear_ready();
                 }
+                deliver(sp, pending.take(), &mut pending);
                 if reported.get() && sp.tree == TreeMode::PidNamespace {
                     break None;
                 }
@@ -181,7 +183,11 @@ pub async fn watch(
                 kill_run(sp);
             }
             sig = stops.next() => {
-                forward(sp, sig);
+                // The command's pid may be waiting on the channel still.
+                if chan_open {
+                    chan_open = drain(sp, &reported, &mut on_msg);
+                }
+                deliver(sp, Some(sig), &mut pending);
                 // The first signal (unless the timeout already did) starts the grace.
                 if ended.signal.is_none() && !ended.timed_out {
                     ended.signal = Some(sig);
@@ -272,6 +278,19 @@ async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
             s.recv().await;
         }
         None => std::future::pending::<()>().await,
+    }
+}
+
+/// Forward `sig` to the run, or keep it in `pending` while the keeper's
+/// command stage has not reported its pid: the command prints and runs
+/// before capsule reads that report under load, and a signal dropped then
+/// reached nobody until the grace period killed the run.
+fn deliver(sp: &Spawned, sig: Option<libc::c_int>, pending: &mut Option<libc::c_int>) {
+    let Some(sig) = sig else { return };
+    if sp.tree == TreeMode::Subreaper && sp.command.get() <= 0 {
+        *pending = Some(sig);
+    } else {
+        forward(sp, sig);
     }
 }
 
