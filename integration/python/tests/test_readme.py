@@ -66,6 +66,7 @@ RUN_ELSEWHERE = {
     "scripts/kernel-matrix (boots arm64 kernels under qemu-system-aarch64)",
     # Benchmarks: minutes of measurement on an idle machine, not a test.
     "scripts/bench": "not run by the suite (a benchmark)",
+    "scripts/bench startup": "not run by the suite (a benchmark; tests/exec_*.rs test what it times)",
     "sudo scripts/bench-phases": "not run by the suite (a benchmark; needs perf uprobes)",
 }
 
