@@ -261,7 +261,9 @@ pub const BOUND_PROC_LIMITATION: &str =
      /proc/self, and Landlock keeps the environ, memory, maps, descriptors, cwd and root of every process \
      outside the run unreadable (ptrace access, at the same uid too), but those processes are listed (ps), \
      their cmdline, status and stat are readable, and so are the numbers (not the targets) of their open \
-     descriptors. The private /proc comes back with podman --security-opt \
+     descriptors and the container's network state through /proc/<pid>/net of any process outside the run \
+     (its TCP and UDP connections and listeners, Unix socket names, interface counters: that directory shows \
+     the process's network namespace, not the run's). The private /proc comes back with podman --security-opt \
      unmask=ALL, Docker --security-opt systempaths=unconfined, Kubernetes securityContext.procMount: Unmasked, \
      or a user-namespaced pod (hostUsers: false)";
 
