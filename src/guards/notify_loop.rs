@@ -101,12 +101,14 @@ struct Served<'a> {
 impl Served<'_> {
     /// Hand one notified call to the part that owns its system call (each
     /// refused without its part); once the budget is `spent`, refuse it
-    /// without work.
+    /// without work; once the observer's share is spent (`!observing`),
+    /// answer its calls without reading them.
     fn dispatch(
         &mut self,
         listener: &std::sync::Arc<Listener>,
         n: &Notification,
         spent: bool,
+        observing: bool,
     ) -> super::network::Action {
         use super::network::{Action, NetGuard};
         use super::processes::ProcGuard;
@@ -125,7 +127,8 @@ impl Served<'_> {
         } else if crate::supervisor::explain::Observer::handles(n.nr) {
             // Only explains: the kernel decides as usual.
             match &self.observe {
-                Some(o) => Action::Reply(o.serve(listener, n)),
+                Some(o) if observing => Action::Reply(o.serve(listener, n)),
+                Some(o) => Action::Reply(o.skip()),
                 None => Action::Reply(Reply::Continue),
             }
         } else if super::memfd::handles(n.nr) {
@@ -206,19 +209,42 @@ fn wait(listener: &Listener, stop: &OwnedFd) -> Woken {
     Woken::Events(fds[0].revents().unwrap_or(PollFlags::empty()))
 }
 
-/// Whether the guards have spent their CPU budget: this thread's time and
-/// the ended connect threads', less the observer's (`--explain` never
-/// kills a run for being observed). Unknown counts as spent.
-fn over_budget(
-    threads: &super::network::Threads,
-    observed_cpu: Duration,
-    budget: Duration,
-) -> bool {
-    let used = crate::sys::thread_cpu_time().map(|t| {
-        (t + Duration::from_nanos(threads.cpu_nanos.load(std::sync::atomic::Ordering::Relaxed)))
-            .saturating_sub(observed_cpu)
-    });
-    used.is_none_or(|t| t > budget)
+/// The guards' CPU time so far: this thread's and the ended connect
+/// threads'. Unknown counts as spent.
+fn guards_cpu(threads: &super::network::Threads) -> Option<Duration> {
+    crate::sys::thread_cpu_time().map(|t| {
+        t + Duration::from_nanos(threads.cpu_nanos.load(std::sync::atomic::Ordering::Relaxed))
+    })
+}
+
+/// Whether the guards have spent their CPU budget (the run is killed):
+/// their time less the observer's (`--explain` never kills a run for being
+/// observed).
+fn over_budget(used: Option<Duration>, observed_cpu: Duration, budget: Duration) -> bool {
+    used.is_none_or(|t| t.saturating_sub(observed_cpu) > budget)
+}
+
+/// Whether the observer may still read paths: the guards' time, the
+/// observer's included, is within the budget. Past it the observer answers
+/// at once without reading (counted in `explain.not_observed`), so
+/// `--explain` cannot make capsule work past the budget either.
+fn observer_within_budget(used: Option<Duration>, budget: Duration) -> bool {
+    used.is_some_and(|t| t <= budget)
+}
+
+/// Past the budget, capsule's thread spends at most one part in
+/// `PACED_SHARE` of a core on observed calls.
+const PACED_SHARE: u32 = 40;
+
+/// Past the budget, even an observed call answered without reading costs
+/// capsule its round trip (receive, answer, wake), and a run that names
+/// paths in a loop from several processes would keep the thread busy on a
+/// core: so after each such call the thread waits `PACED_SHARE - 1` times
+/// what it cost (the run's observed calls wait meanwhile: slowed, never
+/// refused).
+fn pace(cost: Duration) {
+    let wait = (cost * (PACED_SHARE - 1)).min(Duration::from_millis(50));
+    std::thread::sleep(wait);
 }
 
 fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (u64, u64) {
@@ -275,7 +301,8 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
                     break;
                 }
             };
-            if !spent && over_budget(&threads, observed_cpu, budget) {
+            let used = guards_cpu(&threads);
+            if !spent && over_budget(used, observed_cpu, budget) {
                 spent = true;
                 tracing::warn!(
                     "guard: {:.1} s of capsule's CPU spent on the run's checked calls: budget spent, the run is killed",
@@ -283,7 +310,8 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
                 );
                 exhausted.notify_one();
             }
-            let action = served.dispatch(listener, &n, spent);
+            let observing = observer_within_budget(used, budget);
+            let action = served.dispatch(listener, &n, spent, observing);
             let reply = match action {
                 Action::Connect(conn) => {
                     allowed += 1;
@@ -311,7 +339,11 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
             answer(listener, &n, reply);
             if served.observe.is_some() && crate::supervisor::explain::Observer::handles(n.nr) {
                 if let (Some(a), Some(b)) = (iter_start, crate::sys::thread_cpu_time()) {
-                    observed_cpu += b.saturating_sub(a);
+                    let cost = b.saturating_sub(a);
+                    observed_cpu += cost;
+                    if !observing {
+                        pace(cost);
+                    }
                 }
             }
         } else if ev.intersects(PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL) {
