@@ -94,7 +94,6 @@ print("done")
 /// answering the host's clients there: an X11 client hands its
 /// MIT-MAGIC-COOKIE to whoever listens at the display's name.
 #[test]
-#[ignore = "red3 finding 2: without a netns, allow_unix_sockets lets the run bind and serve host abstract socket names (no layer sees bind)"]
 fn without_a_netns_the_run_cannot_serve_the_hosts_abstract_socket_names() {
     use std::io::Read;
     use std::os::linux::net::SocketAddrExt;
