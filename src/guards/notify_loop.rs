@@ -247,6 +247,45 @@ fn pace(cost: Duration) {
     std::thread::sleep(wait);
 }
 
+/// What holds the guard thread to its budget.
+struct Held {
+    budget: Duration,
+    exhausted: Exhausted,
+    /// Every call is refused at once, until the event loop has killed the run.
+    spent: bool,
+    /// The path observer's CPU time (`exec --explain`), not counted toward the kill.
+    observed_cpu: Duration,
+}
+
+impl Held {
+    /// Given the guards' CPU time so far (`used`): whether the budget is
+    /// spent (telling the event loop once), and whether the observer may
+    /// still read paths.
+    fn check(&mut self, used: Option<Duration>) -> (bool, bool) {
+        if !self.spent && over_budget(used, self.observed_cpu, self.budget) {
+            self.spent = true;
+            tracing::warn!(
+                "guard: {:.1} s of capsule's CPU spent on the run's checked calls: budget spent, the run is killed",
+                self.budget.as_secs_f64()
+            );
+            self.exhausted.notify_one();
+        }
+        (self.spent, observer_within_budget(used, self.budget))
+    }
+
+    /// An observed call was served, since `start` (this thread's CPU time):
+    /// count its cost, and past the budget pace the next one.
+    fn observed(&mut self, start: Option<Duration>, observing: bool) {
+        if let (Some(a), Some(b)) = (start, crate::sys::thread_cpu_time()) {
+            let cost = b.saturating_sub(a);
+            self.observed_cpu += cost;
+            if !observing {
+                pace(cost);
+            }
+        }
+    }
+}
+
 fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (u64, u64) {
     use super::network::{self, Action};
     let Parts {
@@ -273,12 +312,14 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
         meta,
         observe,
     };
-    // Spent: every call is refused at once, until the event loop has killed the run.
-    let mut spent = false;
+    let mut held = Held {
+        budget,
+        exhausted,
+        spent: false,
+        observed_cpu: Duration::ZERO,
+    };
     let threads = std::sync::Arc::new(network::Threads::default());
     let (mut allowed, mut refused) = (0u64, 0u64);
-    // The path observer's CPU time (`exec --explain`), not counted in the budget.
-    let mut observed_cpu = Duration::ZERO;
     loop {
         // With the observer: this iteration's CPU time, for when it serves an
         // observed call (poll, receive, read, answer).
@@ -301,16 +342,7 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
                     break;
                 }
             };
-            let used = guards_cpu(&threads);
-            if !spent && over_budget(used, observed_cpu, budget) {
-                spent = true;
-                tracing::warn!(
-                    "guard: {:.1} s of capsule's CPU spent on the run's checked calls: budget spent, the run is killed",
-                    budget.as_secs_f64()
-                );
-                exhausted.notify_one();
-            }
-            let observing = observer_within_budget(used, budget);
+            let (spent, observing) = held.check(guards_cpu(&threads));
             let action = served.dispatch(listener, &n, spent, observing);
             let reply = match action {
                 Action::Connect(conn) => {
@@ -338,13 +370,7 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
             }
             answer(listener, &n, reply);
             if served.observe.is_some() && crate::supervisor::explain::Observer::handles(n.nr) {
-                if let (Some(a), Some(b)) = (iter_start, crate::sys::thread_cpu_time()) {
-                    let cost = b.saturating_sub(a);
-                    observed_cpu += cost;
-                    if !observing {
-                        pace(cost);
-                    }
-                }
+                held.observed(iter_start, observing);
             }
         } else if ev.intersects(PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL) {
             // No process uses the filter any more.
