@@ -403,7 +403,10 @@ impl Connect {
 /// Make the caller's bind on its socket `sock` (already on a thread lowered
 /// to its ids): under the run's Landlock `ruleset`, from its working
 /// directory `cwd` and with its `umask`, in a file-system context of this
-/// thread's own.
+/// thread's own. Where `unshare(CLONE_FS)` is refused (a container's
+/// RuntimeDefault seccomp profile), a relative name is bound through
+/// `/proc/self/fd/CWD/` and the umask is applied to the socket before the
+/// bind (the file then also loses what capsule's own umask masks).
 fn bind(
     sock: &OwnedFd,
     addr: &[u8],
@@ -411,23 +414,48 @@ fn bind(
     umask: u32,
     ruleset: Option<&OwnedFd>,
 ) -> Reply {
-    let r = nix::sched::unshare(nix::sched::CloneFlags::CLONE_FS)
-        .and_then(|()| match ruleset {
-            Some(rs) => crate::sys::landlock_this_thread(rs.as_fd()),
-            None => Ok(()),
-        })
-        .and_then(|()| match cwd {
-            Some(dir) => nix::unistd::fchdir(dir),
-            None => Ok(()),
-        })
-        .and_then(|()| {
-            nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(umask & 0o777));
+    let own_fs = nix::sched::unshare(nix::sched::CloneFlags::CLONE_FS).is_ok();
+    let mode = nix::sys::stat::Mode::from_bits_truncate(umask & 0o777);
+    let r = match ruleset {
+        Some(rs) => crate::sys::landlock_this_thread(rs.as_fd()),
+        None => Ok(()),
+    }
+    .and_then(|()| {
+        if own_fs {
+            if let Some(dir) = cwd {
+                nix::unistd::fchdir(dir)?;
+            }
+            nix::sys::stat::umask(mode);
             notify::bind_raw(sock.as_fd(), addr)
-        });
+        } else {
+            nix::sys::stat::fchmod(
+                sock.as_fd(),
+                !mode & nix::sys::stat::Mode::from_bits_truncate(0o777),
+            )?;
+            match cwd {
+                Some(dir) => notify::bind_raw(sock.as_fd(), &through_proc(dir, addr)?),
+                None => notify::bind_raw(sock.as_fd(), addr),
+            }
+        }
+    });
     match r {
         Ok(()) => Reply::Value(0),
         Err(e) => Reply::Fail(e as i32),
     }
+}
+
+/// A Unix address `addr` with a relative name, made absolute through this
+/// process's descriptor `dir` of the caller's working directory.
+fn through_proc(dir: &OwnedFd, addr: &[u8]) -> Result<Vec<u8>, Errno> {
+    use std::os::fd::AsRawFd;
+    let mut out = addr[..2].to_vec();
+    out.extend_from_slice(format!("/proc/self/fd/{}/", dir.as_raw_fd()).as_bytes());
+    out.extend_from_slice(&addr[2..]);
+    // struct sockaddr_un: the family and 108 bytes of path.
+    if out.len() > 2 + 108 {
+        return Err(Errno::ENAMETOOLONG);
+    }
+    Ok(out)
 }
 
 /// The connect threads in flight, and the CPU time (nanoseconds) the ended
