@@ -94,7 +94,6 @@ print("done")
 /// answering the host's clients there: an X11 client hands its
 /// MIT-MAGIC-COOKIE to whoever listens at the display's name.
 #[test]
-#[ignore = "red3 finding 2: without a netns, allow_unix_sockets lets the run bind and serve host abstract socket names (no layer sees bind)"]
 fn without_a_netns_the_run_cannot_serve_the_hosts_abstract_socket_names() {
     use std::io::Read;
     use std::os::linux::net::SocketAddrExt;
@@ -203,7 +202,6 @@ print("opens", n, "cpu of the run", t.user + t.system + t.children_user + t.chil
 /// (cpu_seconds, a cgroup's cpu) of the run: here 3 s of budget for a 30 s
 /// timeout, and capsule spent more than the run itself.
 #[test]
-#[ignore = "red3 finding 3: --explain's observer CPU is outside the guards' budget: a run keeps capsule busy for its whole timeout"]
 fn explain_cannot_make_capsule_burn_cpu_past_the_guards_budget() {
     let sb = Sandbox::new();
     let policy = sb.policy("version: 1\nlimits:\n  timeout_seconds: 30\n  cpu_seconds: 3\n");
@@ -445,7 +443,6 @@ print("done")
 /// counters (`net/dev`). `enforcement.limitations` names only the process
 /// list, cmdline, status, stat and descriptor numbers.
 #[test]
-#[ignore = "red3 finding 7: on path 2 the run reads the container's network state through /proc/<outside pid>/net (not in enforcement.limitations)"]
 fn on_path_2_the_run_cannot_read_the_containers_sockets() {
     let sb = Sandbox::new();
     let capsh = ["/usr/sbin/capsh", "/sbin/capsh", "/usr/bin/capsh"]

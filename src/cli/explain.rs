@@ -98,7 +98,11 @@ fn observed(
             answers.push(a);
         }
     }
-    (seen.active, seen.why_not.clone(), seen.dropped + unanswered)
+    (
+        seen.active,
+        seen.why_not.clone(),
+        seen.dropped + seen.skipped + unanswered,
+    )
 }
 
 /// The broker's refusals: tools not allow-listed, and models (by the host's

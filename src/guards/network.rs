@@ -34,6 +34,19 @@
 //!   CAP_NET_ADMIN), AF_UNSPEC (disconnect) as asked.
 //! * `listen` on an IP socket: EACCES. On any other socket the supervisor
 //!   calls listen() on the caller's socket itself.
+//! * `bind` (here also without a proxy: [`NetPart::UnixBind`], wherever
+//!   `allow_unix_sockets` shares the host's abstract names, mode `none` or
+//!   `proxy` without a network namespace): Landlock's scope keeps the run
+//!   from connecting to the host's abstract sockets, not from binding a free
+//!   name a host program will connect to (an X display's
+//!   `@/tmp/.X11-unix/X1`). An abstract name is refused (EACCES); every
+//!   other bind (a pathname, autobind, netlink, IP) the supervisor makes
+//!   itself on the caller's socket, with its own copy of the address, from
+//!   the caller's working directory and umask, on a thread that first puts
+//!   itself under the run's own Landlock ruleset (so a socket file is made
+//!   only where the run may make one, and a TCP bind gets Landlock's answer)
+//!   besides the run's ids and no capabilities. Never let through: another
+//!   thread could rewrite the address between the check and the kernel's read.
 //!
 //! Every connect and listen runs on a short-lived thread of its own (at
 //! most [`MAX_BLOCKING`] at once, then EAGAIN), never on the guard's:
@@ -50,6 +63,7 @@
 //! process that connected): the one residual, see docs/guards.md.
 //!
 //! [`NetPart::Guard`]: crate::sandbox::seccomp::NetPart::Guard
+//! [`NetPart::UnixBind`]: crate::sandbox::seccomp::NetPart::UnixBind
 
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsFd, OwnedFd};
@@ -70,14 +84,18 @@ pub const MAX_BLOCKING: usize = 64;
 const MAX_ADDR: usize = 128;
 
 /// What the guard knows about the run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct NetGuard {
-    /// The proxy's port on 127.0.0.1.
-    pub proxy_port: u16,
+    /// The proxy's port on 127.0.0.1 (None: no proxy, only bind is the
+    /// guard's).
+    pub proxy_port: Option<u16>,
+    /// The run's Landlock ruleset, which a bind thread puts itself under
+    /// (None: no Landlock, best effort only).
+    pub ruleset: Option<Arc<OwnedFd>>,
 }
 
-/// A connect or listen the supervisor makes on the caller's socket, with
-/// the caller's file-system ids and no capabilities.
+/// A connect, listen or bind the supervisor makes on the caller's socket,
+/// with the caller's file-system ids and no capabilities.
 pub struct Connect {
     sock: OwnedFd,
     op: Op,
@@ -88,6 +106,14 @@ pub struct Connect {
 enum Op {
     To(Target),
     Listen(i32),
+    Bind {
+        addr: Vec<u8>,
+        /// The caller's working directory (a relative pathname).
+        cwd: Option<OwnedFd>,
+        /// The caller's umask (the socket file's mode).
+        umask: u32,
+        ruleset: Option<Arc<OwnedFd>>,
+    },
 }
 
 enum Target {
@@ -114,7 +140,7 @@ impl NetGuard {
     /// Whether notification number `nr` is the guard's.
     pub fn handles(nr: i32) -> bool {
         let nr = i64::from(nr);
-        nr == libc::SYS_connect || nr == libc::SYS_listen
+        nr == libc::SYS_connect || nr == libc::SYS_listen || nr == libc::SYS_bind
     }
 
     /// Decide `n` (connect or listen). `listener` is asked whether the
@@ -167,6 +193,20 @@ impl NetGuard {
         }
         let domain = notify::socket_domain(sock.as_fd())?;
         let ip = domain == libc::AF_INET || domain == libc::AF_INET6;
+        if i64::from(n.nr) == libc::SYS_bind {
+            let raw = read_addr(tid, n)?;
+            let cwd = bind_target(tid, domain, &raw)?;
+            return Ok(Action::Connect(Connect {
+                sock,
+                op: Op::Bind {
+                    addr: raw,
+                    cwd,
+                    umask: who.umask,
+                    ruleset: self.ruleset.clone(),
+                },
+                ids,
+            }));
+        }
         if i64::from(n.nr) == libc::SYS_listen {
             if ip {
                 return Err(Errno::EACCES);
@@ -178,13 +218,7 @@ impl NetGuard {
                 ids,
             }));
         }
-        let len = n.args[2] as u32 as i32;
-        if !(2..=MAX_ADDR as i32).contains(&len) {
-            return Err(Errno::EINVAL);
-        }
-        let mut buf = [0u8; MAX_ADDR];
-        let raw = &mut buf[..len as usize];
-        read_remote(tid, n.args[1], raw)?;
+        let raw = &read_addr(tid, n)?[..];
         let unspec = u16::from_ne_bytes([raw[0], raw[1]]) == libc::AF_UNSPEC as u16;
         let to = if ip && !unspec {
             self.proxy_target(domain, raw).ok_or(Errno::EACCES)?
@@ -201,9 +235,10 @@ impl NetGuard {
     /// The proxy's address in the family of the caller's socket, if the
     /// address the caller passed (`raw`, a struct sockaddr) is the proxy.
     fn proxy_target(&self, domain: i32, raw: &[u8]) -> Option<Target> {
+        let proxy_port = self.proxy_port?;
         let family = i32::from(u16::from_ne_bytes([*raw.first()?, *raw.get(1)?]));
         let port = u16::from_be_bytes([*raw.get(2)?, *raw.get(3)?]);
-        if port != self.proxy_port || family != domain {
+        if port != proxy_port || family != domain {
             return None;
         }
         if domain == libc::AF_INET {
@@ -211,7 +246,7 @@ impl NetGuard {
             (raw.len() >= 16 && ip == Ipv4Addr::LOCALHOST).then(|| {
                 Target::V4(SockaddrIn::from(SocketAddrV4::new(
                     Ipv4Addr::LOCALHOST,
-                    self.proxy_port,
+                    proxy_port,
                 )))
             })
         } else {
@@ -220,14 +255,54 @@ impl NetGuard {
             let mapped = Ipv4Addr::LOCALHOST.to_ipv6_mapped();
             (Ipv6Addr::from(bytes) == mapped).then(|| {
                 Target::V6(SockaddrIn6::from(SocketAddrV6::new(
-                    mapped,
-                    self.proxy_port,
-                    0,
-                    0,
+                    mapped, proxy_port, 0, 0,
                 )))
             })
         }
     }
+}
+
+/// The socket address of a connect or bind (`args[1]`, `args[2]` bytes),
+/// copied once from the caller's memory.
+fn read_addr(tid: libc::pid_t, n: &Notification) -> Result<Vec<u8>, Errno> {
+    let len = n.args[2] as u32 as i32;
+    if !(2..=MAX_ADDR as i32).contains(&len) {
+        return Err(Errno::EINVAL);
+    }
+    let mut raw = vec![0u8; len as usize];
+    read_remote(tid, n.args[1], &mut raw)?;
+    Ok(raw)
+}
+
+/// Whether a bind of `raw` on a socket of `domain` may be made, and from
+/// which directory: an abstract Unix name is refused (it is the host's
+/// namespace of names); a relative pathname is bound from the caller's
+/// working directory; anything else (an absolute pathname, autobind, a
+/// netlink or IP address, an address the socket's family does not take)
+/// as is, under the run's Landlock ruleset.
+fn bind_target(tid: libc::pid_t, domain: i32, raw: &[u8]) -> Result<Option<OwnedFd>, Errno> {
+    let family = i32::from(u16::from_ne_bytes([raw[0], raw[1]]));
+    if domain != libc::AF_UNIX || family != libc::AF_UNIX {
+        return Ok(None);
+    }
+    match raw.get(2) {
+        // Autobind: the kernel picks a fresh name (five hex digits), never
+        // one the run chose.
+        None => Ok(None),
+        Some(0) => Err(Errno::EACCES),
+        Some(b'/') => Ok(None),
+        Some(_) => caller_cwd(tid).map(Some),
+    }
+}
+
+/// The caller's working directory (O_PATH).
+fn caller_cwd(tid: libc::pid_t) -> Result<OwnedFd, Errno> {
+    nix::fcntl::open(
+        format!("/proc/{tid}/cwd").as_str(),
+        nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(|_| Errno::EACCES)
 }
 
 /// What a connect on a socket that is not IP may reach (see the module
@@ -268,20 +343,10 @@ fn other_target(tid: libc::pid_t, domain: i32, raw: &[u8]) -> Result<Target, Err
             addr: raw.to_vec(),
             cwd: None,
         }),
-        Some(_) => {
-            let cwd = nix::fcntl::open(
-                format!("/proc/{tid}/cwd").as_str(),
-                nix::fcntl::OFlag::O_PATH
-                    | nix::fcntl::OFlag::O_DIRECTORY
-                    | nix::fcntl::OFlag::O_CLOEXEC,
-                nix::sys::stat::Mode::empty(),
-            )
-            .map_err(|_| Errno::EACCES)?;
-            Ok(Target::Raw {
-                addr: raw.to_vec(),
-                cwd: Some(cwd),
-            })
-        }
+        Some(_) => Ok(Target::Raw {
+            addr: raw.to_vec(),
+            cwd: Some(caller_cwd(tid)?),
+        }),
     }
 }
 
@@ -300,6 +365,12 @@ impl Connect {
         let fd = self.sock.as_raw_fd();
         let to = match self.op {
             Op::To(to) => to,
+            Op::Bind {
+                addr,
+                cwd,
+                umask,
+                ruleset,
+            } => return bind(&self.sock, &addr, cwd.as_ref(), umask, ruleset.as_deref()),
             Op::Listen(backlog) => {
                 let r = nix::sys::socket::Backlog::new(backlog)
                     .map_err(|_| Errno::EINVAL)
@@ -327,6 +398,64 @@ impl Connect {
             Err(e) => Reply::Fail(e as i32),
         }
     }
+}
+
+/// Make the caller's bind on its socket `sock` (already on a thread lowered
+/// to its ids): under the run's Landlock `ruleset`, from its working
+/// directory `cwd` and with its `umask`, in a file-system context of this
+/// thread's own. Where `unshare(CLONE_FS)` is refused (a container's
+/// RuntimeDefault seccomp profile), a relative name is bound through
+/// `/proc/self/fd/CWD/` and the umask is applied to the socket before the
+/// bind (the file then also loses what capsule's own umask masks).
+fn bind(
+    sock: &OwnedFd,
+    addr: &[u8],
+    cwd: Option<&OwnedFd>,
+    umask: u32,
+    ruleset: Option<&OwnedFd>,
+) -> Reply {
+    let own_fs = nix::sched::unshare(nix::sched::CloneFlags::CLONE_FS).is_ok();
+    let mode = nix::sys::stat::Mode::from_bits_truncate(umask & 0o777);
+    let r = match ruleset {
+        Some(rs) => crate::sys::landlock_this_thread(rs.as_fd()),
+        None => Ok(()),
+    }
+    .and_then(|()| {
+        if own_fs {
+            if let Some(dir) = cwd {
+                nix::unistd::fchdir(dir)?;
+            }
+            nix::sys::stat::umask(mode);
+            notify::bind_raw(sock.as_fd(), addr)
+        } else {
+            nix::sys::stat::fchmod(
+                sock.as_fd(),
+                !mode & nix::sys::stat::Mode::from_bits_truncate(0o777),
+            )?;
+            match cwd {
+                Some(dir) => notify::bind_raw(sock.as_fd(), &through_proc(dir, addr)?),
+                None => notify::bind_raw(sock.as_fd(), addr),
+            }
+        }
+    });
+    match r {
+        Ok(()) => Reply::Value(0),
+        Err(e) => Reply::Fail(e as i32),
+    }
+}
+
+/// A Unix address `addr` with a relative name, made absolute through this
+/// process's descriptor `dir` of the caller's working directory.
+fn through_proc(dir: &OwnedFd, addr: &[u8]) -> Result<Vec<u8>, Errno> {
+    use std::os::fd::AsRawFd;
+    let mut out = addr[..2].to_vec();
+    out.extend_from_slice(format!("/proc/self/fd/{}/", dir.as_raw_fd()).as_bytes());
+    out.extend_from_slice(&addr[2..]);
+    // struct sockaddr_un: the family and 108 bytes of path.
+    if out.len() > 2 + 108 {
+        return Err(Errno::ENAMETOOLONG);
+    }
+    Ok(out)
 }
 
 /// The connect threads in flight, and the CPU time (nanoseconds) the ended
@@ -381,6 +510,8 @@ struct Caller {
     fsuid: u32,
     egid: u32,
     fsgid: u32,
+    /// Its umask (`Umask:`, Linux 4.7+; 0o022 where not shown).
+    umask: u32,
 }
 
 /// The thread group and ids of thread `tid` (`Tgid:`, `Uid:` and `Gid:`
@@ -406,6 +537,9 @@ fn parse_caller(status: &str) -> Option<Caller> {
         fsuid,
         egid,
         fsgid,
+        umask: field("Umask:")
+            .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+            .unwrap_or(0o022),
     })
 }
 
@@ -430,7 +564,10 @@ mod tests {
     use super::*;
 
     fn guard() -> NetGuard {
-        NetGuard { proxy_port: 4321 }
+        NetGuard {
+            proxy_port: Some(4321),
+            ruleset: None,
+        }
     }
 
     fn v4(ip: [u8; 4], port: u16) -> Vec<u8> {
@@ -562,7 +699,8 @@ mod tests {
                 euid: 2,
                 fsuid: 4,
                 egid: 6,
-                fsgid: 8
+                fsgid: 8,
+                umask: 0o022,
             })
         );
         assert_eq!(parse_caller("Tgid:\t41\nUid:\t1\t2\n"), None);
@@ -598,6 +736,42 @@ mod tests {
         assert!(NetGuard::handles(libc::SYS_connect as i32));
         assert!(NetGuard::handles(libc::SYS_listen as i32));
         assert!(!NetGuard::handles(libc::SYS_kill as i32));
-        assert!(!NetGuard::handles(libc::SYS_bind as i32));
+        assert!(NetGuard::handles(libc::SYS_bind as i32));
+        assert!(!NetGuard::handles(libc::SYS_accept as i32));
+    }
+
+    #[test]
+    fn abstract_names_are_not_bound_and_pathnames_are_from_the_callers_directory() {
+        let me = std::process::id() as libc::pid_t;
+        let unix = |path: &[u8]| {
+            let mut b = (libc::AF_UNIX as u16).to_ne_bytes().to_vec();
+            b.extend_from_slice(path);
+            b
+        };
+        assert!(matches!(
+            bind_target(me, libc::AF_UNIX, &unix(b"\0/tmp/.X11-unix/X1")),
+            Err(Errno::EACCES)
+        ));
+        assert!(matches!(
+            bind_target(me, libc::AF_UNIX, &unix(b"\0")),
+            Err(Errno::EACCES)
+        ));
+        assert!(matches!(
+            bind_target(me, libc::AF_UNIX, &unix(b"")),
+            Ok(None)
+        ));
+        assert!(matches!(
+            bind_target(me, libc::AF_UNIX, &unix(b"/run/x.sock")),
+            Ok(None)
+        ));
+        assert!(matches!(
+            bind_target(me, libc::AF_UNIX, &unix(b"rel.sock")),
+            Ok(Some(_))
+        ));
+        // Another family's address: the kernel's answer on that socket.
+        assert!(matches!(
+            bind_target(me, libc::AF_NETLINK, &unix(b"\0x")),
+            Ok(None)
+        ));
     }
 }

@@ -101,12 +101,14 @@ struct Served<'a> {
 impl Served<'_> {
     /// Hand one notified call to the part that owns its system call (each
     /// refused without its part); once the budget is `spent`, refuse it
-    /// without work.
+    /// without work; once the observer's share is spent (`!observing`),
+    /// answer its calls without reading them.
     fn dispatch(
         &mut self,
         listener: &std::sync::Arc<Listener>,
         n: &Notification,
         spent: bool,
+        observing: bool,
     ) -> super::network::Action {
         use super::network::{Action, NetGuard};
         use super::processes::ProcGuard;
@@ -125,7 +127,8 @@ impl Served<'_> {
         } else if crate::supervisor::explain::Observer::handles(n.nr) {
             // Only explains: the kernel decides as usual.
             match &self.observe {
-                Some(o) => Action::Reply(o.serve(listener, n)),
+                Some(o) if observing => Action::Reply(o.serve(listener, n)),
+                Some(o) => Action::Reply(o.skip()),
                 None => Action::Reply(Reply::Continue),
             }
         } else if super::memfd::handles(n.nr) {
@@ -206,19 +209,81 @@ fn wait(listener: &Listener, stop: &OwnedFd) -> Woken {
     Woken::Events(fds[0].revents().unwrap_or(PollFlags::empty()))
 }
 
-/// Whether the guards have spent their CPU budget: this thread's time and
-/// the ended connect threads', less the observer's (`--explain` never
-/// kills a run for being observed). Unknown counts as spent.
-fn over_budget(
-    threads: &super::network::Threads,
-    observed_cpu: Duration,
+/// The guards' CPU time so far: this thread's and the ended connect
+/// threads'. Unknown counts as spent.
+fn guards_cpu(threads: &super::network::Threads) -> Option<Duration> {
+    crate::sys::thread_cpu_time().map(|t| {
+        t + Duration::from_nanos(threads.cpu_nanos.load(std::sync::atomic::Ordering::Relaxed))
+    })
+}
+
+/// Whether the guards have spent their CPU budget (the run is killed):
+/// their time less the observer's (`--explain` never kills a run for being
+/// observed).
+fn over_budget(used: Option<Duration>, observed_cpu: Duration, budget: Duration) -> bool {
+    used.is_none_or(|t| t.saturating_sub(observed_cpu) > budget)
+}
+
+/// Whether the observer may still read paths: the guards' time, the
+/// observer's included, is within the budget. Past it the observer answers
+/// at once without reading (counted in `explain.not_observed`), so
+/// `--explain` cannot make capsule work past the budget either.
+fn observer_within_budget(used: Option<Duration>, budget: Duration) -> bool {
+    used.is_some_and(|t| t <= budget)
+}
+
+/// Past the budget, capsule's thread spends at most one part in
+/// `PACED_SHARE` of a core on observed calls.
+const PACED_SHARE: u32 = 40;
+
+/// Past the budget, even an observed call answered without reading costs
+/// capsule its round trip (receive, answer, wake), and a run that names
+/// paths in a loop from several processes would keep the thread busy on a
+/// core: so after each such call the thread waits `PACED_SHARE - 1` times
+/// what it cost (the run's observed calls wait meanwhile: slowed, never
+/// refused).
+fn pace(cost: Duration) {
+    let wait = (cost * (PACED_SHARE - 1)).min(Duration::from_millis(50));
+    std::thread::sleep(wait);
+}
+
+/// What holds the guard thread to its budget.
+struct Held {
     budget: Duration,
-) -> bool {
-    let used = crate::sys::thread_cpu_time().map(|t| {
-        (t + Duration::from_nanos(threads.cpu_nanos.load(std::sync::atomic::Ordering::Relaxed)))
-            .saturating_sub(observed_cpu)
-    });
-    used.is_none_or(|t| t > budget)
+    exhausted: Exhausted,
+    /// Every call is refused at once, until the event loop has killed the run.
+    spent: bool,
+    /// The path observer's CPU time (`exec --explain`), not counted toward the kill.
+    observed_cpu: Duration,
+}
+
+impl Held {
+    /// Given the guards' CPU time so far (`used`): whether the budget is
+    /// spent (telling the event loop once), and whether the observer may
+    /// still read paths.
+    fn check(&mut self, used: Option<Duration>) -> (bool, bool) {
+        if !self.spent && over_budget(used, self.observed_cpu, self.budget) {
+            self.spent = true;
+            tracing::warn!(
+                "guard: {:.1} s of capsule's CPU spent on the run's checked calls: budget spent, the run is killed",
+                self.budget.as_secs_f64()
+            );
+            self.exhausted.notify_one();
+        }
+        (self.spent, observer_within_budget(used, self.budget))
+    }
+
+    /// An observed call was served, since `start` (this thread's CPU time):
+    /// count its cost, and past the budget pace the next one.
+    fn observed(&mut self, start: Option<Duration>, observing: bool) {
+        if let (Some(a), Some(b)) = (start, crate::sys::thread_cpu_time()) {
+            let cost = b.saturating_sub(a);
+            self.observed_cpu += cost;
+            if !observing {
+                pace(cost);
+            }
+        }
+    }
 }
 
 fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (u64, u64) {
@@ -247,12 +312,14 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
         meta,
         observe,
     };
-    // Spent: every call is refused at once, until the event loop has killed the run.
-    let mut spent = false;
+    let mut held = Held {
+        budget,
+        exhausted,
+        spent: false,
+        observed_cpu: Duration::ZERO,
+    };
     let threads = std::sync::Arc::new(network::Threads::default());
     let (mut allowed, mut refused) = (0u64, 0u64);
-    // The path observer's CPU time (`exec --explain`), not counted in the budget.
-    let mut observed_cpu = Duration::ZERO;
     loop {
         // With the observer: this iteration's CPU time, for when it serves an
         // observed call (poll, receive, read, answer).
@@ -275,15 +342,8 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
                     break;
                 }
             };
-            if !spent && over_budget(&threads, observed_cpu, budget) {
-                spent = true;
-                tracing::warn!(
-                    "guard: {:.1} s of capsule's CPU spent on the run's checked calls: budget spent, the run is killed",
-                    budget.as_secs_f64()
-                );
-                exhausted.notify_one();
-            }
-            let action = served.dispatch(listener, &n, spent);
+            let (spent, observing) = held.check(guards_cpu(&threads));
+            let action = served.dispatch(listener, &n, spent, observing);
             let reply = match action {
                 Action::Connect(conn) => {
                     allowed += 1;
@@ -310,9 +370,7 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
             }
             answer(listener, &n, reply);
             if served.observe.is_some() && crate::supervisor::explain::Observer::handles(n.nr) {
-                if let (Some(a), Some(b)) = (iter_start, crate::sys::thread_cpu_time()) {
-                    observed_cpu += b.saturating_sub(a);
-                }
+                held.observed(iter_start, observing);
             }
         } else if ev.intersects(PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL) {
             // No process uses the filter any more.

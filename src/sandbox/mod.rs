@@ -113,6 +113,12 @@ pub const NET_GUARD_UNIX_LIMITATION: &str =
      and no capability, but the server's SO_PEERCRED/SO_PEERPIDFD names capsule's pid (a server that judges \
      its peer by that pid's /proc entry sees capsule, not the run)";
 
+pub const NET_GUARD_BIND_LIMITATION: &str =
+    "no network namespace with allow_unix_sockets: the run shares the host's abstract Unix socket names, so \
+     capsule makes every bind of the run itself and refuses an abstract name (EACCES; autobind, which the \
+     kernel names, works): use a pathname socket in a write grant, which capsule binds from the caller's \
+     directory with its umask under the run's own Landlock rules";
+
 /// Whether the keeper of a run without a pid namespace can list its
 /// children (`/proc/thread-self/children`), as it must to kill the run's
 /// tree when capsule dies.
@@ -132,6 +138,36 @@ pub fn net_guard_available() -> Result<(), String> {
     seccomp::listener_available()
         .map_err(|e| format!("no seccomp user-notification listener here ({e})"))?;
     crate::sys::notify::fd_broker_available()
+}
+
+/// Without a network namespace `allow_unix_sockets` shares the host's
+/// abstract Unix socket names, and Landlock's scope keeps the run from
+/// connecting to the host's, not from binding a free one a host program
+/// will connect to: in mode `none` (proxy mode has the whole network guard)
+/// bind goes to the network guard, which refuses abstract names. Mode
+/// `unrestricted` is the host's network, names and ports alike. Err: why
+/// the guard cannot be had.
+fn unix_bind_part(
+    plan: &Plan,
+    want_pidns: bool,
+    seccomp_on: bool,
+) -> Result<seccomp::NetPart, String> {
+    if !plan.net.allow_unix_sockets || want_pidns || plan.net.mode != NetMode::None {
+        return Ok(seccomp::NetPart::None);
+    }
+    if !seccomp_on {
+        return Err("without a network namespace only capsule's network guard can refuse binding the host's \
+                    abstract Unix socket names, and this kernel has no seccomp filter support"
+            .into());
+    }
+    net_guard_available()
+        .map(|()| seccomp::NetPart::UnixBind)
+        .map_err(|why| {
+            format!(
+                "without a network namespace only capsule's network guard can refuse binding the host's abstract \
+                 Unix socket names, and it cannot run here: {why}"
+            )
+        })
 }
 
 /// How proxy mode holds on the host's network (no user namespaces), for
@@ -261,7 +297,9 @@ pub const BOUND_PROC_LIMITATION: &str =
      /proc/self, and Landlock keeps the environ, memory, maps, descriptors, cwd and root of every process \
      outside the run unreadable (ptrace access, at the same uid too), but those processes are listed (ps), \
      their cmdline, status and stat are readable, and so are the numbers (not the targets) of their open \
-     descriptors. The private /proc comes back with podman --security-opt \
+     descriptors and the container's network state through /proc/<pid>/net of any process outside the run \
+     (its TCP and UDP connections and listeners, Unix socket names, interface counters: that directory shows \
+     the process's network namespace, not the run's). The private /proc comes back with podman --security-opt \
      unmask=ALL, Docker --security-opt systempaths=unconfined, Kubernetes securityContext.procMount: Unmasked, \
      or a user-namespaced pod (hostUsers: false)";
 
@@ -801,7 +839,13 @@ impl<'a> Prep<'a> {
             None
         };
         let net_part = match (host_proxy, &guard_unavailable) {
-            (false, _) => seccomp::NetPart::None,
+            (false, _) => match unix_bind_part(plan, self.want_pidns, self.k.seccomp) {
+                Ok(part) => part,
+                Err(why) => {
+                    self.unavailable("bind() of abstract Unix socket names", &why)?;
+                    seccomp::NetPart::None
+                }
+            },
             (true, None) => seccomp::NetPart::Guard,
             (true, Some(_)) if !plan.net.allow_unix_sockets => seccomp::NetPart::NoListen,
             (true, Some(why)) => {
@@ -1187,6 +1231,13 @@ impl<'a> Prep<'a> {
         }
         if net_part == seccomp::NetPart::Guard && plan.net.allow_unix_sockets {
             limitations.push(NET_GUARD_UNIX_LIMITATION.to_string());
+        }
+        if matches!(
+            net_part,
+            seccomp::NetPart::Guard | seccomp::NetPart::UnixBind
+        ) && plan.net.allow_unix_sockets
+        {
+            limitations.push(NET_GUARD_BIND_LIMITATION.to_string());
         }
         if let (true, Some(why)) = (
             net_part != seccomp::NetPart::Guard,

@@ -55,6 +55,10 @@ pub struct Seen {
     /// The pids (as the caller named them) of the processes outside the
     /// run it tried to signal (at most [`MAX_SIGNALS`]).
     pub signals: BTreeSet<i32>,
+    /// Observed calls answered without reading their path: the guards'
+    /// CPU budget was spent (`guards::notify_loop`), so the observer no
+    /// longer does work for the run.
+    pub skipped: u64,
     /// Whether the observer's filter was installed for the run.
     pub active: bool,
     /// Why not, when it was not.
@@ -129,6 +133,14 @@ impl Observer {
                 self.record(path, access, || comm(n.pid as libc::pid_t), call);
             }
         }
+        Reply::Continue
+    }
+
+    /// The guards' CPU budget is spent: answer at once, without reading
+    /// the path (counted in `explain.not_observed`).
+    pub fn skip(&self) -> Reply {
+        let mut s = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        s.skipped += 1;
         Reply::Continue
     }
 

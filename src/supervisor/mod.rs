@@ -247,6 +247,7 @@ fn run_prepared(
         terminal,
         view_summary,
         cgroup_missing,
+        ruleset,
     } = match start_child(plan, (json, no_tty), layers, services, observer.as_ref()) {
         Ok(s) => s,
         Err(attempt) => return attempt,
@@ -265,7 +266,7 @@ fn run_prepared(
         let _in_runtime = rt.enter();
         terminal.start(plan.limits.max_output_bytes)
     };
-    let (guards, memory_watch) = guard_parts(plan, layers, services, &spawned, observer);
+    let (guards, memory_watch) = guard_parts(plan, layers, services, &spawned, observer, ruleset);
     let mut sup = rt.block_on(supervise(
         &mut spawned,
         out_r,
@@ -323,6 +324,8 @@ struct Started {
     terminal: pty::Terminal,
     view_summary: Option<ViewSummary>,
     cgroup_missing: Vec<String>,
+    /// A copy of the run's Landlock ruleset for the network guard's binds.
+    ruleset: Option<std::sync::Arc<OwnedFd>>,
 }
 
 /// The run's pipes and terminal, the child's spec, the child spawned (and,
@@ -351,6 +354,12 @@ fn start_child(
         Err(e) => return fail("the terminal", &e),
     };
     let stdio = (out_w.as_raw_fd(), err_w.as_raw_fd());
+    // Before the child spec takes the ruleset: the network guard's bind
+    // thread puts itself under it.
+    let ruleset = (layers.net_part != sandbox::seccomp::NetPart::None)
+        .then(|| layers.landlock.as_ref().and_then(|l| l.ruleset_copy()))
+        .flatten()
+        .map(std::sync::Arc::new);
     let spec = match child_spec(plan, layers, services, &terminal, stdio) {
         Ok(s) => s,
         Err(e) => return fail("a NUL byte in the command, environment or cwd", &e),
@@ -400,6 +409,7 @@ fn start_child(
         terminal,
         view_summary,
         cgroup_missing,
+        ruleset,
     })
 }
 
@@ -411,6 +421,7 @@ fn guard_parts(
     services: &services::Services,
     spawned: &Spawned,
     observer: Option<explain::Observer>,
+    ruleset: Option<std::sync::Arc<OwnedFd>>,
 ) -> (GuardParts, Option<memwatch::Watch>) {
     // The run's signal filter sends its listener before exec; the guard
     // serving it needs to know the run (the command has not exec'd yet).
@@ -425,11 +436,17 @@ fn guard_parts(
     } else {
         None
     };
-    // The network guard: proxy mode on the host's network.
-    let net_guard = (layers.net_part == sandbox::seccomp::NetPart::Guard)
-        .then(|| services.proxy_port())
-        .flatten()
-        .map(|proxy_port| network::NetGuard { proxy_port });
+    // The network guard: proxy mode on the host's network; only binds
+    // where allow_unix_sockets shares the host's abstract names.
+    let net_guard = match layers.net_part {
+        sandbox::seccomp::NetPart::Guard => services.proxy_port().map(Some),
+        sandbox::seccomp::NetPart::UnixBind => Some(None),
+        _ => None,
+    }
+    .map(|proxy_port| network::NetGuard {
+        proxy_port,
+        ruleset,
+    });
     let proc_guard = proc_guard(plan, layers, spawned);
     let memory_watch = memory_watch(layers, spawned);
     let memfd_guard = layers.memfd_guard.map(|seal| memfd::MemfdGuard {

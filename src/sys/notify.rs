@@ -565,6 +565,25 @@ pub fn memfd_create(name: &std::ffi::CStr, flags: u32) -> Result<OwnedFd, Errno>
 /// `connect(fd, addr)` with a socket address given as its bytes (a struct
 /// sockaddr of any family, as a caller passed it).
 pub fn connect_raw(fd: BorrowedFd<'_>, addr: &[u8]) -> Result<(), Errno> {
+    with_sockaddr(addr, |sa, len| {
+        // SAFETY: connect reads `len` bytes of the caller's local storage.
+        unsafe { libc::connect(fd.as_raw_fd(), sa, len) }
+    })
+}
+
+/// `bind(fd, addr)` with a socket address given as its bytes.
+pub fn bind_raw(fd: BorrowedFd<'_>, addr: &[u8]) -> Result<(), Errno> {
+    with_sockaddr(addr, |sa, len| {
+        // SAFETY: bind reads `len` bytes of the caller's local storage.
+        unsafe { libc::bind(fd.as_raw_fd(), sa, len) }
+    })
+}
+
+/// Call `f` with `addr` copied into an aligned struct sockaddr_storage.
+fn with_sockaddr(
+    addr: &[u8],
+    f: impl FnOnce(*const libc::sockaddr, libc::socklen_t) -> c_int,
+) -> Result<(), Errno> {
     // Aligned for any struct sockaddr: the kernel copies it anyway.
     let mut storage: libc::sockaddr_storage =
         // SAFETY: sockaddr_storage is plain integers; all-zero is valid.
@@ -580,14 +599,10 @@ pub fn connect_raw(fd: BorrowedFd<'_>, addr: &[u8]) -> Result<(), Errno> {
             len,
         )
     };
-    // SAFETY: connect reads `len` bytes of our local `storage`.
-    let rc = unsafe {
-        libc::connect(
-            fd.as_raw_fd(),
-            std::ptr::addr_of!(storage).cast::<libc::sockaddr>(),
-            len as libc::socklen_t,
-        )
-    };
+    let rc = f(
+        std::ptr::addr_of!(storage).cast::<libc::sockaddr>(),
+        len as libc::socklen_t,
+    );
     Errno::result(rc).map(drop)
 }
 

@@ -28,6 +28,14 @@ pub struct ChildRules {
 }
 
 impl Prepared {
+    /// A second descriptor of the ruleset (every path rule added), for a
+    /// thread of capsule's that acts for the run under the run's own rules
+    /// (the network guard's bind: `guards::network`). None without Landlock.
+    pub fn ruleset_copy(&self) -> Option<OwnedFd> {
+        let copy = self.ruleset.as_ref()?.try_clone().ok()?;
+        Option::<OwnedFd>::from(copy)
+    }
+
     /// Take out the ruleset descriptor and the /proc/self rights.
     pub fn into_child(self) -> ChildRules {
         let proc_self_access = if self.proc_self && self.ruleset.is_some() {

@@ -27,6 +27,7 @@
 //!   sendmsg (flags arg 2) with MSG_FASTOPEN   EPERM   TCP Fast Open connects without
 //!                                                     connect(), unseen by Landlock
 //! connect, listen                             USER_NOTIF (NetPart::Guard)
+//! bind                                        USER_NOTIF (NetPart::Guard, NetPart::UnixBind)
 //! listen                                      EACCES  (NetPart::NoListen)
 //! memfd part (6.3+ where vm.memfd_noexec = 2 cannot be set for the run):
 //! memfd_create                                USER_NOTIF (the supervisor makes it sealed,
@@ -108,6 +109,10 @@ pub enum NetPart {
     /// Only TCP Fast Open refused: listen must work on Unix sockets
     /// (`allow_unix_sockets`) and no listener can be had.
     FastOpenOnly,
+    /// No proxy, the host's network namespace and `allow_unix_sockets`:
+    /// bind goes to the supervisor, which refuses the host's abstract names
+    /// (a listener is needed; `guards::network`).
+    UnixBind,
 }
 
 /// What the stacked program holds.
@@ -233,7 +238,7 @@ impl Parts {
             || self.memfd
             || self.meta
             || self.observe
-            || self.net == NetPart::Guard
+            || matches!(self.net, NetPart::Guard | NetPart::UnixBind)
     }
 
     /// Whether there is anything to install.
@@ -353,7 +358,7 @@ fn jumps(parts: Parts) -> Vec<(&'static str, Label)> {
                 .map(|n| (*n, Label::Notify)),
         );
     }
-    if parts.net != NetPart::None {
+    if !matches!(parts.net, NetPart::None | NetPart::UnixBind) {
         jumps.extend([
             ("sendto", Label::FastOpen3),
             ("sendmmsg", Label::FastOpen3),
@@ -376,7 +381,12 @@ fn jumps(parts: Parts) -> Vec<(&'static str, Label)> {
         ]);
     }
     match parts.net {
-        NetPart::Guard => jumps.extend([("connect", Label::Notify), ("listen", Label::Notify)]),
+        NetPart::Guard => jumps.extend([
+            ("connect", Label::Notify),
+            ("listen", Label::Notify),
+            ("bind", Label::Notify),
+        ]),
+        NetPart::UnixBind => jumps.push(("bind", Label::Notify)),
         NetPart::NoListen => jumps.push(("listen", Label::Eacces)),
         NetPart::None | NetPart::FastOpenOnly => {}
     }
@@ -421,7 +431,7 @@ fn argument_checks(parts: Parts, code: &mut Vec<Insn>) {
         }
         code.push(Ret(RET_ALLOW));
     }
-    if parts.net != NetPart::None {
+    if !matches!(parts.net, NetPart::None | NetPart::UnixBind) {
         code.extend([
             Here(Label::FastOpen2),
             Load(arg_low(2)),
@@ -576,9 +586,26 @@ mod tests {
                     assert_eq!(go(net, "sendmsg", a(&[3, 0x1000, flags])), RET_ALLOW);
                     assert_eq!(go(net, "sendmmsg", a(&[3, 0x1000, 1, flags])), RET_ALLOW);
                 }
-                // bind and signals are not this part's.
-                assert_eq!(go(net, "bind", a(&[3, 0x1000, 16])), RET_ALLOW);
+                // Signals are not this part's; bind only the guard's.
+                let bind = if net == NetPart::Guard {
+                    RET_USER_NOTIF
+                } else {
+                    RET_ALLOW
+                };
+                assert_eq!(go(net, "bind", a(&[3, 0x1000, 16])), bind);
                 assert_eq!(go(net, "kill", a(&[1234, 9])), RET_ALLOW);
+            }
+            // No proxy, the host's abstract names: only bind is notified.
+            let ub = NetPart::UnixBind;
+            assert_eq!(go(ub, "bind", a(&[3, 0x1000, 16])), RET_USER_NOTIF);
+            for (name, args) in [
+                ("connect", a(&[3, 0x1000, 16])),
+                ("listen", a(&[3, 5])),
+                ("sendto", a(&[3, 0, 1, fo, 0x1000, 16])),
+                ("sendmsg", a(&[3, 0x1000, 0])),
+                ("kill", a(&[1234, 9])),
+            ] {
+                assert_eq!(go(ub, name, args), RET_ALLOW, "{name}");
             }
             assert_eq!(
                 go(NetPart::Guard, "connect", a(&[3, 0x1000, 16])),
