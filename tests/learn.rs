@@ -510,3 +510,57 @@ fn help_and_a_bad_base() {
     let r = learn(&sb, &sb.root, &["--policy", &bad, "--", "/bin/true"]);
     assert_eq!(r.code, Some(125), "{}", r.ctx());
 }
+
+/// The command is untrusted: a write it asks for goes into the draft for
+/// the user to review, never into a run learn makes by itself. A command
+/// that reads a file outside its grants (learnt and let through in the next
+/// round) and appends to another (learnt, not let through) leaves the
+/// second untouched however many rounds learn runs.
+#[test]
+fn learn_never_lets_the_command_write_what_it_asked_for() {
+    let sb = sandbox();
+    let seen = sb.write("data/notes.txt", "hello\n");
+    let target = sb.write("other/rc", "original\n");
+    let proj = sb.mkdir("proj");
+    let script = format!(
+        "cat {seen} >/dev/null; echo 'planted' >> {target}; exit 0",
+        seen = seen.display(),
+        target = target.display()
+    );
+    let draft = sb.path("draft.yaml");
+    let r = learn(
+        &sb,
+        &proj,
+        &[
+            "-o",
+            draft.to_str().unwrap(),
+            "--iterations",
+            "5",
+            "--",
+            "/bin/sh",
+            "-c",
+            &script,
+        ],
+    );
+    if !observed(&r) {
+        return;
+    }
+    assert_learnt(&r);
+    assert_eq!(
+        std::fs::read_to_string(&target).unwrap(),
+        "original\n",
+        "a run learn made by itself wrote where the command asked{}",
+        r.ctx()
+    );
+    let d = parse(&draft);
+    assert_safe(&d, &sb);
+    let g = grants(&d, &sb.home);
+    assert!(
+        g.iter().any(|(k, p)| k == "write" && target.starts_with(p)),
+        "the write is not in the draft for review: {d:#}"
+    );
+    assert!(
+        g.iter().any(|(k, p)| k == "read" && seen.starts_with(p)),
+        "the read is not in the draft: {d:#}"
+    );
+}

@@ -70,6 +70,19 @@ impl State {
             workspace: self.workspace.clone(),
         }
     }
+
+    /// What learn's own next round runs with: the draft without the write
+    /// grants it learnt. The command is untrusted: a write it asked for
+    /// (a `~/.bashrc`, another project's files) goes into the draft for
+    /// the user to review, never into a run learn makes by itself; reads
+    /// and execs (without the network, unless --learn-hosts) are let
+    /// through so that the command gets further each round.
+    fn round_draft(&self, home: &Path) -> Draft {
+        let mut d = self.draft(home);
+        d.grants
+            .retain(|g| g.kind != policy::validate::GrantKind::Write);
+        d
+    }
 }
 
 /// `capsule learn --help`.
@@ -112,7 +125,7 @@ fn learn(a: LearnArgs) -> Result<i32, String> {
     for round in 1..=a.iterations {
         rounds = round;
         let before = (st.draft(&home).grants, st.hosts.len());
-        let text = learn::render(&base, &st.draft(&home), &[]);
+        let text = learn::render(&base, &st.round_draft(&home), &[]);
         let loaded = policy::load_str(&text, "<learn draft>", Some(false), &base_dir)
             .map_err(|e| format!("the draft of round {round} does not load: {e}"))?;
         let (plan, cli_hosts) = plan_round(&a, loaded.clone())?;
