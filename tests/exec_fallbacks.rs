@@ -400,6 +400,7 @@ fn masked_proc_keeps_the_view_with_the_containers_proc_under_landlock() {
     let e = &v["enforcement"];
     if no_namespaces_env() {
         assert!(e["view"].is_null(), "{v}");
+        skip_part("no namespaces here: no pid namespace or view to check");
         return;
     }
     assert_eq!(e["tree_kill"], "pid-namespace", "{v}");
@@ -534,6 +535,7 @@ fn pod_restricted_shape_runs_with_the_view() {
     r.assert_ran();
     let v = r.json();
     if no_namespaces_env() {
+        skip_part("no namespaces here: no pid namespace or view to check");
         return;
     }
     assert_eq!(v["enforcement"]["tree_kill"], "pid-namespace", "{v}");
