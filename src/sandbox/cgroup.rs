@@ -84,6 +84,11 @@ pub struct RunCgroup {
     entered: Option<Entered>,
     /// The cgroup capsule left for a systemd scope: it goes back there.
     left: Option<PathBuf>,
+    /// The v1 hierarchies' run cgroups (a subset of `dirs`).
+    v1_dirs: Vec<PathBuf>,
+    /// Their `tasks` files, open for the run's first stage to join itself
+    /// ([`RunCgroup::self_join_files`]).
+    self_join: Vec<(PathBuf, std::os::fd::OwnedFd)>,
 }
 
 /// capsule's own moves in a delegated cgroup, undone by [`Entered::undo`].
@@ -625,6 +630,7 @@ impl RunCgroup {
                 return false;
             }
             cg.dirs.push(dir.clone());
+            cg.v1_dirs.push(dir.clone());
             if std::fs::write(dir.join(file), value.to_string()).is_ok() {
                 if ctrl == "memory" {
                     let _ =
@@ -792,13 +798,50 @@ impl RunCgroup {
         Ok(())
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.dirs.is_empty()
+    /// The `tasks` files of the run's v1 cgroups, open (close-on-exec) for
+    /// the run's first stage to write `0` to: it moves itself, a single
+    /// thread, before it creates anything. The kernel moves a lone thread
+    /// that names itself without its global cgroup-migration lock; the
+    /// parent's write of the child's pid to `cgroup.procs` takes that lock
+    /// for writing and, on a host not moving processes all the time, waits
+    /// for a full RCU grace period (~6–11 ms here) on every run (README,
+    /// "Performance"). The kernel checks the opener's credentials (capsule's),
+    /// as for the parent's write. A file that does not open is left to
+    /// [`RunCgroup::join`]. Repeated calls (a run's next path) return the
+    /// same descriptors.
+    pub fn self_join_files(&mut self) -> Vec<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::OpenOptionsExt;
+        if self.self_join.is_empty() {
+            for d in &self.v1_dirs {
+                match std::fs::OpenOptions::new()
+                    .write(true)
+                    .custom_flags(libc::O_CLOEXEC)
+                    .open(d.join("tasks"))
+                {
+                    Ok(f) => self.self_join.push((d.clone(), f.into())),
+                    Err(e) => tracing::info!("{}/tasks: {e}; capsule moves the run", d.display()),
+                }
+            }
+        }
+        self.self_join.iter().map(|(_, f)| f.as_raw_fd()).collect()
     }
 
-    /// Move the (stopped, waiting) child into every cgroup of the run.
+    /// Whether some cgroup of the run is left for [`RunCgroup::join`] (the
+    /// child then waits for capsule's "go").
+    pub fn parent_joins(&self) -> bool {
+        self.dirs
+            .iter()
+            .any(|d| !self.self_join.iter().any(|(s, _)| s == d))
+    }
+
+    /// Move the (stopped, waiting) child into every cgroup of the run that
+    /// it does not join itself ([`RunCgroup::self_join_files`]).
     pub fn join(&self, pid: libc::pid_t) -> Result<(), String> {
         for d in &self.dirs {
+            if self.self_join.iter().any(|(s, _)| s == d) {
+                continue;
+            }
             std::fs::write(d.join("cgroup.procs"), pid.to_string())
                 .map_err(|e| format!("moving pid {pid} into {}: {e}", d.display()))?;
         }
@@ -829,6 +872,8 @@ impl RunCgroup {
     /// where it was, its leaf removed. An empty scope capsule asked for is
     /// removed by systemd (`--collect`).
     pub fn remove(&mut self) {
+        self.self_join.clear();
+        self.v1_dirs.clear();
         for d in self.dirs.drain(..) {
             rmdir_retry(&d);
         }

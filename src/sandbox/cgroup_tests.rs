@@ -352,3 +352,49 @@ fn a_cgroup_chowned_to_a_user_is_delegated_to_that_user_but_never_by_ownership_t
     // Root owns every cgroup: ownership says nothing there.
     assert!(!chowned_to(&d, 0));
 }
+
+/// The run's first stage joins the v1 cgroups itself (a `tasks` file open
+/// for it); capsule moves the child only into the rest, and waits for "go"
+/// only when there is a rest.
+#[test]
+fn v1_cgroups_are_joined_by_the_stage_and_the_rest_by_capsule() {
+    let t = tempfile::tempdir().unwrap();
+    let v1 = t.path().join("memory");
+    let v2 = t.path().join("v2");
+    for d in [&v1, &v2] {
+        std::fs::create_dir(d).unwrap();
+        std::fs::write(d.join("tasks"), "").unwrap();
+        std::fs::write(d.join("cgroup.procs"), "").unwrap();
+    }
+    let mut cg = RunCgroup::default();
+    cg.dirs = vec![v1.clone(), v2.clone()];
+    cg.v1_dirs = vec![v1.clone()];
+    assert!(cg.parent_joins());
+    let fds = cg.self_join_files();
+    assert_eq!(fds.len(), 1);
+    // Asked again (the run's next path): the same descriptors.
+    assert_eq!(cg.self_join_files(), fds);
+    assert!(
+        cg.parent_joins(),
+        "the v2 cgroup is still capsule's to join"
+    );
+    cg.join(4242).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(v2.join("cgroup.procs")).unwrap(),
+        "4242"
+    );
+    assert_eq!(
+        std::fs::read_to_string(v1.join("cgroup.procs")).unwrap(),
+        ""
+    );
+    cg.dirs.retain(|d| d != &v2);
+    assert!(
+        !cg.parent_joins(),
+        "nothing left for capsule: no go to wait for"
+    );
+    // Nothing of the fake layout is a cgroup: remove() must not rmdir a
+    // directory holding files, and the descriptors go with it.
+    cg.dirs.clear();
+    cg.remove();
+    assert!(cg.self_join.is_empty());
+}

@@ -75,6 +75,10 @@ pub struct ChildSpec {
     pub truncate_guard: Option<seccomp::TruncateGuard>,
     /// Wait for the supervisor's "go" (uid maps written, cgroup joined).
     pub wait_go: bool,
+    /// The run's v1 cgroups' `tasks` files (close-on-exec): the first stage
+    /// writes `0` to each, moving itself before it creates anything
+    /// (`RunCgroup::self_join_files`).
+    pub cgroup_tasks: Vec<RawFd>,
     /// The supervisor's pid, to detect its death before PR_SET_PDEATHSIG took effect
     /// (0 when the child is in a new pid namespace and cannot see it).
     pub parent_pid: libc::pid_t,
@@ -124,6 +128,7 @@ impl ChildSpec {
             notify_filter: None,
             truncate_guard: None,
             wait_go: false,
+            cgroup_tasks: Vec::new(),
             parent_pid: 0,
             net_setup: None,
             loopback_up: false,
@@ -207,6 +212,19 @@ fn wait_go(spec: &ChildSpec) {
     }
 }
 
+/// The first stage moves itself into the run's v1 cgroups (a lone thread
+/// naming itself: no global lock in the kernel) before it creates anything;
+/// the command and everything it starts inherit them.
+fn join_cgroups(spec: &ChildSpec) {
+    for &fd in &spec.cgroup_tasks {
+        match raw::write(fd, b"0") {
+            Ok(1) => {}
+            Ok(_) => fail(spec, Stage::Cgroup, libc::EIO),
+            Err(e) => fail(spec, Stage::Cgroup, e),
+        }
+    }
+}
+
 /// The signals init passes on to every process of the run.
 const FORWARDED: [c_int; 7] = [
     libc::SIGTERM,
@@ -234,6 +252,7 @@ pub(crate) fn init_main(spec: &'static ChildSpec) -> c_int {
             raw::exit_group(125);
         }
     }
+    join_cgroups(spec);
     if let Some(view) = &spec.view {
         // The private /proc shows init to the run as pid 1, and init shares
         // the supervisor's memory (its environment may hold provider keys):
@@ -360,6 +379,7 @@ pub(crate) fn keeper_main(spec: &'static ChildSpec) -> c_int {
     if spec.wait_go {
         wait_go(spec);
     }
+    join_cgroups(spec);
     let Some(stack) = spec.command_stack else {
         fail(spec, Stage::Fork, libc::EINVAL)
     };

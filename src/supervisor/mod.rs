@@ -721,7 +721,14 @@ fn child_spec(
     spec.seccomp = layers.seccomp.take();
     spec.notify_filter = layers.notify_filter.take();
     spec.truncate_guard = layers.truncate_guard.take();
-    spec.wait_go = !layers.cgroup.is_empty();
+    // The run's first stage moves itself into the v1 cgroups (far cheaper
+    // than capsule moving it; `RunCgroup::self_join_files`). Not with
+    // --best-effort: a cgroup that refuses the run there is reported
+    // missing, which only capsule's own move can tell.
+    if !plan.best_effort {
+        spec.cgroup_tasks = layers.cgroup.self_join_files();
+    }
+    spec.wait_go = layers.cgroup.parent_joins();
     spec.net_setup = if layers.want_pidns {
         services.net_setup()
     } else {

@@ -34,6 +34,7 @@ pub enum Stage {
     ViewProc = 14,
     ViewDev = 15,
     SignalFilter = 16,
+    Cgroup = 17,
 }
 
 impl Stage {
@@ -56,6 +57,7 @@ impl Stage {
             14 => ViewProc,
             15 => ViewDev,
             16 => SignalFilter,
+            17 => Cgroup,
             _ => return None,
         })
     }
@@ -80,6 +82,7 @@ impl Stage {
                 "installing the notify filter (seccomp user notification: signal checks, network guard) and handing \
                  its listener to capsule"
             }
+            Stage::Cgroup => "joining the run's cgroup (its v1 `tasks` file)",
         }
     }
 }
