@@ -89,6 +89,9 @@ pub struct RunCgroup {
     /// Their `tasks` files, open for the run's first stage to join itself
     /// ([`RunCgroup::self_join_files`]).
     self_join: Vec<(PathBuf, std::os::fd::OwnedFd)>,
+    /// The run's v2 cgroup directory, open for clone3's `CLONE_INTO_CGROUP`
+    /// ([`RunCgroup::v2_dir_fd`]).
+    v2_dir: Option<std::os::fd::OwnedFd>,
 }
 
 /// capsule's own moves in a delegated cgroup, undone by [`Entered::undo`].
@@ -673,6 +676,7 @@ impl RunCgroup {
                 cg.systemd_note = Some(e);
             }
         }
+        cg.open_v2_dir();
         cg
     }
 
@@ -835,11 +839,42 @@ impl RunCgroup {
             .any(|d| !self.self_join.iter().any(|(s, _)| s == d))
     }
 
+    /// The run's v2 cgroup (there is at most one: `memory` and `pids` share
+    /// it), opened for the run's first stage to be born in it (clone3 with
+    /// `CLONE_INTO_CGROUP`, Linux 5.7+), which takes none of the global
+    /// lock a write to `cgroup.procs` takes. The kernel checks, at the
+    /// clone, that capsule could have written its `cgroup.procs`. None
+    /// without one, or where it does not open (then [`RunCgroup::join`]
+    /// moves the child).
+    pub fn v2_dir_fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        self.v2_dir.as_ref().map(|f| f.as_raw_fd())
+    }
+
+    /// Open the run's v2 cgroup directory (see [`RunCgroup::v2_dir_fd`]).
+    fn open_v2_dir(&mut self) {
+        use std::os::unix::fs::OpenOptionsExt;
+        let Some(d) = self.dirs.iter().find(|d| !self.v1_dirs.contains(d)) else {
+            return;
+        };
+        match std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+            .open(d)
+        {
+            Ok(f) => self.v2_dir = Some(f.into()),
+            Err(e) => tracing::info!("{}: {e}; capsule moves the run", d.display()),
+        }
+    }
+
     /// Move the (stopped, waiting) child into every cgroup of the run that
-    /// it does not join itself ([`RunCgroup::self_join_files`]).
-    pub fn join(&self, pid: libc::pid_t) -> Result<(), String> {
+    /// it does not join itself ([`RunCgroup::self_join_files`]); with
+    /// `born_in_v2`, it was born in the v2 one ([`RunCgroup::v2_dir_fd`]).
+    pub fn join(&self, pid: libc::pid_t, born_in_v2: bool) -> Result<(), String> {
         for d in &self.dirs {
-            if self.self_join.iter().any(|(s, _)| s == d) {
+            if self.self_join.iter().any(|(s, _)| s == d)
+                || (born_in_v2 && !self.v1_dirs.contains(d))
+            {
                 continue;
             }
             std::fs::write(d.join("cgroup.procs"), pid.to_string())
@@ -873,6 +908,7 @@ impl RunCgroup {
     /// removed by systemd (`--collect`).
     pub fn remove(&mut self) {
         self.self_join.clear();
+        self.v2_dir = None;
         self.v1_dirs.clear();
         for d in self.dirs.drain(..) {
             rmdir_retry(&d);

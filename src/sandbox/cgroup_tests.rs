@@ -378,7 +378,7 @@ fn v1_cgroups_are_joined_by_the_stage_and_the_rest_by_capsule() {
         cg.parent_joins(),
         "the v2 cgroup is still capsule's to join"
     );
-    cg.join(4242).unwrap();
+    cg.join(4242, false).unwrap();
     assert_eq!(
         std::fs::read_to_string(v2.join("cgroup.procs")).unwrap(),
         "4242"

@@ -636,7 +636,7 @@ fn spawn_child(
     // refuses the run, unless --best-effort: then the run goes on with those
     // limits reported missing. --best-effort never fails because of a cgroup.
     let best_effort = plan.best_effort;
-    let mut join = |pid: libc::pid_t| match cgroup.join(pid) {
+    let mut join = |pid: libc::pid_t, placed: bool| match cgroup.join(pid, placed) {
         Err(e) if best_effort => {
             tracing::warn!("not enforced (--best-effort): {e}");
             cgroup_missing.push(format!("cgroup limits (memory_mb, max_processes): {e}"));
@@ -645,7 +645,7 @@ fn spawn_child(
         r => r,
     };
     let start = Instant::now();
-    let spawned = spawn::spawn(spec, ns, &mut join);
+    let spawned = spawn::spawn(spec, ns, cgroup.v2_dir_fd(), &mut join);
     // Namespaces refused: nothing ran, and the services' child ends serve the
     // next attempt.
     if !matches!(spawned, Err(spawn::SpawnError::Refused(_))) {

@@ -134,8 +134,9 @@ pub struct Spawned {
     pub early_fds: Vec<(i32, Option<OwnedFd>)>,
 }
 
-/// Something to do between clone and "go" (e.g. joining a cgroup).
-pub type BeforeGo<'a> = &'a mut dyn FnMut(libc::pid_t) -> Result<(), String>;
+/// Something to do between clone and "go" (e.g. joining a cgroup); told
+/// whether the first stage was born in the cgroup given to [`spawn`].
+pub type BeforeGo<'a> = &'a mut dyn FnMut(libc::pid_t, bool) -> Result<(), String>;
 
 /// How long the run's init may take to build its namespaces and view.
 const READY_BOUND: std::time::Duration = std::time::Duration::from_secs(30);
@@ -158,6 +159,7 @@ const STAGE_STACK: usize = 256 * 1024;
 pub fn spawn(
     mut spec: ChildSpec,
     ns: NsRequest,
+    cgroup: Option<std::os::fd::RawFd>,
     before_go: BeforeGo<'_>,
 ) -> Result<Spawned, SpawnError> {
     let (ours, theirs) = sys::channel::pair().map_err(SpawnError::Channel)?;
@@ -192,7 +194,20 @@ pub fn spawn(
     // From here on the stages read the spec: nobody writes it any more.
     let spec: &'static ChildSpec = spec;
     let mask = sys::block_all_signals();
-    let cloned = sys::stage::clone_stage(flags, stack, entry, spec);
+    // Born in the run's cgroup where clone3 can (`cgroup`: a v2 directory),
+    // else cloned as before and moved by `before_go`.
+    let born_in = cgroup.and_then(|cg| {
+        sys::stage::clone_stage_into_cgroup(flags, stack, cg, entry, spec)
+            .inspect_err(|e| {
+                tracing::debug!("clone3(CLONE_INTO_CGROUP): {}", Errno::from_raw(*e));
+            })
+            .ok()
+    });
+    let placed = born_in.is_some();
+    if placed {
+        tracing::debug!("the run's first stage was born in its cgroup (clone3, CLONE_INTO_CGROUP)");
+    }
+    let cloned = born_in.map_or_else(|| sys::stage::clone_stage(flags, stack, entry, spec), Ok);
     sys::restore_signals(&mask);
     match cloned {
         Ok(pid) => {
@@ -203,6 +218,7 @@ pub fn spawn(
                 tree,
                 userns,
                 go_needed,
+                placed,
                 dumpable,
                 uid,
                 gid,
@@ -263,6 +279,8 @@ struct Cloned {
     userns: bool,
     /// The stage waits for "go".
     go_needed: bool,
+    /// The stage was born in the cgroup given to `spawn`.
+    placed: bool,
     /// Whether this process was dumpable before the stage made the shared
     /// mm non-dumpable (restored when the stage is killed).
     dumpable: bool,
@@ -279,6 +297,7 @@ fn start(c: Cloned, ours: Channel, before_go: BeforeGo<'_>) -> Result<Spawned, S
         tree,
         userns,
         go_needed,
+        placed,
         dumpable,
         uid,
         gid,
@@ -304,7 +323,7 @@ fn start(c: Cloned, ours: Channel, before_go: BeforeGo<'_>) -> Result<Spawned, S
             });
         }
     }
-    if let Err(msg) = before_go(pid) {
+    if let Err(msg) = before_go(pid, placed) {
         kill();
         return Err(SpawnError::BeforeGo(msg));
     }
@@ -471,7 +490,7 @@ pub fn trial(
         view: spec.view.is_some(),
     };
     let dumpable = nix::sys::prctl::get_dumpable().unwrap_or(true);
-    match spawn(spec, ns, &mut |_| Ok(())) {
+    match spawn(spec, ns, None, &mut |_, _| Ok(())) {
         Ok(s) => {
             let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(s.pid), None);
             // Its init shared this process's memory and made it non-dumpable.

@@ -79,6 +79,26 @@ pub fn clone_stage<S: Stages>(
     unsafe { super::clone_on_stack(flags | libc::CLONE_VM, stack.0, f, arg) }
 }
 
+/// As [`clone_stage`], born in the cgroup of the directory `cgroup`
+/// (`clone3` with `CLONE_INTO_CGROUP`); an error when clone3 cannot do it,
+/// and then nothing was created.
+pub fn clone_stage_into_cgroup<S: Stages>(
+    flags: c_int,
+    stack: super::StageStack,
+    cgroup: std::os::fd::RawFd,
+    entry: Entry,
+    spec: &'static S,
+) -> Result<libc::pid_t, i32> {
+    let f = match entry {
+        Entry::Init => init_entry::<S> as extern "C" fn(*mut c_void) -> c_int,
+        Entry::Command => command_entry::<S>,
+        Entry::Keeper => keeper_entry::<S>,
+    };
+    let arg = (spec as *const S).cast_mut().cast::<c_void>();
+    // SAFETY: as in `clone_stage`.
+    unsafe { super::clone3_into_cgroup(flags, stack, Some(cgroup), f, arg) }
+}
+
 /// `execve` of the spec's program; only returns, with the errno, on failure.
 pub fn exec<S: Stages>(spec: &S) -> i32 {
     let (program, argv, envp) = spec.exec_args();
