@@ -194,6 +194,15 @@ fn without_pidfd_getfd_proxy_mode_takes_landlock_or_refuses_with_the_reason() {
             .contains("listen() on IP sockets"),
         "{v}"
     );
+    // Without a network namespace the run shares the host's abstract Unix
+    // socket names, and only the guard refuses binding them: --best-effort
+    // says that it is missing too.
+    assert!(
+        v["enforcement"]["missing"]
+            .to_string()
+            .contains("bind() of abstract Unix socket names"),
+        "{v}"
+    );
 }
 
 /// podman's default profile without CAP_SYS_CHROOT (chroot EPERM): a --mount at a

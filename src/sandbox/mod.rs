@@ -857,6 +857,15 @@ impl<'a> Prep<'a> {
                          run here: {why}"
                     ),
                 )?;
+                // Nor, with no network namespace, binding the host's
+                // abstract Unix socket names (reached under --best-effort).
+                self.unavailable(
+                    "bind() of abstract Unix socket names",
+                    &format!(
+                        "without a network namespace only capsule's network guard can refuse binding the \
+                         host's abstract Unix socket names, and it cannot run here: {why}"
+                    ),
+                )?;
                 seccomp::NetPart::FastOpenOnly
             }
         };
