@@ -180,3 +180,82 @@ fn a_tool_out_of_the_runs_reach_still_runs() {
         "{r}"
     );
 }
+
+/// In the sandbox: compile `argv[2]` (Python source) into the bytecode
+/// cache entry of the module `argv[1]` (a `.py` file the run can only stat),
+/// stamped with that file's mtime and size, so that Python on the host runs
+/// it instead of the source; then call the tool `t`.
+const PLANT_PYC_AND_CALL: &str = r#"
+import importlib.util, json, marshal, os, socket, struct, sys
+src = sys.argv[1]
+st = os.stat(src)
+code = compile(sys.argv[2], src, "exec")
+pyc = importlib.util.cache_from_source(src)
+with open(pyc, "wb") as f:
+    f.write(importlib.util.MAGIC_NUMBER + struct.pack("<III", 0, int(st.st_mtime) & 0xFFFFFFFF,
+                                                      st.st_size & 0xFFFFFFFF) + marshal.dumps(code))
+s = socket.socket(fileno=int(os.environ["CAPSULE_RPC_FD"]))
+s.sendall(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                      "params": {"name": "t", "arguments": {}}}).encode() + b"\n")
+sys.stdout.write(s.makefile("rb").readline().decode())
+"#;
+
+/// The tool's module is only readable to the run, but its bytecode cache
+/// beside it is a write grant: `python3 -m toolmod` on the host loads a `.pyc`
+/// whose recorded source mtime and size match without reading the source.
+/// capsule refuses a tool whose working directory holds such an entry.
+#[test]
+fn a_tool_bytecode_cache_the_run_can_write_is_refused() {
+    let w = World::new();
+    let d = w.path().display().to_string();
+    let pwned = w.path().join("pwned");
+    std::fs::create_dir_all(w.path().join("__pycache__")).unwrap();
+    let module = w.write(
+        "toolmod.py",
+        "import sys\nsys.stdin.read()\nprint('benign')\n",
+    );
+    let p = w.write(
+        "policy.yaml",
+        &format!(
+            "version: 1\nfilesystem:\n  read: [.]\n  write: [./__pycache__]\ntools:\n  allow:\n    - name: t\n      command: [{PYTHON}, -m, toolmod]\n"
+        ),
+    );
+    let p = p.to_string_lossy().into_owned();
+    let payload =
+        format!("import os, sys\nsys.stdin.read()\nos.system('id > {d}/pwned')\nprint('pwned')\n");
+    let out = w
+        .exec(
+            &["--policy", &p],
+            &[
+                PYTHON,
+                "-c",
+                PLANT_PYC_AND_CALL,
+                &module.to_string_lossy(),
+                &payload,
+            ],
+        )
+        .output()
+        .unwrap();
+    assert!(
+        !pwned.exists() && !String::from_utf8_lossy(&out.stdout).contains("pwned"),
+        "the run's bytecode ran on the host through the tool: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = parse_result(&out);
+    assert_eq!(r["exit_code"], 125, "exec refuses: {r}");
+    assert!(
+        r["error"].as_str().unwrap_or("").contains("__pycache__"),
+        "the refusal names the entry: {r}"
+    );
+    let check = w
+        .capsule()
+        .args(["check", "--policy", &p])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&check.stderr);
+    assert!(
+        !check.status.success() && err.contains("tools load such entries"),
+        "check refuses the tool: {err}"
+    );
+}

@@ -6,7 +6,9 @@
 //! its working directory (the policy file's directory: `python3 -m mod`
 //! imports from there) or its `policy:` file lies where the run can write,
 //! the run rewrites it and then calls the tool: the run's code would run on
-//! the host. Such a tool is refused while planning, so `check`, `--dry-run`
+//! the host. So too when the run can write what programs load from their
+//! working directory by themselves (Python's `__pycache__`, `node_modules`,
+//! `.git`, a Makefile, any dot entry: [`IMPLICIT_ENTRIES`]). Such a tool is refused while planning, so `check`, `--dry-run`
 //! and `exec` all say so before anything runs. The same trust boundary as
 //! the command's `#!` line (`super::command`): nothing a run can write
 //! becomes code or policy the host runs.
@@ -27,7 +29,8 @@ use crate::policy::Tools;
 /// `enforcement.limitations` of a run with host `command` tools.
 pub const LIMITATION: &str =
     "host command tools run outside the sandbox: capsule refuses one whose program, #! interpreter, path \
-     arguments, working directory or policy: file lies where the run can write, but it cannot see paths \
+     arguments, working directory (or its __pycache__, node_modules, build files and dot entries) or policy: \
+     file lies where the run can write, but it cannot see paths \
      inside an inline script (sh -c '...') or files the tool opens by itself (its configuration, modules on \
      its own search path): keep those out of the run's write grants too";
 
@@ -184,6 +187,15 @@ fn check_places(
             place(w)
         ));
     }
+    if let Some(w) = implicit_in(policy_dir, writable) {
+        return Err(format!(
+            "its working directory {} holds {}, which the run can write: tools load such entries of their \
+             working directory by themselves (Python's __pycache__ bytecode, node_modules, .git hooks and \
+             config, build files, dot files)",
+            policy_dir.display(),
+            place(w)
+        ));
+    }
     if let Some(p) = policy {
         let pf = policy_dir.join(p);
         if let Some(w) = reached(&pf, writable) {
@@ -195,6 +207,52 @@ fn check_places(
         }
     }
     Ok(())
+}
+
+/// Entries of a working directory that programs load code or configuration
+/// from by themselves, by relative name: Python's bytecode cache (a `.pyc`
+/// whose recorded source mtime and size match is run without the source),
+/// Node's packages, a virtual environment tools find by name, build and test
+/// files (`make`, `pytest`'s conftest.py, packaging files), the customize
+/// modules of a cwd on Python's path. Every dot entry counts too (`.git`'s
+/// hooks and config, `.venv`, `.npmrc`, `.cargo/config.toml`, `.envrc`), as
+/// in HOME.
+const IMPLICIT_ENTRIES: &[&str] = &[
+    "__pycache__",
+    "node_modules",
+    "venv",
+    "Makefile",
+    "makefile",
+    "GNUmakefile",
+    "conftest.py",
+    "pyproject.toml",
+    "setup.py",
+    "setup.cfg",
+    "tox.ini",
+    "pytest.ini",
+    "package.json",
+    "Cargo.toml",
+    "build.rs",
+    "sitecustomize.py",
+    "usercustomize.py",
+];
+
+/// A writable place that is, or lies beneath, an entry of `dir` that
+/// programs load by themselves ([`IMPLICIT_ENTRIES`] or a dot entry).
+fn implicit_in<'a>(dir: &Path, writable: &'a [(PathBuf, Origin)]) -> Option<&'a (PathBuf, Origin)> {
+    let (dl, dc) = (lexical(dir), canonical_prefix(&lexical(dir)));
+    writable.iter().find(|(w, _)| {
+        [&dl, &dc].iter().any(|d| {
+            w.strip_prefix(d)
+                .ok()
+                .and_then(|r| r.components().next())
+                .is_some_and(|c| {
+                    let name = c.as_os_str().as_encoded_bytes();
+                    name.first() == Some(&b'.')
+                        || IMPLICIT_ENTRIES.iter().any(|e| e.as_bytes() == name)
+                })
+        })
+    })
 }
 
 /// The tool inherits capsule's PATH and HOME: a command it (or its
@@ -393,6 +451,40 @@ mod tests {
         }
         let wd = vec![(home.join("project"), Origin::Tmp)];
         check(&mut t.clone(), &root, &wd, Some("/usr/bin"), Some(&home)).unwrap();
+        // A write grant on what a tool loads from its working directory by
+        // itself: Python's bytecode cache beside `python3 tool.py`, git's
+        // hooks, node_modules, a Makefile; through a link to it too.
+        std::fs::create_dir(root.join(".git")).unwrap();
+        std::os::unix::fs::symlink(&root, dir.path().join("proj")).unwrap();
+        for entry in [
+            "__pycache__",
+            ".git/hooks",
+            "node_modules/x",
+            "Makefile",
+            ".venv",
+        ] {
+            let wd = vec![(root.join(entry), Origin::Tmp)];
+            for cwd in [root.clone(), dir.path().join("proj")] {
+                let e = check(
+                    &mut one(&["python3", "tool.py"], None),
+                    &cwd,
+                    &wd,
+                    Some("/usr/bin"),
+                    None,
+                )
+                .unwrap_err();
+                assert!(e.why.contains("tools load such entries"), "{entry}: {e}");
+            }
+        }
+        // An output directory beside the tool is not such an entry.
+        check(
+            &mut one(&["python3", "tool.py"], None),
+            &root,
+            &w,
+            Some("/usr/bin"),
+            None,
+        )
+        .unwrap();
         check(&mut t, &root, &w, Some("/usr/bin:/bin"), None).unwrap();
         let argv0 = t.unwrap().allow[0].command.clone().unwrap()[0].clone();
         assert!(argv0.starts_with('/') && argv0.ends_with("/sh"), "{argv0}");
