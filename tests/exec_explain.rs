@@ -235,17 +235,26 @@ fn a_signal_outside_the_run_is_explained_by_its_layer() {
 
 /// The observer's own work is not counted against the guards' CPU budget: a
 /// run that opens many files is never killed for being observed (budget
-/// here: three seconds, a tenth of the 30 s limit; 100,000 observed opens
-/// take 2-5 s of wall time on an idle 2-core VM, and more under a loaded
-/// CI pass, so the limit leaves room for the load, not for the budget).
+/// here: three seconds, a tenth of the 30 s limit). Past its budget the
+/// observer answers without reading and paces, so the opens turn slow: the
+/// run stops after 100,000 opens or 20 s, whichever comes first, so that its
+/// length does not depend on how fast this machine observes (100,000 opens
+/// paced at a loaded CI's speed took longer than the limit).
 #[test]
 fn a_file_heavy_run_is_not_killed_for_being_observed() {
     let sb = Sandbox::new();
-    let py = "import os\nfor i in range(100000):\n    os.close(os.open('/bin/sh', os.O_RDONLY))\nprint('opened')\n";
+    let py = "import os, time\nt0 = time.monotonic()\nfor i in range(100000):\n    \
+              os.close(os.open('/bin/sh', os.O_RDONLY))\n    if time.monotonic() - t0 > 20:\n        \
+              break\nprint('opened', i + 1)\n";
     let t = std::time::Instant::now();
     let r = sb.exec_json(&["--explain", "--timeout", "30"], &[&python(), "-c", py]);
     r.assert_ran();
     assert!(r.child_stdout().contains("opened"), "{}", r.ctx());
     assert_eq!(r.json()["killed"], false, "{}", r.ctx());
-    eprintln!("100000 observed opens: {:?}", t.elapsed());
+    eprintln!("{} in {:?}", r.child_stdout().trim(), t.elapsed());
+    // Whether the budget was spent (calls past it answered without reading):
+    // else nothing was tested beyond a run that was not killed.
+    if r.json()["explain"]["not_observed"].as_u64().unwrap_or(0) == 0 {
+        skip_part("the observer did not spend its CPU budget within 20 s on this machine");
+    }
 }
