@@ -834,9 +834,12 @@ impl RunCgroup {
     /// Whether some cgroup of the run is left for [`RunCgroup::join`] (the
     /// child then waits for capsule's "go").
     pub fn parent_joins(&self) -> bool {
-        self.dirs
-            .iter()
-            .any(|d| !self.self_join.iter().any(|(s, _)| s == d))
+        self.dirs.iter().any(|d| !self.self_joined(d))
+    }
+
+    /// Whether the run's first stage joins `d` itself.
+    fn self_joined(&self, d: &Path) -> bool {
+        self.self_join.iter().any(|(s, _)| s == d)
     }
 
     /// The run's v2 cgroup (there is at most one: `memory` and `pids` share
@@ -872,9 +875,7 @@ impl RunCgroup {
     /// `born_in_v2`, it was born in the v2 one ([`RunCgroup::v2_dir_fd`]).
     pub fn join(&self, pid: libc::pid_t, born_in_v2: bool) -> Result<(), String> {
         for d in &self.dirs {
-            if self.self_join.iter().any(|(s, _)| s == d)
-                || (born_in_v2 && !self.v1_dirs.contains(d))
-            {
+            if self.self_joined(d) || (born_in_v2 && !self.v1_dirs.contains(d)) {
                 continue;
             }
             std::fs::write(d.join("cgroup.procs"), pid.to_string())

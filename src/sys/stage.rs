@@ -55,6 +55,19 @@ extern "C" fn command_entry<S: Stages>(arg: *mut c_void) -> c_int {
     spec.command_main()
 }
 
+/// The entry function of `entry` and its argument, `spec`.
+fn entry_and_arg<S: Stages>(
+    entry: Entry,
+    spec: &'static S,
+) -> (extern "C" fn(*mut c_void) -> c_int, *mut c_void) {
+    let f = match entry {
+        Entry::Init => init_entry::<S> as extern "C" fn(*mut c_void) -> c_int,
+        Entry::Command => command_entry::<S>,
+        Entry::Keeper => keeper_entry::<S>,
+    };
+    (f, (spec as *const S).cast_mut().cast::<c_void>())
+}
+
 /// `clone(flags | CLONE_VM | SIGCHLD)` of a stage on `stack`, reading `spec`.
 /// `stack` must not be in use by another live stage (each stage has its own:
 /// `spec.command_stack` for the command stage).
@@ -64,12 +77,7 @@ pub fn clone_stage<S: Stages>(
     entry: Entry,
     spec: &'static S,
 ) -> Result<libc::pid_t, i32> {
-    let f = match entry {
-        Entry::Init => init_entry::<S> as extern "C" fn(*mut c_void) -> c_int,
-        Entry::Command => command_entry::<S>,
-        Entry::Keeper => keeper_entry::<S>,
-    };
-    let arg = (spec as *const S).cast_mut().cast::<c_void>();
+    let (f, arg) = entry_and_arg(entry, spec);
     // SAFETY: both entries run the stages of `sandbox::child`, which follow
     // the CLONE_VM rules (raw system calls only, no allocation, no
     // thread-locals, no panic); `spec` is 'static and nobody writes it any
@@ -89,12 +97,7 @@ pub fn clone_stage_into_cgroup<S: Stages>(
     entry: Entry,
     spec: &'static S,
 ) -> Result<libc::pid_t, i32> {
-    let f = match entry {
-        Entry::Init => init_entry::<S> as extern "C" fn(*mut c_void) -> c_int,
-        Entry::Command => command_entry::<S>,
-        Entry::Keeper => keeper_entry::<S>,
-    };
-    let arg = (spec as *const S).cast_mut().cast::<c_void>();
+    let (f, arg) = entry_and_arg(entry, spec);
     // SAFETY: as in `clone_stage`.
     unsafe { super::clone3_into_cgroup(flags, stack, Some(cgroup), f, arg) }
 }
