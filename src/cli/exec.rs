@@ -585,7 +585,7 @@ fn run_plan(
         no_tty,
         observer: explain
             .as_ref()
-            .map(|_| supervisor::explain::Observer::default()),
+            .map(|_| crate::guards::observer::Observer::default()),
     };
     let observer = opts.observer.clone();
     let mut f = supervisor::run(plan, opts);

@@ -1,6 +1,6 @@
 //! `capsule exec --explain`: after the run, every access the sandbox
 //! refused, each answered by `why`'s Survey (the same planning as the run):
-//! the file accesses the path observer saw (`supervisor::explain`) that the
+//! the file accesses the path observer saw (`guards::observer`) that the
 //! Survey says are refused, and the hosts the proxy refused by name.
 
 use serde_json::{json, Value};
@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use crate::plan::Plan;
 use crate::policy::LoadedPolicy;
 use crate::result::RunResult;
-use crate::supervisor::explain::Observer;
+use crate::guards::observer::Observer;
 use crate::why::{Answer, Survey};
 
 /// At most this many denials are kept in the result; the rest are counted.

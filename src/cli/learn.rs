@@ -18,7 +18,8 @@ use crate::learn::{self, Draft, HostGrant, Need, Refused};
 use crate::plan::{self, build::Overrides, BuildInput, Plan};
 use crate::policy::{self, LoadedPolicy, NetMode, PathEntry, Policy};
 use crate::result::{exit, RunResult, Termination};
-use crate::supervisor::{self, explain::Observer, ExecOptions};
+use crate::guards::observer::Observer;
+use crate::supervisor::{self, ExecOptions};
 
 #[derive(Debug, Args)]
 pub struct LearnArgs {

@@ -18,10 +18,53 @@
 //! guard keeps a duplicate for the memory watchdog (`memwatch`), which counts
 //! its blocks: a memfd's pages are in no process's RLIMIT_DATA.
 
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::{Arc, Mutex};
+
 use nix::errno::Errno;
 
 use super::network::Action;
 use crate::sys::notify::{self, Listener, Notification, Reply};
+
+/// The most memfds the guard keeps for one run (then memfd_create fails with EMFILE).
+pub const MAX_MEMFDS: usize = 4096;
+
+/// The memfds of the run, as the memfd guard made them.
+#[derive(Default, Clone)]
+pub struct Memfds(Arc<Mutex<Vec<OwnedFd>>>);
+
+impl Memfds {
+    /// Keep a duplicate of `fd`; false when [`MAX_MEMFDS`] are kept already.
+    pub fn keep(&self, fd: &OwnedFd) -> bool {
+        let Ok(mut held) = self.0.lock() else {
+            return false;
+        };
+        if held.len() >= MAX_MEMFDS {
+            return false;
+        }
+        match fd.try_clone() {
+            Ok(dup) => {
+                held.push(dup);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// The bytes allocated to every memfd kept.
+    pub(crate) fn bytes(&self) -> u64 {
+        let Ok(held) = self.0.lock() else {
+            return u64::MAX;
+        };
+        held.iter()
+            .map(|fd| {
+                nix::sys::stat::fstat(fd.as_fd())
+                    .map(|st| (st.st_blocks as u64).saturating_mul(512))
+                    .unwrap_or(0)
+            })
+            .sum()
+    }
+}
 
 /// MFD_NOEXEC_SEAL and MFD_EXEC (linux/memfd.h, 6.3+).
 const MFD_NOEXEC_SEAL: u32 = 0x0008;
@@ -40,7 +83,7 @@ pub struct MemfdGuard {
     /// Seal every memfd against execution (MFD_NOEXEC_SEAL, Linux 6.3+).
     pub seal: bool,
     /// Keep a duplicate of every memfd for the memory watchdog.
-    pub keep: Option<crate::supervisor::memwatch::Memfds>,
+    pub keep: Option<Memfds>,
 }
 
 /// Serve one memfd_create: answered here with the descriptor, or the

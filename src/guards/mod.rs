@@ -12,7 +12,8 @@
 //! * [`network`]: connect/listen made by capsule on the caller's socket;
 //! * [`processes`]: `max_processes` without a cgroup;
 //! * [`memfd`]: no executable memfd;
-//! * [`metadata`]: chmod/chown/utime/setxattr only beneath a write grant.
+//! * [`metadata`]: chmod/chown/utime/setxattr only beneath a write grant;
+//! * [`observer`]: `exec --explain`'s path observer (records, never decides).
 //!
 //! What they share: [`judge`] (is this pid of the run), [`procfs`] (the
 //! `/proc` fields and the caller's memory they read), [`notify_loop`] (the
@@ -23,6 +24,7 @@ pub mod memfd;
 pub mod metadata;
 pub mod network;
 pub mod notify_loop;
+pub mod observer;
 pub mod processes;
 pub mod procfs;
 pub mod signals;

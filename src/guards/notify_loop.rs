@@ -55,7 +55,7 @@ pub struct Parts {
     pub memfd: Option<super::memfd::MemfdGuard>,
     pub meta: Option<super::metadata::MetaGuard>,
     /// `exec --explain`: the path observer (always CONTINUE).
-    pub observe: Option<crate::supervisor::explain::Observer>,
+    pub observe: Option<super::observer::Observer>,
     /// The thread's CPU budget ([`cpu_budget`]) and whom to tell when it is spent.
     pub budget: Duration,
     pub exhausted: Exhausted,
@@ -95,7 +95,7 @@ struct Served<'a> {
     procs: Option<super::processes::ProcGuard>,
     memfd: Option<super::memfd::MemfdGuard>,
     meta: Option<super::metadata::MetaGuard>,
-    observe: Option<crate::supervisor::explain::Observer>,
+    observe: Option<super::observer::Observer>,
 }
 
 impl Served<'_> {
@@ -124,7 +124,7 @@ impl Served<'_> {
                 Some(g) => Action::Reply(g.serve(listener, n)),
                 None => Action::Reply(Reply::Fail(libc::EPERM)),
             }
-        } else if crate::supervisor::explain::Observer::handles(n.nr) {
+        } else if super::observer::Observer::handles(n.nr) {
             // Only explains: the kernel decides as usual.
             match &self.observe {
                 Some(o) if observing => Action::Reply(o.serve(listener, n)),
@@ -369,7 +369,7 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
                 );
             }
             answer(listener, &n, reply);
-            if served.observe.is_some() && crate::supervisor::explain::Observer::handles(n.nr) {
+            if served.observe.is_some() && super::observer::Observer::handles(n.nr) {
                 held.observed(iter_start, observing);
             }
         } else if ev.intersects(PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL) {

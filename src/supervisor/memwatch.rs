@@ -43,10 +43,10 @@
 //! process maps are bounded by the view (`kernel.shmall`, or shmget
 //! refused: `sandbox::prepare`).
 
-use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+pub use crate::guards::memfd::Memfds;
 
 /// How often the run is sampled.
 pub const INTERVAL: Duration = Duration::from_millis(100);
@@ -55,46 +55,6 @@ pub const MAX_ENTRIES: usize = 50_000;
 /// The most processes of a run in a pid namespace the watchdog walks (more
 /// count as over the limit; the namespace's pid_max is the real bound).
 pub const MAX_PROCESSES: usize = 1 << 16;
-/// The most memfds the guard keeps for one run (then memfd_create fails with EMFILE).
-pub const MAX_MEMFDS: usize = 4096;
-
-/// The memfds of the run, as the memfd guard made them.
-#[derive(Default, Clone)]
-pub struct Memfds(Arc<Mutex<Vec<OwnedFd>>>);
-
-impl Memfds {
-    /// Keep a duplicate of `fd`; false when [`MAX_MEMFDS`] are kept already.
-    pub fn keep(&self, fd: &OwnedFd) -> bool {
-        let Ok(mut held) = self.0.lock() else {
-            return false;
-        };
-        if held.len() >= MAX_MEMFDS {
-            return false;
-        }
-        match fd.try_clone() {
-            Ok(dup) => {
-                held.push(dup);
-                true
-            }
-            Err(_) => false,
-        }
-    }
-
-    /// The bytes allocated to every memfd kept.
-    fn bytes(&self) -> u64 {
-        let Ok(held) = self.0.lock() else {
-            return u64::MAX;
-        };
-        held.iter()
-            .map(|fd| {
-                nix::sys::stat::fstat(fd.as_fd())
-                    .map(|st| (st.st_blocks as u64).saturating_mul(512))
-                    .unwrap_or(0)
-            })
-            .sum()
-    }
-}
-
 /// Who the run's processes are.
 pub enum Census {
     /// The run's pid namespace: its own `/proc`, through its init's root.

@@ -11,7 +11,6 @@
 pub mod capture;
 pub mod cleanup;
 pub mod event_loop;
-pub mod explain;
 pub mod memwatch;
 pub mod pty;
 pub mod services;
@@ -44,7 +43,7 @@ pub struct ExecOptions {
     pub no_tty: bool,
     /// `--explain`: the path observer, whose record the caller reads after
     /// the run (None: no observer, no extra work).
-    pub observer: Option<explain::Observer>,
+    pub observer: Option<crate::guards::observer::Observer>,
 }
 
 /// What a run produced besides the result: a fixed reason code for the audit record.
@@ -160,7 +159,7 @@ pub fn run(plan: &Plan, opts: ExecOptions) -> Finished {
 
 /// `--explain`: the notify filter gets the observer part where seccomp is
 /// enforced and a listener can be had; else the observer says it saw nothing.
-fn add_observer(layers: &mut sandbox::Layers, o: &explain::Observer) {
+fn add_observer(layers: &mut sandbox::Layers, o: &crate::guards::observer::Observer) {
     let mut seen = o.seen.lock().unwrap_or_else(|p| p.into_inner());
     seen.active = false;
     if layers.seccomp.is_none() {
@@ -237,7 +236,7 @@ fn run_prepared(
     (json, grace, no_tty): (bool, Duration, bool),
     layers: &mut sandbox::Layers,
     services: &mut services::Services,
-    observer: Option<explain::Observer>,
+    observer: Option<crate::guards::observer::Observer>,
 ) -> Attempt {
     let Started {
         mut spawned,
@@ -335,7 +334,7 @@ fn start_child(
     (json, no_tty): (bool, bool),
     layers: &mut sandbox::Layers,
     services: &mut services::Services,
-    observer: Option<&explain::Observer>,
+    observer: Option<&crate::guards::observer::Observer>,
 ) -> Result<Started, Attempt> {
     let fail = |what: &str, e: &dyn std::fmt::Display| Err(setup_failed(plan, what, e));
     let (out_r, out_w) = match pipe() {
@@ -420,7 +419,7 @@ fn guard_parts(
     layers: &sandbox::Layers,
     services: &services::Services,
     spawned: &Spawned,
-    observer: Option<explain::Observer>,
+    observer: Option<crate::guards::observer::Observer>,
     ruleset: Option<std::sync::Arc<OwnedFd>>,
 ) -> (GuardParts, Option<memwatch::Watch>) {
     // The run's signal filter sends its listener before exec; the guard
@@ -522,7 +521,7 @@ fn memory_watch(layers: &sandbox::Layers, spawned: &Spawned) -> Option<memwatch:
         memwatch::Watch {
             limit: w.limit,
             census,
-            memfds: memwatch::Memfds::default(),
+            memfds: crate::guards::memfd::Memfds::default(),
             view_tmpfs: w.view_tmpfs.clone(),
             host_tmpfs: w.host_tmpfs.clone(),
             unlinked_in: w.unlinked_in.clone(),
@@ -821,7 +820,7 @@ type GuardParts = (
     Option<processes::ProcGuard>,
     Option<memfd::MemfdGuard>,
     Option<metadata::MetaGuard>,
-    Option<explain::Observer>,
+    Option<crate::guards::observer::Observer>,
 );
 
 #[allow(clippy::too_many_arguments)]

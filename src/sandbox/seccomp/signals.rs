@@ -146,7 +146,7 @@ pub struct Parts {
     pub sysv_refuse: bool,
     /// `exec --explain`: the path-taking calls ([`OBSERVED`]) go to the
     /// supervisor, which records the path and always answers CONTINUE
-    /// (`supervisor::explain`; a listener is needed).
+    /// (`guards::observer`; a listener is needed).
     pub observe: bool,
 }
 
