@@ -240,11 +240,15 @@ const PACED_SHARE: u32 = 40;
 /// capsule its round trip (receive, answer, wake), and a run that names
 /// paths in a loop from several processes would keep the thread busy on a
 /// core: so after each such call the thread waits `PACED_SHARE - 1` times
-/// what it cost (the run's observed calls wait meanwhile: slowed, never
-/// refused).
-fn pace(cost: Duration) {
-    let wait = (cost * (PACED_SHARE - 1)).min(Duration::from_millis(50));
-    std::thread::sleep(wait);
+/// what it spent since its previous wait (the run's observed calls wait
+/// meanwhile: slowed, never refused). `spent` is all of the thread's time
+/// in between: the call, the loop around it, the previous wait's own system
+/// call and wake-up, and any other call served meanwhile. Counting only the
+/// call's own segment let the loop's overhead through: in a release build,
+/// where a call is cheap, that overhead was as large as the call, and the
+/// thread used twice its share.
+fn pace_wait(spent: Duration) -> Duration {
+    (spent * (PACED_SHARE - 1)).min(Duration::from_millis(50))
 }
 
 /// What holds the guard thread to its budget.
@@ -255,6 +259,8 @@ struct Held {
     spent: bool,
     /// The path observer's CPU time (`exec --explain`), not counted toward the kill.
     observed_cpu: Duration,
+    /// This thread's CPU time when it last began a paced wait.
+    paced_at: Option<Duration>,
 }
 
 impl Held {
@@ -274,15 +280,20 @@ impl Held {
     }
 
     /// An observed call was served, since `start` (this thread's CPU time):
-    /// count its cost, and past the budget pace the next one.
-    fn observed(&mut self, start: Option<Duration>, observing: bool) {
-        if let (Some(a), Some(b)) = (start, crate::sys::thread_cpu_time()) {
-            let cost = b.saturating_sub(a);
-            self.observed_cpu += cost;
-            if !observing {
-                pace(cost);
-            }
+    /// count its cost, and past the budget pace the next one (returns the wait).
+    fn observed(&mut self, start: Option<Duration>, observing: bool) -> Duration {
+        let (Some(a), Some(now)) = (start, crate::sys::thread_cpu_time()) else {
+            return Duration::ZERO;
+        };
+        self.observed_cpu += now.saturating_sub(a);
+        if observing {
+            return Duration::ZERO;
         }
+        let since = self.paced_at.unwrap_or(a);
+        self.paced_at = Some(now);
+        let wait = pace_wait(now.saturating_sub(since));
+        std::thread::sleep(wait);
+        wait
     }
 }
 
@@ -317,6 +328,7 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
         exhausted,
         spent: false,
         observed_cpu: Duration::ZERO,
+        paced_at: None,
     };
     let threads = std::sync::Arc::new(network::Threads::default());
     let (mut allowed, mut refused) = (0u64, 0u64);
@@ -370,7 +382,7 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
             }
             answer(listener, &n, reply);
             if served.observe.is_some() && super::observer::Observer::handles(n.nr) {
-                held.observed(iter_start, observing);
+                let _ = held.observed(iter_start, observing);
             }
         } else if ev.intersects(PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL) {
             // No process uses the filter any more.
@@ -392,5 +404,39 @@ mod tests {
         assert_eq!(cpu_budget(s(20), Some(300)), s(2));
         assert_eq!(cpu_budget(s(3), None), s(1));
         assert_eq!(cpu_budget(s(600), Some(0)), s(1));
+    }
+
+    #[test]
+    fn past_the_budget_the_thread_waits_for_all_it_spent_since_its_last_wait() {
+        let us = Duration::from_micros;
+        assert_eq!(pace_wait(us(20)), us(20 * (PACED_SHARE as u64 - 1)));
+        assert_eq!(pace_wait(Duration::from_secs(1)), Duration::from_millis(50));
+        let mut held = Held {
+            budget: Duration::from_secs(1),
+            exhausted: Exhausted::default(),
+            spent: false,
+            observed_cpu: Duration::ZERO,
+            paced_at: None,
+        };
+        let start = crate::sys::thread_cpu_time();
+        let _ = held.observed(start, false);
+        // Work between two observed calls that is not the call itself (the
+        // loop, other guards' calls, the last wait's wake-up) counts toward
+        // the next wait.
+        let spin_from = crate::sys::thread_cpu_time().expect("thread CPU time");
+        while crate::sys::thread_cpu_time().expect("thread CPU time") - spin_from
+            < Duration::from_millis(2)
+        {
+            std::hint::black_box(0u64);
+        }
+        let late = crate::sys::thread_cpu_time();
+        let wait = held.observed(late, false);
+        assert_eq!(
+            wait,
+            Duration::from_millis(50),
+            "the wait must cover the time spent since the last wait, not only the call"
+        );
+        // The observer's own CPU counts only the calls' segments.
+        assert!(held.observed_cpu < Duration::from_millis(1), "{:?}", held.observed_cpu);
     }
 }
