@@ -404,6 +404,98 @@ fn shared_memory_is_bounded_by_memory_mb() {
     }
 }
 
+/// Without a cgroup the watchdog counted the run's own tmpfs (the view's
+/// /dev/shm and /tmp, a TMPDIR on a host tmpfs) but not a write grant on a
+/// host tmpfs: a run under `memory_mb: 64` wrote 512 MiB into a granted
+/// directory of /dev/shm (a pod's memory-backed emptyDir is the same: its
+/// pages count against the pod, whose OOM then takes the agent with it).
+/// Now what such a file system holds beyond what it held when the run
+/// began counts toward the limit, and what another program writes on that
+/// tmpfs outside the grant does not.
+#[test]
+fn a_write_grant_on_a_host_tmpfs_is_bounded_by_memory_mb() {
+    let Ok(dir) = tempfile::Builder::new()
+        .prefix("capsule-shm-grant.")
+        .tempdir_in("/dev/shm")
+    else {
+        skip("no writable /dev/shm tmpfs here");
+        return;
+    };
+    let room = nix::sys::statvfs::statvfs(dir.path())
+        .map(|v| v.blocks_available() * v.fragment_size())
+        .unwrap_or(0);
+    if room < (600u64 << 20) {
+        skip(&format!(
+            "/dev/shm has {} MiB free, less than the 512 MiB the run writes (its own size bounds it)",
+            room >> 20
+        ));
+        return;
+    }
+    // The run's TMPDIR stays where capsule puts it by default (not this
+    // tmpfs). Without namespaces (a container's fallback path) the grant is
+    // the host's /dev/shm itself; the view would show its private /dev/shm
+    // there instead, and this host has no other tmpfs to grant.
+    let mut sb = Sandbox::new();
+    sb.set_env("CAPSULE_NO_CGROUPS", "1");
+    sb.set_env("CAPSULE_NO_NAMESPACES", "1");
+    let grant = dir.path().join("grant");
+    std::fs::create_dir(&grant).expect("mkdir grant");
+    let g = grant.display().to_string();
+    for (mb, killed) in [("512", true), ("16", false)] {
+        let pol = sb.policy(&format!(
+            "version: 1\nfilesystem:\n  write: [{g}]\nlimits:\n  memory_mb: 64\n  timeout_seconds: 60\n"
+        ));
+        // Meanwhile another program writes 128 MiB on the same tmpfs, outside
+        // the grant: not the run's (it may push the quick bound over the
+        // limit, never the run's own count).
+        let other = dir.path().join("other");
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(700));
+            let _ = std::fs::write(&other, vec![7u8; 128 << 20]);
+        });
+        let run = sb.probe(&["--policy", &pol], &[&["shmem", "tmpfs", mb, "3", &g]]);
+        writer.join().unwrap();
+        let j = run.json();
+        let _ = std::fs::remove_file(grant.join("hold"));
+        let _ = std::fs::remove_file(dir.path().join("other"));
+        if !killed {
+            run.assert_ran();
+            continue;
+        }
+        let held = run
+            .probes()
+            .iter()
+            .any(|l| l["op"] == "shmem" && l["ok"] == true);
+        assert!(
+            !held,
+            "ESCAPE: held 512 MiB in a granted host tmpfs under memory_mb: 64{}",
+            run.ctx()
+        );
+        assert_eq!(j["termination_reason"], "signaled", "{}", run.ctx());
+        assert!(
+            j["kill_reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("limits.memory_mb")),
+            "kill_reason must name memory_mb{}",
+            run.ctx()
+        );
+    }
+    // A TMPDIR beneath the grant is counted once: 40 MiB there stays under
+    // memory_mb: 64 (counted twice, the run would be killed).
+    sb.set_env("TMPDIR", &g);
+    let pol = sb.policy(&format!(
+        "version: 1\nfilesystem:\n  write: [{g}]\nlimits:\n  memory_mb: 64\n  timeout_seconds: 60\n"
+    ));
+    let run = sb.probe(&["--policy", &pol], &[&["shmem", "tmpfs", "40", "2"]]);
+    run.assert_ran();
+    let v = run
+        .probes()
+        .into_iter()
+        .find(|l| l["op"] == "shmem")
+        .expect("shmem result");
+    assert_eq!(v["value"], 40 << 20, "{}", run.ctx());
+}
+
 /// The memory cgroup's OOM killer must never take capsule down with the
 /// run. init (pid namespace) and the keeper (no namespace) share capsule's
 /// memory (CLONE_VM) and sit in the run's cgroup; when the run's memory lies

@@ -246,11 +246,13 @@ pub const MEMORY_WATCHDOG_LIMITATION: &str =
      holds more: its processes' anonymous and shared memory (a quick bound from /proc/PID/status, and where \
      that is over the limit their proportional shares from smaps_rollup; swap not counted), every \
      memfd it made (capsule makes each one and keeps it: a memfd the run closed counts until the run ends), \
-     the view's private /dev/shm and tmpfs /tmp, and the files of a private TMPDIR that lies on a host tmpfs \
-     (more than 50000 entries there count as over the limit). What remains: memory taken within one 100 ms \
-     interval before the kill; a memfd or tmpfs file that is also mapped counts twice; a TMPDIR file on a host \
-     tmpfs that the run unlinked and holds only in flight in a Unix socket, and files in write grants on a \
-     host tmpfs, are not counted; nor is kernel memory (page tables, socket and pipe buffers); SysV shared memory (the view's own \
+     the view's private /dev/shm and tmpfs /tmp, the files of a private TMPDIR that lies on a host tmpfs \
+     (more than 50000 entries there count as over the limit), and what each host tmpfs the run may write \
+     holds beyond what it held when the run began (what the host adds there meanwhile counts too). What \
+     remains: memory taken within one 100 ms interval before the kill; a memfd or tmpfs file that is also \
+     mapped counts twice; a TMPDIR file on a host tmpfs that the run unlinked and holds only in flight in a \
+     Unix socket is not counted, nor is kernel memory (page tables, socket and pipe buffers); SysV shared \
+     memory (the view's own \
      IPC namespace) is bounded by kernel.shmall = memory_mb there as root, and refused (shmget: ENOSPC) for an \
      unprivileged capsule; a process of the run whose share capsule needs but cannot read (made \
      non-dumpable) ends the run";
@@ -284,6 +286,10 @@ pub struct MemoryWatchPlan {
     pub view_tmpfs: Vec<std::path::PathBuf>,
     /// Host directories on a shared tmpfs whose files are the run's.
     pub host_tmpfs: Vec<std::path::PathBuf>,
+    /// The write grants on each host tmpfs the run may write (other than its
+    /// own TMPDIR), one list per file system, none beneath another: what
+    /// they hold beyond what they held when the run began counts.
+    pub granted_tmpfs: Vec<Vec<std::path::PathBuf>>,
     /// Where the run sees those directories (the view shows the private
     /// TMPDIR at /tmp): its unlinked files there are found by these names.
     pub unlinked_in: Vec<std::path::PathBuf>,
@@ -1301,8 +1307,38 @@ fn memory_watch_plan(plan: &Plan, view: Option<&view::View>) -> MemoryWatchPlan 
             })
             .cloned()
             .collect(),
+        granted_tmpfs: Vec::new(),
         unlinked_in: Vec::new(),
     };
+    // Write grants on a host tmpfs (a pod's memory-backed emptyDir, /dev/shm
+    // without the view), by file system. A private TMPDIR beneath one of
+    // them is counted with it, not walked twice.
+    let mut devs: Vec<u64> = Vec::new();
+    for g in plan.fs.grants.iter().filter(|g| {
+        g.access.write && !matches!(g.origin, crate::plan::Origin::System | crate::plan::Origin::Tmp)
+    }) {
+        let on_tmpfs = nix::sys::statfs::statfs(g.path.as_path())
+            .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC);
+        let Ok(st) = nix::sys::stat::stat(g.path.as_path()) else {
+            continue;
+        };
+        if !on_tmpfs {
+            continue;
+        }
+        let i = devs.iter().position(|d| *d == st.st_dev).unwrap_or_else(|| {
+            devs.push(st.st_dev);
+            w.granted_tmpfs.push(Vec::new());
+            devs.len() - 1
+        });
+        let roots = &mut w.granted_tmpfs[i];
+        if roots.iter().any(|r| g.path.starts_with(r)) {
+            continue;
+        }
+        roots.retain(|r| !r.starts_with(&g.path));
+        roots.push(g.path.clone());
+    }
+    w.host_tmpfs
+        .retain(|t| !w.granted_tmpfs.iter().flatten().any(|r| t.starts_with(r)));
     w.unlinked_in = w.host_tmpfs.clone();
     let tmp_bound =
         view.is_some_and(|v| v.summary.private_tmp) && plan.limits.tmp_size_mb.is_none();

@@ -24,7 +24,13 @@
 //!   (statfs: exactly the run's), and the private TMPDIR when it lies on a
 //!   tmpfs of the host (its files' blocks, walked; more than [`MAX_ENTRIES`]
 //!   entries there count as over the limit; and the files there the run
-//!   unlinked but holds open, through its processes' descriptors).
+//!   unlinked but holds open, through its processes' descriptors);
+//! * every host tmpfs the run may write (a write grant on it: a pod's
+//!   memory-backed emptyDir, the host's /dev/shm without the view): first
+//!   what the whole file system holds beyond what it held when the run
+//!   began; only when that is over the limit, the growth of the files
+//!   beneath the grant plus those there the run unlinked but holds open
+//!   ([`Grown`]).
 //!
 //! Who is of the run (`/proc/PID/task/TID/children`, at most
 //! [`MAX_PROCESSES`]): with a pid namespace, the descendants of its init
@@ -77,6 +83,84 @@ pub struct Watch {
     pub host_tmpfs: Vec<PathBuf>,
     /// Those directories as the run names them (the view's /tmp too).
     pub unlinked_in: Vec<PathBuf>,
+    /// The host tmpfs file systems the run may write, each with what it
+    /// held when the run began.
+    pub granted_tmpfs: Vec<Grown>,
+}
+
+/// A host tmpfs the run may write (a write grant on it), as it was when the
+/// run began. First a quick upper bound: what the whole file system holds
+/// beyond what it held then (`statfs`, whoever wrote it: other programs
+/// writing there meanwhile count too). Only when the run is over the limit
+/// with it, the growth of the files beneath the grant (a walk, as for the
+/// TMPDIR) plus the files there the run unlinked but holds open: other
+/// writers elsewhere on that tmpfs (a parallel run, the host) no longer
+/// count. A tmpfs without a size (`size=0`: statfs reports no blocks) is
+/// walked every time.
+pub struct Grown {
+    /// The grants on that file system (none beneath another).
+    paths: Vec<PathBuf>,
+    /// Used bytes of the file system at the start; None where it has no size.
+    fs_base: Option<u64>,
+    /// Bytes of the files beneath the grant at the start; None: unknown
+    /// (more than [`MAX_ENTRIES`] entries).
+    tree_base: Option<u64>,
+}
+
+impl Grown {
+    /// Note what the file system of `paths` (one), and the files beneath
+    /// them, hold now.
+    pub fn new(paths: Vec<PathBuf>) -> Grown {
+        let fs_base = paths.first().and_then(|p| fs_used(p));
+        let mut g = Grown {
+            paths,
+            fs_base,
+            tree_base: None,
+        };
+        g.tree_base = g.trees();
+        g
+    }
+
+    fn trees(&self) -> Option<u64> {
+        self.paths
+            .iter()
+            .try_fold(0u64, |t, p| Some(t.saturating_add(tree_bytes(p)?)))
+    }
+
+    /// The quick bound: the file system's growth (or, without a size, the
+    /// tree's). None: unknown, over the limit.
+    fn quick(&self) -> Option<u64> {
+        match self.fs_base {
+            Some(base) => Some(fs_used(self.paths.first()?)?.saturating_sub(base)),
+            None => self.tree_grown(),
+        }
+    }
+
+    fn tree_grown(&self) -> Option<u64> {
+        Some(self.trees()?.saturating_sub(self.tree_base?))
+    }
+
+    /// The closer bound, given the quick one: the tree's growth and the
+    /// run's unlinked files beneath the grant, never more than `quick`.
+    fn refined(&self, quick: u64, pids: &[libc::pid_t]) -> u64 {
+        match self.tree_grown() {
+            Some(t) => t
+                .saturating_add(unlinked_bytes(pids, &self.paths))
+                .min(quick),
+            None => quick,
+        }
+    }
+}
+
+/// The bytes a file system holds (used blocks); None where it reports no
+/// size or cannot be read.
+fn fs_used(path: &Path) -> Option<u64> {
+    let s = nix::sys::statfs::statfs(path).ok()?;
+    (s.blocks() > 0).then(|| {
+        s.blocks()
+            .saturating_sub(s.blocks_free())
+            .saturating_mul(s.block_size() as u64)
+    })
 }
 
 /// One sample: the bytes the run holds, or None when something of the run
@@ -105,11 +189,23 @@ fn sample(w: &Watch) -> Option<u64> {
     if !w.unlinked_in.is_empty() {
         total = total.saturating_add(unlinked_bytes(&pids, &w.unlinked_in));
     }
-    // The processes: first a quick upper bound from their counters (no
-    // page walk); only when it is over the limit, the proportional shares.
+    // The host tmpfs it may write and the processes: first quick upper
+    // bounds (a statfs each; the processes' counters, no page walk); only
+    // when they are over the limit, the closer ones.
+    let mut granted = Vec::with_capacity(w.granted_tmpfs.len());
+    for g in &w.granted_tmpfs {
+        granted.push(g.quick()?);
+    }
+    let granted_quick = granted.iter().fold(0u64, |t, b| t.saturating_add(*b));
     let quick = pids
         .iter()
         .fold(0u64, |t, pid| t.saturating_add(status_bytes(*pid)));
+    if total.saturating_add(granted_quick).saturating_add(quick) <= w.limit {
+        return Some(total.saturating_add(granted_quick).saturating_add(quick));
+    }
+    for (g, q) in w.granted_tmpfs.iter().zip(granted) {
+        total = total.saturating_add(if q == 0 { 0 } else { g.refined(q, &pids) });
+    }
     if total.saturating_add(quick) <= w.limit {
         return Some(total.saturating_add(quick));
     }

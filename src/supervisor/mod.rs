@@ -247,6 +247,7 @@ fn run_prepared(
         view_summary,
         cgroup_missing,
         ruleset,
+        granted_tmpfs,
     } = match start_child(plan, (json, no_tty), layers, services, observer.as_ref()) {
         Ok(s) => s,
         Err(attempt) => return attempt,
@@ -265,7 +266,14 @@ fn run_prepared(
         let _in_runtime = rt.enter();
         terminal.start(plan.limits.max_output_bytes)
     };
-    let (guards, memory_watch) = guard_parts(plan, layers, services, &spawned, observer, ruleset);
+    let (guards, memory_watch) = guard_parts(
+        plan,
+        layers,
+        services,
+        &spawned,
+        observer,
+        (ruleset, granted_tmpfs),
+    );
     let mut sup = rt.block_on(supervise(
         &mut spawned,
         out_r,
@@ -325,6 +333,9 @@ struct Started {
     cgroup_missing: Vec<String>,
     /// A copy of the run's Landlock ruleset for the network guard's binds.
     ruleset: Option<std::sync::Arc<OwnedFd>>,
+    /// The host tmpfs file systems the run may write, as they were before
+    /// it began (the memory watchdog counts their growth).
+    granted_tmpfs: Vec<memwatch::Grown>,
 }
 
 /// The run's pipes and terminal, the child's spec, the child spawned (and,
@@ -364,6 +375,17 @@ fn start_child(
         Err(e) => return fail("a NUL byte in the command, environment or cwd", &e),
     };
     let view_summary = spec.view.as_ref().map(|v| v.summary.clone());
+    // Before the run exists: what it writes on a host tmpfs is all growth.
+    let granted_tmpfs = layers
+        .memory_watch
+        .as_ref()
+        .map(|w| {
+            w.granted_tmpfs
+                .iter()
+                .map(|p| memwatch::Grown::new(p.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
 
     let mut cgroup_missing = Vec::new();
     let spawned = spawn_child(plan, layers, services, spec, &mut cgroup_missing);
@@ -409,6 +431,7 @@ fn start_child(
         view_summary,
         cgroup_missing,
         ruleset,
+        granted_tmpfs,
     })
 }
 
@@ -420,7 +443,7 @@ fn guard_parts(
     services: &services::Services,
     spawned: &Spawned,
     observer: Option<crate::guards::observer::Observer>,
-    ruleset: Option<std::sync::Arc<OwnedFd>>,
+    (ruleset, granted_tmpfs): (Option<std::sync::Arc<OwnedFd>>, Vec<memwatch::Grown>),
 ) -> (GuardParts, Option<memwatch::Watch>) {
     // The run's signal filter sends its listener before exec; the guard
     // serving it needs to know the run (the command has not exec'd yet).
@@ -447,7 +470,7 @@ fn guard_parts(
         ruleset,
     });
     let proc_guard = proc_guard(plan, layers, spawned);
-    let memory_watch = memory_watch(layers, spawned);
+    let memory_watch = memory_watch(layers, spawned, granted_tmpfs);
     let memfd_guard = layers.memfd_guard.map(|seal| memfd::MemfdGuard {
         seal,
         keep: memory_watch.as_ref().map(|w| w.memfds.clone()),
@@ -508,7 +531,11 @@ fn proc_guard(
 
 /// memory_mb without a cgroup: the memory watchdog, which also counts
 /// the memfds the memfd guard makes for the run.
-fn memory_watch(layers: &sandbox::Layers, spawned: &Spawned) -> Option<memwatch::Watch> {
+fn memory_watch(
+    layers: &sandbox::Layers,
+    spawned: &Spawned,
+    granted_tmpfs: Vec<memwatch::Grown>,
+) -> Option<memwatch::Watch> {
     layers.memory_watch.as_ref().map(|w| {
         let census = if spawned.tree == TreeMode::PidNamespace {
             memwatch::Census::PidNamespace { init: spawned.pid }
@@ -525,6 +552,7 @@ fn memory_watch(layers: &sandbox::Layers, spawned: &Spawned) -> Option<memwatch:
             view_tmpfs: w.view_tmpfs.clone(),
             host_tmpfs: w.host_tmpfs.clone(),
             unlinked_in: w.unlinked_in.clone(),
+            granted_tmpfs,
         }
     })
 }

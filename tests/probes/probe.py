@@ -451,14 +451,14 @@ def op_alloc(mb):
     return len(b)
 
 
-def op_shmem(kind, mb, hold="4"):
+def op_shmem(kind, mb, hold="4", where=None):
     """Hold MB MiB that RLIMIT_DATA does not count, then wait HOLD seconds:
     'anon' (MAP_SHARED|MAP_ANONYMOUS, touched; 'anon_orphan': in an orphaned
     setsid'd grandchild), 'memfd' (written, never
     mapped), 'memfd_parked' (written, sent into a socket pair and closed: in
     flight, in no descriptor table), 'sysv' (a SysV segment touched and
-    detached), 'tmpfs' (a file in $TMPDIR) or 'tmpfs_unlinked' (one unlinked
-    while held open)."""
+    detached), 'tmpfs' (a file in $TMPDIR, or in WHERE when given) or
+    'tmpfs_unlinked' (one unlinked while held open)."""
     size = int(mb) << 20
     chunk = b"m" * (1 << 20)
     keep = []
@@ -513,7 +513,7 @@ def op_shmem(kind, mb, hold="4"):
             ctypes.memset(addr, 1, step)
             libc.shmdt(ctypes.c_void_p(addr))
     elif kind == "tmpfs":
-        with open(os.path.join(os.environ["TMPDIR"], "hold"), "wb") as f:
+        with open(os.path.join(where or os.environ["TMPDIR"], "hold"), "wb") as f:
             for _ in range(int(mb)):
                 f.write(chunk)
     elif kind == "tmpfs_unlinked":
