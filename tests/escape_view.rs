@@ -1105,3 +1105,66 @@ fn etc_is_granted_whole_in_the_view_and_file_by_file_without() {
         run.ctx()
     );
 }
+
+/// A grant beneath /dev/shm was hidden by the run's private /dev/shm (the
+/// run saw ENOENT where it was granted). Now it is bound again inside the
+/// private one, as grants beneath /tmp are: a write grant reaches the
+/// host's files, a read grant stays read-only although the private
+/// /dev/shm is writable around it, and what the run writes elsewhere in
+/// /dev/shm stays private. A carve-out beneath such a grant cannot be kept
+/// there (the private /dev/shm's Landlock rights would reach it): refused.
+#[test]
+fn a_grant_beneath_dev_shm_is_bound_inside_the_private_one() {
+    if !view_expected() {
+        skip("no view here (no private /dev/shm to hide a grant)");
+        return;
+    }
+    let Ok(dir) = tempfile::Builder::new()
+        .prefix("capsule-shm-view.")
+        .tempdir_in("/dev/shm")
+    else {
+        skip("no writable /dev/shm here");
+        return;
+    };
+    let base = dir.path();
+    fs::create_dir_all(base.join("rw")).unwrap();
+    fs::create_dir_all(base.join("ro")).unwrap();
+    fs::write(base.join("ro/file"), "host data\n").unwrap();
+    let sb = Sandbox::new();
+    let (rw, ro) = (base.join("rw"), base.join("ro"));
+    let private = format!("/dev/shm/{}-private", base.file_name().unwrap().to_string_lossy());
+    let pol = sb.policy(&format!(
+        "version: 1\nfilesystem:\n  write: [{}]\n  read: [{}]\n",
+        rw.display(),
+        ro.display()
+    ));
+    let script = format!(
+        "echo run > {rw}/x && cat {ro}/file && \
+         (echo no > {ro}/y 2>/dev/null && echo RO-WRITTEN || echo ro-refused) && \
+         echo p > {private} && echo private-ok",
+        rw = rw.display(),
+        ro = ro.display(),
+    );
+    let run = sb.run(&["exec", "--policy", &pol, "--", "/bin/sh", "-c", &script]);
+    assert_eq!(run.code, Some(0), "{}", run.ctx());
+    assert!(run.stdout.contains("host data"), "the read grant: {}", run.ctx());
+    assert!(run.stdout.contains("ro-refused"), "ESCAPE: wrote in a read grant{}", run.ctx());
+    assert!(run.stdout.contains("private-ok"), "{}", run.ctx());
+    assert_eq!(fs::read_to_string(rw.join("x")).unwrap_or_default(), "run\n", "{}", run.ctx());
+    assert!(!ro.join("y").exists(), "ESCAPE: wrote in a read grant{}", run.ctx());
+    assert!(
+        !std::path::Path::new(&private).exists(),
+        "ESCAPE: the private /dev/shm reached the host's{}",
+        run.ctx()
+    );
+    // A carve-out beneath the grant: refused with the reason, not dropped.
+    fs::write(rw.join("secret"), "s\n").unwrap();
+    let pol = sb.policy(&format!(
+        "version: 1\nfilesystem:\n  write: [{}]\n  deny: [{}/secret]\n",
+        rw.display(),
+        rw.display()
+    ));
+    let run = sb.run(&["exec", "--policy", &pol, "--", "/bin/true"]);
+    assert_eq!(run.code, Some(125), "{}", run.ctx());
+    assert!(run.stderr.contains("private /dev/shm"), "{}", run.ctx());
+}

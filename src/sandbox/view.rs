@@ -17,7 +17,8 @@
 //!   destination afterwards (`move_mount`), so it stays writable;
 //! * `/tmp` is the run's TMPDIR (or a size-limited tmpfs); grants that lie
 //!   under the host's `/tmp` are bound again at their own paths inside it;
-//! * a private `/proc` of the run's pid namespace, `/dev/shm` (tmpfs),
+//! * a private `/proc` of the run's pid namespace, `/dev/shm` (tmpfs; grants
+//!   beneath the host's `/dev/shm` are bound again inside it, as for `/tmp`),
 //!   a new devpts instance at `/dev/pts` with `/dev/ptmx`;
 //! * the secrets of `/etc` are covered (files by `/dev/null`, directories by
 //!   an empty mode-000 tmpfs), so `/etc` can be granted whole;
@@ -300,8 +301,10 @@ fn own_places(
         // (The TMPDIR itself is bound at /tmp when /tmp is private, and
         // at its own path otherwise.)
         let rebound = private_tmp && tmp_grants.iter().any(|t| t.path == g.path);
-        if !(g.access.write || rebound)
-            || g.path.starts_with("/dev")
+        // Beneath the private /dev/shm: bound again inside it, as under /tmp.
+        let in_shm = beneath_shm(&g.path);
+        if !(g.access.write || rebound || in_shm)
+            || (g.path.starts_with("/dev") && !in_shm)
             || (private_tmp && under_tmpdir(&g.path))
             || mounts.iter().any(|m| m.src == g.path)
             || kind(&g.path).is_none()
@@ -475,14 +478,27 @@ fn private_tmp_mount(
 }
 
 /// Attach every bind at its destination, making the directories that lead
-/// to one inside the private /tmp.
-fn attach_binds(binds: &[Bind], private_tmp: bool, ops: &mut Vec<Op>) -> Result<(), ViewError> {
+/// to one inside the private /tmp or /dev/shm.
+fn attach_binds(
+    binds: &[Bind],
+    (private_tmp, private_shm): (bool, bool),
+    ops: &mut Vec<Op>,
+) -> Result<(), ViewError> {
     let tmp = Path::new("/tmp");
+    let shm = Path::new(SHM);
     let mut skeletons: Vec<PathBuf> = Vec::new();
     for (index, b) in binds.iter().enumerate() {
-        // A destination inside the private /tmp does not exist there yet.
-        let under_tmp = private_tmp && b.dst.starts_with(tmp) && b.dst != tmp;
-        if under_tmp {
+        // A destination inside the private /tmp or /dev/shm does not exist
+        // there yet.
+        let base = if private_tmp && b.dst.starts_with(tmp) && b.dst != tmp {
+            Some(tmp)
+        } else if private_shm && beneath_shm(&b.dst) {
+            Some(shm)
+        } else {
+            None
+        };
+        if let Some(base) = base {
+            let tmp = base;
             let rel = b.dst.strip_prefix(tmp).expect("checked");
             let mut at = tmp.to_path_buf();
             let comps: Vec<_> = rel.components().collect();
@@ -617,15 +633,45 @@ fn hide_etc_secrets(
     Ok(())
 }
 
-/// The run's own /dev/shm and /dev/pts; the Landlock rights used for the
-/// view's new mounts.
-fn private_dev(
+/// Where the run's private `/dev/shm` goes.
+const SHM: &str = "/dev/shm";
+
+/// Whether `p` lies beneath `/dev/shm` (not `/dev/shm` itself): a grant
+/// there is bound again inside the run's private one, which would hide it.
+fn beneath_shm(p: &Path) -> bool {
+    p.starts_with(SHM) && p != Path::new(SHM)
+}
+
+/// A grant beneath /dev/shm is bound inside the run's private one, where it
+/// also gets that tmpfs's Landlock rights (rules follow the mount
+/// hierarchy): its bind keeps it read-only unless it is a write grant, but
+/// a carve-out beneath it would be lost. So that is refused, not weakened.
+fn shm_carve_outs(plan: &Plan) -> Result<(), ViewError> {
+    let grants = || plan.fs.grants.iter().filter(|g| beneath_shm(&g.path));
+    for d in &plan.fs.deny {
+        if let Some(g) = grants().find(|g| d.path.starts_with(&g.path)) {
+            return Err(ViewError::Destination {
+                dst: g.path.clone(),
+                why: format!(
+                    "lies in the run's private /dev/shm, where the carve-out {} beneath it cannot be kept; \
+                     grant a place outside /dev/shm",
+                    d.path.display()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The run's own /dev/shm; the Landlock rights used for the view's new
+/// mounts.
+fn private_shm(
     input: &ViewInput,
     ops: &mut Vec<Op>,
     summary: &mut ViewSummary,
 ) -> Result<ViewRights, ViewError> {
     let rights = input.rights.unwrap_or_default();
-    let shm = Path::new("/dev/shm");
+    let shm = Path::new(SHM);
     if kind(shm) == Some(true) {
         ops.push(Op::Mount {
             fstype: c"tmpfs",
@@ -642,6 +688,16 @@ fn private_dev(
         }
         summary.private_shm = true;
     }
+    Ok(rights)
+}
+
+/// The run's own devpts at /dev/pts, with /dev/ptmx.
+fn private_pts(
+    input: &ViewInput,
+    rights: ViewRights,
+    ops: &mut Vec<Op>,
+    summary: &mut ViewSummary,
+) -> Result<(), ViewError> {
     if kind(Path::new("/dev/pts")) == Some(true) && kind(Path::new("/dev/ptmx")) == Some(false) {
         ops.push(Op::Mount {
             fstype: c"devpts",
@@ -667,7 +723,7 @@ fn private_dev(
         }
         summary.devpts = true;
     }
-    Ok(rights)
+    Ok(())
 }
 
 /// The run's /proc: a fresh one (with its sysctls and read-only places),
@@ -855,6 +911,7 @@ impl View {
         let mut ops = vec![Op::Private];
         let mut summary = ViewSummary::default();
         let (tmp_grants, private_tmp) = tmp_layout(plan);
+        shm_carve_outs(plan)?;
         let covered = own_places(plan, &tmp_grants, private_tmp);
         let binds = binds(plan, input, private_tmp, covered)?;
         for b in &binds {
@@ -867,10 +924,12 @@ impl View {
 
         summary.new_root = new_root(&binds, &mut ops)?;
         let tmp_rule = private_tmp_mount(input, private_tmp, &mut ops, &mut summary)?;
-        attach_binds(&binds, private_tmp, &mut ops)?;
+        // The private /dev/shm before the binds: those beneath it go inside.
+        let rights = private_shm(input, &mut ops, &mut summary)?;
+        attach_binds(&binds, (private_tmp, summary.private_shm), &mut ops)?;
         summary.binds = binds;
         hide_etc_secrets(plan, &mut ops, &mut summary)?;
-        let rights = private_dev(input, &mut ops, &mut summary)?;
+        private_pts(input, rights, &mut ops, &mut summary)?;
         private_proc(input, &mut ops, &mut summary)?;
         if input.rights.is_some() {
             ops.push(Op::Rule {
