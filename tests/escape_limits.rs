@@ -431,15 +431,21 @@ fn a_write_grant_on_a_host_tmpfs_is_bounded_by_memory_mb() {
         ));
         return;
     }
-    // The run's TMPDIR stays where capsule puts it by default (not this
-    // tmpfs). Without namespaces (a container's fallback path) the grant is
-    // the host's /dev/shm itself; the view would show its private /dev/shm
-    // there instead, and this host has no other tmpfs to grant.
-    let mut sb = Sandbox::new();
-    sb.set_env("CAPSULE_NO_CGROUPS", "1");
-    sb.set_env("CAPSULE_NO_NAMESPACES", "1");
-    let grant = dir.path().join("grant");
-    std::fs::create_dir(&grant).expect("mkdir grant");
+    // Both paths: the view (the grant bound inside the run's private
+    // /dev/shm) and no namespaces (a container's fallback: the host's
+    // /dev/shm itself). The run's TMPDIR stays where capsule puts it by
+    // default (not this tmpfs) until the last case.
+    for no_ns in ["0", "1"] {
+        let mut sb = Sandbox::new();
+        sb.set_env("CAPSULE_NO_CGROUPS", "1");
+        sb.set_env("CAPSULE_NO_NAMESPACES", no_ns);
+        let grant = dir.path().join(format!("grant-{no_ns}"));
+        std::fs::create_dir(&grant).expect("mkdir grant");
+        shm_grant_cases(&mut sb, dir.path(), &grant);
+    }
+}
+
+fn shm_grant_cases(sb: &mut Sandbox, dir: &std::path::Path, grant: &std::path::Path) {
     let g = grant.display().to_string();
     for (mb, killed) in [("512", true), ("16", false)] {
         let pol = sb.policy(&format!(
@@ -448,7 +454,7 @@ fn a_write_grant_on_a_host_tmpfs_is_bounded_by_memory_mb() {
         // Meanwhile another program writes 128 MiB on the same tmpfs, outside
         // the grant: not the run's (it may push the quick bound over the
         // limit, never the run's own count).
-        let other = dir.path().join("other");
+        let other = dir.join("other");
         let writer = std::thread::spawn(move || {
             std::thread::sleep(std::time::Duration::from_millis(700));
             let _ = std::fs::write(&other, vec![7u8; 128 << 20]);
@@ -457,7 +463,7 @@ fn a_write_grant_on_a_host_tmpfs_is_bounded_by_memory_mb() {
         writer.join().unwrap();
         let j = run.json();
         let _ = std::fs::remove_file(grant.join("hold"));
-        let _ = std::fs::remove_file(dir.path().join("other"));
+        let _ = std::fs::remove_file(dir.join("other"));
         if !killed {
             run.assert_ran();
             continue;
