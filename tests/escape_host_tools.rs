@@ -31,7 +31,6 @@ fn attack(policy_rel: &str, policy_yaml: &str, plant_rel: &str, payload: &str, w
     let w = World::new();
     std::fs::create_dir_all(w.path().join("out")).unwrap();
     let d = w.path().display().to_string();
-    let pwned = w.path().join("pwned");
     let policy_yaml = policy_yaml.replace("{d}", &d);
     let payload = payload.replace("{d}", &d);
     let p = w.write(policy_rel, &policy_yaml);
@@ -47,15 +46,25 @@ fn attack(policy_rel: &str, policy_yaml: &str, plant_rel: &str, payload: &str, w
     std::fs::write(&plant, original).unwrap();
 
     let plant_s = plant.to_string_lossy().into_owned();
-    let out = w
-        .exec(
-            &["--policy", &p],
-            &[PYTHON, "-c", PLANT_AND_CALL, &plant_s, &payload],
-        )
-        .output()
-        .unwrap();
+    refused_everywhere(
+        &w,
+        &p,
+        &[PYTHON, "-c", PLANT_AND_CALL, &plant_s, &payload],
+        "PWNED-MARK",
+        why,
+    );
+}
+
+/// Run `plant` (which plants the run's code where the tool `t` loads it,
+/// then calls the tool) under `policy`, and check that the tool never ran
+/// it on the host (no `pwned` file, no `mark` in the output) because
+/// capsule refused the policy, saying `why`, at exec, at check and at
+/// `--dry-run` alike.
+fn refused_everywhere(w: &World, policy: &str, plant: &[&str], mark: &str, why: &str) {
+    let pwned = w.path().join("pwned");
+    let out = w.exec(&["--policy", policy], plant).output().unwrap();
     assert!(
-        !pwned.exists() && !String::from_utf8_lossy(&out.stdout).contains("PWNED-MARK"),
+        !pwned.exists() && !String::from_utf8_lossy(&out.stdout).contains(mark),
         "the run's code ran on the host through the tool: {}\n{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
@@ -68,7 +77,7 @@ fn attack(policy_rel: &str, policy_yaml: &str, plant_rel: &str, payload: &str, w
     );
     let check = w
         .capsule()
-        .args(["check", "--policy", &p])
+        .args(["check", "--policy", policy])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&check.stderr);
@@ -83,7 +92,7 @@ fn attack(policy_rel: &str, policy_yaml: &str, plant_rel: &str, payload: &str, w
     );
     let dry = w
         .capsule()
-        .args(["exec", "--dry-run", "--policy", &p, "--", "/bin/true"])
+        .args(["exec", "--dry-run", "--policy", policy, "--", "/bin/true"])
         .output()
         .unwrap();
     let dry_err = String::from_utf8_lossy(&dry.stderr);
@@ -208,7 +217,6 @@ sys.stdout.write(s.makefile("rb").readline().decode())
 fn a_tool_bytecode_cache_the_run_can_write_is_refused() {
     let w = World::new();
     let d = w.path().display().to_string();
-    let pwned = w.path().join("pwned");
     std::fs::create_dir_all(w.path().join("__pycache__")).unwrap();
     let module = w.write(
         "toolmod.py",
@@ -223,39 +231,12 @@ fn a_tool_bytecode_cache_the_run_can_write_is_refused() {
     let p = p.to_string_lossy().into_owned();
     let payload =
         format!("import os, sys\nsys.stdin.read()\nos.system('id > {d}/pwned')\nprint('pwned')\n");
-    let out = w
-        .exec(
-            &["--policy", &p],
-            &[
-                PYTHON,
-                "-c",
-                PLANT_PYC_AND_CALL,
-                &module.to_string_lossy(),
-                &payload,
-            ],
-        )
-        .output()
-        .unwrap();
-    assert!(
-        !pwned.exists() && !String::from_utf8_lossy(&out.stdout).contains("pwned"),
-        "the run's bytecode ran on the host through the tool: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r = parse_result(&out);
-    assert_eq!(r["exit_code"], 125, "exec refuses: {r}");
-    assert!(
-        r["error"].as_str().unwrap_or("").contains("__pycache__"),
-        "the refusal names the entry: {r}"
-    );
-    let check = w
-        .capsule()
-        .args(["check", "--policy", &p])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&check.stderr);
-    assert!(
-        !check.status.success() && err.contains("tools load such entries"),
-        "check refuses the tool: {err}"
+    let module = module.to_string_lossy().into_owned();
+    refused_everywhere(
+        &w,
+        &p,
+        &[PYTHON, "-c", PLANT_PYC_AND_CALL, &module, &payload],
+        "pwned",
+        "__pycache__",
     );
 }
