@@ -486,6 +486,29 @@ fn shm_grant_cases(sb: &mut Sandbox, dir: &std::path::Path, grant: &std::path::P
             run.ctx()
         );
     }
+    // A grant that is one file: its own blocks count (a walk of it found
+    // nothing, so the closer bound said 0 once the quick one was over).
+    let file = grant.join("granted-file");
+    std::fs::write(&file, "").unwrap();
+    let f = file.display().to_string();
+    let pol = sb.policy(&format!(
+        "version: 1\nfilesystem:\n  write: [{f}]\nlimits:\n  memory_mb: 64\n  timeout_seconds: 60\n"
+    ));
+    let run = sb.probe(&["--policy", &pol], &[&["shmem", "tmpfs_at", "512", "3", &f]]);
+    let _ = std::fs::remove_file(&file);
+    let j = run.json();
+    assert!(
+        !run.probes().iter().any(|l| l["op"] == "shmem" && l["ok"] == true),
+        "ESCAPE: held 512 MiB in a granted host tmpfs file under memory_mb: 64{}",
+        run.ctx()
+    );
+    assert!(
+        j["kill_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("limits.memory_mb")),
+        "kill_reason must name memory_mb{}",
+        run.ctx()
+    );
     // A TMPDIR beneath the grant is counted once: 40 MiB there stays under
     // memory_mb: 64 (counted twice, the run would be killed).
     sb.set_env("TMPDIR", &g);

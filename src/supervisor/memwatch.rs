@@ -121,10 +121,17 @@ impl Grown {
         g
     }
 
+    /// The bytes beneath the grants: a directory's files, walked; a file
+    /// grant's own blocks.
     fn trees(&self) -> Option<u64> {
-        self.paths
-            .iter()
-            .try_fold(0u64, |t, p| Some(t.saturating_add(tree_bytes(p)?)))
+        use std::os::unix::fs::MetadataExt;
+        self.paths.iter().try_fold(0u64, |t, p| {
+            let here = match std::fs::symlink_metadata(p) {
+                Ok(md) if !md.is_dir() => md.blocks().saturating_mul(512),
+                _ => tree_bytes(p)?,
+            };
+            Some(t.saturating_add(here))
+        })
     }
 
     /// The quick bound: the file system's growth (or, without a size, the

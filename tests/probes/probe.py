@@ -457,7 +457,8 @@ def op_shmem(kind, mb, hold="4", where=None):
     setsid'd grandchild), 'memfd' (written, never
     mapped), 'memfd_parked' (written, sent into a socket pair and closed: in
     flight, in no descriptor table), 'sysv' (a SysV segment touched and
-    detached), 'tmpfs' (a file in $TMPDIR, or in WHERE when given) or
+    detached), 'tmpfs' (a file in $TMPDIR, or in WHERE when given;
+    'tmpfs_at': the file WHERE itself) or
     'tmpfs_unlinked' (one unlinked while held open)."""
     size = int(mb) << 20
     chunk = b"m" * (1 << 20)
@@ -512,8 +513,9 @@ def op_shmem(kind, mb, hold="4", where=None):
                 raise OSError(e, os.strerror(e))
             ctypes.memset(addr, 1, step)
             libc.shmdt(ctypes.c_void_p(addr))
-    elif kind == "tmpfs":
-        with open(os.path.join(where or os.environ["TMPDIR"], "hold"), "wb") as f:
+    elif kind in ("tmpfs", "tmpfs_at"):
+        at = where if kind == "tmpfs_at" else os.path.join(where or os.environ["TMPDIR"], "hold")
+        with open(at, "wb") as f:
             for _ in range(int(mb)):
                 f.write(chunk)
     elif kind == "tmpfs_unlinked":
