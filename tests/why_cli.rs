@@ -638,3 +638,49 @@ fn chmod_needs_the_owner() {
     let t = &a[&format!("chmod {}", sb.p("w1/theirs.txt"))];
     assert_eq!(t["layer"], "host", "{t:#}");
 }
+
+/// Grants beneath /dev/shm are bound inside the run's private /dev/shm:
+/// `why` and exec agree on them, on the read-only directories leading to
+/// them, and on the private /dev/shm around them (without the view, on the
+/// host's /dev/shm under Landlock).
+#[test]
+fn grants_beneath_dev_shm_agree_with_exec() {
+    let Ok(dir) = tempfile::Builder::new()
+        .prefix("capsule-why-shm.")
+        .tempdir_in("/dev/shm")
+    else {
+        skip("no writable /dev/shm here");
+        return;
+    };
+    let base = dir.path().display().to_string();
+    for d in ["a/ro", "a/rw"] {
+        std::fs::create_dir_all(dir.path().join(d)).unwrap();
+    }
+    std::fs::write(dir.path().join("a/ro/f"), "ro").unwrap();
+    std::fs::write(dir.path().join("a/rw/f"), "rw").unwrap();
+    let sb = Sandbox::new();
+    let pol = sb.policy(&format!(
+        "version: 1\nfilesystem:\n  read: [{base}/a/ro]\n  write: [{base}/a/rw]\n"
+    ));
+    let private = format!("{base}-private");
+    let a = agree_with(
+        &sb,
+        &pol,
+        &["--no-audit"],
+        &[
+            Q::read(format!("{base}/a/ro/f")),
+            Q::append(format!("{base}/a/ro/f")),
+            Q::create(format!("{base}/a/ro/new")),
+            Q::read(format!("{base}/a/rw/f")),
+            Q::append(format!("{base}/a/rw/f")),
+            Q::create(format!("{base}/a/rw/new")),
+            Q::create(format!("{base}/a/new")),
+            Q::create(private.clone()),
+        ],
+        "grants beneath /dev/shm",
+    );
+    assert_eq!(a[&format!("read {base}/a/ro/f")]["allowed"], true, "{a:#?}");
+    assert_eq!(a[&format!("write {base}/a/rw/new")]["allowed"], true, "{a:#?}");
+    assert_eq!(a[&format!("write {base}/a/ro/new")]["allowed"], false, "{a:#?}");
+    let _ = std::fs::remove_file(&private);
+}

@@ -720,11 +720,30 @@ impl<'a> Survey<'a> {
             return Some(out);
         }
         if v.private_shm && real.starts_with("/dev/shm") {
+            let shm = Path::new("/dev/shm");
+            let beneath_shm = |g: &&crate::plan::FsGrant| g.path.starts_with(shm) && g.path != shm;
+            let grants = || self.plan.fs.grants.iter().filter(beneath_shm);
+            // A grant beneath /dev/shm is bound again inside the private
+            // one: there its own rules decide (a read grant's bind is
+            // read-only).
+            if grants().any(|g| real.starts_with(&g.path)) {
+                return None;
+            }
+            let parent = real.parent().unwrap_or(shm);
+            let skeleton = parent != shm && grants().any(|g| g.path.starts_with(parent));
             let mut out = a.clone();
             out.layer = "view";
             out.layer_detail = "the run's view (a private /dev/shm)".into();
-            out.allowed = !matches!(access, FsAccess::Exec);
-            out.because = "/dev/shm is the run's own tmpfs (noexec)".into();
+            if skeleton && writes {
+                out.allowed = false;
+                out.because = format!(
+                    "/dev/shm is the run's own tmpfs: {} is only a read-only directory leading to a grant bound inside it",
+                    parent.display()
+                );
+            } else {
+                out.allowed = !matches!(access, FsAccess::Exec);
+                out.because = "/dev/shm is the run's own tmpfs (noexec)".into();
+            }
             return Some(out);
         }
         None
