@@ -461,6 +461,17 @@ while True:
         pass
 "#;
 
+const CHMOD_LOOP_PY: &str = r#"
+import os
+for _ in range(2):
+    os.fork()
+while True:
+    try:
+        os.chmod("{f}", 0o644)
+    except OSError:
+        pass
+"#;
+
 const FORK_LOOP_PY: &str = r#"
 import os
 while True:
@@ -489,15 +500,39 @@ fn a_run_cannot_make_capsule_burn_a_core_for_it() {
     let policy = policy.display().to_string();
     /// What, capsule's environment, the loop, more options.
     type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, &'a str, Vec<&'a str>);
-    let mut cases: Vec<Case> = vec![(
-        "signal guard",
-        vec![
-            ("CAPSULE_NO_NAMESPACES", "1"),
-            ("CAPSULE_LANDLOCK_ABI_MAX", "5"),
-        ],
-        SIGNAL_LOOP_PY,
-        vec!["--policy", &signals_policy],
-    )];
+    // The metadata guard (no mount namespace): each chmod is also work on
+    // its credentialed thread, which counts toward the budget too.
+    std::fs::create_dir(dir.path().join("w")).unwrap();
+    std::fs::write(dir.path().join("w/f"), "x").unwrap();
+    let meta_policy = dir.path().join("meta.yaml");
+    std::fs::write(
+        &meta_policy,
+        format!(
+            "version: 1\nfilesystem:\n  write: [{}]\n{}",
+            dir.path().join("w").display(),
+            limits.trim_start_matches("version: 1\n")
+        ),
+    )
+    .unwrap();
+    let meta_policy = meta_policy.display().to_string();
+    let chmod_loop = CHMOD_LOOP_PY.replace("{f}", &dir.path().join("w/f").display().to_string());
+    let mut cases: Vec<Case> = vec![
+        (
+            "signal guard",
+            vec![
+                ("CAPSULE_NO_NAMESPACES", "1"),
+                ("CAPSULE_LANDLOCK_ABI_MAX", "5"),
+            ],
+            SIGNAL_LOOP_PY,
+            vec!["--policy", &signals_policy],
+        ),
+        (
+            "metadata guard",
+            vec![("CAPSULE_NO_NAMESPACES", "1")],
+            &chmod_loop,
+            vec!["--policy", &meta_policy],
+        ),
+    ];
     if root {
         cases.push((
             "process guard",
@@ -522,6 +557,14 @@ fn a_run_cannot_make_capsule_burn_a_core_for_it() {
         let e = &j["enforcement"];
         match what {
             "signal guard" => assert_eq!(e["signals"], "seccomp-notify", "{ctx}"),
+            "metadata guard" => {
+                if !e["limitations"].to_string().contains("metadata guard") {
+                    proxy_support::skip_part(&format!(
+                        "no metadata guard here (Linux 5.6+ and a listener): {e}"
+                    ));
+                    continue;
+                }
+            }
             _ => assert_eq!(e["limits"]["max_processes"], "seccomp-notify", "{ctx}"),
         }
         assert_eq!(status, 128 + libc::SIGKILL, "{ctx}");

@@ -112,6 +112,9 @@ type Job = Box<dyn FnOnce() -> Reply + Send>;
 pub struct MetaGuard {
     grants: std::sync::Arc<Grants>,
     jobs: mpsc::SyncSender<(Job, mpsc::SyncSender<Reply>)>,
+    /// The credentialed thread's CPU time so far (nanoseconds, after each
+    /// call it made): it counts toward the guards' CPU budget.
+    cpu_nanos: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// The syscalls the guard serves, by name (the filter notifies these).
@@ -129,6 +132,8 @@ impl MetaGuard {
         let (tx, rx) = mpsc::sync_channel::<(Job, mpsc::SyncSender<Reply>)>(0);
         let uid = nix::unistd::geteuid().as_raw();
         let gid = nix::unistd::getegid().as_raw();
+        let cpu_nanos = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let spent = cpu_nanos.clone();
         std::thread::Builder::new()
             .name("capsule-meta".into())
             .spawn(move || {
@@ -142,13 +147,25 @@ impl MetaGuard {
                         Ok(()) => job(),
                         Err(_) => Reply::Fail(libc::EPERM),
                     };
+                    // Before answering: the notify loop reads it right after.
+                    let t = crate::sys::thread_cpu_time().unwrap_or(std::time::Duration::MAX);
+                    spent.store(
+                        u64::try_from(t.as_nanos()).unwrap_or(u64::MAX),
+                        std::sync::atomic::Ordering::Relaxed,
+                    );
                     let _ = answer.send(reply);
                 }
             })?;
         Ok(MetaGuard {
             grants: std::sync::Arc::new(grants),
             jobs: tx,
+            cpu_nanos,
         })
+    }
+
+    /// The CPU time the credentialed thread has spent (as of its last call).
+    pub fn cpu(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.cpu_nanos.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// Whether notification number `nr` is the guard's.

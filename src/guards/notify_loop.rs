@@ -209,11 +209,18 @@ fn wait(listener: &Listener, stop: &OwnedFd) -> Woken {
     Woken::Events(fds[0].revents().unwrap_or(PollFlags::empty()))
 }
 
-/// The guards' CPU time so far: this thread's and the ended connect
-/// threads'. Unknown counts as spent.
-fn guards_cpu(threads: &super::network::Threads) -> Option<Duration> {
+/// The guards' CPU time so far: this thread's, the ended connect
+/// threads' and the metadata guard's credentialed thread's. Unknown counts
+/// as spent.
+fn guards_cpu(
+    threads: &super::network::Threads,
+    meta: Option<&super::metadata::MetaGuard>,
+) -> Option<Duration> {
     crate::sys::thread_cpu_time().map(|t| {
-        t + Duration::from_nanos(threads.cpu_nanos.load(std::sync::atomic::Ordering::Relaxed))
+        t.saturating_add(Duration::from_nanos(
+            threads.cpu_nanos.load(std::sync::atomic::Ordering::Relaxed),
+        ))
+        .saturating_add(meta.map_or(Duration::ZERO, |m| m.cpu()))
     })
 }
 
@@ -354,7 +361,7 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
                     break;
                 }
             };
-            let (spent, observing) = held.check(guards_cpu(&threads));
+            let (spent, observing) = held.check(guards_cpu(&threads, served.meta.as_ref()));
             let action = served.dispatch(listener, &n, spent, observing);
             let reply = match action {
                 Action::Connect(conn) => {
@@ -437,6 +444,10 @@ mod tests {
             "the wait must cover the time spent since the last wait, not only the call"
         );
         // The observer's own CPU counts only the calls' segments.
-        assert!(held.observed_cpu < Duration::from_millis(1), "{:?}", held.observed_cpu);
+        assert!(
+            held.observed_cpu < Duration::from_millis(1),
+            "{:?}",
+            held.observed_cpu
+        );
     }
 }
