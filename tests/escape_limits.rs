@@ -494,11 +494,16 @@ fn shm_grant_cases(sb: &mut Sandbox, dir: &std::path::Path, grant: &std::path::P
     let pol = sb.policy(&format!(
         "version: 1\nfilesystem:\n  write: [{f}]\nlimits:\n  memory_mb: 64\n  timeout_seconds: 60\n"
     ));
-    let run = sb.probe(&["--policy", &pol], &[&["shmem", "tmpfs_at", "512", "3", &f]]);
+    let run = sb.probe(
+        &["--policy", &pol],
+        &[&["shmem", "tmpfs_at", "512", "3", &f]],
+    );
     let _ = std::fs::remove_file(&file);
     let j = run.json();
     assert!(
-        !run.probes().iter().any(|l| l["op"] == "shmem" && l["ok"] == true),
+        !run.probes()
+            .iter()
+            .any(|l| l["op"] == "shmem" && l["ok"] == true),
         "ESCAPE: held 512 MiB in a granted host tmpfs file under memory_mb: 64{}",
         run.ctx()
     );

@@ -1132,7 +1132,10 @@ fn a_grant_beneath_dev_shm_is_bound_inside_the_private_one() {
     fs::write(base.join("ro/file"), "host data\n").unwrap();
     let sb = Sandbox::new();
     let (rw, ro) = (base.join("rw"), base.join("ro"));
-    let private = format!("/dev/shm/{}-private", base.file_name().unwrap().to_string_lossy());
+    let private = format!(
+        "/dev/shm/{}-private",
+        base.file_name().unwrap().to_string_lossy()
+    );
     let pol = sb.policy(&format!(
         "version: 1\nfilesystem:\n  write: [{}]\n  read: [{}]\n",
         rw.display(),
@@ -1147,11 +1150,28 @@ fn a_grant_beneath_dev_shm_is_bound_inside_the_private_one() {
     );
     let run = sb.run(&["exec", "--policy", &pol, "--", "/bin/sh", "-c", &script]);
     assert_eq!(run.code, Some(0), "{}", run.ctx());
-    assert!(run.stdout.contains("host data"), "the read grant: {}", run.ctx());
-    assert!(run.stdout.contains("ro-refused"), "ESCAPE: wrote in a read grant{}", run.ctx());
+    assert!(
+        run.stdout.contains("host data"),
+        "the read grant: {}",
+        run.ctx()
+    );
+    assert!(
+        run.stdout.contains("ro-refused"),
+        "ESCAPE: wrote in a read grant{}",
+        run.ctx()
+    );
     assert!(run.stdout.contains("private-ok"), "{}", run.ctx());
-    assert_eq!(fs::read_to_string(rw.join("x")).unwrap_or_default(), "run\n", "{}", run.ctx());
-    assert!(!ro.join("y").exists(), "ESCAPE: wrote in a read grant{}", run.ctx());
+    assert_eq!(
+        fs::read_to_string(rw.join("x")).unwrap_or_default(),
+        "run\n",
+        "{}",
+        run.ctx()
+    );
+    assert!(
+        !ro.join("y").exists(),
+        "ESCAPE: wrote in a read grant{}",
+        run.ctx()
+    );
     assert!(
         !std::path::Path::new(&private).exists(),
         "ESCAPE: the private /dev/shm reached the host's{}",

@@ -680,7 +680,15 @@ fn grants_beneath_dev_shm_agree_with_exec() {
         "grants beneath /dev/shm",
     );
     assert_eq!(a[&format!("read {base}/a/ro/f")]["allowed"], true, "{a:#?}");
-    assert_eq!(a[&format!("write {base}/a/rw/new")]["allowed"], true, "{a:#?}");
-    assert_eq!(a[&format!("write {base}/a/ro/new")]["allowed"], false, "{a:#?}");
+    assert_eq!(
+        a[&format!("write {base}/a/rw/new")]["allowed"],
+        true,
+        "{a:#?}"
+    );
+    assert_eq!(
+        a[&format!("write {base}/a/ro/new")]["allowed"],
+        false,
+        "{a:#?}"
+    );
     let _ = std::fs::remove_file(&private);
 }

@@ -5,10 +5,10 @@
 
 use serde_json::{json, Value};
 
+use crate::guards::observer::Observer;
 use crate::plan::Plan;
 use crate::policy::LoadedPolicy;
 use crate::result::RunResult;
-use crate::guards::observer::Observer;
 use crate::why::{Answer, Survey};
 
 /// At most this many denials are kept in the result; the rest are counted.

@@ -14,11 +14,11 @@ use std::time::Duration;
 
 use clap::Args;
 
+use crate::guards::observer::Observer;
 use crate::learn::{self, Draft, HostGrant, Need, Refused};
 use crate::plan::{self, build::Overrides, BuildInput, Plan};
 use crate::policy::{self, LoadedPolicy, NetMode, PathEntry, Policy};
 use crate::result::{exit, RunResult, Termination};
-use crate::guards::observer::Observer;
 use crate::supervisor::{self, ExecOptions};
 
 #[derive(Debug, Args)]

@@ -1315,7 +1315,11 @@ fn memory_watch_plan(plan: &Plan, view: Option<&view::View>) -> MemoryWatchPlan 
     // them is counted with it, not walked twice.
     let mut devs: Vec<u64> = Vec::new();
     for g in plan.fs.grants.iter().filter(|g| {
-        g.access.write && !matches!(g.origin, crate::plan::Origin::System | crate::plan::Origin::Tmp)
+        g.access.write
+            && !matches!(
+                g.origin,
+                crate::plan::Origin::System | crate::plan::Origin::Tmp
+            )
     }) {
         let on_tmpfs = nix::sys::statfs::statfs(g.path.as_path())
             .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC);
@@ -1325,11 +1329,14 @@ fn memory_watch_plan(plan: &Plan, view: Option<&view::View>) -> MemoryWatchPlan 
         if !on_tmpfs {
             continue;
         }
-        let i = devs.iter().position(|d| *d == st.st_dev).unwrap_or_else(|| {
-            devs.push(st.st_dev);
-            w.granted_tmpfs.push(Vec::new());
-            devs.len() - 1
-        });
+        let i = devs
+            .iter()
+            .position(|d| *d == st.st_dev)
+            .unwrap_or_else(|| {
+                devs.push(st.st_dev);
+                w.granted_tmpfs.push(Vec::new());
+                devs.len() - 1
+            });
         let roots = &mut w.granted_tmpfs[i];
         if roots.iter().any(|r| g.path.starts_with(r)) {
             continue;
