@@ -337,6 +337,14 @@ fn allow_unix_sockets_reaches_granted_pathname_but_not_host_abstract() {
     if refused_for_the_bind_guard(&run) {
         return;
     }
+    if landlock_abi() < 6
+        && run.code == Some(125)
+        && run.stderr.contains("abstract Unix socket isolation")
+    {
+        // Fail closed: no Landlock scope and (here) no network namespace.
+        skip("allow_unix_sockets is refused here (Landlock ABI < 6, no netns), as it must be");
+        return;
+    }
     run.assert_ran();
     assert_ok(&run.probe(0), &run);
     assert_ok(&run.probe(1), &run);

@@ -781,8 +781,19 @@ pub fn write_bytes(path: &Path, bytes: &[u8]) {
     f.write_all(bytes).expect("write");
 }
 
-/// The Landlock ABI the kernel offers (0 = none).
+/// The Landlock ABI capsule uses here (0 = none): the kernel's, lowered by
+/// `CAPSULE_LANDLOCK_ABI_MAX` when the suite runs with one (capsule reads
+/// the same variable).
 pub fn landlock_abi() -> i64 {
+    let kernel = kernel_landlock_abi();
+    std::env::var("CAPSULE_LANDLOCK_ABI_MAX")
+        .ok()
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .map_or(kernel, |max| kernel.min(max.max(0)))
+}
+
+/// The Landlock ABI the kernel offers (0 = none).
+fn kernel_landlock_abi() -> i64 {
     const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
     // SAFETY: landlock_create_ruleset(NULL, 0, VERSION) only returns a number.
     let r = unsafe {
