@@ -80,13 +80,7 @@ fn memory_is_bounded_by_memory_mb() {
     // Positive control: 512 MiB fits under memory_mb: 2048.
     let pol = sb.policy("version: 1\nlimits:\n  memory_mb: 2048\n  timeout_seconds: 60\n");
     let run = sb.probe(&["--policy", &pol], &[&["alloc", "512"]]);
-    run.assert_ran();
-    let v = run
-        .probes()
-        .into_iter()
-        .find(|l| l["op"] == "alloc")
-        .expect("alloc result");
-    assert_eq!(v["value"], 512 << 20, "{}", run.ctx());
+    assert_probe_value(&run, "alloc", 512 << 20, "512 MiB under memory_mb: 2048");
 }
 
 #[test]
@@ -354,7 +348,6 @@ fn shared_memory_is_bounded_by_memory_mb() {
                 continue;
             }
             let run = sb.probe(&["--policy", &pol], &[&["shmem", kind, "512", "6"]]);
-            let j = run.json();
             let lines = run.probes();
             let held = lines.iter().any(|l| l["op"] == "shmem" && l["ok"] == true);
             assert!(
@@ -370,21 +363,7 @@ fn shared_memory_is_bounded_by_memory_mb() {
                 assert_errno(v, &["EPERM", "ENOSPC", "ENOMEM", "EINVAL"], &run);
                 continue;
             }
-            assert_eq!(
-                j["termination_reason"],
-                "signaled",
-                "{kind} (no_cgroups={no_cgroups}){}",
-                run.ctx()
-            );
-            assert_eq!(j["signal"], 9, "{kind}{}", run.ctx());
-            assert!(
-                j["kill_reason"]
-                    .as_str()
-                    .is_some_and(|r| r.contains("limits.memory_mb")),
-                "{kind}: kill_reason must name memory_mb{}",
-                run.ctx()
-            );
-            assert_eq!(run.code, Some(137), "{kind}{}", run.ctx());
+            assert_killed_for_memory(&run, "shmem", &format!("{kind} (no_cgroups={no_cgroups})"));
         }
         // Positive control: the same 512 MiB fits under memory_mb: 2048.
         let pol = sb.policy("version: 1\nlimits:\n  memory_mb: 2048\n  timeout_seconds: 60\n");
@@ -393,13 +372,7 @@ fn shared_memory_is_bounded_by_memory_mb() {
                 continue;
             }
             let run = sb.probe(&["--policy", &pol], &[&["shmem", kind, "512", "1"]]);
-            run.assert_ran();
-            let v = run
-                .probes()
-                .into_iter()
-                .find(|l| l["op"] == "shmem")
-                .expect("shmem result");
-            assert_eq!(v["value"], 512 << 20, "{kind}{}", run.ctx());
+            assert_probe_value(&run, "shmem", 512 << 20, kind);
         }
     }
 }
@@ -445,6 +418,40 @@ fn a_write_grant_on_a_host_tmpfs_is_bounded_by_memory_mb() {
     }
 }
 
+/// The run did not hold what it asked for (`op` never reported ok) and was
+/// killed for `limits.memory_mb` (SIGKILL, 137, `kill_reason` naming it).
+fn assert_killed_for_memory(run: &Run, op: &str, what: &str) {
+    let j = run.json();
+    assert!(
+        !run.probes()
+            .iter()
+            .any(|l| l["op"] == op && l["ok"] == true),
+        "ESCAPE: {what} under memory_mb{}",
+        run.ctx()
+    );
+    assert_eq!(j["termination_reason"], "signaled", "{what}{}", run.ctx());
+    assert_eq!(j["signal"], 9, "{what}{}", run.ctx());
+    assert!(
+        j["kill_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("limits.memory_mb")),
+        "{what}: kill_reason must name memory_mb{}",
+        run.ctx()
+    );
+    assert_eq!(run.code, Some(137), "{what}{}", run.ctx());
+}
+
+/// The run completed and its probe `op` reported `value`.
+fn assert_probe_value(run: &Run, op: &str, value: u64, what: &str) {
+    run.assert_ran();
+    let v = run
+        .probes()
+        .into_iter()
+        .find(|l| l["op"] == op)
+        .unwrap_or_else(|| panic!("{what}: no {op} result{}", run.ctx()));
+    assert_eq!(v["value"], value, "{what}{}", run.ctx());
+}
+
 fn shm_grant_cases(sb: &mut Sandbox, dir: &std::path::Path, grant: &std::path::Path) {
     let g = grant.display().to_string();
     for (mb, killed) in [("512", true), ("16", false)] {
@@ -461,30 +468,13 @@ fn shm_grant_cases(sb: &mut Sandbox, dir: &std::path::Path, grant: &std::path::P
         });
         let run = sb.probe(&["--policy", &pol], &[&["shmem", "tmpfs", mb, "3", &g]]);
         writer.join().unwrap();
-        let j = run.json();
         let _ = std::fs::remove_file(grant.join("hold"));
         let _ = std::fs::remove_file(dir.join("other"));
-        if !killed {
+        if killed {
+            assert_killed_for_memory(&run, "shmem", "held 512 MiB in a granted host tmpfs");
+        } else {
             run.assert_ran();
-            continue;
         }
-        let held = run
-            .probes()
-            .iter()
-            .any(|l| l["op"] == "shmem" && l["ok"] == true);
-        assert!(
-            !held,
-            "ESCAPE: held 512 MiB in a granted host tmpfs under memory_mb: 64{}",
-            run.ctx()
-        );
-        assert_eq!(j["termination_reason"], "signaled", "{}", run.ctx());
-        assert!(
-            j["kill_reason"]
-                .as_str()
-                .is_some_and(|r| r.contains("limits.memory_mb")),
-            "kill_reason must name memory_mb{}",
-            run.ctx()
-        );
     }
     // A grant that is one file: its own blocks count (a walk of it found
     // nothing, so the closer bound said 0 once the quick one was over).
@@ -499,21 +489,7 @@ fn shm_grant_cases(sb: &mut Sandbox, dir: &std::path::Path, grant: &std::path::P
         &[&["shmem", "tmpfs_at", "512", "3", &f]],
     );
     let _ = std::fs::remove_file(&file);
-    let j = run.json();
-    assert!(
-        !run.probes()
-            .iter()
-            .any(|l| l["op"] == "shmem" && l["ok"] == true),
-        "ESCAPE: held 512 MiB in a granted host tmpfs file under memory_mb: 64{}",
-        run.ctx()
-    );
-    assert!(
-        j["kill_reason"]
-            .as_str()
-            .is_some_and(|r| r.contains("limits.memory_mb")),
-        "kill_reason must name memory_mb{}",
-        run.ctx()
-    );
+    assert_killed_for_memory(&run, "shmem", "held 512 MiB in a granted host tmpfs file");
     // A TMPDIR beneath the grant is counted once: 40 MiB there stays under
     // memory_mb: 64 (counted twice, the run would be killed).
     sb.set_env("TMPDIR", &g);
@@ -521,13 +497,12 @@ fn shm_grant_cases(sb: &mut Sandbox, dir: &std::path::Path, grant: &std::path::P
         "version: 1\nfilesystem:\n  write: [{g}]\nlimits:\n  memory_mb: 64\n  timeout_seconds: 60\n"
     ));
     let run = sb.probe(&["--policy", &pol], &[&["shmem", "tmpfs", "40", "2"]]);
-    run.assert_ran();
-    let v = run
-        .probes()
-        .into_iter()
-        .find(|l| l["op"] == "shmem")
-        .expect("shmem result");
-    assert_eq!(v["value"], 40 << 20, "{}", run.ctx());
+    assert_probe_value(
+        &run,
+        "shmem",
+        40 << 20,
+        "40 MiB in a TMPDIR beneath the grant",
+    );
 }
 
 /// The memory cgroup's OOM killer must never take capsule down with the
