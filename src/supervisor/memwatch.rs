@@ -30,6 +30,8 @@
 //!   what the whole file system holds beyond what it held when the run
 //!   began; only when that is over the limit, the growth of the files
 //!   beneath the grant plus those there the run unlinked but holds open
+//!   or mapped (where a directory there is unreadable, or a mapped file cannot
+//!   be sized, the file system's growth)
 //!   ([`Grown`]).
 //!
 //! Who is of the run (`/proc/PID/task/TID/children`, at most
@@ -148,13 +150,19 @@ impl Grown {
     }
 
     /// The closer bound, given the quick one: the tree's growth and the
-    /// run's unlinked files beneath the grant, never more than `quick`.
+    /// run's unlinked files beneath the grant (held through a descriptor or
+    /// a mapping), never more than `quick`. Where one of those cannot be
+    /// told (a directory the run made unreadable, a mapped file whose size
+    /// an unprivileged capsule cannot read), `quick`.
     fn refined(&self, quick: u64, pids: &[libc::pid_t]) -> u64 {
-        match self.tree_grown() {
-            Some(t) => t
-                .saturating_add(unlinked_bytes(pids, &self.paths))
-                .min(quick),
-            None => quick,
+        let mut seen = std::collections::HashSet::new();
+        let fds = unlinked_fds(pids, &self.paths, &mut seen);
+        match (
+            self.tree_grown(),
+            unlinked_mapped(pids, &self.paths, &mut seen),
+        ) {
+            (Some(t), Some(mapped)) => t.saturating_add(fds).saturating_add(mapped).min(quick),
+            _ => quick,
         }
     }
 }
@@ -249,7 +257,15 @@ fn kb_fields(text: &str, names: &[&str]) -> u64 {
 /// finds them any more): through the descriptors of its processes, each
 /// file once.
 fn unlinked_bytes(pids: &[libc::pid_t], dirs: &[PathBuf]) -> u64 {
-    let mut seen = std::collections::HashSet::new();
+    unlinked_fds(pids, dirs, &mut std::collections::HashSet::new())
+}
+
+/// [`unlinked_bytes`], each file counted once with those in `seen`.
+fn unlinked_fds(
+    pids: &[libc::pid_t],
+    dirs: &[PathBuf],
+    seen: &mut std::collections::HashSet<(u64, u64)>,
+) -> u64 {
     let mut total = 0u64;
     for pid in pids {
         let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
@@ -275,6 +291,57 @@ fn unlinked_bytes(pids: &[libc::pid_t], dirs: &[PathBuf]) -> u64 {
         }
     }
     total
+}
+
+/// The files under `dirs` that the run unlinked and keeps only mapped (its
+/// descriptors closed: [`unlinked_fds`] does not see them, and pages never
+/// touched are not in its processes' counters), through their maps, each
+/// file once with those in `seen`. None when the size of one cannot be read
+/// (`/proc/PID/map_files` needs CAP_CHECKPOINT_RESTORE or CAP_SYS_ADMIN).
+fn unlinked_mapped(
+    pids: &[libc::pid_t],
+    dirs: &[PathBuf],
+    seen: &mut std::collections::HashSet<(u64, u64)>,
+) -> Option<u64> {
+    let mut total = 0u64;
+    for pid in pids {
+        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+            continue;
+        };
+        for line in maps.lines() {
+            // `START-END PERMS OFFSET MAJ:MIN INODE   PATH (deleted)`
+            let Some(name) = line.strip_suffix(" (deleted)") else {
+                continue;
+            };
+            let Some(name) = name.find('/').map(|at| &name[at..]) else {
+                continue;
+            };
+            if !dirs.iter().any(|d| Path::new(name).starts_with(d)) {
+                continue;
+            }
+            let mut fields = line.split_ascii_whitespace();
+            let (Some(range), Some(dev), Some(ino)) = (fields.next(), fields.nth(2), fields.next())
+            else {
+                continue;
+            };
+            let id = dev.split_once(':').and_then(|(maj, min)| {
+                let maj = u32::from_str_radix(maj, 16).ok()?;
+                let min = u32::from_str_radix(min, 16).ok()?;
+                Some((libc::makedev(maj, min), ino.parse::<u64>().ok()?))
+            });
+            let Some(id) = id else { continue };
+            if seen.contains(&id) {
+                continue;
+            }
+            let st =
+                nix::sys::stat::stat(format!("/proc/{pid}/map_files/{range}").as_str()).ok()?;
+            if seen.insert((st.st_dev, st.st_ino)) {
+                seen.insert(id);
+                total = total.saturating_add((st.st_blocks as u64).saturating_mul(512));
+            }
+        }
+    }
+    Some(total)
 }
 
 /// The processes below `init` (not init itself), through the kernel's
@@ -357,17 +424,35 @@ pub fn rollup_bytes(text: &str) -> u64 {
 }
 
 /// The bytes allocated to the files under `dir` (not following links).
-/// None: more than [`MAX_ENTRIES`] entries (counts as over the limit).
+/// None: more than [`MAX_ENTRIES`] entries, or a directory or entry that
+/// cannot be read (counts as over the limit, or as unknown for a grant).
 fn tree_bytes(dir: &Path) -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
     let mut total = 0u64;
     let mut seen = 0usize;
     let mut stack = vec![dir.to_path_buf()];
+    // What cannot be read counts as unknown: a directory the run made
+    // unreadable (mode 000; Landlock has no hook for chmod) would hide its
+    // files from an unprivileged capsule. What vanished meanwhile is gone.
+    let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
     while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else {
-            continue;
+        let rd = match std::fs::read_dir(&d) {
+            Ok(rd) => rd,
+            Err(e) if gone(&e) => continue,
+            Err(e) => {
+                tracing::warn!("memory watchdog: cannot read {}: {e}", d.display());
+                return None;
+            }
         };
-        for e in rd.flatten() {
+        for e in rd {
+            let e = match e {
+                Ok(e) => e,
+                Err(e) if gone(&e) => continue,
+                Err(e) => {
+                    tracing::warn!("memory watchdog: cannot read {}: {e}", d.display());
+                    return None;
+                }
+            };
             seen += 1;
             if seen > MAX_ENTRIES {
                 tracing::warn!(
@@ -376,7 +461,14 @@ fn tree_bytes(dir: &Path) -> Option<u64> {
                 );
                 return None;
             }
-            let Ok(md) = e.metadata() else { continue };
+            let md = match e.metadata() {
+                Ok(md) => md,
+                Err(err) if gone(&err) => continue,
+                Err(err) => {
+                    tracing::warn!("memory watchdog: cannot stat {}: {err}", e.path().display());
+                    return None;
+                }
+            };
             total = total.saturating_add(md.blocks().saturating_mul(512));
             if md.is_dir() {
                 stack.push(e.path());
