@@ -655,10 +655,10 @@ fn files_hidden_from_the_walk_of_a_granted_tmpfs_count_toward_memory_mb() {
 }
 
 /// The same with the files' descriptors in flight in a Unix socket: no
-/// name, no descriptor of a process, no mapping. Not caught (a documented
-/// limitation of the watchdog, README "memory_mb without a cgroup").
+/// name, no descriptor of a process, no mapping. Such a file lives only as
+/// long as a socket of the run, so a run holding a Unix socket (other than
+/// its RPC channel) keeps the file system's whole growth as its count.
 #[test]
-#[ignore = "known limitation: a tmpfs file held only in flight in a Unix socket is not counted"]
 fn files_in_flight_from_a_granted_tmpfs_count_toward_memory_mb() {
     hidden_on_a_granted_tmpfs(&["inflight"]);
 }

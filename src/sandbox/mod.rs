@@ -250,9 +250,9 @@ pub const MEMORY_WATCHDOG_LIMITATION: &str =
      (more than 50000 entries there, or a directory there capsule cannot read, count as over the limit), and \
      what each host tmpfs the run may write holds beyond what it held when the run began (what the host adds \
      there meanwhile counts too). What remains: memory taken within one 100 ms interval before the kill; a \
-     memfd or tmpfs file that is also mapped counts twice; a file on a host tmpfs (a TMPDIR, a write grant) \
-     that the run unlinked and holds only in flight in a Unix socket is not counted (beneath a write grant, \
-     nor then what others write meanwhile elsewhere on that tmpfs), and a TMPDIR file it unlinked and keeps \
+     memfd or tmpfs file that is also mapped counts twice; a TMPDIR file on a host tmpfs that the run \
+     unlinked and holds only in flight in a Unix socket is not counted (beneath a write grant it is: a run \
+     holding a Unix socket other than its RPC channel keeps that tmpfs's whole growth as its count), and a TMPDIR file it unlinked and keeps \
      only mapped counts only as far as its pages are touched, nor is kernel memory (page tables, socket and pipe buffers); SysV shared \
      memory (the view's own \
      IPC namespace) is bounded by kernel.shmall = memory_mb there as root, and refused (shmget: ENOSPC) for an \

@@ -88,6 +88,71 @@ pub struct Watch {
     /// The host tmpfs file systems the run may write, each with what it
     /// held when the run began.
     pub granted_tmpfs: Vec<Grown>,
+    /// The inode of the run's end of its RPC socket pair.
+    pub rpc_socket: Option<u64>,
+}
+
+/// What the watchdog notes before the run exists.
+pub struct Before {
+    /// Each host tmpfs the run may write, as it was.
+    pub granted: Vec<Grown>,
+    /// The inode of the run's end of its RPC socket pair.
+    pub rpc_socket: Option<u64>,
+}
+
+/// The most lines of a `/proc/PID/net/unix` read (more: as if the run held one).
+const MAX_UNIX_SOCKETS: usize = 1 << 16;
+
+/// Whether a process of the run holds a Unix socket other than `rpc`
+/// (the sockets of its network namespace, `/proc/PID/net/unix`, against
+/// the `socket:[INODE]` descriptors of its processes). What cannot be read
+/// counts as one held.
+fn holds_unix_socket(pids: &[libc::pid_t], rpc: Option<u64>) -> bool {
+    let Some(first) = pids.first() else {
+        return false;
+    };
+    let Ok(table) = std::fs::read_to_string(format!("/proc/{first}/net/unix")) else {
+        return true;
+    };
+    let mut unix = std::collections::HashSet::new();
+    for (i, line) in table.lines().skip(1).enumerate() {
+        if i >= MAX_UNIX_SOCKETS {
+            return true;
+        }
+        // `Num RefCount Protocol Flags Type St Inode [Path]`
+        if let Some(ino) = line
+            .split_ascii_whitespace()
+            .nth(6)
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            unix.insert(ino);
+        }
+    }
+    for pid in pids {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            // Gone meanwhile, or made non-dumpable: unknown counts as held.
+            if std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                return true;
+            }
+            continue;
+        };
+        for e in fds.flatten() {
+            let Ok(target) = std::fs::read_link(e.path()) else {
+                continue;
+            };
+            let ino = target
+                .to_str()
+                .and_then(|t| t.strip_prefix("socket:["))
+                .and_then(|t| t.strip_suffix(']'))
+                .and_then(|t| t.parse::<u64>().ok());
+            if let Some(ino) = ino {
+                if unix.contains(&ino) && Some(ino) != rpc {
+                    return true;
+                }
+            }
+        }
+    }
+    false
 }
 
 /// A host tmpfs the run may write (a write grant on it), as it was when the
@@ -218,8 +283,18 @@ fn sample(w: &Watch) -> Option<u64> {
     if total.saturating_add(granted_quick).saturating_add(quick) <= w.limit {
         return Some(total.saturating_add(granted_quick).saturating_add(quick));
     }
+    // A file in flight in a Unix socket (sent, then unlinked and closed) has
+    // no name, no descriptor and no mapping: no closer bound sees it. It
+    // lives only as long as a socket of the run does, so a run that holds a
+    // Unix socket (other than its RPC channel, which capsule drains: what
+    // it carried in flight is dropped as it is read) keeps the quick bound.
+    let refine = granted.iter().any(|q| *q > 0) && !holds_unix_socket(&pids, w.rpc_socket);
     for (g, q) in w.granted_tmpfs.iter().zip(granted) {
-        total = total.saturating_add(if q == 0 { 0 } else { g.refined(q, &pids) });
+        total = total.saturating_add(match q {
+            0 => 0,
+            q if refine => g.refined(q, &pids),
+            q => q,
+        });
     }
     if total.saturating_add(quick) <= w.limit {
         return Some(total.saturating_add(quick));

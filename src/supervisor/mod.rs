@@ -335,7 +335,7 @@ struct Started {
     ruleset: Option<std::sync::Arc<OwnedFd>>,
     /// The host tmpfs file systems the run may write, as they were before
     /// it began (the memory watchdog counts their growth).
-    granted_tmpfs: Vec<memwatch::Grown>,
+    granted_tmpfs: memwatch::Before,
 }
 
 /// The run's pipes and terminal, the child's spec, the child spawned (and,
@@ -376,16 +376,19 @@ fn start_child(
     };
     let view_summary = spec.view.as_ref().map(|v| v.summary.clone());
     // Before the run exists: what it writes on a host tmpfs is all growth.
-    let granted_tmpfs = layers
-        .memory_watch
-        .as_ref()
-        .map(|w| {
-            w.granted_tmpfs
-                .iter()
-                .map(|p| memwatch::Grown::new(p.clone()))
-                .collect()
-        })
-        .unwrap_or_default();
+    let granted_tmpfs = memwatch::Before {
+        granted: layers
+            .memory_watch
+            .as_ref()
+            .map(|w| {
+                w.granted_tmpfs
+                    .iter()
+                    .map(|p| memwatch::Grown::new(p.clone()))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        rpc_socket: services.child_rpc_inode(),
+    };
 
     let mut cgroup_missing = Vec::new();
     let spawned = spawn_child(plan, layers, services, spec, &mut cgroup_missing);
@@ -443,7 +446,7 @@ fn guard_parts(
     services: &services::Services,
     spawned: &Spawned,
     observer: Option<crate::guards::observer::Observer>,
-    (ruleset, granted_tmpfs): (Option<std::sync::Arc<OwnedFd>>, Vec<memwatch::Grown>),
+    (ruleset, granted_tmpfs): (Option<std::sync::Arc<OwnedFd>>, memwatch::Before),
 ) -> (GuardParts, Option<memwatch::Watch>) {
     // The run's signal filter sends its listener before exec; the guard
     // serving it needs to know the run (the command has not exec'd yet).
@@ -534,7 +537,7 @@ fn proc_guard(
 fn memory_watch(
     layers: &sandbox::Layers,
     spawned: &Spawned,
-    granted_tmpfs: Vec<memwatch::Grown>,
+    before: memwatch::Before,
 ) -> Option<memwatch::Watch> {
     layers.memory_watch.as_ref().map(|w| {
         let census = if spawned.tree == TreeMode::PidNamespace {
@@ -552,7 +555,8 @@ fn memory_watch(
             view_tmpfs: w.view_tmpfs.clone(),
             host_tmpfs: w.host_tmpfs.clone(),
             unlinked_in: w.unlinked_in.clone(),
-            granted_tmpfs,
+            granted_tmpfs: before.granted,
+            rpc_socket: before.rpc_socket,
         }
     })
 }

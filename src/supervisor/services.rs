@@ -119,6 +119,11 @@ impl Services {
     pub fn child_rpc_fd(&self) -> Option<RawFd> {
         self.rpc_child.as_ref().map(|f| f.as_raw_fd())
     }
+    /// The inode of the child's end of the RPC socket pair.
+    pub fn child_rpc_inode(&self) -> Option<u64> {
+        let fd = self.rpc_child.as_ref()?;
+        nix::sys::stat::fstat(fd).ok().map(|st| st.st_ino)
+    }
     pub fn wants_netns(&self) -> bool {
         self.proxy.as_ref().is_some_and(ProxyService::wants_netns)
     }
