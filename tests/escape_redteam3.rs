@@ -203,6 +203,22 @@ print("opens", n, "cpu of the run", t.user + t.system + t.children_user + t.chil
 /// timeout, and capsule spent more than the run itself.
 #[test]
 fn explain_cannot_make_capsule_burn_cpu_past_the_guards_budget() {
+    let Some((cpu, out)) = capsule_cpu_under_explain(OPEN_LOOP_PY) else {
+        return;
+    };
+    // The budget is min(cpu_seconds, timeout / 10) = 3 s; the signal and
+    // process guards are held to it plus start-up slack (escape_guards.rs).
+    assert!(
+        cpu < 4.5,
+        "ESCAPE: under --explain the run made capsule spend {cpu:.2} s of CPU (budget 3 s): {out}"
+    );
+}
+
+/// `capsule exec --explain` of `python -c SCRIPT` under a 3 s guards budget
+/// (`cpu_seconds: 3`, 30 s timeout): the most CPU time capsule's process
+/// was seen to have spent, and the result. None (skipped) where `--explain`
+/// cannot observe file accesses.
+fn capsule_cpu_under_explain(script: &str) -> Option<(f64, String)> {
     let sb = Sandbox::new();
     let policy = sb.policy("version: 1\nlimits:\n  timeout_seconds: 30\n  cpu_seconds: 3\n");
     let mut c = sb.std_command([
@@ -215,7 +231,7 @@ fn explain_cannot_make_capsule_burn_cpu_past_the_guards_budget() {
         "--",
         &python(),
         "-c",
-        OPEN_LOOP_PY,
+        script,
     ]);
     c.stdout(std::process::Stdio::piped());
     c.stderr(std::process::Stdio::null());
@@ -246,14 +262,58 @@ fn explain_cannot_make_capsule_burn_cpu_past_the_guards_budget() {
         let j: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_default();
         if j["explain"]["files"] != true {
             skip("--explain could not observe file accesses here");
-            return;
+            return None;
         }
     }
-    // The budget is min(cpu_seconds, timeout / 10) = 3 s; the signal and
-    // process guards are held to it plus start-up slack (escape_guards.rs).
+    Some((cpu, out))
+}
+
+/// [`OPEN_LOOP_PY`] for 8 s (the observer takes the whole budget, which
+/// never kills a run), then the same four processes signal themselves in a
+/// loop (an ignored signal): calls the observer records (pid namespace) or
+/// the signal guard judges (no pid namespace), whose time counted toward the
+/// kill from zero, so capsule spent a second budget before the run was
+/// killed.
+const OPEN_THEN_KILL_PY: &str = r#"
+import os, signal, time
+signal.signal(signal.SIGWINCH, signal.SIG_IGN)
+def loop():
+    end = time.time() + 8
+    i = 0
+    while time.time() < end:
+        i += 1
+        try:
+            os.open("/nonexistent-red3/%d" % (i % 64), os.O_RDONLY)
+        except OSError:
+            pass
+    end = time.time() + 18
+    me = os.getpid()
+    while time.time() < end:
+        os.kill(me, signal.SIGWINCH)
+    return i
+pids = [os.fork() for _ in range(2)]
+n = loop()
+if 0 in pids:
+    os._exit(0)
+for p in pids:
+    os.waitpid(p, 0)
+print("opens", n)
+"#;
+
+/// Past the budget the observer is paced, and it never makes the run be
+/// killed; but the other calls of the notify loop (a signal the observer
+/// records or the signal guard judges) counted toward the kill only beyond
+/// the observer's time, from zero: a run that first spent the budget on
+/// observed paths then signalled itself in a loop had capsule spend 5.9 s
+/// of CPU (release build) on a 3 s budget before it was killed.
+#[test]
+fn explain_then_signals_cannot_make_capsule_burn_twice_the_guards_budget() {
+    let Some((cpu, out)) = capsule_cpu_under_explain(OPEN_THEN_KILL_PY) else {
+        return;
+    };
     assert!(
         cpu < 4.5,
-        "ESCAPE: under --explain the run made capsule spend {cpu:.2} s of CPU (budget 3 s): {out}"
+        "ESCAPE: observed paths then signals made capsule spend {cpu:.2} s of CPU (budget 3 s): {out}"
     );
 }
 
