@@ -99,6 +99,20 @@ struct Served<'a> {
 }
 
 impl Served<'_> {
+    /// Whether call `nr` is the observer's work alone (a path call, or a
+    /// signal call no judge decides): its time never counts toward the kill.
+    fn observer_only(&self, nr: i32) -> bool {
+        use super::network::NetGuard;
+        use super::processes::ProcGuard;
+        self.observe.is_some()
+            && !super::metadata::MetaGuard::handles(nr)
+            && (super::observer::Observer::handles(nr)
+                || (self.judge.is_none()
+                    && !super::memfd::handles(nr)
+                    && !NetGuard::handles(nr)
+                    && !ProcGuard::handles(nr)))
+    }
+
     /// Hand one notified call to the part that owns its system call (each
     /// refused without its part); once the budget is `spent`, refuse it
     /// without work; once the observer's share is spent (`!observing`),
@@ -157,7 +171,8 @@ impl Served<'_> {
                 }
                 // No signal checks here (a pid namespace or Landlock's
                 // scope decides): the observer only records.
-                (None, Some(o)) => Action::Reply(o.serve_signal(listener, n)),
+                (None, Some(o)) if observing => Action::Reply(o.serve_signal(listener, n)),
+                (None, Some(o)) => Action::Reply(o.skip()),
                 (None, None) => Action::Reply(Reply::Fail(libc::EPERM)),
             }
         }
@@ -288,12 +303,25 @@ impl Held {
 
     /// An observed call was served, since `start` (this thread's CPU time):
     /// count its cost, and past the budget pace the next one (returns the wait).
+    #[cfg(test)]
     fn observed(&mut self, start: Option<Duration>, observing: bool) -> Duration {
+        self.served(start, true, observing)
+    }
+
+    /// A call was served under the observer (`exec --explain`), since
+    /// `start`: count its cost as the observer's when it was the observer's
+    /// alone (`observed`), and past the budget pace the next call, whatever
+    /// it is. Pacing only the observer's calls let a run that had spent the
+    /// budget on observed paths have capsule spend a second budget on other
+    /// calls (signals) before the kill.
+    fn served(&mut self, start: Option<Duration>, observed: bool, observing: bool) -> Duration {
         let (Some(a), Some(now)) = (start, crate::sys::thread_cpu_time()) else {
             return Duration::ZERO;
         };
-        self.observed_cpu += now.saturating_sub(a);
-        if observing {
+        if observed {
+            self.observed_cpu += now.saturating_sub(a);
+        }
+        if observing || self.spent {
             return Duration::ZERO;
         }
         let since = self.paced_at.unwrap_or(a);
@@ -362,15 +390,25 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
                 }
             };
             let (spent, observing) = held.check(guards_cpu(&threads, served.meta.as_ref()));
+            let observer_only = served.observer_only(n.nr);
             let action = served.dispatch(listener, &n, spent, observing);
+            // Under the observer past the budget every call is paced, not
+            // only the observed ones (see `Held::served`).
+            let pace = |held: &mut Held| {
+                if served.observe.is_some() {
+                    let _ = held.served(iter_start, observer_only, observing);
+                }
+            };
             let reply = match action {
                 Action::Connect(conn) => {
                     allowed += 1;
                     network::serve_connect(listener, n.id, conn, &threads);
+                    pace(&mut held);
                     continue;
                 }
                 Action::Answered => {
                     allowed += 1;
+                    pace(&mut held);
                     continue;
                 }
                 Action::Reply(r) => r,
@@ -388,9 +426,7 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
                 );
             }
             answer(listener, &n, reply);
-            if served.observe.is_some() && super::observer::Observer::handles(n.nr) {
-                let _ = held.observed(iter_start, observing);
-            }
+            pace(&mut held);
         } else if ev.intersects(PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL) {
             // No process uses the filter any more.
             break;
