@@ -387,23 +387,9 @@ fn shared_memory_is_bounded_by_memory_mb() {
 /// tmpfs outside the grant does not.
 #[test]
 fn a_write_grant_on_a_host_tmpfs_is_bounded_by_memory_mb() {
-    let Ok(dir) = tempfile::Builder::new()
-        .prefix("capsule-shm-grant.")
-        .tempdir_in("/dev/shm")
-    else {
-        skip("no writable /dev/shm tmpfs here");
+    let Some(dir) = shm_scratch("capsule-shm-grant.", 600) else {
         return;
     };
-    let room = nix::sys::statvfs::statvfs(dir.path())
-        .map(|v| v.blocks_available() * v.fragment_size())
-        .unwrap_or(0);
-    if room < (600u64 << 20) {
-        skip(&format!(
-            "/dev/shm has {} MiB free, less than the 512 MiB the run writes (its own size bounds it)",
-            room >> 20
-        ));
-        return;
-    }
     // Both paths: the view (the grant bound inside the run's private
     // /dev/shm) and no namespaces (a container's fallback: the host's
     // /dev/shm itself). The run's TMPDIR stays where capsule puts it by
@@ -416,6 +402,30 @@ fn a_write_grant_on_a_host_tmpfs_is_bounded_by_memory_mb() {
         std::fs::create_dir(&grant).expect("mkdir grant");
         shm_grant_cases(&mut sb, dir.path(), &grant);
     }
+}
+
+/// A scratch directory on the host's /dev/shm (a tmpfs) with at least
+/// `mib` MiB free; None (the test skipped, saying why) where there is none:
+/// a smaller tmpfs bounds the run before capsule has to.
+fn shm_scratch(prefix: &str, mib: u64) -> Option<tempfile::TempDir> {
+    let Ok(dir) = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in("/dev/shm")
+    else {
+        skip("no writable /dev/shm tmpfs here");
+        return None;
+    };
+    let room = nix::sys::statvfs::statvfs(dir.path())
+        .map(|v| v.blocks_available() * v.fragment_size())
+        .unwrap_or(0);
+    if room < (mib << 20) {
+        skip(&format!(
+            "/dev/shm has {} MiB free, less than the {mib} MiB this test needs (its own size bounds the run)",
+            room >> 20
+        ));
+        return None;
+    }
+    Some(dir)
 }
 
 /// The run did not hold what it asked for (`op` never reported ok) and was
@@ -586,23 +596,9 @@ time.sleep(1.5)
 "#;
 
 fn hidden_on_a_granted_tmpfs(hows: &[&str]) {
-    let Ok(dir) = tempfile::Builder::new()
-        .prefix("capsule-shm-hide.")
-        .tempdir_in("/dev/shm")
-    else {
-        skip("no writable /dev/shm tmpfs here");
+    let Some(dir) = shm_scratch("capsule-shm-hide.", 400) else {
         return;
     };
-    let room = nix::sys::statvfs::statvfs(dir.path())
-        .map(|v| v.blocks_available() * v.fragment_size())
-        .unwrap_or(0);
-    if room < (400u64 << 20) {
-        skip(&format!(
-            "/dev/shm has {} MiB free, less than the 256 MiB the run writes",
-            room >> 20
-        ));
-        return;
-    }
     let py = python();
     for no_ns in ["0", "1"] {
         for how in hows {
