@@ -282,6 +282,9 @@ pub fn print_plan(plan: &Plan, k: &Probe, view: Option<&ViewSummary>, namespaces
                 println!("  {l}");
             }
         }
+        // Namespaces were there, but no view was planned: the plan was
+        // refused (the reason follows below).
+        None if namespaces => println!("view      none: the plan is refused here (below)"),
         None => println!(
             "view      none: no namespaces here (no unprivileged user namespaces, the kernel refused them, or \
              CAPSULE_NO_NAMESPACES); the /etc secrets beneath grants are carved out by Landlock (deny lines above)"
