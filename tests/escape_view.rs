@@ -1187,4 +1187,12 @@ fn a_grant_beneath_dev_shm_is_bound_inside_the_private_one() {
     let run = sb.run(&["exec", "--policy", &pol, "--", "/bin/true"]);
     assert_eq!(run.code, Some(125), "{}", run.ctx());
     assert!(run.stderr.contains("private /dev/shm"), "{}", run.ctx());
+    // check refuses it alike, and says so rather than "no namespaces here".
+    let check = sb.run(&["check", "--policy", &pol]);
+    assert_eq!(check.code, Some(125), "{}", check.ctx());
+    assert!(
+        check.stdout.contains("private /dev/shm") && !check.stdout.contains("no namespaces here"),
+        "{}",
+        check.ctx()
+    );
 }
