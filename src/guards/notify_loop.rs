@@ -332,6 +332,22 @@ impl Held {
     }
 }
 
+/// Count one answered call as allowed or refused (a refusal is logged).
+fn tally(reply: &Reply, n: &Notification, (allowed, refused): (&mut u64, &mut u64)) {
+    if matches!(reply, Reply::Continue | Reply::Value(_)) {
+        *allowed += 1;
+    } else {
+        *refused += 1;
+        tracing::debug!(
+            "guard: refused syscall {} of pid {} (args {:?}): {:?}",
+            n.nr,
+            n.pid,
+            &n.args[..3],
+            reply
+        );
+    }
+}
+
 fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (u64, u64) {
     use super::network::{self, Action};
     let Parts {
@@ -413,18 +429,7 @@ fn serve(listener: &std::sync::Arc<Listener>, stop: &OwnedFd, parts: Parts) -> (
                 }
                 Action::Reply(r) => r,
             };
-            if matches!(reply, Reply::Continue | Reply::Value(_)) {
-                allowed += 1;
-            } else {
-                refused += 1;
-                tracing::debug!(
-                    "guard: refused syscall {} of pid {} (args {:?}): {:?}",
-                    n.nr,
-                    n.pid,
-                    &n.args[..3],
-                    reply
-                );
-            }
+            tally(&reply, &n, (&mut allowed, &mut refused));
             answer(listener, &n, reply);
             pace(&mut held);
         } else if ev.intersects(PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL) {
