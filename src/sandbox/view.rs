@@ -638,7 +638,7 @@ const SHM: &str = "/dev/shm";
 
 /// Whether `p` lies beneath `/dev/shm` (not `/dev/shm` itself): a grant
 /// there is bound again inside the run's private one, which would hide it.
-fn beneath_shm(p: &Path) -> bool {
+pub(crate) fn beneath_shm(p: &Path) -> bool {
     p.starts_with(SHM) && p != Path::new(SHM)
 }
 

@@ -160,9 +160,9 @@ fn holds_unix_socket(pids: &[libc::pid_t], rpc: Option<u64>) -> bool {
 /// beyond what it held then (`statfs`, whoever wrote it: other programs
 /// writing there meanwhile count too). Only when the run is over the limit
 /// with it, the growth of the files beneath the grant (a walk, as for the
-/// TMPDIR) plus the files there the run unlinked but holds open: other
-/// writers elsewhere on that tmpfs (a parallel run, the host) no longer
-/// count. A tmpfs without a size (`size=0`: statfs reports no blocks) is
+/// TMPDIR) plus the files there the run unlinked but holds open or mapped:
+/// other writers elsewhere on that tmpfs (a parallel run, the host) no
+/// longer count. A tmpfs without a size (`size=0`: statfs reports no blocks) is
 /// walked every time.
 pub struct Grown {
     /// The grants on that file system (none beneath another).
@@ -170,7 +170,7 @@ pub struct Grown {
     /// Used bytes of the file system at the start; None where it has no size.
     fs_base: Option<u64>,
     /// Bytes of the files beneath the grant at the start; None: unknown
-    /// (more than [`MAX_ENTRIES`] entries).
+    /// (more than [`MAX_ENTRIES`] entries, or something unreadable there).
     tree_base: Option<u64>,
 }
 

@@ -721,8 +721,13 @@ impl<'a> Survey<'a> {
         }
         if v.private_shm && real.starts_with("/dev/shm") {
             let shm = Path::new("/dev/shm");
-            let beneath_shm = |g: &&crate::plan::FsGrant| g.path.starts_with(shm) && g.path != shm;
-            let grants = || self.plan.fs.grants.iter().filter(beneath_shm);
+            let grants = || {
+                self.plan
+                    .fs
+                    .grants
+                    .iter()
+                    .filter(|g| crate::sandbox::view::beneath_shm(&g.path))
+            };
             // A grant beneath /dev/shm is bound again inside the private
             // one: there its own rules decide (a read grant's bind is
             // read-only).
