@@ -13,8 +13,13 @@
  *     ACCESS of r, w, x as in `capsule exec --dry-run --json`), a ruleset
  *     handling every filesystem right of ABI 5+, TCP bind and connect, and
  *     both scopes, one rule per grant and a read-write rule for the TMPDIR;
- *   - the pid-1 stage in a new pid namespace (plus a user namespace when not
- *     root), sharing memory (CLONE_VM), which creates the command stage with
+ *   - the pid-1 stage in new pid, mount, IPC and network namespaces (plus a
+ *     user namespace when not root), sharing memory (CLONE_VM), which brings
+ *     up loopback, builds the default view with the mounts capsule makes
+ *     (the host read-only and nosuid, a private /dev/shm, the TMPDIR bound
+ *     at /tmp, /dev/null over the shadow files capsule hides, a private
+ *     devpts and /dev/ptmx, a fresh /proc with hidepid=4 and its sys, irq,
+ *     bus and fs parts read-only), then creates the command stage with
  *     CLONE_VFORK and waits for it;
  *   - the command stage: new session, parent-death signal, every capability
  *     set emptied, no_new_privs, its /proc/self rule and
@@ -29,6 +34,12 @@
  * kernel's ABI has, as capsule does.
  *
  * usage: bench-design-floor GRANTS CMD [ARGS...]    (build with -DPROGRAM_H=...)
+ *        bench-design-floor --serve GRANTS CMD [ARGS...]
+ *
+ * --serve is the design floor of a warm parent (`capsule serve`, for
+ * `scripts/bench warm`): one run as above per line read on stdin, each
+ * planned afresh (the TMPDIR, the O_PATH opens and the ruleset), answered
+ * with its exit status on a line of stdout.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -36,10 +47,14 @@
 #include <linux/capability.h>
 #include <linux/filter.h>
 #include <linux/landlock.h>
+#include <linux/mount.h>
+#include <net/if.h>
 #include <linux/seccomp.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdint.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,21 +113,57 @@ static int command_stage(void *unused) {
     _exit(127);
 }
 
+static char tmpdir[4096];
+
+static void must(long rc, const char *what) { if (rc < 0) { perror(what); _exit(125); } }
+static long sys_mount(const char *src, const char *dst, const char *type, unsigned long flags, const char *data) {
+    return syscall(SYS_mount, src, dst, type, flags, data);
+}
+static long setattr(int dfd, const char *path, unsigned flags, uint64_t set) {
+    struct mount_attr attr = { .attr_set = set };
+    return syscall(SYS_mount_setattr, dfd, path, flags, &attr, sizeof attr);
+}
+static const char *const hidden[] = { "/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-",
+                                      "/etc/security/opasswd", "/etc/.pwd.lock" };
+static const char *const proc_ro[] = { "/proc/sys", "/proc/irq", "/proc/bus", "/proc/fs" };
+
+/* capsule's default view, mount for mount (see `strace -f -e trace=%file` of a minimal run). */
+static void view(void) {
+    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct ifreq lo = { .ifr_name = "lo", .ifr_flags = IFF_UP };
+    must(s < 0 ? -1 : ioctl(s, SIOCSIFFLAGS, &lo), "loopback");
+    close(s);
+    must(sys_mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), "private /");
+    int tmp = syscall(SYS_open_tree, AT_FDCWD, tmpdir, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+    must(tmp, "open_tree");
+    must(setattr(AT_FDCWD, "/", AT_RECURSIVE, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID), "read-only /");
+    must(sys_mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=64m,mode=1777"), "/dev/shm");
+    must(setattr(tmp, "", AT_EMPTY_PATH | AT_RECURSIVE, MOUNT_ATTR_NOSUID), "nosuid /tmp");
+    must(syscall(SYS_move_mount, tmp, "", AT_FDCWD, "/tmp", MOVE_MOUNT_F_EMPTY_PATH), "/tmp");
+    close(tmp);
+    for (size_t i = 0; i < sizeof hidden / sizeof hidden[0]; i++)
+        if (access(hidden[i], F_OK) == 0) must(sys_mount("/dev/null", hidden[i], NULL, MS_BIND, NULL), hidden[i]);
+    must(sys_mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"), "devpts");
+    must(sys_mount("/dev/pts/ptmx", "/dev/ptmx", NULL, MS_BIND, NULL), "/dev/ptmx");
+    must(sys_mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=4"), "/proc");
+    for (size_t i = 0; i < sizeof proc_ro / sizeof proc_ro[0]; i++) {
+        must(sys_mount(proc_ro[i], proc_ro[i], NULL, MS_BIND | MS_REC, NULL), proc_ro[i]);
+        must(setattr(AT_FDCWD, proc_ro[i], AT_RECURSIVE, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID), proc_ro[i]);
+    }
+}
+
 static int init_stage(void *unused) {
     (void)unused;
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    view();
     pid_t pid = clone(command_stage, stack_command + sizeof stack_command, CLONE_VM | CLONE_VFORK | SIGCHLD, NULL);
     int status;
     if (pid < 0 || waitpid(pid, &status, 0) < 0) return 125;
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-int main(int argc, char **argv) {
-    if (argc < 3) { fprintf(stderr, "usage: %s GRANTS CMD [ARGS...]\n", argv[0]); return 2; }
-    command = argv + 2;
-
+static int one_run(const char *grants_path) {
     const char *base = getenv("TMPDIR");
-    char tmpdir[4096];
     uint64_t id;
     if (getrandom(&id, sizeof id, 0) != sizeof id) die("getrandom");
     snprintf(tmpdir, sizeof tmpdir, "%s/floor-%016llx", base && *base ? base : "/tmp", (unsigned long long)id);
@@ -126,10 +177,10 @@ int main(int argc, char **argv) {
     FS_ALL = (1ULL << fs_bits) - 1;
     struct { uint64_t fs, net, scoped; } attr = { FS_ALL, abi >= 4 ? 3 : 0, abi >= 6 ? 3 : 0 };
     size_t attr_size = abi >= 6 ? 24 : abi >= 4 ? 16 : 8;
-    ruleset = syscall(SYS_landlock_create_ruleset, &attr, attr_size, 0);
+    ruleset = syscall(SYS_landlock_create_ruleset, &attr, attr_size, 0); /* close-on-exec */
     if (ruleset < 0) die("landlock_create_ruleset");
-    FILE *grants = fopen(argv[1], "re");
-    if (!grants) die(argv[1]);
+    FILE *grants = fopen(grants_path, "re");
+    if (!grants) die(grants_path);
     char line[4200];
     while (fgets(line, sizeof line, grants)) {
         char *path = strchr(line, ' '), *access = line;
@@ -151,11 +202,26 @@ int main(int argc, char **argv) {
     add_rule(fd, FS_ALL & ~LANDLOCK_ACCESS_FS_EXECUTE);
     close(fd);
 
-    int flags = CLONE_VM | CLONE_NEWPID | SIGCHLD | (geteuid() ? CLONE_NEWUSER : 0);
+    int flags = CLONE_VM | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | SIGCHLD |
+                (geteuid() ? CLONE_NEWUSER : 0);
     pid_t pid = clone(init_stage, stack_init + sizeof stack_init, flags, NULL);
     if (pid < 0) die("clone");
     int status;
     if (waitpid(pid, &status, 0) < 0) die("waitpid");
+    close(ruleset);
     rmdir(tmpdir);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int main(int argc, char **argv) {
+    int serve = argc > 1 && strcmp(argv[1], "--serve") == 0;
+    if (argc < 3 + serve) { fprintf(stderr, "usage: %s [--serve] GRANTS CMD [ARGS...]\n", argv[0]); return 2; }
+    command = argv + 2 + serve;
+    if (!serve) return one_run(argv[1]);
+    char request[4096];
+    while (fgets(request, sizeof request, stdin)) {
+        printf("%d\n", one_run(argv[2]));
+        fflush(stdout);
+    }
+    return 0;
 }
