@@ -38,6 +38,9 @@ use crate::sys::serve::{fork_step, Forked};
 
 /// The longest request line; a longer one is answered with an error and skipped.
 pub const MAX_LINE: usize = 1 << 20;
+
+/// What one read takes from the caller or from a step's output.
+const CHUNK: usize = 64 * 1024;
 /// Requests read ahead of the steps running (then stdin is not read).
 const MAX_PENDING: usize = 64;
 /// Where a step's process finds its status pipe.
@@ -115,12 +118,12 @@ impl Stream {
         }
     }
 
-    /// Read what is there now (the descriptor is non-blocking); false at EOF.
-    fn pump(&mut self, cap: u64) -> bool {
+    /// Read what is there now (the descriptor is non-blocking), through
+    /// the server's `chunk`; false at EOF.
+    fn pump(&mut self, cap: u64, buf: &mut [u8]) -> bool {
         let Some(fd) = &self.fd else { return false };
-        let mut buf = [0u8; 65536];
         loop {
-            match nix::unistd::read(fd, &mut buf) {
+            match nix::unistd::read(fd, buf) {
                 Ok(0) => {
                     self.fd = None;
                     return false;
@@ -199,6 +202,10 @@ struct Server {
     /// arguments with its own copy (clap's build is most of a parse).
     cli: clap::Command,
     buf: Vec<u8>,
+    /// The buffer every read goes through, zeroed once: after each fork the
+    /// server's pages are shared with the step until written, and a zeroed
+    /// stack buffer per read would copy all 16 of its pages every time.
+    chunk: Vec<u8>,
     /// Inside an overlong line.
     skipping: bool,
     eof: bool,
@@ -223,6 +230,7 @@ pub fn run(a: ServeArgs) -> i32 {
         max_output: a.max_output,
         cli: super::cli_command(),
         buf: Vec::new(),
+        chunk: vec![0; CHUNK],
         skipping: false,
         eof: false,
         pending: VecDeque::new(),
@@ -290,8 +298,8 @@ impl Server {
     /// whose process ended without one); reap the answered ones that ended.
     fn collect(&mut self) {
         for s in &mut self.steps {
-            s.out.pump(self.max_output);
-            s.err.pump(self.max_output);
+            s.out.pump(self.max_output, &mut self.chunk);
+            s.err.pump(self.max_output, &mut self.chunk);
             s.read_status();
         }
         let mut i = 0;
@@ -299,7 +307,7 @@ impl Server {
             let s = &self.steps[i];
             if s.code.is_some() || (s.status.is_none() && readable(&s.pidfd)) {
                 let s = self.steps.swap_remove(i);
-                let (resp, left) = finish(s, self.max_output);
+                let (resp, left) = finish(s, self.max_output, &mut self.chunk);
                 self.out.send(&resp);
                 self.reaping.extend(left);
             } else {
@@ -318,8 +326,7 @@ impl Server {
 
     /// Read what the caller sent and take each complete line.
     fn read_requests(&mut self) {
-        let mut chunk = [0u8; 65536];
-        match self.input.read(&mut chunk) {
+        match self.input.read(&mut self.chunk) {
             Ok(0) => {
                 self.eof = true;
                 if !self.buf.is_empty() && !self.skipping {
@@ -328,7 +335,7 @@ impl Server {
                 }
             }
             Ok(n) => {
-                let mut rest = &chunk[..n];
+                let mut rest = &self.chunk[..n];
                 while let Some(nl) = rest.iter().position(|&b| b == b'\n') {
                     if self.skipping {
                         self.skipping = false;
@@ -554,9 +561,9 @@ fn step(
 
 /// The response for a step that reported (then its process, still to be
 /// reaped, is returned) or whose process ended without a report.
-fn finish(mut s: Step, cap: u64) -> (Value, Option<(libc::pid_t, OwnedFd)>) {
-    s.out.pump(cap);
-    s.err.pump(cap);
+fn finish(mut s: Step, cap: u64, buf: &mut [u8]) -> (Value, Option<(libc::pid_t, OwnedFd)>) {
+    s.out.pump(cap, buf);
+    s.err.pump(cap, buf);
     let mut r = Map::new();
     r.insert("id".into(), s.id.clone());
     let left = match s.code {

@@ -45,10 +45,14 @@ pub async fn pump(fd: OwnedFd, sink: Sink, limit: u64) -> Captured {
         Sink::Stdout => Some(Box::new(tokio::io::stdout())),
         Sink::Stderr => Some(Box::new(tokio::io::stderr())),
     };
-    let mut buf = vec![0u8; CHUNK];
+    // Not zeroed: a read touches only the pages it fills (most runs write
+    // a few bytes, and zeroing 64 pages per stream was most of a step's
+    // page faults in the supervisor).
+    let mut buf: Vec<u8> = Vec::with_capacity(CHUNK);
     let mut kept: u64 = 0;
     loop {
-        let n = match rx.read(&mut buf).await {
+        buf.clear();
+        let n = match rx.read_buf(&mut buf).await {
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
