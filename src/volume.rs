@@ -45,7 +45,10 @@ pub enum VolumeError {
         path: PathBuf,
         why: String,
     },
-    #[error("volume {name}: {path}: {source}")]
+    #[error(
+        "volume {name}: {path}: {source} (volumes live in $XDG_DATA_HOME/capsule/volumes, default \
+         ~/.local/share/capsule/volumes: set XDG_DATA_HOME to a writable directory to keep them elsewhere)"
+    )]
     Io {
         name: String,
         path: PathBuf,

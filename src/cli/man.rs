@@ -28,12 +28,12 @@ What this kernel gives: Landlock ABI, seccomp, namespaces, cgroups, the proxy.
 Without \fB\-\-policy\fR: the system directories, a private /tmp, no network, and the current directory read\-only as the working directory (never \fB/\fR, your home or the temp directory: then the run says so on stderr).
 .TP
 \fBcapsule exec \-\-allow\-read . \-\-allow\-write ./out \-\-timeout 10 \-\- make test\fR
-Grants on the command line, a wall\-clock limit (exit 124 when it strikes).
+Grants on the command line (each path must exist: \fBmkdir out\fR first), a wall\-clock limit (exit 124 when it strikes).
 .TP
-\fBcapsule exec \-\-net proxy \-\-allow\-host pypi.org \-\-allow\-host files.pythonhosted.org \-\- pip download requests\fR
-Network only through capsule's filtering proxy, to the hosts named.
+\fBcapsule exec \-\-net proxy \-\-allow\-host pypi.org \-\-allow\-host files.pythonhosted.org \-\-allow\-write . \-\- pip download requests\fR
+Network only through capsule's filtering proxy, to the hosts named; the current directory writable for the download (read\-only without \fB\-\-allow\-write .\fR).
 .TP
-\fBcapsule exec \-e CARGO_HOME=/opt/cargo \-e PIP_INDEX_URL \-\- cargo test\fR
+\fBcapsule exec \-e CI=true \-e LANG \-\- /usr/bin/env\fR
 Set a variable, or pass the host's by name (the same refusals as \fBenv.set\fR/\fBenv.pass\fR).
 .TP
 \fBcapsule policy init python\-agent > agent.yaml && capsule check \-p agent.yaml\fR

@@ -384,9 +384,11 @@ fn print_limits(plan: &Plan) {
             println!("          {name} {v} ({how})");
         }
     };
+    // Named and counted as the policy's keys are (`limits.memory_mb`).
+    let mib = |v: Option<u64>| v.map(|b| b >> 20);
     opt(
-        "memory_bytes",
-        l.memory_bytes,
+        "memory_mb",
+        mib(l.memory_bytes),
         "cgroup where capsule may create one, else RLIMIT_DATA + capsule's memory watchdog (shared memory)",
     );
     // Only the branch that applies to this user (an unprivileged user has
@@ -401,7 +403,11 @@ fn print_limits(plan: &Plan) {
         },
     );
     opt("cpu_seconds", l.cpu_seconds, "RLIMIT_CPU");
-    opt("max_file_size_bytes", l.max_file_size_bytes, "RLIMIT_FSIZE");
+    opt(
+        "max_file_size_mb",
+        mib(l.max_file_size_bytes),
+        "RLIMIT_FSIZE",
+    );
     opt("max_open_files", l.max_open_files, "RLIMIT_NOFILE");
 }
 

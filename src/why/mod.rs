@@ -295,9 +295,8 @@ impl<'a> Survey<'a> {
             "signals": self.signals.as_str(),
             "network": self.plan.net.mode,
             "note": self.namespaces.then_some(
-                "namespaces are predicted from the host's settings, as check does; where clone() still refuses \
-                 them (a container without CAP_SYS_ADMIN), exec takes the no-namespace path: ask again with \
-                 CAPSULE_NO_NAMESPACES=1"
+                "namespaces: a throwaway trial child made them here, as check does, so these answers are for \
+                 the path exec takes on this host; CAPSULE_NO_NAMESPACES=1 asks about the no-namespace path"
             ),
         })
     }
