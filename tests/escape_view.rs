@@ -1005,6 +1005,50 @@ fn a_volume_mounts_at_a_new_destination() {
     assert_eq!(w, "Read-only file system", "{}", run.ctx());
 }
 
+/// A read grant above the data directory carves out capsule's volumes
+/// (other runs' data) beneath it; the volume this run mounts is named
+/// exactly by its mount and stays usable, at its destination (the view) or
+/// in place (without namespaces), while the other volumes stay unreadable.
+/// Before: the broader grant dropped the mount's own grant, and the run got
+/// EACCES on its volume.
+#[test]
+fn a_volume_stays_usable_under_a_read_grant_above_it_and_the_others_stay_carved_out() {
+    let mut sb = Sandbox::new();
+    let data = sb.mkdir("data");
+    sb.set_env("XDG_DATA_HOME", &data.to_string_lossy());
+    sb.run(&["volume", "create", "vw-mine"]).assert_code(0);
+    sb.run(&["volume", "create", "vw-other"]).assert_code(0);
+    let vols = data.join("capsule/volumes");
+    fs::write(vols.join("vw-mine/seed"), "mine").unwrap();
+    fs::write(vols.join("vw-other/secret"), "theirs").unwrap();
+    let data_s = data.to_string_lossy().into_owned();
+    let mine = vols.join("vw-mine").to_string_lossy().into_owned();
+    let dst = if view_expected() {
+        "/pack".to_string()
+    } else {
+        mine.clone()
+    };
+    let mount = format!("volume:vw-mine:{dst}:rw");
+    let opts = ["--allow-read", data_s.as_str(), "--mount", mount.as_str()];
+    let (run, r, w) = read_then_write(&sb, &opts, &format!("{dst}/seed"), &format!("{dst}/made"));
+    run.assert_code(0);
+    assert_eq!((r.as_str(), w.as_str()), ("mine", "ok"), "{}", run.ctx());
+    assert_eq!(
+        fs::read_to_string(vols.join("vw-mine/made")).unwrap_or_default(),
+        "new"
+    );
+    // The carve-out still holds for every other volume, by its host path.
+    let other = vols.join("vw-other/secret").to_string_lossy().into_owned();
+    let (run, r, _) = read_then_write(&sb, &opts, &other, &format!("{dst}/more"));
+    run.assert_code(0);
+    assert_eq!(
+        r,
+        "Permission denied",
+        "another run's volume is readable{}",
+        run.ctx()
+    );
+}
+
 #[test]
 fn without_namespaces_a_mount_elsewhere_is_refused_and_in_place_is_a_grant() {
     let mut sb = Sandbox::new();

@@ -47,6 +47,18 @@ pub enum Origin {
     Secret(&'static str),
 }
 
+impl Origin {
+    /// A mount's source (`mounts:` or `--mount`): named exactly by the
+    /// mount, as the path it exposes.
+    pub fn is_mount(&self) -> bool {
+        match self {
+            Origin::Policy { key, .. } => key.starts_with("mounts["),
+            Origin::Cli(flag) => *flag == "--mount",
+            _ => false,
+        }
+    }
+}
+
 impl std::fmt::Display for Origin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

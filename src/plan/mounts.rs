@@ -162,12 +162,7 @@ pub fn withhold_exec(grants: &mut [FsGrant], binds: &[Bind]) -> Vec<String> {
     let writable = super::tools::writable_places(grants);
     let mut notes = Vec::new();
     for g in grants.iter_mut() {
-        let from_mount = match &g.origin {
-            Origin::Policy { key, .. } => key.starts_with("mounts["),
-            Origin::Cli(flag) => *flag == "--mount",
-            _ => false,
-        };
-        if !from_mount || g.access != Access::EXEC {
+        if !g.origin.is_mount() || g.access != Access::EXEC {
             continue;
         }
         let Some((w, o)) = writable

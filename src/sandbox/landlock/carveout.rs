@@ -24,7 +24,9 @@
 //!
 //! A grant naming a denied path exactly wins over that deny: the deny is still carved
 //! out of the broader grants around it, and the exact grant gives it its own rights.
-//! A grant strictly inside a (not overridden) denied path is dropped and reported.
+//! A grant strictly inside a (not overridden) denied path is dropped and reported,
+//! unless it is a mount's source inside a built-in credential carve-out (a volume
+//! inside capsule's volumes): the mount names it exactly.
 //! A deny that is not beneath any grant is ignored here (the policy layer rejects it).
 //! A deny that does not exist needs no carving: nothing is there to protect.
 
@@ -41,7 +43,7 @@ use nix::sys::stat::{fstat, Mode, SFlag};
 use super::error::LandlockError;
 use super::report::{DenyLine, DroppedGrant, RuleKind, RuleLine};
 use super::rights;
-use crate::plan::{FsDeny, FsGrant, FsPlan};
+use crate::plan::{FsDeny, FsGrant, FsPlan, Origin};
 
 /// Where each rule's opened path goes as soon as it is planned: the ruleset
 /// adds it and the descriptor is closed, so planning holds one descriptor at
@@ -74,9 +76,13 @@ pub(super) fn plan(fs: &FsPlan, abi: ABI, sink: Sink<'_>) -> Result<FsRules, Lan
             continue;
         }
         // A grant strictly inside a denied path that no grant names exactly: dropped.
+        // A mount's source is named exactly by the mount: a built-in credential
+        // carve-out around it (capsule's volumes around the volume mounted)
+        // stays carved out of the broader grants, and the mount keeps its own.
         if let Some(d) = denies.iter().find(|d| {
             strictly_inside(&grant.path, &d.deny.path)
                 && !fs.grants.iter().any(|g| g.path == d.deny.path)
+                && !(grant.origin.is_mount() && matches!(d.deny.origin, Origin::Credential(_)))
         }) {
             tracing::warn!(grant = %grant.path.display(), deny = %d.deny.path.display(),
                 "grant lies inside a denied path and is dropped");
