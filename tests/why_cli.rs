@@ -692,3 +692,71 @@ fn grants_beneath_dev_shm_agree_with_exec() {
     );
     let _ = std::fs::remove_file(&private);
 }
+
+/// A path beneath a mount's destination is judged as its source, in `why`
+/// and in `--explain` (which asks `why` about the paths the run named): a
+/// read-only mount reads, a read-write one writes, and a volume under a
+/// read grant of the data directory stays usable while the other volumes
+/// stay carved out. Before: every path of a mount at a new destination was
+/// "no grant covers it", and --explain reported refusals that never were.
+#[test]
+fn mounts_agree_with_exec_at_their_destination() {
+    let mut sb = Sandbox::new();
+    let data = sb.mkdir("data");
+    sb.set_env("XDG_DATA_HOME", &data.to_string_lossy());
+    sb.write("src-ro/f", "ro");
+    sb.write("src-rw/f", "rw");
+    sb.run(&["volume", "create", "wv-mine"]).assert_code(0);
+    sb.run(&["volume", "create", "wv-other"]).assert_code(0);
+    let vols = data.join("capsule/volumes");
+    std::fs::write(vols.join("wv-mine/seed"), "mine").unwrap();
+    std::fs::write(vols.join("wv-other/secret"), "theirs").unwrap();
+    let view = view_expected();
+    let at = |dst: &str, src: &str| if view { dst.to_string() } else { sb.p(src) };
+    let (ro, rw) = (at("/why-ro", "src-ro"), at("/why-rw", "src-rw"));
+    let vol = if view {
+        "/why-vol".to_string()
+    } else {
+        vols.join("wv-mine").display().to_string()
+    };
+    let mounts = [
+        format!("{}:{ro}", sb.p("src-ro")),
+        format!("{}:{rw}:rw", sb.p("src-rw")),
+        format!("volume:wv-mine:{vol}:rw"),
+    ];
+    let data_s = data.display().to_string();
+    let mut opts = vec!["--no-audit", "--allow-read", data_s.as_str()];
+    for m in &mounts {
+        opts.extend(["--mount", m.as_str()]);
+    }
+    let pol = sb.policy("version: 1\n");
+    let a = agree_with(
+        &sb,
+        &pol,
+        &opts,
+        &[
+            Q::read(format!("{ro}/f")),
+            Q::append(format!("{ro}/f")),
+            Q::create(format!("{ro}/new")),
+            Q::read(format!("{rw}/f")),
+            Q::append(format!("{rw}/f")),
+            Q::create(format!("{rw}/new")),
+            Q::read(format!("{vol}/seed")),
+            Q::create(format!("{vol}/made")),
+            Q::read(vols.join("wv-other/secret").display().to_string()),
+        ],
+        "mounts",
+    );
+    for (q, allowed) in [
+        (format!("read {ro}/f"), true),
+        (format!("write {ro}/new"), false),
+        (format!("write {rw}/new"), true),
+        (format!("write {vol}/made"), true),
+        (
+            format!("read {}", vols.join("wv-other/secret").display()),
+            false,
+        ),
+    ] {
+        assert_eq!(a[&q]["allowed"], allowed, "{q}: {a:#?}");
+    }
+}

@@ -322,6 +322,41 @@ impl<'a> Survey<'a> {
     /// the kernel would)?
     pub fn path(&self, path: &Path, access: FsAccess) -> Answer {
         let mut a = Answer::new(format!("{} {}", access.as_str(), path.display()));
+        // Beneath a mount's destination the run reaches the mount's source:
+        // judged there, by its grant (the view's own places do not apply).
+        let mounted = self.through_mount(path);
+        if let Some((src, b)) = &mounted {
+            a.notes.push(format!(
+                "{} is {} on the host: the mount of {} at {}{}",
+                path.display(),
+                src.display(),
+                b.src.display(),
+                b.dst.display(),
+                if b.read_only { " (read-only)" } else { "" }
+            ));
+        }
+        if let Some((_, b)) = mounted.as_ref().filter(|(_, b)| b.read_only) {
+            if matches!(
+                access,
+                FsAccess::Write | FsAccess::Truncate | FsAccess::Chmod
+            ) {
+                a.allowed = false;
+                a.layer = "view";
+                a.layer_detail = "the run's view (mount namespace)".into();
+                a.because = format!(
+                    "{} is mounted read-only at {} (EROFS)",
+                    b.src.display(),
+                    b.dst.display()
+                );
+                a.change = Some(format!(
+                    "mount it read-write: --mount {}:{}:rw (or read_only: false in mounts:)",
+                    b.src.display(),
+                    b.dst.display()
+                ));
+                return a;
+            }
+        }
+        let path = mounted.as_ref().map_or(path, |(src, _)| src.as_path());
         let (real, exists) = canonical(path);
         if real != path {
             a.notes.push(format!(
@@ -343,11 +378,13 @@ impl<'a> Survey<'a> {
             ));
         }
         // The link itself must be in the run's view to be followed.
-        if let Some(done) = self.link_outside_view(&a, path, &real) {
-            return done;
-        }
-        if let Some(done) = self.view_special(&mut a, &real, access) {
-            return done;
+        if mounted.is_none() {
+            if let Some(done) = self.link_outside_view(&a, path, &real) {
+                return done;
+            }
+            if let Some(done) = self.view_special(&mut a, &real, access) {
+                return done;
+            }
         }
         if access == FsAccess::Chmod {
             return self.chmod(a, &real, exists);
@@ -690,6 +727,45 @@ impl<'a> Survey<'a> {
         ));
         out.grant = Some((dir, GrantKind::Read));
         Some(out)
+    }
+
+    /// `path` beneath the destination of a mount (`mounts:`, `--mount`) at
+    /// another place in the run's view: the source path it reaches there
+    /// (the deepest destination wins, as the later mount covers).
+    fn through_mount(&self, path: &Path) -> Option<(PathBuf, &crate::plan::Bind)> {
+        self.view.as_ref()?;
+        let b = self
+            .plan
+            .fs
+            .mounts
+            .iter()
+            .filter(|b| {
+                b.src != b.dst
+                    && path.starts_with(&b.dst)
+                    && self
+                        .plan
+                        .fs
+                        .grants
+                        .iter()
+                        .any(|g| g.path == b.src && g.origin.is_mount())
+            })
+            .max_by_key(|b| b.dst.components().count())?;
+        let rest = path.strip_prefix(&b.dst).ok()?;
+        // `..` out of a mount climbs the run's view, not the source's parent.
+        if rest
+            .components()
+            .any(|c| !matches!(c, std::path::Component::Normal(_)))
+        {
+            return None;
+        }
+        Some((
+            if rest.as_os_str().is_empty() {
+                b.src.clone()
+            } else {
+                b.src.join(rest)
+            },
+            b,
+        ))
     }
 
     /// The view's own places: the private /tmp, /proc, /dev/shm and the
