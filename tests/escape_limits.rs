@@ -295,6 +295,20 @@ fn as_root_without_a_cgroup_concurrent_forks_stay_within_max_processes() {
     }
 }
 
+/// The tests that write hundreds of MiB on the host's /dev/shm run one at a
+/// time. The watchdog's first bound for a host tmpfs is what the whole file
+/// system grew by, and it stands where the closer count cannot be made (a
+/// mapped unlinked file an unprivileged capsule cannot size, a Unix socket
+/// that may carry a file): a full CI run once had a run holding 40 MiB of
+/// `memory_mb: 64` killed at "450 MiB" while another of these tests wrote
+/// its 512 MiB (as capsule-test without namespaces; not reproduced alone).
+/// Freed meanwhile, another test's files offset a run's growth instead
+/// (both limitations, README).
+fn shm_exclusive() -> std::sync::MutexGuard<'static, ()> {
+    static SHM: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SHM.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A sandbox for the shared-memory cases: TMPDIR on a tmpfs (/dev/shm, as on
 /// hosts whose /tmp is one), and with `no_cgroups` no cgroup capsule may
 /// make (the default of an unprivileged user on a host without delegation,
@@ -315,6 +329,7 @@ fn shmem_sandbox(no_cgroups: bool) -> Sandbox {
 /// and a run under a limit it stays below must be left alone.
 #[test]
 fn shared_memory_is_bounded_by_memory_mb() {
+    let _shm = shm_exclusive();
     if !std::path::Path::new("/dev/shm").is_dir() {
         skip("no /dev/shm tmpfs for the TMPDIR case");
         return;
@@ -387,6 +402,7 @@ fn shared_memory_is_bounded_by_memory_mb() {
 /// tmpfs outside the grant does not.
 #[test]
 fn a_write_grant_on_a_host_tmpfs_is_bounded_by_memory_mb() {
+    let _shm = shm_exclusive();
     let Some(dir) = shm_scratch("capsule-shm-grant.", 600) else {
         return;
     };
@@ -620,6 +636,7 @@ time.sleep(1.5)
 "#;
 
 fn hidden_on_a_granted_tmpfs(hows: &[&str]) {
+    let _shm = shm_exclusive();
     let Some(dir) = shm_scratch("capsule-shm-hide.", 400) else {
         return;
     };
