@@ -252,7 +252,8 @@ pub const MEMORY_WATCHDOG_LIMITATION: &str =
      there meanwhile counts too). What remains: memory taken within one 100 ms interval before the kill; a \
      memfd or tmpfs file that is also mapped counts twice; a TMPDIR file on a host tmpfs that the run \
      unlinked and holds only in flight in a Unix socket is not counted (beneath a write grant it is: a run \
-     holding a Unix socket other than its RPC channel keeps that tmpfs's whole growth as its count), what \
+     holding a Unix socket other than its RPC channel, or with bytes waiting unread in that channel, keeps \
+     that tmpfs's whole growth as its count), what \
      other programs free meanwhile on a host tmpfs the run may write offsets what the run writes there (that \
      tmpfs never holds more than it did plus the limit), and a TMPDIR file it unlinked and keeps \
      only mapped counts only as far as its pages are touched, nor is kernel memory (page tables, socket and pipe buffers); SysV shared \

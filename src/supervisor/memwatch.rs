@@ -31,7 +31,9 @@
 //!   began; only when that is over the limit, the growth of the files
 //!   beneath the grant plus those there the run unlinked but holds open
 //!   or mapped (where a directory there is unreadable, or a mapped file cannot
-//!   be sized, the file system's growth)
+//!   be sized, or the run holds a Unix socket or has bytes waiting unread
+//!   in its RPC channel, where a file can sit in flight: the file system's
+//!   growth)
 //!   ([`Grown`]).
 //!
 //! Who is of the run (`/proc/PID/task/TID/children`, at most
@@ -90,6 +92,8 @@ pub struct Watch {
     pub granted_tmpfs: Vec<Grown>,
     /// The inode of the run's end of its RPC socket pair.
     pub rpc_socket: Option<u64>,
+    /// Capsule's end of that pair (a duplicate): what waits there unread.
+    pub rpc_queue: Option<std::os::fd::OwnedFd>,
 }
 
 /// What the watchdog notes before the run exists.
@@ -98,6 +102,8 @@ pub struct Before {
     pub granted: Vec<Grown>,
     /// The inode of the run's end of its RPC socket pair.
     pub rpc_socket: Option<u64>,
+    /// Capsule's end of that pair (a duplicate).
+    pub rpc_queue: Option<std::os::fd::OwnedFd>,
 }
 
 /// The most lines of a `/proc/PID/net/unix` read (more: as if the run held one).
@@ -153,6 +159,16 @@ fn holds_unix_socket(pids: &[libc::pid_t], rpc: Option<u64>) -> bool {
         }
     }
     false
+}
+
+/// Whether something the run sent on its RPC socket waits there unread:
+/// capsule drains that socket, but not while the run keeps it from doing so
+/// (it stops reading the answers, and capsule's write of them blocks; the
+/// pacing of a flood), and a descriptor sent along with those bytes holds
+/// its file in flight meanwhile. What cannot be asked counts as waiting.
+fn rpc_unread(queue: Option<&std::os::fd::OwnedFd>) -> bool {
+    use std::os::fd::AsFd;
+    queue.is_some_and(|q| crate::sys::socket_queued(q.as_fd()).map_or(true, |n| n > 0))
 }
 
 /// A host tmpfs the run may write (a write grant on it), as it was when the
@@ -287,8 +303,11 @@ fn sample(w: &Watch) -> Option<u64> {
     // no name, no descriptor and no mapping: no closer bound sees it. It
     // lives only as long as a socket of the run does, so a run that holds a
     // Unix socket (other than its RPC channel, which capsule drains: what
-    // it carried in flight is dropped as it is read) keeps the quick bound.
-    let refine = granted.iter().any(|q| *q > 0) && !holds_unix_socket(&pids, w.rpc_socket);
+    // it carried in flight is dropped as it is read, so only while nothing
+    // waits unread there) keeps the quick bound.
+    let refine = granted.iter().any(|q| *q > 0)
+        && !rpc_unread(w.rpc_queue.as_ref())
+        && !holds_unix_socket(&pids, w.rpc_socket);
     for (g, q) in w.granted_tmpfs.iter().zip(granted) {
         total = total.saturating_add(match q {
             0 => 0,

@@ -330,6 +330,17 @@ pub fn set_nonblocking(fd: RawFd) -> Result<(), Errno> {
     Errno::result(unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) }).map(drop)
 }
 
+/// The bytes waiting in a socket's receive queue (SIOCINQ): what its peer
+/// sent that nobody here has read yet.
+pub fn socket_queued(fd: std::os::fd::BorrowedFd<'_>) -> Result<usize, Errno> {
+    use std::os::fd::AsRawFd;
+    let mut n: libc::c_int = 0;
+    // SAFETY: SIOCINQ (FIONREAD) writes one int into our local; the
+    // descriptor is borrowed, so open for the call.
+    Errno::result(unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut n) })?;
+    Ok(usize::try_from(n).unwrap_or(0))
+}
+
 /// Grow a pipe's buffer (best effort): fewer wake-ups when capturing floods.
 pub fn grow_pipe(fd: RawFd, size: libc::c_int) {
     // SAFETY: fcntl on a pipe descriptor we own; failure is harmless.
