@@ -127,3 +127,189 @@ fn files_in_flight_in_the_rpc_socket_count_toward_memory_mb() {
         );
     }
 }
+
+/// A thread of the run with a descriptor table of its own (`clone` with
+/// `CLONE_THREAD` but without `CLONE_FILES`: seccomp refuses only the
+/// `CLONE_NEW*` flags) opens each 32 MiB file on the granted tmpfs, then
+/// unlinks it and keeps the descriptor. `/proc/PID/fd` is the table of the
+/// thread-group leader: the file has no name, no mapping, and no
+/// descriptor there. Prints HELD with what the tmpfs grew by.
+const PRIVATE_FD_TABLE_C: &str = r#"
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+static char stack[1 << 16] __attribute__((aligned(16)));
+static char paths[8][4096];
+static char buf[1 << 20];
+static volatile int done;
+
+static void nap(long ms) {
+    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&t, 0);
+}
+
+static int thread(void *arg) {
+    (void)arg;
+    for (int i = 0; i < 8; i++) {
+        int fd = open(paths[i], O_RDWR | O_CREAT, 0600);
+        if (fd < 0)
+            break;
+        for (int j = 0; j < 32; j++)
+            if (write(fd, buf, sizeof buf) != (ssize_t)sizeof buf)
+                break;
+        unlink(paths[i]);
+        nap(300);
+    }
+    done = 1;
+    for (;;)
+        nap(1000);
+    return 0;
+}
+
+static unsigned long long used(const char *p) {
+    struct statvfs s;
+    if (statvfs(p, &s))
+        return 0;
+    return (unsigned long long)(s.f_blocks - s.f_bfree) * s.f_frsize;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2)
+        return 2;
+    memset(buf, 7, sizeof buf);
+    for (int i = 0; i < 8; i++)
+        snprintf(paths[i], sizeof paths[i], "%s/f%d", argv[1], i);
+    unsigned long long before = used(argv[1]);
+    if (clone(thread, stack + sizeof stack, CLONE_VM | CLONE_SIGHAND | CLONE_THREAD, 0) < 0) {
+        perror("clone");
+        return 3;
+    }
+    while (!done)
+        nap(10);
+    printf("HELD %llu\n", (used(argv[1]) - before) >> 20);
+    fflush(stdout);
+    nap(1500);
+    return 0;
+}
+"#;
+
+/// The memory watchdog found a granted tmpfs's unlinked files, and the Unix
+/// sockets a run holds, through `/proc/PID/fd` only: the table of the
+/// thread-group leader. A thread with a table of its own kept 256 MiB of a
+/// granted /dev/shm directory open and unlinked under `memory_mb: 64`.
+#[test]
+fn files_held_by_a_thread_with_its_own_descriptor_table_count_toward_memory_mb() {
+    let Some(dir) = shm_scratch("capsule-shm-fdt.", 400) else {
+        return;
+    };
+    let probe_sb = Sandbox::new();
+    let Some(prog) = probe_sb.compile_c("prog", "private_fd_table", PRIVATE_FD_TABLE_C) else {
+        return;
+    };
+    let prog = prog.display().to_string();
+    for no_ns in ["0", "1"] {
+        let mut last = None;
+        for attempt in 0..3 {
+            let mut sb = Sandbox::new();
+            sb.set_env("CAPSULE_NO_CGROUPS", "1");
+            sb.set_env("CAPSULE_NO_NAMESPACES", no_ns);
+            let grant = dir.path().join(format!("fdt-{no_ns}-{attempt}"));
+            std::fs::create_dir(&grant).expect("mkdir grant");
+            let g = grant.display().to_string();
+            let pol = sb.policy(&format!(
+                "version: 1\nfilesystem:\n  write: [{g}]\nlimits:\n  memory_mb: 64\n  timeout_seconds: 60\n"
+            ));
+            let run = sb.exec_json(&["--policy", &pol], &[&prog, &g]);
+            let _ = std::fs::remove_dir_all(&grant);
+            let held = run
+                .child_stdout()
+                .lines()
+                .find_map(|l| l.strip_prefix("HELD "))
+                .and_then(|v| v.trim().parse::<u64>().ok());
+            let escaped = held.is_some_and(|mib| mib >= 200);
+            last = Some((run, held));
+            if !escaped {
+                break;
+            }
+        }
+        let (run, held) = last.unwrap();
+        if held.is_some_and(|mib| mib >= 200) {
+            panic!(
+                "ESCAPE (no_namespaces={no_ns}): a thread with its own descriptor table held {} MiB \
+                 on a granted host tmpfs under memory_mb: 64, three times{}",
+                held.unwrap(),
+                run.ctx()
+            );
+        }
+        let j = run.json();
+        assert_eq!(j["termination_reason"], "signaled", "{}", run.ctx());
+        assert!(
+            j["kill_reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("limits.memory_mb")),
+            "kill_reason must name memory_mb{}",
+            run.ctx()
+        );
+    }
+}
+
+/// The thread-group leader ends with a bare `exit` (not `exit_group`)
+/// while another thread lives on and holds 512 MiB of shared anonymous
+/// memory (not counted by RLIMIT_DATA). The leader is then a zombie with no
+/// memory of its own: `/proc/PID/status` shows no `Rss*` line and
+/// `/proc/PID/smaps_rollup` answers ESRCH, though the process's live thread
+/// holds it all. Prints HELD once it does.
+const LEADER_EXITS: &str = r#"
+import ctypes, mmap, os, platform, sys, threading, time
+libc = ctypes.CDLL(None, use_errno=True)
+SYS_exit = {"x86_64": 60, "aarch64": 93}[platform.machine()]
+def hold():
+    time.sleep(0.5)
+    m = mmap.mmap(-1, 512 << 20, mmap.MAP_SHARED)
+    for i in range(0, 512 << 20, 1 << 20):
+        m[i:i + (1 << 20)] = b"\x07" * (1 << 20)
+        time.sleep(0.004)
+    print("HELD", flush=True)
+    time.sleep(1.5)
+    os._exit(0)
+threading.Thread(target=hold).start()
+libc.syscall(SYS_exit, 0)
+"#;
+
+/// The memory watchdog read each process's memory through its leader's
+/// `/proc/PID/status` and `smaps_rollup`, which show nothing once the leader
+/// exited alone: under `memory_mb: 64` a run held 512 MiB of shared memory
+/// in a thread that outlived its leader, with or without namespaces.
+#[test]
+fn memory_of_a_process_whose_leader_exited_counts_toward_memory_mb() {
+    let py = python();
+    for no_ns in ["0", "1"] {
+        let mut sb = Sandbox::new();
+        sb.set_env("CAPSULE_NO_CGROUPS", "1");
+        sb.set_env("CAPSULE_NO_NAMESPACES", no_ns);
+        let pol = sb.policy("version: 1\nlimits:\n  memory_mb: 64\n  timeout_seconds: 60\n");
+        let run = sb.exec_json(&["--policy", &pol], &[&py, "-c", LEADER_EXITS]);
+        assert!(
+            !run.child_stdout().contains("HELD"),
+            "ESCAPE (no_namespaces={no_ns}): held 512 MiB under memory_mb: 64 in a thread whose \
+             leader exited{}",
+            run.ctx()
+        );
+        let j = run.json();
+        assert_eq!(j["termination_reason"], "signaled", "{}", run.ctx());
+        assert!(
+            j["kill_reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("limits.memory_mb")),
+            "kill_reason must name memory_mb{}",
+            run.ctx()
+        );
+    }
+}

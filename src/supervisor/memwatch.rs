@@ -13,7 +13,9 @@
 //!   the sum is over the limit, `/proc/PID/smaps_rollup`'s `Pss_Anon +
 //!   Pss_Shmem` (shared pages divided among the processes mapping them;
 //!   `Pss` where the kernel has no `Pss_Anon`, before 5.14) plus hugetlb
-//!   pages. Swap is not counted (nor does a cgroup's `memory.max`);
+//!   pages. Swap is not counted (nor does a cgroup's `memory.max`). Read
+//!   through a task that still has the memory: a leader that exited alone
+//!   (a bare `exit`, its other threads living on) shows none;
 //! * every memfd the run made: the memfd guard (`guards::memfd`) makes each one
 //!   itself and keeps a duplicate, whose allocated blocks count whether or
 //!   not any process maps it or still holds it (a memfd parked in flight in a
@@ -30,6 +32,7 @@
 //!   what the whole file system holds beyond what it held when the run
 //!   began; only when that is over the limit, the growth of the files
 //!   beneath the grant plus those there the run unlinked but holds open
+//!   (in any task's descriptor table, not only the leader's)
 //!   or mapped (where a directory there is unreadable, or a mapped file cannot
 //!   be sized, or the run holds a Unix socket or has bytes waiting unread
 //!   in its RPC channel, where a file can sit in flight: the file system's
@@ -134,10 +137,10 @@ fn holds_unix_socket(pids: &[libc::pid_t], rpc: Option<u64>) -> bool {
             unix.insert(ino);
         }
     }
-    for pid in pids {
-        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+    for table in pids.iter().flat_map(|pid| fd_tables(*pid)) {
+        let Ok(fds) = std::fs::read_dir(&table) else {
             // Gone meanwhile, or made non-dumpable: unknown counts as held.
-            if std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            if table.parent().is_some_and(Path::exists) {
                 return true;
             }
             continue;
@@ -159,6 +162,34 @@ fn holds_unix_socket(pids: &[libc::pid_t], rpc: Option<u64>) -> bool {
         }
     }
     false
+}
+
+/// The descriptor tables of process `pid`: `/proc/PID/fd` is only its
+/// leader's, and a thread may have one of its own (`clone` with
+/// `CLONE_THREAD` but not `CLONE_FILES`), or outlive a leader that exited
+/// alone (whose table then reads as empty). Every task's, the leader's
+/// first (most share it: read again, the same).
+fn fd_tables(pid: libc::pid_t) -> Vec<PathBuf> {
+    let mut out = vec![PathBuf::from(format!("/proc/{pid}/fd"))];
+    out.extend(
+        other_tasks(pid)
+            .into_iter()
+            .map(|t| PathBuf::from(format!("{t}/fd"))),
+    );
+    out
+}
+
+/// The tasks of process `pid` other than its leader
+/// (`/proc/PID/task/TID`); none when it is gone.
+fn other_tasks(pid: libc::pid_t) -> Vec<String> {
+    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+        .filter(|tid| tid.parse::<libc::pid_t>().is_ok_and(|t| t != pid))
+        .map(|tid| format!("/proc/{pid}/task/{tid}"))
+        .collect()
 }
 
 /// Whether something the run sent on its RPC socket waits there unread:
@@ -329,10 +360,32 @@ fn sample(w: &Watch) -> Option<u64> {
 /// `RssAnon + RssShmem + HugetlbPages`, a shared page counted in full in
 /// every process that maps it. 0 when it is gone.
 fn status_bytes(pid: libc::pid_t) -> u64 {
-    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+    let Some(text) = with_memory(pid, "status") else {
         return 0;
     };
     kb_fields(&text, &["RssAnon:", "RssShmem:", "HugetlbPages:"]).saturating_mul(1024)
+}
+
+/// `/proc/PID/NAME` (`status` or `maps`) as a task of `pid` that still has
+/// the process's memory shows it: a leader that exited alone (a bare
+/// `exit`, not `exit_group`) shows none (its status has no `Rss` lines, its
+/// maps are empty) while its other threads live on with all of it. None
+/// when no task has it (gone, or every thread exited).
+fn with_memory(pid: libc::pid_t, name: &str) -> Option<String> {
+    let has = |text: &str| match name {
+        "status" => text.contains("RssAnon:"),
+        _ => !text.is_empty(),
+    };
+    if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/{name}")) {
+        if has(&text) {
+            return Some(text);
+        }
+    }
+    other_tasks(pid).into_iter().find_map(|t| {
+        std::fs::read_to_string(format!("{t}/{name}"))
+            .ok()
+            .filter(|text| has(text))
+    })
 }
 
 /// The sum of the `NAME: N kB` fields `names` of a /proc text.
@@ -361,8 +414,8 @@ fn unlinked_fds(
     seen: &mut std::collections::HashSet<(u64, u64)>,
 ) -> u64 {
     let mut total = 0u64;
-    for pid in pids {
-        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+    for table in pids.iter().flat_map(|pid| fd_tables(*pid)) {
+        let Ok(fds) = std::fs::read_dir(&table) else {
             continue;
         };
         for e in fds.flatten() {
@@ -399,7 +452,7 @@ fn unlinked_mapped(
 ) -> Option<u64> {
     let mut total = 0u64;
     for pid in pids {
-        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        let Some(maps) = with_memory(*pid, "maps") else {
             continue;
         };
         for line in maps.lines() {
@@ -486,11 +539,24 @@ fn walk(top: libc::pid_t, out: &mut Vec<libc::pid_t>, depth: usize) -> Option<()
 fn process_bytes(dir: &str, pid: libc::pid_t) -> Option<u64> {
     match std::fs::read_to_string(format!("{dir}/{pid}/smaps_rollup")) {
         Ok(text) => Some(rollup_bytes(&text)),
-        Err(e)
-            if e.raw_os_error() == Some(libc::ENOENT) || e.raw_os_error() == Some(libc::ESRCH) =>
-        {
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
+            // No memory: gone, or a leader that exited alone while its other
+            // threads hold the process's memory: theirs.
+            for t in other_tasks(pid) {
+                match std::fs::read_to_string(format!("{t}/smaps_rollup")) {
+                    Ok(text) => return Some(rollup_bytes(&text)),
+                    Err(e)
+                        if e.raw_os_error() == Some(libc::ESRCH)
+                            || e.raw_os_error() == Some(libc::ENOENT) => {}
+                    Err(e) => {
+                        tracing::warn!("memory watchdog: cannot read the memory of {t}: {e}");
+                        return None;
+                    }
+                }
+            }
             Some(0)
         }
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Some(0),
         Err(e) => {
             // Gone between the listing and the read: fine; still there: fail closed.
             if Path::new(&format!("{dir}/{pid}")).exists() {
