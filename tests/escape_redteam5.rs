@@ -313,3 +313,79 @@ fn memory_of_a_process_whose_leader_exited_counts_toward_memory_mb() {
         );
     }
 }
+
+/// The memory watchdog counted a write grant on a host tmpfs only where
+/// the grant's own path lies on one: a grant on a disk directory with a
+/// tmpfs mounted beneath it (a workspace with a memory-backed scratch
+/// mount, `/run` with `/run/user/UID`) let the run fill that tmpfs
+/// unseen. Here a 600 MiB tmpfs is mounted at `ws/scratch` of a granted
+/// `ws` on disk, and the run writes 256 MiB there under `memory_mb: 64`.
+/// Mounting needs root: as another user this test says so and skips.
+#[test]
+fn a_tmpfs_mounted_beneath_a_write_grant_counts_toward_memory_mb() {
+    if !is_root() {
+        skip("mounting a tmpfs beneath a grant needs root");
+        return;
+    }
+    let py = python();
+    for no_ns in ["0", "1"] {
+        let mut sb = Sandbox::new();
+        sb.set_env("CAPSULE_NO_CGROUPS", "1");
+        sb.set_env("CAPSULE_NO_NAMESPACES", no_ns);
+        let ws = sb.mkdir("ws");
+        let scratch = sb.mkdir("ws/scratch");
+        let st = std::process::Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                "size=600m",
+                "capsule-red5",
+                &scratch.display().to_string(),
+            ])
+            .status();
+        if !matches!(st, Ok(s) if s.success()) {
+            skip("cannot mount a tmpfs here");
+            return;
+        }
+        struct Unmount(std::path::PathBuf);
+        impl Drop for Unmount {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("umount").arg(&self.0).status();
+            }
+        }
+        let _unmount = Unmount(scratch.clone());
+        let w = ws.display().to_string();
+        let pol = sb.policy(&format!(
+            "version: 1\nfilesystem:\n  write: [{w}]\nlimits:\n  memory_mb: 64\n  timeout_seconds: 60\n"
+        ));
+        let code = "import os, sys, time\n\
+            p = os.path.join(sys.argv[1], 'scratch', 'fill')\n\
+            fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o600)\n\
+            for _ in range(256):\n    os.write(fd, b'\\x07' * (1 << 20))\n    time.sleep(0.004)\n\
+            st = os.statvfs(os.path.dirname(p))\n\
+            print('HELD %d' % (((st.f_blocks - st.f_bfree) * st.f_frsize) >> 20), flush=True)\n\
+            time.sleep(1.5)\n";
+        let run = sb.exec_json(&["--policy", &pol], &[&py, "-c", code, &w]);
+        let held = run
+            .child_stdout()
+            .lines()
+            .find_map(|l| l.strip_prefix("HELD "))
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        assert!(
+            held.is_none_or(|mib| mib < 200),
+            "ESCAPE (no_namespaces={no_ns}): held {held:?} MiB in a tmpfs beneath a write grant \
+             under memory_mb: 64{}",
+            run.ctx()
+        );
+        let j = run.json();
+        assert_eq!(j["termination_reason"], "signaled", "{}", run.ctx());
+        assert!(
+            j["kill_reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("limits.memory_mb")),
+            "kill_reason must name memory_mb{}",
+            run.ctx()
+        );
+    }
+}

@@ -27,8 +27,9 @@
 //!   tmpfs of the host (its files' blocks, walked; more than [`MAX_ENTRIES`]
 //!   entries there count as over the limit; and the files there the run
 //!   unlinked but holds open, through its processes' descriptors);
-//! * every host tmpfs the run may write (a write grant on it: a pod's
-//!   memory-backed emptyDir, the host's /dev/shm without the view): first
+//! * every host tmpfs the run may write (a write grant on it, or a tmpfs or
+//!   ramfs mounted beneath a write grant: a pod's memory-backed emptyDir,
+//!   the host's /dev/shm without the view): first
 //!   what the whole file system holds beyond what it held when the run
 //!   began; only when that is over the limit, the growth of the files
 //!   beneath the grant plus those there the run unlinked but holds open
