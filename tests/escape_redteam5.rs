@@ -389,3 +389,55 @@ fn a_tmpfs_mounted_beneath_a_write_grant_counts_toward_memory_mb() {
         );
     }
 }
+
+/// `memfd_secret` (Linux 5.14, on by default since 6.5): its pages are
+/// neither anonymous nor shmem in a process's counters, the memfd guard does
+/// not make it, and no tmpfs holds it. Each window mapped is bounded by
+/// RLIMIT_MEMLOCK, but the pages stay with the file once unmapped. Prints
+/// REFUSED with the errno, or HELD once 512 MiB are held.
+const SECRET_MEMORY: &str = r#"
+import ctypes, errno, mmap, os, platform, time
+libc = ctypes.CDLL(None, use_errno=True)
+nr = {"x86_64": 447, "aarch64": 447}[platform.machine()]
+fd = libc.syscall(nr, 0)
+if fd < 0:
+    print("REFUSED", errno.errorcode.get(ctypes.get_errno()), flush=True)
+    raise SystemExit(0)
+os.ftruncate(fd, 512 << 20)
+W = 1 << 20
+for off in range(0, 512 << 20, W):
+    m = mmap.mmap(fd, W, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=off)
+    m[:] = b"\x07" * W
+    m.close()
+    time.sleep(0.002)
+print("HELD", flush=True)
+time.sleep(1.5)
+"#;
+
+/// The memory watchdog (no cgroup) did not see secret memory: under
+/// `memory_mb: 64` a run held 512 MiB in one `memfd_secret`, with and
+/// without namespaces (and pages the kernel takes out of its direct map,
+/// which no swap or reclaim can free). seccomp now leaves `memfd_secret` out
+/// (ENOSYS, as on kernels without it: callers fall back).
+#[test]
+fn secret_memory_counts_toward_memory_mb_or_is_refused() {
+    let py = python();
+    for no_ns in ["0", "1"] {
+        let mut sb = Sandbox::new();
+        sb.set_env("CAPSULE_NO_CGROUPS", "1");
+        sb.set_env("CAPSULE_NO_NAMESPACES", no_ns);
+        let pol = sb.policy("version: 1\nlimits:\n  memory_mb: 64\n  timeout_seconds: 60\n");
+        let run = sb.exec_json(&["--policy", &pol], &[&py, "-c", SECRET_MEMORY]);
+        let out = run.child_stdout();
+        assert!(
+            !out.contains("HELD"),
+            "ESCAPE (no_namespaces={no_ns}): held 512 MiB of secret memory under memory_mb: 64{}",
+            run.ctx()
+        );
+        assert!(
+            out.contains("REFUSED ENOSYS"),
+            "memfd_secret must fail with ENOSYS{}",
+            run.ctx()
+        );
+    }
+}
