@@ -101,18 +101,18 @@ fn files_in_flight_in_the_rpc_socket_count_toward_memory_mb() {
                 .lines()
                 .find_map(|l| l.strip_prefix("HELD "))
                 .and_then(|v| v.trim().parse::<u64>().ok());
-            let escaped = held.is_some_and(|mib| mib >= 200);
+            // HELD: it lived through the writing of all 256 MiB, many samples.
+            let escaped = held.is_some();
             last = Some((run, held));
             if !escaped {
                 break;
             }
         }
         let (run, held) = last.unwrap();
-        if held.is_some_and(|mib| mib >= 200) {
+        if held.is_some() {
             panic!(
-                "ESCAPE (no_namespaces={no_ns}): held {} MiB in flight in the RPC socket \
-                 on a granted host tmpfs under memory_mb: 64, three times{}",
-                held.unwrap(),
+                "ESCAPE (no_namespaces={no_ns}): held 256 MiB (the tmpfs grew by {held:?} MiB) in \
+                 flight in the RPC socket on a granted host tmpfs under memory_mb: 64, three times{}",
                 run.ctx()
             );
         }
@@ -233,18 +233,19 @@ fn files_held_by_a_thread_with_its_own_descriptor_table_count_toward_memory_mb()
                 .lines()
                 .find_map(|l| l.strip_prefix("HELD "))
                 .and_then(|v| v.trim().parse::<u64>().ok());
-            let escaped = held.is_some_and(|mib| mib >= 200);
+            // HELD: it lived through the writing of all 256 MiB, many samples.
+            let escaped = held.is_some();
             last = Some((run, held));
             if !escaped {
                 break;
             }
         }
         let (run, held) = last.unwrap();
-        if held.is_some_and(|mib| mib >= 200) {
+        if held.is_some() {
             panic!(
-                "ESCAPE (no_namespaces={no_ns}): a thread with its own descriptor table held {} MiB \
-                 on a granted host tmpfs under memory_mb: 64, three times{}",
-                held.unwrap(),
+                "ESCAPE (no_namespaces={no_ns}): a thread with its own descriptor table held 256 MiB \
+                 (the tmpfs grew by {held:?} MiB) on a granted host tmpfs under memory_mb: 64, \
+                 three times{}",
                 run.ctx()
             );
         }
