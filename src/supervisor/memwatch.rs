@@ -168,15 +168,26 @@ fn holds_unix_socket(pids: &[libc::pid_t], rpc: Option<u64>) -> bool {
 /// The descriptor tables of process `pid`: `/proc/PID/fd` is only its
 /// leader's, and a thread may have one of its own (`clone` with
 /// `CLONE_THREAD` but not `CLONE_FILES`), or outlive a leader that exited
-/// alone (whose table then reads as empty). Every task's, the leader's
-/// first (most share it: read again, the same).
+/// alone (whose table then reads as empty). Every table once, the
+/// leader's first: a task whose table the kernel says is the leader's or the
+/// last one listed (`kcmp`; two compares a task, never one per table) is
+/// skipped, any other read (where it cannot tell, read again).
 fn fd_tables(pid: libc::pid_t) -> Vec<PathBuf> {
     let mut out = vec![PathBuf::from(format!("/proc/{pid}/fd"))];
-    out.extend(
-        other_tasks(pid)
-            .into_iter()
-            .map(|t| PathBuf::from(format!("{t}/fd"))),
-    );
+    let mut last = pid;
+    for t in other_tasks(pid) {
+        let Some(tid) = t.rsplit('/').next().and_then(|v| v.parse().ok()) else {
+            continue;
+        };
+        if [pid, last]
+            .iter()
+            .any(|seen| crate::sys::same_fd_table(*seen, tid) == Some(true))
+        {
+            continue;
+        }
+        last = tid;
+        out.push(PathBuf::from(format!("{t}/fd")));
+    }
     out
 }
 
@@ -699,6 +710,23 @@ mod tests {
         let old = "Rss: 9000 kB\nPss: 5000 kB\nSwap: 0 kB\n";
         assert_eq!(rollup_bytes(old), 5000 * 1024);
         assert_eq!(rollup_bytes(""), 0);
+    }
+
+    #[test]
+    fn threads_sharing_a_descriptor_table_are_read_once() {
+        let me = std::process::id() as libc::pid_t;
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            let _ = ready_tx.send(());
+            let _ = rx.recv();
+        });
+        ready_rx.recv().unwrap();
+        if crate::sys::same_fd_table(me, me).is_some() {
+            assert_eq!(fd_tables(me), vec![PathBuf::from(format!("/proc/{me}/fd"))]);
+        }
+        drop(tx);
+        t.join().unwrap();
     }
 
     #[test]
