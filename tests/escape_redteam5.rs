@@ -442,3 +442,63 @@ fn secret_memory_counts_toward_memory_mb_or_is_refused() {
         );
     }
 }
+
+/// SysV message queues and semaphore arrays in the run's own IPC namespace:
+/// kernel memory that no process's counters show. Prints REFUSED with the
+/// errno of the first call refused, or HELD once 32 MiB of messages (2048
+/// queues of 16 KiB) and 256 arrays of 32000 semaphores (about 500 MiB) are held.
+const SYSV_QUEUES: &str = r#"
+import ctypes, errno, time
+libc = ctypes.CDLL(None, use_errno=True)
+class Msg(ctypes.Structure):
+    _fields_ = [("mtype", ctypes.c_long), ("mtext", ctypes.c_char * 8192)]
+m = Msg(1, b"\x07" * 8192)
+for _ in range(2048):
+    q = libc.msgget(0, 0o1000 | 0o600)
+    if q < 0:
+        print("REFUSED msgget", errno.errorcode.get(ctypes.get_errno()), flush=True)
+        raise SystemExit(0)
+    while libc.msgsnd(q, ctypes.byref(m), 8192, 0o4000) == 0:
+        pass
+for _ in range(256):
+    if libc.semget(0, 32000, 0o1000 | 0o600) < 0:
+        print("REFUSED semget", errno.errorcode.get(ctypes.get_errno()), flush=True)
+        raise SystemExit(0)
+    time.sleep(0.002)
+print("HELD", flush=True)
+time.sleep(1.5)
+"#;
+
+/// The view gives the run an IPC namespace of its own, where capsule bounds
+/// SysV shared memory (kernel.shmall, or shmget refused) but not message
+/// queues or semaphores: without a cgroup, a run under `memory_mb: 64` held
+/// about 500 MiB of semaphore arrays and 500 MiB of queued messages. Where
+/// the run shares the host's IPC namespace (no namespaces) seccomp refuses
+/// all of SysV IPC (EPERM); in its own, without a cgroup, msgget and semget
+/// now fail with ENOSPC.
+#[test]
+fn sysv_queues_and_semaphores_count_toward_memory_mb_or_are_refused() {
+    let py = python();
+    for no_ns in ["0", "1"] {
+        let mut sb = Sandbox::new();
+        sb.set_env("CAPSULE_NO_CGROUPS", "1");
+        sb.set_env("CAPSULE_NO_NAMESPACES", no_ns);
+        let pol = sb.policy("version: 1\nlimits:\n  memory_mb: 64\n  timeout_seconds: 60\n");
+        let run = sb.exec_json(&["--policy", &pol], &[&py, "-c", SYSV_QUEUES]);
+        let out = run.child_stdout();
+        assert!(
+            !out.contains("HELD"),
+            "ESCAPE (no_namespaces={no_ns}): held SysV queues and semaphores past memory_mb: 64{}",
+            run.ctx()
+        );
+        let refused = out.contains("REFUSED msgget ENOSPC") || out.contains("REFUSED msgget EPERM");
+        let killed = run.json()["kill_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("limits.memory_mb"));
+        assert!(
+            refused || killed,
+            "msgget must be refused (ENOSPC in the run's own IPC namespace, EPERM in the host's){}",
+            run.ctx()
+        );
+    }
+}

@@ -259,7 +259,8 @@ pub const MEMORY_WATCHDOG_LIMITATION: &str =
      only mapped counts only as far as its pages are touched, nor is kernel memory (page tables, socket and pipe buffers); SysV shared \
      memory (the view's own \
      IPC namespace) is bounded by kernel.shmall = memory_mb there as root, and refused (shmget: ENOSPC) for an \
-     unprivileged capsule; a process of the run whose share capsule needs but cannot read (made \
+     unprivileged capsule, and SysV message queues and semaphores are refused there (msgget, semget: \
+     ENOSPC); a process of the run whose share capsule needs but cannot read (made \
      non-dumpable) ends the run";
 
 /// The limitation the metadata guard brings (see `guards::metadata`).
@@ -1214,6 +1215,9 @@ impl<'a> Prep<'a> {
             // kernel.shmall bounds SysV memory only where the view can write it:
             // root's fresh /proc (not the container's, bound read-only).
             sysv_refuse: guards.memory_watch.is_some() && view && (!root || self.path.bound_proc),
+            // Message queues and semaphore arrays: kernel memory the watchdog
+            // cannot see and no sysctl capsule sets bounds to memory_mb.
+            ipc_refuse: guards.memory_watch.is_some() && view,
             observe: false,
         }
     }
