@@ -502,3 +502,74 @@ fn sysv_queues_and_semaphores_count_toward_memory_mb_or_are_refused() {
         );
     }
 }
+
+/// 40 MiB of private memory and 60 MiB in the view's private /dev/shm (a
+/// tmpfs of 64 MiB), from a thread whose leader has exited (`lead`) or from
+/// a process that made itself non-dumpable (`nodump`). Prints HELD once all
+/// 100 MiB are held.
+const VIEW_SHM: &str = r#"
+import ctypes, mmap, os, platform, sys, threading, time
+libc = ctypes.CDLL(None, use_errno=True)
+SYS_exit = {"x86_64": 60, "aarch64": 93}[platform.machine()]
+def hold():
+    time.sleep(0.5)
+    a = mmap.mmap(-1, 40 << 20, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    for i in range(0, 40 << 20, 1 << 20):
+        a[i:i + (1 << 20)] = b"\x07" * (1 << 20)
+    fd = os.open("/dev/shm/fill", os.O_RDWR | os.O_CREAT, 0o600)
+    for _ in range(60):
+        os.write(fd, b"\x07" * (1 << 20))
+        time.sleep(0.01)
+    print("HELD", flush=True)
+    time.sleep(1.5)
+    os._exit(0)
+if sys.argv[1] == "lead":
+    threading.Thread(target=hold).start()
+    libc.syscall(SYS_exit, 0)
+else:
+    libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+    hold()
+"#;
+
+/// The watchdog read the view's private /dev/shm through `/proc/PID/root`
+/// of the run's first process, which a leader that exited alone no longer
+/// has: the tmpfs then counted nothing, and under `memory_mb: 64` a run held
+/// 100 MiB, 60 of them there. Now the root of any task of any process of the
+/// run serves.
+#[test]
+fn the_views_private_shm_counts_when_the_first_leader_exited() {
+    view_shm_case("lead");
+}
+
+/// The same with every process of the run non-dumpable: capsule still
+/// reaches their roots (as root by its capabilities; as another user it
+/// owns the run's user namespace, and so holds CAP_SYS_PTRACE there).
+#[test]
+fn the_views_private_shm_counts_when_every_process_is_non_dumpable() {
+    view_shm_case("nodump");
+}
+
+fn view_shm_case(how: &str) {
+    if !view_gives("private_shm") {
+        skip("no private /dev/shm here (the view's tmpfs is what this test fills)");
+        return;
+    }
+    let py = python();
+    let mut sb = Sandbox::new();
+    sb.set_env("CAPSULE_NO_CGROUPS", "1");
+    let pol = sb.policy("version: 1\nlimits:\n  memory_mb: 64\n  timeout_seconds: 60\n");
+    let run = sb.exec_json(&["--policy", &pol], &[&py, "-c", VIEW_SHM, how]);
+    assert!(
+        !run.child_stdout().contains("HELD"),
+        "ESCAPE ({how}): held 100 MiB under memory_mb: 64, 60 of them in the view's /dev/shm{}",
+        run.ctx()
+    );
+    let j = run.json();
+    assert!(
+        j["kill_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("limits.memory_mb")),
+        "{how}: kill_reason must name memory_mb{}",
+        run.ctx()
+    );
+}

@@ -84,7 +84,7 @@ pub struct Watch {
     pub census: Census,
     pub memfds: Memfds,
     /// Private tmpfs mounts of the view, as paths inside the run's root
-    /// (e.g. "/dev/shm"): reached through `/proc/INIT/root`.
+    /// (e.g. "/dev/shm"): reached through the root of a process of the run.
     pub view_tmpfs: Vec<PathBuf>,
     /// Host directories on a shared tmpfs whose files are the run's (the
     /// private TMPDIR there).
@@ -310,16 +310,30 @@ fn sample(w: &Watch) -> Option<u64> {
         Census::PidNamespace { init } => descendants(*init)?,
         Census::Keeper { keeper } => descendants(*keeper)?,
     };
-    if let (Census::PidNamespace { .. }, Some(pid)) = (&w.census, pids.first()) {
+    if matches!(w.census, Census::PidNamespace { .. }) {
         // The view's tmpfs, through the root of a process of the run (init
         // shares capsule's memory and is not dumpable: its root is out of an
-        // unprivileged capsule's reach).
+        // unprivileged capsule's reach). Any process's: the first may be a
+        // leader that exited alone (no root any more) or have made itself
+        // non-dumpable (capsule still reaches it: as root by its
+        // capabilities, else as the owner of the run's user namespace).
+        // Where none can be reached (before the command's exec every stage
+        // shares capsule's non-dumpable memory), nothing of the run has run.
         for p in &w.view_tmpfs {
-            let at = format!("/proc/{pid}/root{}", p.display());
-            if let Ok(s) = nix::sys::statfs::statfs(at.as_str()) {
-                let used = s.blocks().saturating_sub(s.blocks_free());
-                total = total.saturating_add(used.saturating_mul(s.block_size() as u64));
-            }
+            let used = pids.iter().find_map(|pid| {
+                let at = format!("/proc/{pid}/root{}", p.display());
+                let s = nix::sys::statfs::statfs(at.as_str()).ok().or_else(|| {
+                    other_tasks(*pid).into_iter().find_map(|t| {
+                        nix::sys::statfs::statfs(format!("{t}/root{}", p.display()).as_str()).ok()
+                    })
+                })?;
+                Some(
+                    s.blocks()
+                        .saturating_sub(s.blocks_free())
+                        .saturating_mul(s.block_size() as u64),
+                )
+            });
+            total = total.saturating_add(used.unwrap_or(0));
         }
     }
     for d in &w.host_tmpfs {
