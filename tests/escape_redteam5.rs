@@ -573,3 +573,92 @@ fn view_shm_case(how: &str) {
         run.ctx()
     );
 }
+
+/// capsule's own CPU time (user + system, all its threads, not its
+/// children's) from /proc/PID/stat, in seconds; None once it is gone.
+fn own_cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let f: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Some(ticks as f64 / hz)
+}
+
+/// 49000 empty files in the run's TMPDIR, then 10 s of sleep.
+const MANY_TMP_FILES: &str = r#"
+import os, time
+d = os.environ["TMPDIR"]
+for i in range(49000):
+    open(os.path.join(d, "f%d" % i), "w").close()
+print("MADE", flush=True)
+time.sleep(10)
+"#;
+
+/// Without a cgroup the memory watchdog walked a private TMPDIR on a host
+/// tmpfs at every sample (every 100 ms), up to 50000 entries: a run that
+/// made 49000 empty files there and slept kept capsule, unsandboxed and
+/// outside every limit of the run, at 40% of a core (4 s of CPU in 10 s of
+/// sleep, debug build) until the timeout. The watchdog now paces itself:
+/// after a sample that cost T of its CPU it waits at least 9 T.
+#[test]
+fn a_large_tmpdir_does_not_make_the_memory_watchdog_burn_a_core() {
+    let Some(_probe) = shm_scratch("capsule-shm-walk.", 64) else {
+        return;
+    };
+    let py = python();
+    let mut sb = Sandbox::new();
+    sb.set_env("CAPSULE_NO_CGROUPS", "1");
+    // capsule makes the run's private TMPDIR beneath its own TMPDIR.
+    sb.set_env("TMPDIR", "/dev/shm");
+    let pol = sb.policy("version: 1\nlimits:\n  memory_mb: 256\n  timeout_seconds: 60\n");
+    let mut cmd = sb.std_command(Vec::<String>::new());
+    cmd.args([
+        "exec",
+        "--json",
+        "--no-audit",
+        "--policy",
+        &pol,
+        "--",
+        &py,
+        "-c",
+        MANY_TMP_FILES,
+    ])
+    .stdin(std::process::Stdio::null())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::null());
+    let mut child = cmd.spawn().expect("spawn capsule");
+    let pid = child.id();
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || std::io::read_to_string(stdout).unwrap_or_default());
+    let mut cpu = 0.0f64;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    let status = loop {
+        if let Some(c) = own_cpu_seconds(pid) {
+            cpu = cpu.max(c);
+        }
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            break child.wait().expect("wait");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    };
+    let out = reader.join().unwrap();
+    assert!(
+        out.contains("MADE"),
+        "the run did not make its files: {status:?} {out}"
+    );
+    let j: serde_json::Value =
+        serde_json::from_str(out.lines().last().unwrap_or("{}")).unwrap_or_default();
+    assert_eq!(
+        j["enforcement"]["limits"]["memory_mb"], "rlimit-data+watchdog",
+        "no watchdog here: {out}"
+    );
+    assert!(
+        cpu < 2.5,
+        "capsule spent {cpu:.1} s of its own CPU watching a run that slept 10 s: {out}"
+    );
+}

@@ -49,8 +49,12 @@
 //! when it is needed (it made itself non-dumpable) counts as over the limit:
 //! fail closed.
 //!
+//! The watchdog holds itself to a tenth of a core ([`pause`]): after a
+//! sample that cost T of its CPU it waits 9 T (at least [`INTERVAL`]).
+//!
 //! What remains: memory taken between two samples (a burst of at most
-//! [`INTERVAL`] of page faulting before the kill); a memfd or tmpfs file that
+//! [`INTERVAL`] of page faulting before the kill, longer where samples are
+//! dear); a memfd or tmpfs file that
 //! is also mapped counts twice; kernel memory (page tables, socket and pipe
 //! buffers) is not counted, nor is a TMPDIR file on a host tmpfs that the
 //! run unlinked and holds only in flight in a Unix socket. SysV segments no
@@ -664,6 +668,19 @@ fn tree_bytes(dir: &Path) -> Option<u64> {
     Some(total)
 }
 
+/// At most this share of a core for the watchdog (1 / N): after a sample
+/// that cost T of its CPU it waits (N - 1) T, at least [`INTERVAL`].
+const CPU_SHARE: u32 = 10;
+
+/// The wait after a sample that cost `cost` of the thread's CPU. A run
+/// decides much of a sample's cost (the entries of a TMPDIR on a host
+/// tmpfs, walked every time; its processes and descriptors), and capsule is
+/// outside every limit of the run: unpaced, 49000 empty files in the
+/// TMPDIR kept it at 40% of a core while the run slept.
+fn pause(cost: Duration) -> Duration {
+    INTERVAL.max(cost.saturating_mul(CPU_SHARE - 1))
+}
+
 /// The running watchdog: dropping it stops the thread.
 pub struct Watchdog {
     stop: Option<std::sync::mpsc::Sender<()>>,
@@ -680,7 +697,11 @@ pub fn start(w: Watch, over: tokio::sync::oneshot::Sender<u64>) -> std::io::Resu
         .spawn(move || {
             let _ = crate::sys::block_all_signals();
             loop {
+                let before = crate::sys::thread_cpu_time();
                 let held = sample(&w).unwrap_or(u64::MAX);
+                let cost = before
+                    .zip(crate::sys::thread_cpu_time())
+                    .map_or(Duration::ZERO, |(a, b)| b.saturating_sub(a));
                 if held > w.limit {
                     tracing::info!(
                         "memory watchdog: the run holds {} bytes, over memory_mb ({} bytes)",
@@ -690,7 +711,7 @@ pub fn start(w: Watch, over: tokio::sync::oneshot::Sender<u64>) -> std::io::Resu
                     let _ = over.send(held);
                     return;
                 }
-                match stop_rx.recv_timeout(INTERVAL) {
+                match stop_rx.recv_timeout(pause(cost)) {
                     Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
                     _ => return,
                 }
