@@ -662,3 +662,87 @@ fn a_large_tmpdir_does_not_make_the_memory_watchdog_burn_a_core() {
         "capsule spent {cpu:.1} s of its own CPU watching a run that slept 10 s: {out}"
     );
 }
+
+/// N processes, each pinning 8 MiB of page cache (a sparse file in the
+/// run's TMPDIR, unlinked, mapped read-only and mlock'd: RLIMIT_MEMLOCK is
+/// 8 MiB a process). The pages are file pages, in no process's anonymous or
+/// shmem counters, and unevictable while locked. Prints HELD once all are.
+const MLOCK_C: &str = r#"
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int main(int argc, char **argv) {
+    int n = argc > 1 ? atoi(argv[1]) : 40;
+    const char *dir = getenv("TMPDIR");
+    pid_t kids[256];
+    if (!dir || n > 256)
+        return 2;
+    for (int i = 0; i < n; i++) {
+        kids[i] = fork();
+        if (kids[i] == 0) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s/lock%d", dir, i);
+            int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+            if (fd < 0 || ftruncate(fd, 8 << 20)) {
+                perror("file");
+                _exit(1);
+            }
+            unlink(path);
+            void *m = mmap(0, 8 << 20, PROT_READ, MAP_SHARED, fd, 0);
+            if (m == MAP_FAILED || mlock(m, 8 << 20)) {
+                perror("mlock");
+                _exit(1);
+            }
+            for (;;)
+                pause();
+        }
+    }
+    sleep(3);
+    printf("HELD %d MiB\n", n * 8);
+    fflush(stdout);
+    for (int i = 0; i < n; i++)
+        kill(kids[i], SIGKILL);
+    while (wait(0) > 0)
+        ;
+    return 0;
+}
+"#;
+
+/// Page cache a run locks in memory counted toward nothing: under
+/// `memory_mb: 64` without a cgroup, 40 small processes each pinned 8 MiB
+/// (320 MiB, unevictable) of a sparse file in TMPDIR. The watchdog now counts
+/// each process's locked memory (`VmLck`, smaps_rollup's `Locked`).
+#[test]
+fn locked_page_cache_counts_toward_memory_mb() {
+    let probe_sb = Sandbox::new();
+    let Some(prog) = probe_sb.compile_c("prog", "mlock_page_cache", MLOCK_C) else {
+        return;
+    };
+    let prog = prog.display().to_string();
+    for no_ns in ["0", "1"] {
+        let mut sb = Sandbox::new();
+        sb.set_env("CAPSULE_NO_CGROUPS", "1");
+        sb.set_env("CAPSULE_NO_NAMESPACES", no_ns);
+        let pol = sb.policy("version: 1\nlimits:\n  memory_mb: 64\n  timeout_seconds: 60\n");
+        let run = sb.exec_json(&["--policy", &pol], &[&prog, "40"]);
+        assert!(
+            !run.child_stdout().contains("HELD"),
+            "ESCAPE (no_namespaces={no_ns}): 320 MiB of locked page cache under memory_mb: 64{}",
+            run.ctx()
+        );
+        let j = run.json();
+        assert!(
+            j["kill_reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("limits.memory_mb")),
+            "kill_reason must name memory_mb{}",
+            run.ctx()
+        );
+    }
+}

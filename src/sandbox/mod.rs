@@ -243,7 +243,7 @@ pub const PROCESS_GUARD_LIMITATION: &str =
 pub const MEMORY_WATCHDOG_LIMITATION: &str =
     "memory_mb without a cgroup: RLIMIT_DATA bounds each process's private memory, and capsule's memory \
      watchdog samples the whole run every 100 ms and kills it (kill_reason names limits.memory_mb) when it \
-     holds more: its processes' anonymous and shared memory (a quick bound from /proc/PID/status, and where \
+     holds more: its processes' anonymous, shared and locked memory (mlock'd page cache too; a quick bound from /proc/PID/status, and where \
      that is over the limit their proportional shares from smaps_rollup; swap not counted), every \
      memfd it made (capsule makes each one and keeps it: a memfd the run closed counts until the run ends), \
      the view's private /dev/shm and tmpfs /tmp, the files of a private TMPDIR that lies on a host tmpfs \

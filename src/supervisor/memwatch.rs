@@ -8,10 +8,11 @@
 //! `limits.memory_mb`). The sum, an upper bound, never an estimate from below:
 //!
 //! * every process of the run: first a quick upper bound from the counters
-//!   of `/proc/PID/status` (`RssAnon + RssShmem + HugetlbPages`: no page
+//!   of `/proc/PID/status` (`RssAnon + RssShmem + HugetlbPages + VmLck`,
+//!   the last for page cache pinned by mlock: no page
 //!   walk, a shared page counted in every process mapping it); only when
 //!   the sum is over the limit, `/proc/PID/smaps_rollup`'s `Pss_Anon +
-//!   Pss_Shmem` (shared pages divided among the processes mapping them;
+//!   Pss_Shmem + Locked` (shared pages divided among the processes mapping them;
 //!   `Pss` where the kernel has no `Pss_Anon`, before 5.14) plus hugetlb
 //!   pages. Swap is not counted (nor does a cgroup's `memory.max`). Read
 //!   through a task that still has the memory: a leader that exited alone
@@ -387,13 +388,14 @@ fn sample(w: &Watch) -> Option<u64> {
 
 /// A quick upper bound of what process `pid` holds, from the counters of
 /// `/proc/PID/status` (no page walk, readable for every process):
-/// `RssAnon + RssShmem + HugetlbPages`, a shared page counted in full in
-/// every process that maps it. 0 when it is gone.
+/// `RssAnon + RssShmem + HugetlbPages + VmLck` (the size of its mlock'd
+/// mappings: page cache it pins is no anonymous or shmem memory), a shared
+/// page counted in full in every process that maps it. 0 when it is gone.
 fn status_bytes(pid: libc::pid_t) -> u64 {
     let Some(text) = with_memory(pid, "status") else {
         return 0;
     };
-    kb_fields(&text, &["RssAnon:", "RssShmem:", "HugetlbPages:"]).saturating_mul(1024)
+    kb_fields(&text, &["RssAnon:", "RssShmem:", "HugetlbPages:", "VmLck:"]).saturating_mul(1024)
 }
 
 /// `/proc/PID/NAME` (`status` or `maps`) as a task of `pid` that still has
@@ -603,7 +605,10 @@ fn process_bytes(dir: &str, pid: libc::pid_t) -> Option<u64> {
 /// proportional share of anonymous and shared memory, and hugetlb pages.
 pub fn rollup_bytes(text: &str) -> u64 {
     let resident = if text.contains("Pss_Anon:") {
-        kb_fields(text, &["Pss_Anon:", "Pss_Shmem:"])
+        // Locked: the pages of its mlock'd mappings, page cache too (a
+        // file's pages, pinned and unevictable; counted twice where they
+        // are anonymous or shmem: more, never less).
+        kb_fields(text, &["Pss_Anon:", "Pss_Shmem:", "Locked:"])
     } else {
         // Before 5.14: all of Pss (file pages too: more, never less).
         kb_fields(text, &["Pss:"])
@@ -739,8 +744,9 @@ mod tests {
     #[test]
     fn a_rollup_counts_anonymous_shared_and_huge_pages() {
         let modern = "Rss: 9000 kB\nPss: 5000 kB\nPss_Anon: 100 kB\nPss_File: 4000 kB\n\
-                      Pss_Shmem: 900 kB\nSwap: 10 kB\nShared_Hugetlb: 2048 kB\nPrivate_Hugetlb: 0 kB\n";
-        assert_eq!(rollup_bytes(modern), (100 + 900 + 2048) * 1024);
+                      Pss_Shmem: 900 kB\nSwap: 10 kB\nShared_Hugetlb: 2048 kB\nPrivate_Hugetlb: 0 kB\n\
+                      Locked: 8192 kB\n";
+        assert_eq!(rollup_bytes(modern), (100 + 900 + 8192 + 2048) * 1024);
         // Before 5.14: all of Pss (file pages too: more, never less).
         let old = "Rss: 9000 kB\nPss: 5000 kB\nSwap: 0 kB\n";
         assert_eq!(rollup_bytes(old), 5000 * 1024);
