@@ -243,7 +243,7 @@ pub const PROCESS_GUARD_LIMITATION: &str =
 pub const MEMORY_WATCHDOG_LIMITATION: &str =
     "memory_mb without a cgroup: RLIMIT_DATA bounds each process's private memory, and capsule's memory \
      watchdog samples the whole run every 100 ms and kills it (kill_reason names limits.memory_mb) when it \
-     holds more: its processes' anonymous and shared memory (a quick bound from /proc/PID/status, and where \
+     holds more: its processes' anonymous, shared and locked memory (mlock'd page cache too; a quick bound from /proc/PID/status, and where \
      that is over the limit their proportional shares from smaps_rollup; swap not counted), every \
      memfd it made (capsule makes each one and keeps it: a memfd the run closed counts until the run ends), \
      the view's private /dev/shm and tmpfs /tmp, the files of a private TMPDIR that lies on a host tmpfs \
@@ -252,13 +252,15 @@ pub const MEMORY_WATCHDOG_LIMITATION: &str =
      there meanwhile counts too). What remains: memory taken within one 100 ms interval before the kill; a \
      memfd or tmpfs file that is also mapped counts twice; a TMPDIR file on a host tmpfs that the run \
      unlinked and holds only in flight in a Unix socket is not counted (beneath a write grant it is: a run \
-     holding a Unix socket other than its RPC channel keeps that tmpfs's whole growth as its count), what \
+     holding a Unix socket other than its RPC channel, or with bytes waiting unread in that channel, keeps \
+     that tmpfs's whole growth as its count), what \
      other programs free meanwhile on a host tmpfs the run may write offsets what the run writes there (that \
      tmpfs never holds more than it did plus the limit), and a TMPDIR file it unlinked and keeps \
      only mapped counts only as far as its pages are touched, nor is kernel memory (page tables, socket and pipe buffers); SysV shared \
      memory (the view's own \
      IPC namespace) is bounded by kernel.shmall = memory_mb there as root, and refused (shmget: ENOSPC) for an \
-     unprivileged capsule; a process of the run whose share capsule needs but cannot read (made \
+     unprivileged capsule, and SysV message queues and semaphores are refused there (msgget, semget: \
+     ENOSPC); a process of the run whose share capsule needs but cannot read (made \
      non-dumpable) ends the run";
 
 /// The limitation the metadata guard brings (see `guards::metadata`).
@@ -1213,6 +1215,9 @@ impl<'a> Prep<'a> {
             // kernel.shmall bounds SysV memory only where the view can write it:
             // root's fresh /proc (not the container's, bound read-only).
             sysv_refuse: guards.memory_watch.is_some() && view && (!root || self.path.bound_proc),
+            // Message queues and semaphore arrays: kernel memory the watchdog
+            // cannot see and no sysctl capsule sets bounds to memory_mb.
+            ipc_refuse: guards.memory_watch.is_some() && view,
             observe: false,
         }
     }
@@ -1285,6 +1290,63 @@ impl<'a> Prep<'a> {
     }
 }
 
+/// Whether `path` lies on a file system whose files are memory: tmpfs, or
+/// ramfs (which has no size; the watchdog walks it every time).
+fn memory_backed(path: &std::path::Path) -> bool {
+    use nix::sys::statfs::{FsType, TMPFS_MAGIC};
+    const RAMFS_MAGIC: FsType = FsType(0x8584_58f6);
+    nix::sys::statfs::statfs(path)
+        .is_ok_and(|s| s.filesystem_type() == TMPFS_MAGIC || s.filesystem_type() == RAMFS_MAGIC)
+}
+
+/// The mount points of tmpfs and ramfs file systems in capsule's mount
+/// namespace (`/proc/self/mountinfo`, whose view the run's copies).
+fn memory_backed_mounts() -> Vec<std::path::PathBuf> {
+    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|line| {
+            // `ID PARENT MAJ:MIN ROOT MOUNT_POINT OPTIONS [TAGS...] - FSTYPE SOURCE SUPER`
+            let (head, tail) = line.split_once(" - ")?;
+            let fstype = tail.split(' ').next()?;
+            if fstype != "tmpfs" && fstype != "ramfs" {
+                return None;
+            }
+            Some(std::path::PathBuf::from(unescape_mountinfo(
+                head.split(' ').nth(4)?,
+            )))
+        })
+        .collect()
+}
+
+/// A mountinfo field with its octal escapes (`\040` for a space) undone.
+fn unescape_mountinfo(field: &str) -> std::ffi::OsString {
+    use std::os::unix::ffi::OsStringExt;
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let oct = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match (b[i], oct) {
+            (b'\\', Some(d)) => {
+                out.push(
+                    d.iter()
+                        .fold(0u8, |v, c| v.wrapping_mul(8).wrapping_add(c - b'0')),
+                );
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    std::ffi::OsString::from_vec(out)
+}
+
 /// The memory watchdog's plan (memory_mb without a cgroup): the run's
 /// private tmpfs mounts and the host tmpfs directories whose files are its.
 fn memory_watch_plan(plan: &Plan, view: Option<&view::View>) -> MemoryWatchPlan {
@@ -1315,8 +1377,11 @@ fn memory_watch_plan(plan: &Plan, view: Option<&view::View>) -> MemoryWatchPlan 
         unlinked_in: Vec::new(),
     };
     // Write grants on a host tmpfs (a pod's memory-backed emptyDir, /dev/shm
-    // without the view), by file system. A private TMPDIR beneath one of
-    // them is counted with it, not walked twice.
+    // without the view), by file system, and the tmpfs mounted beneath a
+    // write grant (a workspace's memory-backed scratch mount, /run/user/UID
+    // beneath /run): Landlock's rule and the view's bind reach into them. A
+    // private TMPDIR beneath one of them is counted with it, not walked twice.
+    let mounts = memory_backed_mounts();
     let mut devs: Vec<u64> = Vec::new();
     for g in plan.fs.grants.iter().filter(|g| {
         g.access.write
@@ -1325,28 +1390,29 @@ fn memory_watch_plan(plan: &Plan, view: Option<&view::View>) -> MemoryWatchPlan 
                 crate::plan::Origin::System | crate::plan::Origin::Tmp
             )
     }) {
-        let on_tmpfs = nix::sys::statfs::statfs(g.path.as_path())
-            .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC);
-        let Ok(st) = nix::sys::stat::stat(g.path.as_path()) else {
-            continue;
-        };
-        if !on_tmpfs {
-            continue;
-        }
-        let i = devs
+        let beneath = mounts
             .iter()
-            .position(|d| *d == st.st_dev)
-            .unwrap_or_else(|| {
-                devs.push(st.st_dev);
-                w.granted_tmpfs.push(Vec::new());
-                devs.len() - 1
-            });
-        let roots = &mut w.granted_tmpfs[i];
-        if roots.iter().any(|r| g.path.starts_with(r)) {
-            continue;
+            .filter(|m| m.starts_with(&g.path) && **m != g.path);
+        let here = memory_backed(&g.path).then_some(&g.path);
+        for path in here.into_iter().chain(beneath) {
+            let Ok(st) = nix::sys::stat::stat(path.as_path()) else {
+                continue;
+            };
+            let i = devs
+                .iter()
+                .position(|d| *d == st.st_dev)
+                .unwrap_or_else(|| {
+                    devs.push(st.st_dev);
+                    w.granted_tmpfs.push(Vec::new());
+                    devs.len() - 1
+                });
+            let roots = &mut w.granted_tmpfs[i];
+            if roots.iter().any(|r| path.starts_with(r)) {
+                continue;
+            }
+            roots.retain(|r| !r.starts_with(path));
+            roots.push(path.clone());
         }
-        roots.retain(|r| !r.starts_with(&g.path));
-        roots.push(g.path.clone());
     }
     w.host_tmpfs
         .retain(|t| !w.granted_tmpfs.iter().flatten().any(|r| t.starts_with(r)));
@@ -1442,5 +1508,25 @@ mod path_tests {
             .expect("next");
         assert!(!p.namespaces);
         assert!(p.fallbacks[0].contains("uid map") && p.fallbacks[0].contains("AppArmor"));
+    }
+}
+
+#[cfg(test)]
+mod mountinfo_tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_escapes_are_undone() {
+        assert_eq!(unescape_mountinfo(r"/mnt/a\040b"), "/mnt/a b");
+        assert_eq!(unescape_mountinfo(r"/x\134y\011"), "/x\\y\t");
+        assert_eq!(unescape_mountinfo(r"/plain\04"), r"/plain\04");
+    }
+
+    #[test]
+    fn this_hosts_tmpfs_mounts_are_listed() {
+        let shm = std::path::Path::new("/dev/shm");
+        if memory_backed(shm) {
+            assert!(memory_backed_mounts().iter().any(|m| m == shm));
+        }
     }
 }

@@ -8,12 +8,15 @@
 //! `limits.memory_mb`). The sum, an upper bound, never an estimate from below:
 //!
 //! * every process of the run: first a quick upper bound from the counters
-//!   of `/proc/PID/status` (`RssAnon + RssShmem + HugetlbPages`: no page
+//!   of `/proc/PID/status` (`RssAnon + RssShmem + HugetlbPages + VmLck`,
+//!   the last for page cache pinned by mlock: no page
 //!   walk, a shared page counted in every process mapping it); only when
 //!   the sum is over the limit, `/proc/PID/smaps_rollup`'s `Pss_Anon +
-//!   Pss_Shmem` (shared pages divided among the processes mapping them;
+//!   Pss_Shmem + Locked` (shared pages divided among the processes mapping them;
 //!   `Pss` where the kernel has no `Pss_Anon`, before 5.14) plus hugetlb
-//!   pages. Swap is not counted (nor does a cgroup's `memory.max`);
+//!   pages. Swap is not counted (nor does a cgroup's `memory.max`). Read
+//!   through a task that still has the memory: a leader that exited alone
+//!   (a bare `exit`, its other threads living on) shows none;
 //! * every memfd the run made: the memfd guard (`guards::memfd`) makes each one
 //!   itself and keeps a duplicate, whose allocated blocks count whether or
 //!   not any process maps it or still holds it (a memfd parked in flight in a
@@ -25,13 +28,17 @@
 //!   tmpfs of the host (its files' blocks, walked; more than [`MAX_ENTRIES`]
 //!   entries there count as over the limit; and the files there the run
 //!   unlinked but holds open, through its processes' descriptors);
-//! * every host tmpfs the run may write (a write grant on it: a pod's
-//!   memory-backed emptyDir, the host's /dev/shm without the view): first
+//! * every host tmpfs the run may write (a write grant on it, or a tmpfs or
+//!   ramfs mounted beneath a write grant: a pod's memory-backed emptyDir,
+//!   the host's /dev/shm without the view): first
 //!   what the whole file system holds beyond what it held when the run
 //!   began; only when that is over the limit, the growth of the files
 //!   beneath the grant plus those there the run unlinked but holds open
+//!   (in any task's descriptor table, not only the leader's)
 //!   or mapped (where a directory there is unreadable, or a mapped file cannot
-//!   be sized, the file system's growth)
+//!   be sized, or the run holds a Unix socket or has bytes waiting unread
+//!   in its RPC channel, where a file can sit in flight: the file system's
+//!   growth)
 //!   ([`Grown`]).
 //!
 //! Who is of the run (`/proc/PID/task/TID/children`, at most
@@ -43,8 +50,12 @@
 //! when it is needed (it made itself non-dumpable) counts as over the limit:
 //! fail closed.
 //!
+//! The watchdog holds itself to a tenth of a core ([`pause`]): after a
+//! sample that cost T of its CPU it waits 9 T (at least [`INTERVAL`]).
+//!
 //! What remains: memory taken between two samples (a burst of at most
-//! [`INTERVAL`] of page faulting before the kill); a memfd or tmpfs file that
+//! [`INTERVAL`] of page faulting before the kill, longer where samples are
+//! dear); a memfd or tmpfs file that
 //! is also mapped counts twice; kernel memory (page tables, socket and pipe
 //! buffers) is not counted, nor is a TMPDIR file on a host tmpfs that the
 //! run unlinked and holds only in flight in a Unix socket. SysV segments no
@@ -78,7 +89,7 @@ pub struct Watch {
     pub census: Census,
     pub memfds: Memfds,
     /// Private tmpfs mounts of the view, as paths inside the run's root
-    /// (e.g. "/dev/shm"): reached through `/proc/INIT/root`.
+    /// (e.g. "/dev/shm"): reached through the root of a process of the run.
     pub view_tmpfs: Vec<PathBuf>,
     /// Host directories on a shared tmpfs whose files are the run's (the
     /// private TMPDIR there).
@@ -90,6 +101,8 @@ pub struct Watch {
     pub granted_tmpfs: Vec<Grown>,
     /// The inode of the run's end of its RPC socket pair.
     pub rpc_socket: Option<u64>,
+    /// Capsule's end of that pair (a duplicate): what waits there unread.
+    pub rpc_queue: Option<std::os::fd::OwnedFd>,
 }
 
 /// What the watchdog notes before the run exists.
@@ -98,6 +111,8 @@ pub struct Before {
     pub granted: Vec<Grown>,
     /// The inode of the run's end of its RPC socket pair.
     pub rpc_socket: Option<u64>,
+    /// Capsule's end of that pair (a duplicate).
+    pub rpc_queue: Option<std::os::fd::OwnedFd>,
 }
 
 /// The most lines of a `/proc/PID/net/unix` read (more: as if the run held one).
@@ -128,10 +143,10 @@ fn holds_unix_socket(pids: &[libc::pid_t], rpc: Option<u64>) -> bool {
             unix.insert(ino);
         }
     }
-    for pid in pids {
-        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+    for table in pids.iter().flat_map(|pid| fd_tables(*pid)) {
+        let Ok(fds) = std::fs::read_dir(&table) else {
             // Gone meanwhile, or made non-dumpable: unknown counts as held.
-            if std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            if table.parent().is_some_and(Path::exists) {
                 return true;
             }
             continue;
@@ -153,6 +168,55 @@ fn holds_unix_socket(pids: &[libc::pid_t], rpc: Option<u64>) -> bool {
         }
     }
     false
+}
+
+/// The descriptor tables of process `pid`: `/proc/PID/fd` is only its
+/// leader's, and a thread may have one of its own (`clone` with
+/// `CLONE_THREAD` but not `CLONE_FILES`), or outlive a leader that exited
+/// alone (whose table then reads as empty). Every table once, the
+/// leader's first: a task whose table the kernel says is the leader's or the
+/// last one listed (`kcmp`; two compares a task, never one per table) is
+/// skipped, any other read (where it cannot tell, read again).
+fn fd_tables(pid: libc::pid_t) -> Vec<PathBuf> {
+    let mut out = vec![PathBuf::from(format!("/proc/{pid}/fd"))];
+    let mut last = pid;
+    for t in other_tasks(pid) {
+        let Some(tid) = t.rsplit('/').next().and_then(|v| v.parse().ok()) else {
+            continue;
+        };
+        if [pid, last]
+            .iter()
+            .any(|seen| crate::sys::same_fd_table(*seen, tid) == Some(true))
+        {
+            continue;
+        }
+        last = tid;
+        out.push(PathBuf::from(format!("{t}/fd")));
+    }
+    out
+}
+
+/// The tasks of process `pid` other than its leader
+/// (`/proc/PID/task/TID`); none when it is gone.
+fn other_tasks(pid: libc::pid_t) -> Vec<String> {
+    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+        .filter(|tid| tid.parse::<libc::pid_t>().is_ok_and(|t| t != pid))
+        .map(|tid| format!("/proc/{pid}/task/{tid}"))
+        .collect()
+}
+
+/// Whether something the run sent on its RPC socket waits there unread:
+/// capsule drains that socket, but not while the run keeps it from doing so
+/// (it stops reading the answers, and capsule's write of them blocks; the
+/// pacing of a flood), and a descriptor sent along with those bytes holds
+/// its file in flight meanwhile. What cannot be asked counts as waiting.
+fn rpc_unread(queue: Option<&std::os::fd::OwnedFd>) -> bool {
+    use std::os::fd::AsFd;
+    queue.is_some_and(|q| crate::sys::socket_queued(q.as_fd()).map_or(true, |n| n > 0))
 }
 
 /// A host tmpfs the run may write (a write grant on it), as it was when the
@@ -251,16 +315,30 @@ fn sample(w: &Watch) -> Option<u64> {
         Census::PidNamespace { init } => descendants(*init)?,
         Census::Keeper { keeper } => descendants(*keeper)?,
     };
-    if let (Census::PidNamespace { .. }, Some(pid)) = (&w.census, pids.first()) {
+    if matches!(w.census, Census::PidNamespace { .. }) {
         // The view's tmpfs, through the root of a process of the run (init
         // shares capsule's memory and is not dumpable: its root is out of an
-        // unprivileged capsule's reach).
+        // unprivileged capsule's reach). Any process's: the first may be a
+        // leader that exited alone (no root any more) or have made itself
+        // non-dumpable (capsule still reaches it: as root by its
+        // capabilities, else as the owner of the run's user namespace).
+        // Where none can be reached (before the command's exec every stage
+        // shares capsule's non-dumpable memory), nothing of the run has run.
         for p in &w.view_tmpfs {
-            let at = format!("/proc/{pid}/root{}", p.display());
-            if let Ok(s) = nix::sys::statfs::statfs(at.as_str()) {
-                let used = s.blocks().saturating_sub(s.blocks_free());
-                total = total.saturating_add(used.saturating_mul(s.block_size() as u64));
-            }
+            let used = pids.iter().find_map(|pid| {
+                let at = format!("/proc/{pid}/root{}", p.display());
+                let s = nix::sys::statfs::statfs(at.as_str()).ok().or_else(|| {
+                    other_tasks(*pid).into_iter().find_map(|t| {
+                        nix::sys::statfs::statfs(format!("{t}/root{}", p.display()).as_str()).ok()
+                    })
+                })?;
+                Some(
+                    s.blocks()
+                        .saturating_sub(s.blocks_free())
+                        .saturating_mul(s.block_size() as u64),
+                )
+            });
+            total = total.saturating_add(used.unwrap_or(0));
         }
     }
     for d in &w.host_tmpfs {
@@ -287,8 +365,11 @@ fn sample(w: &Watch) -> Option<u64> {
     // no name, no descriptor and no mapping: no closer bound sees it. It
     // lives only as long as a socket of the run does, so a run that holds a
     // Unix socket (other than its RPC channel, which capsule drains: what
-    // it carried in flight is dropped as it is read) keeps the quick bound.
-    let refine = granted.iter().any(|q| *q > 0) && !holds_unix_socket(&pids, w.rpc_socket);
+    // it carried in flight is dropped as it is read, so only while nothing
+    // waits unread there) keeps the quick bound.
+    let refine = granted.iter().any(|q| *q > 0)
+        && !rpc_unread(w.rpc_queue.as_ref())
+        && !holds_unix_socket(&pids, w.rpc_socket);
     for (g, q) in w.granted_tmpfs.iter().zip(granted) {
         total = total.saturating_add(match q {
             0 => 0,
@@ -307,13 +388,36 @@ fn sample(w: &Watch) -> Option<u64> {
 
 /// A quick upper bound of what process `pid` holds, from the counters of
 /// `/proc/PID/status` (no page walk, readable for every process):
-/// `RssAnon + RssShmem + HugetlbPages`, a shared page counted in full in
-/// every process that maps it. 0 when it is gone.
+/// `RssAnon + RssShmem + HugetlbPages + VmLck` (the size of its mlock'd
+/// mappings: page cache it pins is no anonymous or shmem memory), a shared
+/// page counted in full in every process that maps it. 0 when it is gone.
 fn status_bytes(pid: libc::pid_t) -> u64 {
-    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+    let Some(text) = with_memory(pid, "status") else {
         return 0;
     };
-    kb_fields(&text, &["RssAnon:", "RssShmem:", "HugetlbPages:"]).saturating_mul(1024)
+    kb_fields(&text, &["RssAnon:", "RssShmem:", "HugetlbPages:", "VmLck:"]).saturating_mul(1024)
+}
+
+/// `/proc/PID/NAME` (`status` or `maps`) as a task of `pid` that still has
+/// the process's memory shows it: a leader that exited alone (a bare
+/// `exit`, not `exit_group`) shows none (its status has no `Rss` lines, its
+/// maps are empty) while its other threads live on with all of it. None
+/// when no task has it (gone, or every thread exited).
+fn with_memory(pid: libc::pid_t, name: &str) -> Option<String> {
+    let has = |text: &str| match name {
+        "status" => text.contains("RssAnon:"),
+        _ => !text.is_empty(),
+    };
+    if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/{name}")) {
+        if has(&text) {
+            return Some(text);
+        }
+    }
+    other_tasks(pid).into_iter().find_map(|t| {
+        std::fs::read_to_string(format!("{t}/{name}"))
+            .ok()
+            .filter(|text| has(text))
+    })
 }
 
 /// The sum of the `NAME: N kB` fields `names` of a /proc text.
@@ -342,8 +446,8 @@ fn unlinked_fds(
     seen: &mut std::collections::HashSet<(u64, u64)>,
 ) -> u64 {
     let mut total = 0u64;
-    for pid in pids {
-        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+    for table in pids.iter().flat_map(|pid| fd_tables(*pid)) {
+        let Ok(fds) = std::fs::read_dir(&table) else {
             continue;
         };
         for e in fds.flatten() {
@@ -380,7 +484,7 @@ fn unlinked_mapped(
 ) -> Option<u64> {
     let mut total = 0u64;
     for pid in pids {
-        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        let Some(maps) = with_memory(*pid, "maps") else {
             continue;
         };
         for line in maps.lines() {
@@ -467,11 +571,24 @@ fn walk(top: libc::pid_t, out: &mut Vec<libc::pid_t>, depth: usize) -> Option<()
 fn process_bytes(dir: &str, pid: libc::pid_t) -> Option<u64> {
     match std::fs::read_to_string(format!("{dir}/{pid}/smaps_rollup")) {
         Ok(text) => Some(rollup_bytes(&text)),
-        Err(e)
-            if e.raw_os_error() == Some(libc::ENOENT) || e.raw_os_error() == Some(libc::ESRCH) =>
-        {
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
+            // No memory: gone, or a leader that exited alone while its other
+            // threads hold the process's memory: theirs.
+            for t in other_tasks(pid) {
+                match std::fs::read_to_string(format!("{t}/smaps_rollup")) {
+                    Ok(text) => return Some(rollup_bytes(&text)),
+                    Err(e)
+                        if e.raw_os_error() == Some(libc::ESRCH)
+                            || e.raw_os_error() == Some(libc::ENOENT) => {}
+                    Err(e) => {
+                        tracing::warn!("memory watchdog: cannot read the memory of {t}: {e}");
+                        return None;
+                    }
+                }
+            }
             Some(0)
         }
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Some(0),
         Err(e) => {
             // Gone between the listing and the read: fine; still there: fail closed.
             if Path::new(&format!("{dir}/{pid}")).exists() {
@@ -488,7 +605,10 @@ fn process_bytes(dir: &str, pid: libc::pid_t) -> Option<u64> {
 /// proportional share of anonymous and shared memory, and hugetlb pages.
 pub fn rollup_bytes(text: &str) -> u64 {
     let resident = if text.contains("Pss_Anon:") {
-        kb_fields(text, &["Pss_Anon:", "Pss_Shmem:"])
+        // Locked: the pages of its mlock'd mappings, page cache too (a
+        // file's pages, pinned and unevictable; counted twice where they
+        // are anonymous or shmem: more, never less).
+        kb_fields(text, &["Pss_Anon:", "Pss_Shmem:", "Locked:"])
     } else {
         // Before 5.14: all of Pss (file pages too: more, never less).
         kb_fields(text, &["Pss:"])
@@ -553,6 +673,19 @@ fn tree_bytes(dir: &Path) -> Option<u64> {
     Some(total)
 }
 
+/// At most this share of a core for the watchdog (1 / N): after a sample
+/// that cost T of its CPU it waits (N - 1) T, at least [`INTERVAL`].
+const CPU_SHARE: u32 = 10;
+
+/// The wait after a sample that cost `cost` of the thread's CPU. A run
+/// decides much of a sample's cost (the entries of a TMPDIR on a host
+/// tmpfs, walked every time; its processes and descriptors), and capsule is
+/// outside every limit of the run: unpaced, 49000 empty files in the
+/// TMPDIR kept it at 40% of a core while the run slept.
+fn pause(cost: Duration) -> Duration {
+    INTERVAL.max(cost.saturating_mul(CPU_SHARE - 1))
+}
+
 /// The running watchdog: dropping it stops the thread.
 pub struct Watchdog {
     stop: Option<std::sync::mpsc::Sender<()>>,
@@ -569,7 +702,11 @@ pub fn start(w: Watch, over: tokio::sync::oneshot::Sender<u64>) -> std::io::Resu
         .spawn(move || {
             let _ = crate::sys::block_all_signals();
             loop {
+                let before = crate::sys::thread_cpu_time();
                 let held = sample(&w).unwrap_or(u64::MAX);
+                let cost = before
+                    .zip(crate::sys::thread_cpu_time())
+                    .map_or(Duration::ZERO, |(a, b)| b.saturating_sub(a));
                 if held > w.limit {
                     tracing::info!(
                         "memory watchdog: the run holds {} bytes, over memory_mb ({} bytes)",
@@ -579,7 +716,7 @@ pub fn start(w: Watch, over: tokio::sync::oneshot::Sender<u64>) -> std::io::Resu
                     let _ = over.send(held);
                     return;
                 }
-                match stop_rx.recv_timeout(INTERVAL) {
+                match stop_rx.recv_timeout(pause(cost)) {
                     Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
                     _ => return,
                 }
@@ -607,12 +744,30 @@ mod tests {
     #[test]
     fn a_rollup_counts_anonymous_shared_and_huge_pages() {
         let modern = "Rss: 9000 kB\nPss: 5000 kB\nPss_Anon: 100 kB\nPss_File: 4000 kB\n\
-                      Pss_Shmem: 900 kB\nSwap: 10 kB\nShared_Hugetlb: 2048 kB\nPrivate_Hugetlb: 0 kB\n";
-        assert_eq!(rollup_bytes(modern), (100 + 900 + 2048) * 1024);
+                      Pss_Shmem: 900 kB\nSwap: 10 kB\nShared_Hugetlb: 2048 kB\nPrivate_Hugetlb: 0 kB\n\
+                      Locked: 8192 kB\n";
+        assert_eq!(rollup_bytes(modern), (100 + 900 + 8192 + 2048) * 1024);
         // Before 5.14: all of Pss (file pages too: more, never less).
         let old = "Rss: 9000 kB\nPss: 5000 kB\nSwap: 0 kB\n";
         assert_eq!(rollup_bytes(old), 5000 * 1024);
         assert_eq!(rollup_bytes(""), 0);
+    }
+
+    #[test]
+    fn threads_sharing_a_descriptor_table_are_read_once() {
+        let me = std::process::id() as libc::pid_t;
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            let _ = ready_tx.send(());
+            let _ = rx.recv();
+        });
+        ready_rx.recv().unwrap();
+        if crate::sys::same_fd_table(me, me).is_some() {
+            assert_eq!(fd_tables(me), vec![PathBuf::from(format!("/proc/{me}/fd"))]);
+        }
+        drop(tx);
+        t.join().unwrap();
     }
 
     #[test]

@@ -388,6 +388,10 @@ fn start_child(
             })
             .unwrap_or_default(),
         rpc_socket: services.child_rpc_inode(),
+        rpc_queue: layers
+            .memory_watch
+            .as_ref()
+            .and_then(|_| services.rpc_queue()),
     };
 
     let mut cgroup_missing = Vec::new();
@@ -557,6 +561,7 @@ fn memory_watch(
             unlinked_in: w.unlinked_in.clone(),
             granted_tmpfs: before.granted,
             rpc_socket: before.rpc_socket,
+            rpc_queue: before.rpc_queue,
         }
     })
 }

@@ -119,6 +119,13 @@ impl Services {
     pub fn child_rpc_fd(&self) -> Option<RawFd> {
         self.rpc_child.as_ref().map(|f| f.as_raw_fd())
     }
+    /// A duplicate of capsule's end of the RPC socket pair, for the memory
+    /// watchdog to ask what waits unread there (a descriptor the run sent,
+    /// in flight, holds its file: `supervisor::memwatch`).
+    pub fn rpc_queue(&self) -> Option<OwnedFd> {
+        let parent = self.rpc_parent.as_ref()?;
+        parent.try_clone().ok().map(OwnedFd::from)
+    }
     /// The inode of the child's end of the RPC socket pair.
     pub fn child_rpc_inode(&self) -> Option<u64> {
         let fd = self.rpc_child.as_ref()?;
@@ -160,10 +167,19 @@ impl Services {
         }
         if let Some(parent) = self.rpc_parent.take() {
             let _ = parent.set_nonblocking(true);
+            // The memory watchdog holds a duplicate of this end: when serving
+            // ends, shut the socket down, so the run can park nothing more in
+            // it (its sends fail, as they did when this end closed).
+            let closer = parent.try_clone().ok();
             match tokio::net::UnixStream::from_std(parent) {
                 Ok(stream) => {
-                    self.rpc_task =
-                        Some(tokio::spawn(crate::rpc::serve(stream, self.broker.clone())))
+                    let broker = self.broker.clone();
+                    self.rpc_task = Some(tokio::spawn(async move {
+                        crate::rpc::serve(stream, broker).await;
+                        if let Some(c) = closer {
+                            let _ = c.shutdown(std::net::Shutdown::Both);
+                        }
+                    }))
                 }
                 Err(e) => tracing::warn!("cannot serve the RPC pipe: {e}"),
             }

@@ -330,6 +330,36 @@ pub fn set_nonblocking(fd: RawFd) -> Result<(), Errno> {
     Errno::result(unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) }).map(drop)
 }
 
+/// The bytes waiting in a socket's receive queue (SIOCINQ): what its peer
+/// sent that nobody here has read yet.
+pub fn socket_queued(fd: std::os::fd::BorrowedFd<'_>) -> Result<usize, Errno> {
+    use std::os::fd::AsRawFd;
+    let mut n: libc::c_int = 0;
+    // SAFETY: SIOCINQ (FIONREAD) writes one int into our local; the
+    // descriptor is borrowed, so open for the call.
+    Errno::result(unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut n) })?;
+    Ok(usize::try_from(n).unwrap_or(0))
+}
+
+/// Whether tasks `a` and `b` share one descriptor table (`kcmp` with
+/// `KCMP_FILES`); None where the kernel cannot tell us (no kcmp, or no
+/// ptrace read access to one of them).
+pub fn same_fd_table(a: libc::pid_t, b: libc::pid_t) -> Option<bool> {
+    const KCMP_FILES: libc::c_long = 2;
+    // SAFETY: kcmp takes integer arguments only and writes nothing.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_kcmp,
+            libc::c_long::from(a),
+            libc::c_long::from(b),
+            KCMP_FILES,
+            0 as libc::c_long,
+            0 as libc::c_long,
+        )
+    };
+    (r >= 0).then_some(r == 0)
+}
+
 /// Grow a pipe's buffer (best effort): fewer wake-ups when capturing floods.
 pub fn grow_pipe(fd: RawFd, size: libc::c_int) {
     // SAFETY: fcntl on a pipe descriptor we own; failure is harmless.

@@ -7,6 +7,10 @@
 //! * left out, so they are denied by the EPERM filter (see `deny.rs`) or fail
 //!   with ENOSYS: `io_uring_*`, `name_to_handle_at`, `clone3` (ENOSYS, so
 //!   glibc and musl fall back to `clone`, whose flags a filter can read),
+//!   `memfd_secret` (ENOSYS, as on kernels without it: its pages are no
+//!   process's anonymous or shmem memory and lie on no tmpfs, so without a
+//!   cgroup nothing counted them toward `memory_mb`, and they stay with the
+//!   file once unmapped, past RLIMIT_MEMLOCK),
 //!   `openat2` (ENOSYS for the same reason: its flags lie behind a pointer,
 //!   and `open`/`openat` refuse access mode 3, see `deny.rs`; systemd, runc
 //!   and Go's x/sys callers fall back to `openat`);
@@ -159,7 +163,6 @@ pub(super) const ALLOWED: &[&str] = &[
     "map_shadow_stack",
     "membarrier",
     "memfd_create",
-    "memfd_secret",
     "mincore",
     "mkdir",
     "mkdirat",

@@ -144,6 +144,12 @@ pub struct Parts {
     /// unprivileged capsule): segments no process maps are in no process's
     /// memory, and the memory watchdog could not see them.
     pub sysv_refuse: bool,
+    /// msgget and semget fail with ENOSPC: memory_mb without a cgroup in the
+    /// run's own IPC namespace. Message queues and semaphore arrays are
+    /// kernel memory no process's counters show, and the namespace's
+    /// defaults let a run hold gigabytes of them (32000 queues of 16 KiB,
+    /// 32000 arrays of 32000 semaphores).
+    pub ipc_refuse: bool,
     /// `exec --explain`: the path-taking calls ([`OBSERVED`]) go to the
     /// supervisor, which records the path and always answers CONTINUE
     /// (`guards::observer`; a listener is needed).
@@ -228,6 +234,7 @@ impl Parts {
         memfd_enosys: false,
         meta: false,
         sysv_refuse: false,
+        ipc_refuse: false,
         observe: false,
     };
 
@@ -243,7 +250,11 @@ impl Parts {
 
     /// Whether there is anything to install.
     pub fn any(self) -> bool {
-        self.notifies() || self.net != NetPart::None || self.memfd_enosys || self.sysv_refuse
+        self.notifies()
+            || self.net != NetPart::None
+            || self.memfd_enosys
+            || self.sysv_refuse
+            || self.ipc_refuse
     }
 }
 
@@ -372,6 +383,9 @@ fn jumps(parts: Parts) -> Vec<(&'static str, Label)> {
     }
     if parts.sysv_refuse {
         jumps.push(("shmget", Label::Enospc));
+    }
+    if parts.ipc_refuse {
+        jumps.extend([("msgget", Label::Enospc), ("semget", Label::Enospc)]);
     }
     if parts.procs {
         jumps.extend([
@@ -568,6 +582,7 @@ mod tests {
                         memfd_enosys: false,
                         meta: false,
                         sysv_refuse: false,
+                        ipc_refuse: false,
                         observe: false,
                     },
                 )
@@ -633,6 +648,7 @@ mod tests {
                     memfd_enosys: false,
                     meta: true,
                     sysv_refuse: false,
+                    ipc_refuse: false,
                     observe: true,
                 },
             )
@@ -653,6 +669,7 @@ mod tests {
             let refuse = Parts {
                 memfd_enosys: true,
                 sysv_refuse: true,
+                ipc_refuse: true,
                 ..Parts {
                     signals: false,
                     net: NetPart::None,
@@ -661,6 +678,7 @@ mod tests {
                     memfd_enosys: false,
                     meta: false,
                     sysv_refuse: false,
+                    ipc_refuse: false,
                     observe: false,
                 }
             };
@@ -674,6 +692,14 @@ mod tests {
                 answer(&p, arch, "shmget", a(&[0, 1 << 20, 0o1600])),
                 ret_errno(libc::ENOSPC)
             );
+            for name in ["msgget", "semget"] {
+                assert_eq!(
+                    answer(&p, arch, name, a(&[0, 32000, 0o1600])),
+                    ret_errno(libc::ENOSPC),
+                    "{name}"
+                );
+            }
+            assert_eq!(answer(&p, arch, "msgsnd", a(&[3, 0, 1, 0])), RET_ALLOW);
             assert_eq!(answer(&p, arch, "kill", a(&[1234, 9])), RET_ALLOW);
             let d = |name: &str, args: [u64; 6]| answer(&both, arch, name, args);
             assert_eq!(d("kill", a(&[1234, 9])), RET_USER_NOTIF);
