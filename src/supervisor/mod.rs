@@ -338,6 +338,28 @@ struct Started {
     granted_tmpfs: memwatch::Before,
 }
 
+/// What the memory watchdog notes before the run exists: each host tmpfs
+/// the run may write as it is, and the run's RPC channel.
+fn watch_before(layers: &sandbox::Layers, services: &services::Services) -> memwatch::Before {
+    memwatch::Before {
+        granted: layers
+            .memory_watch
+            .as_ref()
+            .map(|w| {
+                w.granted_tmpfs
+                    .iter()
+                    .map(|p| memwatch::Grown::new(p.clone()))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        rpc_socket: services.child_rpc_inode(),
+        rpc_queue: layers
+            .memory_watch
+            .as_ref()
+            .and_then(|_| services.rpc_queue()),
+    }
+}
+
 /// The run's pipes and terminal, the child's spec, the child spawned (and,
 /// under the keeper, its command stage's pid read when a guard needs it).
 fn start_child(
@@ -376,24 +398,7 @@ fn start_child(
     };
     let view_summary = spec.view.as_ref().map(|v| v.summary.clone());
     // Before the run exists: what it writes on a host tmpfs is all growth.
-    let granted_tmpfs = memwatch::Before {
-        granted: layers
-            .memory_watch
-            .as_ref()
-            .map(|w| {
-                w.granted_tmpfs
-                    .iter()
-                    .map(|p| memwatch::Grown::new(p.clone()))
-                    .collect()
-            })
-            .unwrap_or_default(),
-        rpc_socket: services.child_rpc_inode(),
-        rpc_queue: layers
-            .memory_watch
-            .as_ref()
-            .and_then(|_| services.rpc_queue()),
-    };
-
+    let granted_tmpfs = watch_before(layers, services);
     let mut cgroup_missing = Vec::new();
     let spawned = spawn_child(plan, layers, services, spec, &mut cgroup_missing);
     // The parent's copies of the child's ends.
