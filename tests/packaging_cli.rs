@@ -76,6 +76,14 @@ fn man_page_is_roff_naming_the_subcommands() {
     for sub in SUBCOMMANDS {
         assert!(run.stdout.contains(sub), "man page lacks `{sub}`");
     }
+    // `--version` is several lines: the section keeps them (no fill).
+    let version = run.stdout.split("\n.SH VERSION\n").nth(1).unwrap_or("");
+    assert!(
+        version.starts_with(".nf\n")
+            && version.contains("\ntarget: ")
+            && version.trim_end().ends_with(".fi"),
+        "VERSION section filled into one line:\n{version}"
+    );
     let dir = sb.path("man1");
     let run = sb.run(&["man", "--dir", &dir.to_string_lossy()]);
     run.assert_code(0);

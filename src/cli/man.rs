@@ -122,7 +122,15 @@ fn render(cmd: clap::Command, extra: bool, w: &mut dyn Write) -> std::io::Result
         w.write_all(EXTRA.as_bytes())?;
     }
     if cmd.get_version().is_some() {
-        man.render_version_section(w)?;
+        // `--version` is several lines (commit, target, Landlock, seccomp):
+        // kept as lines, not filled into one.
+        let mut v = Vec::new();
+        man.render_version_section(&mut v)?;
+        let v = String::from_utf8_lossy(&v);
+        match v.split_once(".SH VERSION\n") {
+            Some((head, body)) => write!(w, "{head}.SH VERSION\n.nf\n{}\n.fi\n", body.trim_end())?,
+            None => w.write_all(v.as_bytes())?,
+        }
     }
     Ok(())
 }
