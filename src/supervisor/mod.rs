@@ -380,12 +380,7 @@ fn start_child(
         granted: layers
             .memory_watch
             .as_ref()
-            .map(|w| {
-                w.granted_tmpfs
-                    .iter()
-                    .map(|p| memwatch::Grown::new(p.clone()))
-                    .collect()
-            })
+            .map(|w| w.granted_tmpfs.iter().map(memwatch::Grown::new).collect())
             .unwrap_or_default(),
         rpc_socket: services.child_rpc_inode(),
         rpc_queue: layers
