@@ -722,3 +722,59 @@ fn files_hidden_from_the_walk_of_a_granted_tmpfs_count_toward_memory_mb() {
 fn files_in_flight_from_a_granted_tmpfs_count_toward_memory_mb() {
     hidden_on_a_granted_tmpfs(&["inflight"]);
 }
+
+/// Files of the run's TMPDIR (on /dev/shm here, as on hosts whose /tmp is a
+/// tmpfs), each 32 MiB (under the limit by itself), sent over a Unix socket
+/// pair the run keeps, then unlinked and closed: no name, no descriptor, no
+/// mapping. Prints HELD once 256 MiB are held so.
+const IN_FLIGHT_FROM_TMPDIR: &str = r#"
+import os, socket, time
+t = os.environ["TMPDIR"]
+a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+buf = b"\x07" * (1 << 20)
+for i in range(8):
+    p = os.path.join(t, "f%d" % i)
+    fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o600)
+    for _ in range(32):
+        os.write(fd, buf)
+    socket.send_fds(a, [b"x"], [fd])
+    os.unlink(p)
+    os.close(fd)
+    time.sleep(0.3)
+print("HELD", flush=True)
+time.sleep(3)
+"#;
+
+/// Without a cgroup the watchdog counted a private TMPDIR on a host tmpfs
+/// by walking it, plus the files there the run unlinked but holds open or
+/// mapped: a file sent over a Unix socket, then unlinked and closed, lives
+/// only in flight, and a run held 256 MiB so under `memory_mb: 64`. Now that
+/// tmpfs counts as a write grant on it does: what the whole file system
+/// grew by, kept as the count while the run holds a Unix socket.
+#[test]
+fn files_in_flight_from_a_tmpdir_on_a_host_tmpfs_count_toward_memory_mb() {
+    let _shm = shm_exclusive();
+    let Some(_room) = shm_scratch("capsule-shm-tmpdir.", 400) else {
+        return;
+    };
+    let py = python();
+    for no_ns in ["0", "1"] {
+        let run = until_killed(|| {
+            let mut sb = shmem_sandbox(true);
+            sb.set_env("CAPSULE_NO_NAMESPACES", no_ns);
+            let pol = sb.policy("version: 1\nlimits:\n  memory_mb: 64\n  timeout_seconds: 60\n");
+            sb.exec_json(&["--policy", &pol], &[&py, "-c", IN_FLIGHT_FROM_TMPDIR])
+        });
+        assert!(
+            !run.child_stdout().contains("HELD"),
+            "ESCAPE (no_namespaces={no_ns}): held 256 MiB in flight from a TMPDIR on /dev/shm \
+             under memory_mb: 64{}",
+            run.ctx()
+        );
+        assert_killed_for_memory(
+            &run,
+            "none",
+            &format!("files in flight from the TMPDIR (no_namespaces={no_ns})"),
+        );
+    }
+}

@@ -246,17 +246,19 @@ pub const MEMORY_WATCHDOG_LIMITATION: &str =
      holds more: its processes' anonymous, shared and locked memory (mlock'd page cache too; a quick bound from /proc/PID/status, and where \
      that is over the limit their proportional shares from smaps_rollup; swap not counted), every \
      memfd it made (capsule makes each one and keeps it: a memfd the run closed counts until the run ends), \
-     the view's private /dev/shm and tmpfs /tmp, the files of a private TMPDIR that lies on a host tmpfs \
-     (more than 50000 entries there, or a directory there capsule cannot read, count as over the limit), and \
-     what each host tmpfs the run may write holds beyond what it held when the run began (what the host adds \
-     there meanwhile counts too). What remains: memory taken within one 100 ms interval before the kill; a \
-     memfd or tmpfs file that is also mapped counts twice; a TMPDIR file on a host tmpfs that the run \
-     unlinked and holds only in flight in a Unix socket is not counted (beneath a write grant it is: a run \
-     holding a Unix socket other than its RPC channel, or with bytes waiting unread in that channel, keeps \
-     that tmpfs's whole growth as its count), what \
+     the view's private /dev/shm and tmpfs /tmp, and what each host tmpfs the run may write (a write grant \
+     on it, or its private TMPDIR there, as where /tmp is a tmpfs) holds beyond what it held when the run \
+     began (what the host adds there meanwhile counts too, and where that is over the limit and the run \
+     holds a Unix socket other than its RPC channel, or has bytes waiting unread in that channel, in which a \
+     file can sit in flight unnamed, it stays the count: another program writing a lot to that tmpfs can \
+     get such a run killed; where the closer count is needed, more than 50000 entries in the TMPDIR, or a \
+     directory there capsule cannot read, count as over the limit). What remains: memory taken within one 100 ms interval before the kill; a \
+     memfd or tmpfs file that is also mapped counts twice; what \
      other programs free meanwhile on a host tmpfs the run may write offsets what the run writes there (that \
-     tmpfs never holds more than it did plus the limit), and a TMPDIR file it unlinked and keeps \
-     only mapped counts only as far as its pages are touched, nor is kernel memory (page tables, socket and pipe buffers); SysV shared \
+     tmpfs never holds more than it did plus the limit); on a host tmpfs without a size (size=0) the \
+     TMPDIR's files are walked, and one the run unlinked and holds only in flight in a Unix socket is not \
+     counted, one it keeps only mapped only as far as its pages are touched; kernel memory (page tables, \
+     socket and pipe buffers) is not counted; SysV shared \
      memory (the view's own \
      IPC namespace) is bounded by kernel.shmall = memory_mb there as root, and refused (shmget: ENOSPC) for an \
      unprivileged capsule, and SysV message queues and semaphores are refused there (msgget, semget: \
@@ -290,15 +292,28 @@ pub struct MemoryWatchPlan {
     pub limit: u64,
     /// The view's private tmpfs mounts, as paths inside the run's root.
     pub view_tmpfs: Vec<std::path::PathBuf>,
-    /// Host directories on a shared tmpfs whose files are the run's.
+    /// Host directories on a shared tmpfs whose files are the run's (the
+    /// private TMPDIR on a host tmpfs without a size: walked).
     pub host_tmpfs: Vec<std::path::PathBuf>,
-    /// The write grants on each host tmpfs the run may write (other than its
-    /// own TMPDIR), one list per file system, none beneath another: what
-    /// they hold beyond what they held when the run began counts.
-    pub granted_tmpfs: Vec<Vec<std::path::PathBuf>>,
+    /// Each host tmpfs the run may write, one per file system: what it holds
+    /// beyond what it held when the run began counts.
+    pub granted_tmpfs: Vec<TmpfsGroup>,
     /// Where the run sees those directories (the view shows the private
     /// TMPDIR at /tmp): its unlinked files there are found by these names.
     pub unlinked_in: Vec<std::path::PathBuf>,
+}
+
+/// One host tmpfs the run may write, for the memory watchdog.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TmpfsGroup {
+    /// The write grants on it, none beneath another.
+    pub grants: Vec<std::path::PathBuf>,
+    /// The private TMPDIR where it lies there (a tmpfs with a size) and not
+    /// beneath a grant: the run's alone, walked whole.
+    pub tmpdir: Option<std::path::PathBuf>,
+    /// Where the run sees the TMPDIR when not at its own name (the view's
+    /// /tmp): its unlinked files there are found by that name too.
+    pub tmpdir_alias: Option<std::path::PathBuf>,
 }
 
 /// Where the run's /proc comes from when the fresh procfs is refused: the
@@ -1380,9 +1395,19 @@ fn memory_watch_plan(plan: &Plan, view: Option<&view::View>) -> MemoryWatchPlan 
     // without the view), by file system, and the tmpfs mounted beneath a
     // write grant (a workspace's memory-backed scratch mount, /run/user/UID
     // beneath /run): Landlock's rule and the view's bind reach into them. A
-    // private TMPDIR beneath one of them is counted with it, not walked twice.
+    // private TMPDIR beneath one of them is counted with it, not walked twice;
+    // elsewhere on a tmpfs with a size it joins that file system's group (its
+    // growth is the first bound: a file there held only in flight in a Unix
+    // socket is inside it).
     let mounts = memory_backed_mounts();
     let mut devs: Vec<u64> = Vec::new();
+    let mut group = |w: &mut MemoryWatchPlan, dev: u64| -> usize {
+        devs.iter().position(|d| *d == dev).unwrap_or_else(|| {
+            devs.push(dev);
+            w.granted_tmpfs.push(TmpfsGroup::default());
+            devs.len() - 1
+        })
+    };
     for g in plan.fs.grants.iter().filter(|g| {
         g.access.write
             && !matches!(
@@ -1398,15 +1423,8 @@ fn memory_watch_plan(plan: &Plan, view: Option<&view::View>) -> MemoryWatchPlan 
             let Ok(st) = nix::sys::stat::stat(path.as_path()) else {
                 continue;
             };
-            let i = devs
-                .iter()
-                .position(|d| *d == st.st_dev)
-                .unwrap_or_else(|| {
-                    devs.push(st.st_dev);
-                    w.granted_tmpfs.push(Vec::new());
-                    devs.len() - 1
-                });
-            let roots = &mut w.granted_tmpfs[i];
+            let i = group(&mut w, st.st_dev);
+            let roots = &mut w.granted_tmpfs[i].grants;
             if roots.iter().any(|r| path.starts_with(r)) {
                 continue;
             }
@@ -1414,11 +1432,29 @@ fn memory_watch_plan(plan: &Plan, view: Option<&view::View>) -> MemoryWatchPlan 
             roots.push(path.clone());
         }
     }
-    w.host_tmpfs
-        .retain(|t| !w.granted_tmpfs.iter().flatten().any(|r| t.starts_with(r)));
-    w.unlinked_in = w.host_tmpfs.clone();
     let tmp_bound =
         view.is_some_and(|v| v.summary.private_tmp) && plan.limits.tmp_size_mb.is_none();
+    for t in std::mem::take(&mut w.host_tmpfs) {
+        if w.granted_tmpfs
+            .iter()
+            .any(|g| g.grants.iter().any(|r| t.starts_with(r)))
+        {
+            continue;
+        }
+        let sized = nix::sys::statfs::statfs(t.as_path()).is_ok_and(|s| s.blocks() > 0);
+        match nix::sys::stat::stat(t.as_path()) {
+            Ok(st) if sized => {
+                let i = group(&mut w, st.st_dev);
+                let g = &mut w.granted_tmpfs[i];
+                // A grant beneath the TMPDIR: walked with it.
+                g.grants.retain(|r| !r.starts_with(&t));
+                g.tmpdir = Some(t);
+                g.tmpdir_alias = tmp_bound.then(|| "/tmp".into());
+            }
+            _ => w.host_tmpfs.push(t),
+        }
+    }
+    w.unlinked_in = w.host_tmpfs.clone();
     if tmp_bound && !w.host_tmpfs.is_empty() {
         w.unlinked_in.push("/tmp".into());
     }

@@ -25,20 +25,24 @@
 //!   capsule);
 //! * the run's tmpfs: the view's private `/dev/shm` and tmpfs `/tmp`
 //!   (statfs: exactly the run's), and the private TMPDIR when it lies on a
-//!   tmpfs of the host (its files' blocks, walked; more than [`MAX_ENTRIES`]
-//!   entries there count as over the limit; and the files there the run
-//!   unlinked but holds open, through its processes' descriptors);
+//!   host tmpfs without a size (its files' blocks, walked; more than
+//!   [`MAX_ENTRIES`] entries there count as over the limit; and the files
+//!   there the run unlinked but holds open, through its processes'
+//!   descriptors);
 //! * every host tmpfs the run may write (a write grant on it, or a tmpfs or
 //!   ramfs mounted beneath a write grant: a pod's memory-backed emptyDir,
-//!   the host's /dev/shm without the view): first
+//!   the host's /dev/shm without the view; or its private TMPDIR there, as
+//!   on hosts whose /tmp is a tmpfs): first
 //!   what the whole file system holds beyond what it held when the run
 //!   began; only when that is over the limit, the growth of the files
-//!   beneath the grant plus those there the run unlinked but holds open
-//!   (in any task's descriptor table, not only the leader's)
-//!   or mapped (where a directory there is unreadable, or a mapped file cannot
-//!   be sized, or the run holds a Unix socket or has bytes waiting unread
-//!   in its RPC channel, where a file can sit in flight: the file system's
-//!   growth)
+//!   beneath the grant and the TMPDIR's files plus those there the run
+//!   unlinked but holds open
+//!   (in any task's descriptor table, not only the leader's; a TMPDIR file
+//!   by its name in the view, /tmp, too)
+//!   or mapped (where a directory beneath a grant is unreadable, or a mapped
+//!   file cannot be sized, or the run holds a Unix socket or has bytes
+//!   waiting unread in its RPC channel, where a file can sit in flight: the
+//!   file system's growth; where the TMPDIR cannot be walked: over the limit)
 //!   ([`Grown`]).
 //!
 //! Who is of the run (`/proc/PID/task/TID/children`, at most
@@ -57,8 +61,10 @@
 //! [`INTERVAL`] of page faulting before the kill, longer where samples are
 //! dear); a memfd or tmpfs file that
 //! is also mapped counts twice; kernel memory (page tables, socket and pipe
-//! buffers) is not counted, nor is a TMPDIR file on a host tmpfs that the
-//! run unlinked and holds only in flight in a Unix socket. SysV segments no
+//! buffers) is not counted, nor is a TMPDIR file on a host tmpfs without a
+//! size that the run unlinked and holds only in flight in a Unix socket.
+//! A run that holds a Unix socket counts all that a host tmpfs it may write
+//! (its TMPDIR's too) grew by while it runs, whoever wrote it. SysV segments no
 //! process maps are bounded by the view (`kernel.shmall`, or shmget
 //! refused: `sandbox::prepare`).
 
@@ -92,12 +98,12 @@ pub struct Watch {
     /// (e.g. "/dev/shm"): reached through the root of a process of the run.
     pub view_tmpfs: Vec<PathBuf>,
     /// Host directories on a shared tmpfs whose files are the run's (the
-    /// private TMPDIR there).
+    /// private TMPDIR there, where that tmpfs has no size).
     pub host_tmpfs: Vec<PathBuf>,
     /// Those directories as the run names them (the view's /tmp too).
     pub unlinked_in: Vec<PathBuf>,
-    /// The host tmpfs file systems the run may write, each with what it
-    /// held when the run began.
+    /// The host tmpfs file systems the run may write (its TMPDIR on one
+    /// with a size too), each with what it held when the run began.
     pub granted_tmpfs: Vec<Grown>,
     /// The inode of the run's end of its RPC socket pair.
     pub rpc_socket: Option<u64>,
@@ -219,32 +225,50 @@ fn rpc_unread(queue: Option<&std::os::fd::OwnedFd>) -> bool {
     queue.is_some_and(|q| crate::sys::socket_queued(q.as_fd()).map_or(true, |n| n > 0))
 }
 
-/// A host tmpfs the run may write (a write grant on it), as it was when the
-/// run began. First a quick upper bound: what the whole file system holds
-/// beyond what it held then (`statfs`, whoever wrote it: other programs
-/// writing there meanwhile count too). Only when the run is over the limit
-/// with it, the growth of the files beneath the grant (a walk, as for the
-/// TMPDIR) plus the files there the run unlinked but holds open or mapped:
-/// other writers elsewhere on that tmpfs (a parallel run, the host) no
-/// longer count. A tmpfs without a size (`size=0`: statfs reports no blocks) is
-/// walked every time.
+/// A host tmpfs the run may write (a write grant on it, or its private
+/// TMPDIR there), as it was when the run began. First a quick upper bound:
+/// what the whole file system holds beyond what it held then (`statfs`,
+/// whoever wrote it: other programs writing there meanwhile count too).
+/// Only when the run is over the limit with it, the growth of the files
+/// beneath the grants and those of the TMPDIR (a walk) plus the files there
+/// the run unlinked but holds open or mapped: other writers elsewhere on
+/// that tmpfs (a parallel run, the host) no longer count. A tmpfs without a
+/// size (`size=0`: statfs reports no blocks) is walked every time.
 pub struct Grown {
     /// The grants on that file system (none beneath another).
     paths: Vec<PathBuf>,
+    /// The run's private TMPDIR there (not beneath a grant): all its files
+    /// are the run's; where it cannot be walked, over the limit.
+    tmpdir: Option<PathBuf>,
+    /// The names the run's unlinked files there show: the grants, the
+    /// TMPDIR, and where the view binds it at /tmp, /tmp.
+    unlinked_in: Vec<PathBuf>,
     /// Used bytes of the file system at the start; None where it has no size.
     fs_base: Option<u64>,
-    /// Bytes of the files beneath the grant at the start; None: unknown
+    /// Bytes of the files beneath the grants at the start; None: unknown
     /// (more than [`MAX_ENTRIES`] entries, or something unreadable there).
     tree_base: Option<u64>,
 }
 
 impl Grown {
-    /// Note what the file system of `paths` (one), and the files beneath
-    /// them, hold now.
-    pub fn new(paths: Vec<PathBuf>) -> Grown {
-        let fs_base = paths.first().and_then(|p| fs_used(p));
+    /// Note what the file system of the group (one), and the files beneath
+    /// its grants, hold now.
+    pub fn new(group: &crate::sandbox::TmpfsGroup) -> Grown {
+        let paths = group.grants.clone();
+        let unlinked_in = paths
+            .iter()
+            .chain(&group.tmpdir)
+            .chain(&group.tmpdir_alias)
+            .cloned()
+            .collect();
+        let fs_base = paths
+            .first()
+            .or(group.tmpdir.as_ref())
+            .and_then(|p| fs_used(p));
         let mut g = Grown {
             paths,
+            tmpdir: group.tmpdir.clone(),
+            unlinked_in,
             fs_base,
             tree_base: None,
         };
@@ -265,12 +289,20 @@ impl Grown {
         })
     }
 
+    /// A path on the file system (for statfs).
+    fn on(&self) -> Option<&Path> {
+        self.paths
+            .first()
+            .or(self.tmpdir.as_ref())
+            .map(PathBuf::as_path)
+    }
+
     /// The quick bound: the file system's growth (or, without a size, the
-    /// tree's). None: unknown, over the limit.
+    /// trees'). None: unknown, over the limit.
     fn quick(&self) -> Option<u64> {
         match self.fs_base {
-            Some(base) => Some(fs_used(self.paths.first()?)?.saturating_sub(base)),
-            None => self.tree_grown(),
+            Some(base) => Some(fs_used(self.on()?)?.saturating_sub(base)),
+            None => self.tree_grown()?.checked_add(self.tmpdir_bytes()?),
         }
     }
 
@@ -278,21 +310,33 @@ impl Grown {
         Some(self.trees()?.saturating_sub(self.tree_base?))
     }
 
-    /// The closer bound, given the quick one: the tree's growth and the
-    /// run's unlinked files beneath the grant (held through a descriptor or
-    /// a mapping), never more than `quick`. Where one of those cannot be
-    /// told (a directory the run made unreadable, a mapped file whose size
-    /// an unprivileged capsule cannot read), `quick`.
-    fn refined(&self, quick: u64, pids: &[libc::pid_t]) -> u64 {
+    /// The TMPDIR's files; None where it cannot be walked.
+    fn tmpdir_bytes(&self) -> Option<u64> {
+        self.tmpdir.as_deref().map_or(Some(0), tree_bytes)
+    }
+
+    /// The closer bound, given the quick one: the grants' growth, the
+    /// TMPDIR's files and the run's unlinked files there (held through a
+    /// descriptor or a mapping), never more than `quick`. Where one of
+    /// those cannot be told (a directory the run made unreadable beneath a
+    /// grant, a mapped file whose size an unprivileged capsule cannot
+    /// read), `quick`; where the TMPDIR cannot be walked (a directory there
+    /// unreadable, more than [`MAX_ENTRIES`] entries), None: over the limit.
+    fn refined(&self, quick: u64, pids: &[libc::pid_t]) -> Option<u64> {
         let mut seen = std::collections::HashSet::new();
-        let fds = unlinked_fds(pids, &self.paths, &mut seen);
-        match (
+        let fds = unlinked_fds(pids, &self.unlinked_in, &mut seen);
+        let (Some(t), Some(mapped)) = (
             self.tree_grown(),
-            unlinked_mapped(pids, &self.paths, &mut seen),
-        ) {
-            (Some(t), Some(mapped)) => t.saturating_add(fds).saturating_add(mapped).min(quick),
-            _ => quick,
-        }
+            unlinked_mapped(pids, &self.unlinked_in, &mut seen),
+        ) else {
+            return Some(quick);
+        };
+        Some(
+            t.saturating_add(self.tmpdir_bytes()?)
+                .saturating_add(fds)
+                .saturating_add(mapped)
+                .min(quick),
+        )
     }
 }
 
@@ -373,7 +417,7 @@ fn sample(w: &Watch) -> Option<u64> {
     for (g, q) in w.granted_tmpfs.iter().zip(granted) {
         total = total.saturating_add(match q {
             0 => 0,
-            q if refine => g.refined(q, &pids),
+            q if refine => g.refined(q, &pids)?,
             q => q,
         });
     }
@@ -768,6 +812,35 @@ mod tests {
         }
         drop(tx);
         t.join().unwrap();
+    }
+
+    #[test]
+    fn a_tmpdir_on_a_host_tmpfs_counts_with_its_file_system() {
+        let Ok(dir) = tempfile::Builder::new()
+            .prefix("capsule-memwatch-unit.")
+            .tempdir_in("/dev/shm")
+        else {
+            eprintln!("skipped: no writable /dev/shm");
+            return;
+        };
+        let t = dir.path().join("tmpdir");
+        std::fs::create_dir(&t).unwrap();
+        let g = Grown::new(&crate::sandbox::TmpfsGroup {
+            grants: Vec::new(),
+            tmpdir: Some(t.clone()),
+            tmpdir_alias: Some("/tmp".into()),
+        });
+        assert_eq!(g.on(), Some(t.as_path()));
+        assert!(g.unlinked_in.contains(&t) && g.unlinked_in.contains(&PathBuf::from("/tmp")));
+        std::fs::write(t.join("f"), vec![1u8; 1 << 20]).unwrap();
+        // All of the TMPDIR's files are the run's; never more than the quick bound.
+        assert!(g.refined(u64::MAX, &[]).expect("walked") >= 1 << 20);
+        assert_eq!(g.refined(4096, &[]), Some(4096));
+        // A TMPDIR that cannot be walked (here: no directory) is over the limit.
+        std::fs::remove_file(t.join("f")).unwrap();
+        std::fs::remove_dir(&t).unwrap();
+        std::fs::write(&t, b"").unwrap();
+        assert_eq!(g.refined(u64::MAX, &[]), None);
     }
 
     #[test]

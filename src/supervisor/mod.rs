@@ -345,12 +345,7 @@ fn watch_before(layers: &sandbox::Layers, services: &services::Services) -> memw
         granted: layers
             .memory_watch
             .as_ref()
-            .map(|w| {
-                w.granted_tmpfs
-                    .iter()
-                    .map(|p| memwatch::Grown::new(p.clone()))
-                    .collect()
-            })
+            .map(|w| w.granted_tmpfs.iter().map(memwatch::Grown::new).collect())
             .unwrap_or_default(),
         rpc_socket: services.child_rpc_inode(),
         rpc_queue: layers
