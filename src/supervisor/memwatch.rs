@@ -801,14 +801,27 @@ mod tests {
     fn threads_sharing_a_descriptor_table_are_read_once() {
         let me = std::process::id() as libc::pid_t;
         let (tx, rx) = std::sync::mpsc::channel::<()>();
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<libc::pid_t>();
         let t = std::thread::spawn(move || {
-            let _ = ready_tx.send(());
+            // /proc/thread-self names this thread.
+            let tid = std::fs::read_link("/proc/thread-self")
+                .ok()
+                .and_then(|p| p.file_name()?.to_str()?.parse().ok())
+                .unwrap_or(0);
+            let _ = ready_tx.send(tid);
             let _ = rx.recv();
         });
-        ready_rx.recv().unwrap();
-        if crate::sys::same_fd_table(me, me).is_some() {
-            assert_eq!(fd_tables(me), vec![PathBuf::from(format!("/proc/{me}/fd"))]);
+        let tid = ready_rx.recv().unwrap();
+        if crate::sys::same_fd_table(me, me).is_some() && tid > 0 {
+            // The test harness's other threads come and go (one gone
+            // between the listing and kcmp is read as its own table, which
+            // costs a failed read); this thread shares the leader's table.
+            let tables = fd_tables(me);
+            assert_eq!(tables[0], PathBuf::from(format!("/proc/{me}/fd")));
+            assert!(
+                !tables.contains(&PathBuf::from(format!("/proc/{me}/task/{tid}/fd"))),
+                "{tables:?}"
+            );
         }
         drop(tx);
         t.join().unwrap();
@@ -847,8 +860,15 @@ mod tests {
     fn this_process_is_counted_and_a_tree_is_walked() {
         let me = std::fs::read_to_string("/proc/self/smaps_rollup").expect("rollup");
         assert!(rollup_bytes(&me) > 0);
-        // The quick bound is never below the proportional share.
-        assert!(status_bytes(std::process::id() as libc::pid_t) >= rollup_bytes(&me) / 2);
+        // The quick bound is never below the proportional share, read at
+        // the same moment: the harness's other threads allocate and free
+        // megabytes between two reads, so a few tries.
+        let holds = (0..20).any(|_| {
+            let rollup = std::fs::read_to_string("/proc/self/smaps_rollup").expect("rollup");
+            let quick = status_bytes(std::process::id() as libc::pid_t);
+            quick >= rollup_bytes(&rollup) / 2
+        });
+        assert!(holds, "status below half the rollup in 20 reads");
         let dir = tempfile::tempdir().expect("tmp");
         std::fs::create_dir(dir.path().join("d")).unwrap();
         std::fs::write(dir.path().join("d/f"), vec![1u8; 1 << 20]).unwrap();
