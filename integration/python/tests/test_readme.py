@@ -47,6 +47,9 @@ RUN_ELSEWHERE = {
     "scripts/bench warm": "by hand (a benchmark: its figures are README's performance table; "
     "tests/serve.rs and test_serve.py test what it times)",
     ".ci/run": "CI (it is what CI runs: the apt/rustup set-up, then scripts/test)",
+    'podman run --rm --user 65534 -v "$(command -v capsule)":/usr/local/bin/capsule:ro IMAGE capsule exec -- '
+    "python3 -c 'print(\"hello from the sandbox\")'": "scripts/test-containers (scripts/test section 5: the static "
+    "binary mounted read-only at /usr/local/bin/capsule of a debootstrap image, run as 65534 in the pod shapes)",
     "export PATH=~/.venvs/capsule/bin:$PATH": "test_install.py (the wheel's venv bin/ on PATH: capsule and man capsule "
     "by name)",
     "python3 integration/python/examples/agent_demo.py": "test_example.py",
