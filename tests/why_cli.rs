@@ -760,3 +760,52 @@ fn mounts_agree_with_exec_at_their_destination() {
         assert_eq!(a[&q]["allowed"], allowed, "{q}: {a:#?}");
     }
 }
+
+/// A write grant beneath a read-only mount's destination is bound at its own
+/// path on top of the mount (the view attaches the deeper bind later): a
+/// write there reaches the host's granted directory and succeeds. `why` took
+/// the deepest *mount* only and judged the path as the mount's source,
+/// read-only (EROFS): refused where exec writes. And the other way: a read
+/// grant under /tmp, bound read-only over a read-write mount's destination
+/// beneath /tmp, is refused to writes that `why` allowed through the mount.
+#[test]
+fn a_grant_bound_over_a_mount_destination_agrees_with_exec() {
+    if !view_expected() {
+        eprintln!("skipped: a mount at another destination needs the view");
+        return;
+    }
+    for sb in [Sandbox::visible(), Sandbox::new()] {
+        sb.write("src-ro/out/keep", "x");
+        sb.write("proj/out/keep", "x");
+        sb.write("src-rw/r/keep", "x");
+        sb.write("over/r/keep", "x");
+        let proj = sb.p("proj");
+        let over = sb.p("over");
+        let mounts = [
+            format!("{}:{proj}", sb.p("src-ro")),
+            format!("{}:{over}:rw", sb.p("src-rw")),
+        ];
+        let out = sb.p("proj/out");
+        let r = sb.p("over/r");
+        let mut opts = vec!["--no-audit", "--allow-write", out.as_str()];
+        opts.extend(["--allow-read", r.as_str()]);
+        for m in &mounts {
+            opts.extend(["--mount", m.as_str()]);
+        }
+        let pol = sb.policy("version: 1\n");
+        agree_with(
+            &sb,
+            &pol,
+            &opts,
+            &[
+                Q::create(format!("{proj}/out/new")),
+                Q::read(format!("{proj}/out/keep")),
+                Q::create(format!("{proj}/new")),
+                Q::create(format!("{over}/new")),
+                Q::create(format!("{over}/r/new")),
+                Q::read(format!("{over}/r/keep")),
+            ],
+            &format!("grants over mounts in {}", sb.root.display()),
+        );
+    }
+}

@@ -731,25 +731,24 @@ impl<'a> Survey<'a> {
 
     /// `path` beneath the destination of a mount (`mounts:`, `--mount`) at
     /// another place in the run's view: the source path it reaches there
-    /// (the deepest destination wins, as the later mount covers).
+    /// (the bind the view attaches last over `path` is what the run sees
+    /// there: a write grant or a grant under /tmp bound at its own path
+    /// beneath the destination covers the mount, and is judged as itself).
     fn through_mount(&self, path: &Path) -> Option<(PathBuf, &crate::plan::Bind)> {
-        self.view.as_ref()?;
-        let b = self
-            .plan
-            .fs
-            .mounts
-            .iter()
-            .filter(|b| {
-                b.src != b.dst
-                    && path.starts_with(&b.dst)
-                    && self
-                        .plan
-                        .fs
-                        .grants
-                        .iter()
-                        .any(|g| g.path == b.src && g.origin.is_mount())
-            })
-            .max_by_key(|b| b.dst.components().count())?;
+        let view = self.view.as_ref()?;
+        // The view's binds in attach order (parents first, a later one at
+        // the same place on top): the last one holding `path` shows it.
+        let top = view.binds.iter().rev().find(|b| path.starts_with(&b.dst))?;
+        let b = self.plan.fs.mounts.iter().rev().find(|b| {
+            *b == top
+                && b.src != b.dst
+                && self
+                    .plan
+                    .fs
+                    .grants
+                    .iter()
+                    .any(|g| g.path == b.src && g.origin.is_mount())
+        })?;
         let rest = path.strip_prefix(&b.dst).ok()?;
         // `..` out of a mount climbs the run's view, not the source's parent.
         if rest
