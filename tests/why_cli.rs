@@ -809,3 +809,42 @@ fn a_grant_bound_over_a_mount_destination_agrees_with_exec() {
         );
     }
 }
+
+/// A symbolic link inside a mount's source is followed in the run's view:
+/// an absolute target names a place of the view (a pack built to live at
+/// its destination links to `/pack/...`). `why` followed it on the host,
+/// where that path is another (ungranted) directory: refused where exec
+/// read the file.
+#[test]
+fn links_inside_a_mount_are_followed_in_the_view() {
+    if !view_expected() {
+        eprintln!("skipped: a mount at another destination needs the view");
+        return;
+    }
+    let sb = Sandbox::visible();
+    sb.write("src/f", "pack");
+    sb.write("src/sub/g", "sub");
+    // The destination on the host: the same names, not granted.
+    sb.write("dst/f", "host");
+    sb.write("dst/sub/g", "host");
+    let dst = sb.p("dst");
+    std::os::unix::fs::symlink(format!("{dst}/f"), sb.path("src/abs")).unwrap();
+    std::os::unix::fs::symlink(format!("{dst}/sub"), sb.path("src/absdir")).unwrap();
+    std::os::unix::fs::symlink("absdir/../f", sb.path("src/rel")).unwrap();
+    let mount = format!("{}:{dst}", sb.p("src"));
+    let pol = sb.policy("version: 1\n");
+    let a = agree_with(
+        &sb,
+        &pol,
+        &["--no-audit", "--mount", mount.as_str()],
+        &[
+            Q::read(format!("{dst}/abs")),
+            Q::read(format!("{dst}/absdir/g")),
+            Q::read(format!("{dst}/rel")),
+            Q::read(format!("{dst}/f")),
+            Q::read(sb.p("src/f")),
+        ],
+        "links inside a mount",
+    );
+    assert_eq!(a[&format!("read {dst}/abs")]["allowed"], true, "{a:#?}");
+}
