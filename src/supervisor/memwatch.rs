@@ -490,25 +490,37 @@ fn unlinked_fds(
     seen: &mut std::collections::HashSet<(u64, u64)>,
 ) -> u64 {
     let mut total = 0u64;
+    // The file systems of `dirs` (as capsule sees them): an unlinked file
+    // there is the run's whatever its descriptor's name says, and one whose
+    // name is longer than PATH_MAX has none (readlink: ENAMETOOLONG; a file
+    // opened deep in the TMPDIR, then unlinked and its directories removed).
+    let devs: Vec<u64> = dirs
+        .iter()
+        .filter_map(|d| nix::sys::stat::stat(d.as_path()).ok().map(|s| s.st_dev))
+        .collect();
     for table in pids.iter().flat_map(|pid| fd_tables(*pid)) {
         let Ok(fds) = std::fs::read_dir(&table) else {
             continue;
         };
         for e in fds.flatten() {
-            let Ok(target) = std::fs::read_link(e.path()) else {
-                continue;
+            let by_name = match std::fs::read_link(e.path()) {
+                Ok(target) => {
+                    let target = target.to_string_lossy();
+                    let Some(name) = target.strip_suffix(" (deleted)") else {
+                        continue;
+                    };
+                    dirs.iter().any(|d| Path::new(name).starts_with(d))
+                }
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(_) => false,
             };
-            let target = target.to_string_lossy();
-            let Some(name) = target.strip_suffix(" (deleted)") else {
-                continue;
-            };
-            if !dirs.iter().any(|d| Path::new(name).starts_with(d)) {
-                continue;
-            }
             let Ok(st) = nix::sys::stat::stat(&e.path()) else {
                 continue;
             };
-            if st.st_nlink == 0 && seen.insert((st.st_dev, st.st_ino)) {
+            if st.st_nlink == 0
+                && (by_name || devs.contains(&st.st_dev))
+                && seen.insert((st.st_dev, st.st_ino))
+            {
                 total = total.saturating_add((st.st_blocks as u64).saturating_mul(512));
             }
         }
