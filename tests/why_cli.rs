@@ -812,9 +812,9 @@ fn a_grant_bound_over_a_mount_destination_agrees_with_exec() {
 
 /// A symbolic link inside a mount's source is followed in the run's view:
 /// an absolute target names a place of the view (a pack built to live at
-/// its destination links to `/pack/...`). `why` followed it on the host,
-/// where that path is another (ungranted) directory: refused where exec
-/// read the file.
+/// its destination links to `/pack/...`), and `..` inside the mount climbs
+/// the view. `why` followed both on the host, where that path is another
+/// (ungranted) directory: refused where exec read the file.
 #[test]
 fn links_inside_a_mount_are_followed_in_the_view() {
     if !view_expected() {
@@ -841,6 +841,7 @@ fn links_inside_a_mount_are_followed_in_the_view() {
             Q::read(format!("{dst}/abs")),
             Q::read(format!("{dst}/absdir/g")),
             Q::read(format!("{dst}/rel")),
+            Q::read(format!("{dst}/sub/../f")),
             Q::read(format!("{dst}/f")),
             Q::read(sb.p("src/f")),
         ],

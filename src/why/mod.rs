@@ -772,6 +772,9 @@ impl<'a> Survey<'a> {
             match c.components().next() {
                 Some(Component::RootDir | Component::CurDir) | None => continue,
                 Some(Component::ParentDir) => {
+                    // `..` inside a mount climbs the run's view (to the
+                    // destination's parent at its top), not the host's.
+                    followed |= self.through_mount(&done).is_some();
                     done.pop();
                     continue;
                 }
