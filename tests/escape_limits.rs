@@ -778,3 +778,62 @@ fn files_in_flight_from_a_tmpdir_on_a_host_tmpfs_count_toward_memory_mb() {
         );
     }
 }
+
+const UNLINKED_BEYOND_PATH_MAX: &str = r#"
+import os, time
+os.chdir(os.environ["TMPDIR"])
+name = "d" * 250
+for _ in range(20):
+    os.mkdir(name)
+    os.chdir(name)
+fd = os.open("f", os.O_RDWR | os.O_CREAT, 0o600)
+os.unlink("f")
+for _ in range(20):
+    os.chdir("..")
+    os.rmdir(name)
+try:
+    os.readlink("/proc/self/fd/%d" % fd)
+    print("SHORT", flush=True)
+except OSError as e:
+    print("LONG", e.errno, flush=True)
+buf = b"\x07" * (1 << 20)
+for _ in range(48):
+    os.write(fd, buf)
+time.sleep(1)
+print("HELD", flush=True)
+time.sleep(2)
+"#;
+
+/// A file the run unlinked and holds open counts through its descriptor's
+/// name (`/proc/PID/fd/N` beneath the TMPDIR or a grant). A name longer
+/// than PATH_MAX (a file opened 20 directories of 250 characters deep,
+/// then unlinked, the directories removed) has no name there: readlink
+/// says ENAMETOOLONG, and the watchdog skipped it. Without a cgroup a run
+/// held 48 MiB on /dev/shm under `memory_mb: 16`.
+#[test]
+fn an_unlinked_file_whose_name_is_too_long_still_counts_toward_memory_mb() {
+    let _shm = shm_exclusive();
+    let Some(_room) = shm_scratch("capsule-shm-long.", 100) else {
+        return;
+    };
+    let py = python();
+    for no_ns in ["0", "1"] {
+        let run = until_killed(|| {
+            let mut sb = shmem_sandbox(true);
+            sb.set_env("CAPSULE_NO_NAMESPACES", no_ns);
+            let pol = sb.policy("version: 1\nlimits:\n  memory_mb: 16\n  timeout_seconds: 60\n");
+            sb.exec_json(&["--policy", &pol], &[&py, "-c", UNLINKED_BEYOND_PATH_MAX])
+        });
+        assert!(
+            !run.child_stdout().contains("HELD"),
+            "ESCAPE (no_namespaces={no_ns}): held 48 MiB in an unlinked TMPDIR file whose name \
+             is longer than PATH_MAX under memory_mb: 16{}",
+            run.ctx()
+        );
+        assert_killed_for_memory(
+            &run,
+            "none",
+            &format!("a long-named unlinked file (no_namespaces={no_ns})"),
+        );
+    }
+}

@@ -760,3 +760,92 @@ fn mounts_agree_with_exec_at_their_destination() {
         assert_eq!(a[&q]["allowed"], allowed, "{q}: {a:#?}");
     }
 }
+
+/// A write grant beneath a read-only mount's destination is bound at its own
+/// path on top of the mount (the view attaches the deeper bind later): a
+/// write there reaches the host's granted directory and succeeds. `why` took
+/// the deepest *mount* only and judged the path as the mount's source,
+/// read-only (EROFS): refused where exec writes. And the other way: a read
+/// grant under /tmp, bound read-only over a read-write mount's destination
+/// beneath /tmp, is refused to writes that `why` allowed through the mount.
+#[test]
+fn a_grant_bound_over_a_mount_destination_agrees_with_exec() {
+    if !view_expected() {
+        eprintln!("skipped: a mount at another destination needs the view");
+        return;
+    }
+    for sb in [Sandbox::visible(), Sandbox::new()] {
+        sb.write("src-ro/out/keep", "x");
+        sb.write("proj/out/keep", "x");
+        sb.write("src-rw/r/keep", "x");
+        sb.write("over/r/keep", "x");
+        let proj = sb.p("proj");
+        let over = sb.p("over");
+        let mounts = [
+            format!("{}:{proj}", sb.p("src-ro")),
+            format!("{}:{over}:rw", sb.p("src-rw")),
+        ];
+        let out = sb.p("proj/out");
+        let r = sb.p("over/r");
+        let mut opts = vec!["--no-audit", "--allow-write", out.as_str()];
+        opts.extend(["--allow-read", r.as_str()]);
+        for m in &mounts {
+            opts.extend(["--mount", m.as_str()]);
+        }
+        let pol = sb.policy("version: 1\n");
+        agree_with(
+            &sb,
+            &pol,
+            &opts,
+            &[
+                Q::create(format!("{proj}/out/new")),
+                Q::read(format!("{proj}/out/keep")),
+                Q::create(format!("{proj}/new")),
+                Q::create(format!("{over}/new")),
+                Q::create(format!("{over}/r/new")),
+                Q::read(format!("{over}/r/keep")),
+            ],
+            &format!("grants over mounts in {}", sb.root.display()),
+        );
+    }
+}
+
+/// A symbolic link inside a mount's source is followed in the run's view:
+/// an absolute target names a place of the view (a pack built to live at
+/// its destination links to `/pack/...`), and `..` inside the mount climbs
+/// the view. `why` followed both on the host, where that path is another
+/// (ungranted) directory: refused where exec read the file.
+#[test]
+fn links_inside_a_mount_are_followed_in_the_view() {
+    if !view_expected() {
+        eprintln!("skipped: a mount at another destination needs the view");
+        return;
+    }
+    let sb = Sandbox::visible();
+    sb.write("src/f", "pack");
+    sb.write("src/sub/g", "sub");
+    // The destination on the host: the same names, not granted.
+    sb.write("dst/f", "host");
+    sb.write("dst/sub/g", "host");
+    let dst = sb.p("dst");
+    std::os::unix::fs::symlink(format!("{dst}/f"), sb.path("src/abs")).unwrap();
+    std::os::unix::fs::symlink(format!("{dst}/sub"), sb.path("src/absdir")).unwrap();
+    std::os::unix::fs::symlink("absdir/../f", sb.path("src/rel")).unwrap();
+    let mount = format!("{}:{dst}", sb.p("src"));
+    let pol = sb.policy("version: 1\n");
+    let a = agree_with(
+        &sb,
+        &pol,
+        &["--no-audit", "--mount", mount.as_str()],
+        &[
+            Q::read(format!("{dst}/abs")),
+            Q::read(format!("{dst}/absdir/g")),
+            Q::read(format!("{dst}/rel")),
+            Q::read(format!("{dst}/sub/../f")),
+            Q::read(format!("{dst}/f")),
+            Q::read(sb.p("src/f")),
+        ],
+        "links inside a mount",
+    );
+    assert_eq!(a[&format!("read {dst}/abs")]["allowed"], true, "{a:#?}");
+}

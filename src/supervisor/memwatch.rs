@@ -324,7 +324,7 @@ impl Grown {
     /// unreadable, more than [`MAX_ENTRIES`] entries), None: over the limit.
     fn refined(&self, quick: u64, pids: &[libc::pid_t]) -> Option<u64> {
         let mut seen = std::collections::HashSet::new();
-        let fds = unlinked_fds(pids, &self.unlinked_in, &mut seen);
+        let fds = unlinked_fds(pids, &self.unlinked_in, self.on(), &mut seen);
         let (Some(t), Some(mapped)) = (
             self.tree_grown(),
             unlinked_mapped(pids, &self.unlinked_in, &mut seen),
@@ -389,7 +389,7 @@ fn sample(w: &Watch) -> Option<u64> {
         total = total.saturating_add(tree_bytes(d)?);
     }
     if !w.unlinked_in.is_empty() {
-        total = total.saturating_add(unlinked_bytes(&pids, &w.unlinked_in));
+        total = total.saturating_add(unlinked_bytes(&pids, &w.unlinked_in, &w.host_tmpfs));
     }
     // The host tmpfs it may write and the processes: first quick upper
     // bounds (a statfs each; the processes' counters, no page walk); only
@@ -479,36 +479,54 @@ fn kb_fields(text: &str, names: &[&str]) -> u64 {
 /// The files under `dirs` that the run unlinked but holds open (no walk
 /// finds them any more): through the descriptors of its processes, each
 /// file once.
-fn unlinked_bytes(pids: &[libc::pid_t], dirs: &[PathBuf]) -> u64 {
-    unlinked_fds(pids, dirs, &mut std::collections::HashSet::new())
+fn unlinked_bytes(pids: &[libc::pid_t], dirs: &[PathBuf], on: &[PathBuf]) -> u64 {
+    let mut seen = std::collections::HashSet::new();
+    if on.is_empty() {
+        return unlinked_fds(pids, dirs, None, &mut seen);
+    }
+    on.iter().fold(0u64, |t, d| {
+        t.saturating_add(unlinked_fds(pids, dirs, Some(d), &mut seen))
+    })
 }
 
 /// [`unlinked_bytes`], each file counted once with those in `seen`.
+/// `on`: a host path on the file system whose unlinked files count
+/// whatever their descriptors' names say.
 fn unlinked_fds(
     pids: &[libc::pid_t],
     dirs: &[PathBuf],
+    on: Option<&Path>,
     seen: &mut std::collections::HashSet<(u64, u64)>,
 ) -> u64 {
     let mut total = 0u64;
+    // An unlinked file on that file system is the run's whatever its
+    // descriptor's name says, and one whose name is longer than PATH_MAX has
+    // none (readlink: ENAMETOOLONG; a file opened deep in the TMPDIR, then
+    // unlinked and its directories removed).
+    let dev = on.and_then(|d| nix::sys::stat::stat(d).ok().map(|s| s.st_dev));
     for table in pids.iter().flat_map(|pid| fd_tables(*pid)) {
         let Ok(fds) = std::fs::read_dir(&table) else {
             continue;
         };
         for e in fds.flatten() {
-            let Ok(target) = std::fs::read_link(e.path()) else {
-                continue;
+            let by_name = match std::fs::read_link(e.path()) {
+                Ok(target) => {
+                    let target = target.to_string_lossy();
+                    let Some(name) = target.strip_suffix(" (deleted)") else {
+                        continue;
+                    };
+                    dirs.iter().any(|d| Path::new(name).starts_with(d))
+                }
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(_) => false,
             };
-            let target = target.to_string_lossy();
-            let Some(name) = target.strip_suffix(" (deleted)") else {
-                continue;
-            };
-            if !dirs.iter().any(|d| Path::new(name).starts_with(d)) {
-                continue;
-            }
             let Ok(st) = nix::sys::stat::stat(&e.path()) else {
                 continue;
             };
-            if st.st_nlink == 0 && seen.insert((st.st_dev, st.st_ino)) {
+            if st.st_nlink == 0
+                && (by_name || dev == Some(st.st_dev))
+                && seen.insert((st.st_dev, st.st_ino))
+            {
                 total = total.saturating_add((st.st_blocks as u64).saturating_mul(512));
             }
         }

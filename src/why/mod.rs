@@ -321,6 +321,27 @@ impl<'a> Survey<'a> {
     /// May the run do `access` on `path` (absolute; symlinks are followed as
     /// the kernel would)?
     pub fn path(&self, path: &Path, access: FsAccess) -> Answer {
+        // A link beneath a mount's destination is followed in the run's
+        // view (an absolute target is a place of the view, `..` climbs it),
+        // not on the host from the mount's source.
+        if let Some(seen) = self.resolve_in_view(path) {
+            let mut a = self.path_as_seen(&seen, access);
+            a.notes.insert(
+                0,
+                format!(
+                    "{} is {} in the run's view (a symbolic link in a mount, followed there)",
+                    path.display(),
+                    seen.display()
+                ),
+            );
+            a.question = format!("{} {}", access.as_str(), path.display());
+            return a;
+        }
+        self.path_as_seen(path, access)
+    }
+
+    /// [`Survey::path`] for a path whose links beneath mounts are followed.
+    fn path_as_seen(&self, path: &Path, access: FsAccess) -> Answer {
         let mut a = Answer::new(format!("{} {}", access.as_str(), path.display()));
         // Beneath a mount's destination the run reaches the mount's source:
         // judged there, by its grant (the view's own places do not apply).
@@ -729,27 +750,85 @@ impl<'a> Survey<'a> {
         Some(out)
     }
 
+    /// `path` with the symbolic links that lie beneath a mount's destination
+    /// followed as the run's view does (their targets read on the host, at
+    /// the mount's source; an absolute one restarts at the view's root).
+    /// None where no such link is on the way (or too many: the host's walk
+    /// then answers), or outside the view.
+    fn resolve_in_view(&self, path: &Path) -> Option<PathBuf> {
+        use std::collections::VecDeque;
+        use std::path::Component;
+        self.view.as_ref()?;
+        if !self.plan.fs.mounts.iter().any(|b| b.src != b.dst) {
+            return None;
+        }
+        let mut rest: VecDeque<PathBuf> = path
+            .components()
+            .map(|c| PathBuf::from(c.as_os_str()))
+            .collect();
+        let mut done = PathBuf::from("/");
+        let (mut hops, mut followed) = (0, false);
+        while let Some(c) = rest.pop_front() {
+            match c.components().next() {
+                Some(Component::RootDir | Component::CurDir) | None => continue,
+                Some(Component::ParentDir) => {
+                    // `..` inside a mount climbs the run's view (to the
+                    // destination's parent at its top), not the host's.
+                    followed |= self.through_mount(&done).is_some();
+                    done.pop();
+                    continue;
+                }
+                _ => {}
+            }
+            let next = done.join(&c);
+            let link = self
+                .through_mount(&next)
+                .and_then(|(host, _)| std::fs::read_link(host).ok());
+            let Some(target) = link else {
+                done = next;
+                continue;
+            };
+            hops += 1;
+            if hops > 40 {
+                return None;
+            }
+            followed = true;
+            if target.is_absolute() {
+                done = PathBuf::from("/");
+            }
+            for t in target
+                .components()
+                .map(|c| PathBuf::from(c.as_os_str()))
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+            {
+                rest.push_front(t);
+            }
+        }
+        followed.then_some(done)
+    }
+
     /// `path` beneath the destination of a mount (`mounts:`, `--mount`) at
     /// another place in the run's view: the source path it reaches there
-    /// (the deepest destination wins, as the later mount covers).
+    /// (the bind the view attaches last over `path` is what the run sees
+    /// there: a write grant or a grant under /tmp bound at its own path
+    /// beneath the destination covers the mount, and is judged as itself).
     fn through_mount(&self, path: &Path) -> Option<(PathBuf, &crate::plan::Bind)> {
-        self.view.as_ref()?;
-        let b = self
-            .plan
-            .fs
-            .mounts
-            .iter()
-            .filter(|b| {
-                b.src != b.dst
-                    && path.starts_with(&b.dst)
-                    && self
-                        .plan
-                        .fs
-                        .grants
-                        .iter()
-                        .any(|g| g.path == b.src && g.origin.is_mount())
-            })
-            .max_by_key(|b| b.dst.components().count())?;
+        let view = self.view.as_ref()?;
+        // The view's binds in attach order (parents first, a later one at
+        // the same place on top): the last one holding `path` shows it.
+        let top = view.binds.iter().rev().find(|b| path.starts_with(&b.dst))?;
+        let b = self.plan.fs.mounts.iter().rev().find(|b| {
+            *b == top
+                && b.src != b.dst
+                && self
+                    .plan
+                    .fs
+                    .grants
+                    .iter()
+                    .any(|g| g.path == b.src && g.origin.is_mount())
+        })?;
         let rest = path.strip_prefix(&b.dst).ok()?;
         // `..` out of a mount climbs the run's view, not the source's parent.
         if rest

@@ -87,18 +87,79 @@ _PROTECTED_EXACT = frozenset(
 _PROTECTED_TREES = ("/proc", "/sys", "/dev", "/boot", "/etc")
 # Nothing beneath these is a writable mount (the host's programs).
 _PROTECTED_WRITE_TREES = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-# Credential stores beneath the home directory.
+# Credential stores beneath the home directory: capsule's own list
+# (src/policy/credentials.rs LOCATIONS, kept equal by a test); a ``*``
+# matches any run of characters within one name.
 _CREDENTIAL_DIRS = (
     ".ssh",
-    ".aws",
     ".gnupg",
+    ".aws",
+    ".azure",
     ".config/gcloud",
     ".kube",
-    ".netrc",
     ".docker",
+    ".netrc",
+    ".git-credentials",
+    ".config/git/credentials",
+    ".config/gh",
+    ".config/hub",
+    ".npmrc",
+    ".yarnrc*",
+    ".pypirc",
+    ".cargo/credentials*",
+    ".gem/credentials",
+    ".m2/settings*.xml",
+    ".gradle/gradle.properties",
+    ".terraform.d/credentials*",
+    ".terraformrc",
+    ".vault-token",
+    ".password-store",
+    ".local/share/keyrings",
+    ".config/op",
+    ".config/containers/auth.json",
+    ".s3cfg",
+    ".boto",
+    ".oci",
+    ".config/doctl",
+    ".config/rclone",
+    ".*_history",
+    ".local/share/fish/fish_history",
+    ".histfile",
     ".config/capsule",
     ".local/state/capsule",
+    ".local/share/capsule",
 )
+# capsule's own directories where the XDG variables move them.
+_XDG_CAPSULE = ("XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_DATA_HOME")
+
+
+def _credential_roots() -> list[str]:
+    """Every credential location (a pattern per name) as an absolute path."""
+    homes = {str(Path.home())}
+    try:
+        import pwd
+
+        homes.add(pwd.getpwuid(os.getuid()).pw_dir)
+    except (ImportError, KeyError):
+        pass
+    roots = [os.path.join(h, c) for h in homes for c in _CREDENTIAL_DIRS]
+    for var in _XDG_CAPSULE:
+        d = os.environ.get(var, "")
+        if os.path.isabs(d):
+            roots.append(os.path.join(d, "capsule"))
+    return roots
+
+
+def _in_credential(path: str) -> bool:
+    """Whether ``path`` is, or lies beneath, a credential location."""
+    parts = [p for p in os.path.normpath(path).split("/") if p]
+    for root in _credential_roots():
+        pat = [p for p in os.path.normpath(root).split("/") if p]
+        if len(parts) >= len(pat) and all(
+            re.fullmatch(".*".join(map(re.escape, q.split("*"))), n) for q, n in zip(pat, parts)
+        ):
+            return True
+    return False
 
 
 def agent_id(value: object) -> str:
@@ -248,9 +309,8 @@ def mount_path(value: object, field_name: str, *, write: bool) -> str:
         home = str(Path.home())
         if path == home:
             raise ValueError(f"{field_name} {raw!r} is the whole home directory")
-        for cred in _CREDENTIAL_DIRS:
-            if _beneath(path, os.path.join(home, cred)):
-                raise ValueError(f"{field_name} {raw!r} is a credential store")
+        if _in_credential(path):
+            raise ValueError(f"{field_name} {raw!r} is a credential store")
     # As written, so capsule judges any (trusted) link on it itself: a path
     # names a credential or secret only by its own name, never by a link.
     return os.path.normpath(literal)

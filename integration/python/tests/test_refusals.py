@@ -100,3 +100,42 @@ def test_refused_env_list_matches_capsule(doctor):
     refused = doctor["refused_env"]
     assert sorted(_validate._REFUSED_ENV) == sorted(refused["names"])
     assert sorted(_validate._REFUSED_ENV_PREFIXES) == sorted(refused["prefixes"])
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        ".local/share/capsule/volumes/other-run",  # another run's volume
+        ".azure",
+        ".oci/config",
+        ".config/rclone",
+        ".config/gh",
+        ".bash_history",
+        ".cargo/credentials.toml",
+        ".password-store/x",
+    ],
+)
+def test_every_credential_location_of_capsule_is_refused_as_a_mount(rel):
+    """A mount a spec asks for (``mounts``, ``read_only_mounts``) names no
+    credential location capsule itself carves out: capsule keeps a grant
+    that names one (or lies inside one) as meant, so this list is the guard.
+    It missed most of capsule's (other runs' volumes, ~/.azure, histories)."""
+    from capsule_sandbox import _validate
+
+    with pytest.raises(ValueError, match="credential store"):
+        _validate.mount_path(os.path.join(os.path.expanduser("~"), rel), "mounts", write=False)
+
+
+def test_the_credential_list_is_capsules():
+    """The Python list is capsule's LOCATIONS (src/policy/credentials.rs)."""
+    import re
+
+    from capsule_sandbox import _validate
+
+    src = os.path.join(os.path.dirname(__file__), "..", "..", "..", "src", "policy", "credentials.rs")
+    if not os.path.exists(src):
+        pytest.skip("capsule's source is not beside this package")
+    text = open(src, encoding="utf-8").read()
+    block = text[text.index("pub const LOCATIONS") : text.index("];", text.index("pub const LOCATIONS"))]
+    rust = re.findall(r'\(\s*"([^"]+)",\s*"', block)
+    assert sorted(rust) == sorted(_validate._CREDENTIAL_DIRS)
