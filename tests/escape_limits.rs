@@ -420,30 +420,6 @@ fn a_write_grant_on_a_host_tmpfs_is_bounded_by_memory_mb() {
     }
 }
 
-/// A scratch directory on the host's /dev/shm (a tmpfs) with at least
-/// `mib` MiB free; None (the test skipped, saying why) where there is none:
-/// a smaller tmpfs bounds the run before capsule has to.
-fn shm_scratch(prefix: &str, mib: u64) -> Option<tempfile::TempDir> {
-    let Ok(dir) = tempfile::Builder::new()
-        .prefix(prefix)
-        .tempdir_in("/dev/shm")
-    else {
-        skip("no writable /dev/shm tmpfs here");
-        return None;
-    };
-    let room = nix::sys::statvfs::statvfs(dir.path())
-        .map(|v| v.blocks_available() * v.fragment_size())
-        .unwrap_or(0);
-    if room < (mib << 20) {
-        skip(&format!(
-            "/dev/shm has {} MiB free, less than the {mib} MiB this test needs (its own size bounds the run)",
-            room >> 20
-        ));
-        return None;
-    }
-    Some(dir)
-}
-
 /// Up to three attempts of `once` until one is killed (the last run
 /// otherwise). The watchdog's first bound for a host tmpfs the run may
 /// write is what that whole file system grew by: what another program frees

@@ -9,29 +9,6 @@ mod common;
 
 use common::*;
 
-/// A scratch directory on the host's /dev/shm (a tmpfs) with at least
-/// `mib` MiB free; None (the test skipped, saying why) where there is none.
-fn shm_scratch(prefix: &str, mib: u64) -> Option<tempfile::TempDir> {
-    let Ok(dir) = tempfile::Builder::new()
-        .prefix(prefix)
-        .tempdir_in("/dev/shm")
-    else {
-        skip("no writable /dev/shm tmpfs here");
-        return None;
-    };
-    let room = nix::sys::statvfs::statvfs(dir.path())
-        .map(|v| v.blocks_available() * v.fragment_size())
-        .unwrap_or(0);
-    if room < (mib << 20) {
-        skip(&format!(
-            "/dev/shm has {} MiB free, less than the {mib} MiB this test needs",
-            room >> 20
-        ));
-        return None;
-    }
-    Some(dir)
-}
-
 /// The run parks its files' descriptors in flight in its RPC socket, the
 /// one Unix socket the memory watchdog lets it hold (capsule drains it).
 /// First it makes capsule stop draining: a flood of malformed lines whose

@@ -888,3 +888,27 @@ pub fn wrapped(sb: &Sandbox, prefix: &[std::ffi::OsString], args: &[&str]) -> Ru
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
 }
+
+/// A scratch directory on the host's /dev/shm (a tmpfs) with at least
+/// `mib` MiB free; None (the test skipped, saying why) where there is none:
+/// a smaller tmpfs bounds the run before capsule has to.
+pub fn shm_scratch(prefix: &str, mib: u64) -> Option<tempfile::TempDir> {
+    let Ok(dir) = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in("/dev/shm")
+    else {
+        skip("no writable /dev/shm tmpfs here");
+        return None;
+    };
+    let room = nix::sys::statvfs::statvfs(dir.path())
+        .map(|v| v.blocks_available() * v.fragment_size())
+        .unwrap_or(0);
+    if room < (mib << 20) {
+        skip(&format!(
+            "/dev/shm has {} MiB free, less than the {mib} MiB this test needs (its own size bounds the run)",
+            room >> 20
+        ));
+        return None;
+    }
+    Some(dir)
+}
