@@ -299,9 +299,10 @@ fn as_root_without_a_cgroup_concurrent_forks_stay_within_max_processes() {
 /// time. The watchdog's first bound for a host tmpfs is what the whole file
 /// system grew by, and it stands where the closer count cannot be made (a
 /// mapped unlinked file an unprivileged capsule cannot size, a Unix socket
-/// that may carry a file): a full CI run once had a run holding 40 MiB of
+/// that may carry a file). (A full CI run once had a run holding 40 MiB of
 /// `memory_mb: 64` killed at "450 MiB" while another of these tests wrote
-/// its 512 MiB (as capsule-test without namespaces; not reproduced alone).
+/// its 512 MiB: a process of the run exiting read as one hiding a socket,
+/// fixed with [`a_zombie_of_the_run_does_not_make_another_writers_files_count`].)
 /// Freed meanwhile, another test's files offset a run's growth instead
 /// (both limitations, README).
 fn shm_exclusive() -> std::sync::MutexGuard<'static, ()> {
@@ -529,6 +530,56 @@ fn shm_grant_cases(sb: &mut Sandbox, dir: &std::path::Path, grant: &std::path::P
         40 << 20,
         "40 MiB in a TMPDIR beneath the grant",
     );
+}
+
+/// A run under `memory_mb: 64` holds 16 MiB in a write grant on a host
+/// tmpfs and a zombie child (one it has not reaped yet, as a shell's
+/// finished background job), while another program writes 128 MiB on that
+/// tmpfs outside the grant. The file system's growth (144 MiB) is over the
+/// limit, so the watchdog takes its closer count, unless the run might hold
+/// a Unix socket. A zombie's descriptor table reads as root's (its memory
+/// is gone), and an unprivileged capsule took that for a socket it could
+/// not see: the run was killed at "144 MiB" (a full CI run, as
+/// capsule-test; the earlier "450 MiB" kill was the same, a process of the
+/// run exiting while another test wrote there).
+#[test]
+fn a_zombie_of_the_run_does_not_make_another_writers_files_count() {
+    let _shm = shm_exclusive();
+    let Some(dir) = shm_scratch("capsule-shm-zombie.", 300) else {
+        return;
+    };
+    for no_ns in ["0", "1"] {
+        let mut sb = Sandbox::new();
+        sb.set_env("CAPSULE_NO_CGROUPS", "1");
+        sb.set_env("CAPSULE_NO_NAMESPACES", no_ns);
+        let grant = dir.path().join(format!("grant-{no_ns}"));
+        std::fs::create_dir(&grant).expect("mkdir grant");
+        let g = grant.display().to_string();
+        let pol = sb.policy(&format!(
+            "version: 1\nfilesystem:\n  write: [{g}]\nlimits:\n  memory_mb: 64\n  timeout_seconds: 60\n"
+        ));
+        let other = dir.path().join("other");
+        let writer = std::thread::spawn({
+            let other = other.clone();
+            move || {
+                std::thread::sleep(std::time::Duration::from_millis(700));
+                let _ = std::fs::write(&other, vec![7u8; 128 << 20]);
+            }
+        });
+        let run = sb.probe(
+            &["--policy", &pol],
+            &[&["zombie"], &["shmem", "tmpfs", "16", "3", &g]],
+        );
+        writer.join().unwrap();
+        let _ = std::fs::remove_file(&other);
+        let _ = std::fs::remove_file(grant.join("hold"));
+        assert_probe_value(
+            &run,
+            "shmem",
+            16 << 20,
+            &format!("16 MiB beside a zombie (no_namespaces={no_ns})"),
+        );
+    }
 }
 
 /// The memory cgroup's OOM killer must never take capsule down with the

@@ -42,7 +42,9 @@
 //!   or mapped (where a directory beneath a grant is unreadable, or a mapped
 //!   file cannot be sized, or the run holds a Unix socket or has bytes
 //!   waiting unread in its RPC channel, where a file can sit in flight: the
-//!   file system's growth; where the TMPDIR cannot be walked: over the limit)
+//!   file system's growth; a descriptor table that cannot be read counts as
+//!   holding one, unless its task is a zombie, which holds none, or is
+//!   exiting, which is asked again a few times first; where the TMPDIR cannot be walked: over the limit)
 //!   ([`Grown`]).
 //!
 //! Who is of the run (`/proc/PID/task/TID/children`, at most
@@ -127,18 +129,45 @@ const MAX_UNIX_SOCKETS: usize = 1 << 16;
 /// Whether a process of the run holds a Unix socket other than `rpc`
 /// (the sockets of its network namespace, `/proc/PID/net/unix`, against
 /// the `socket:[INODE]` descriptors of its processes). What cannot be read
-/// counts as one held.
+/// counts as one held, except a task that is exiting ([`Table`]): asked
+/// again a few times, [`EXIT_WAIT`] apart, until it is gone or a zombie.
 fn holds_unix_socket(pids: &[libc::pid_t], rpc: Option<u64>) -> bool {
+    for _ in 0..EXIT_TRIES {
+        match unix_socket_held(pids, rpc) {
+            Held::No => return false,
+            Held::Yes => return true,
+            Held::Exiting => std::thread::sleep(EXIT_WAIT),
+        }
+    }
+    true
+}
+
+/// How often, and how far apart, [`holds_unix_socket`] asks again while a
+/// task of the run is exiting (its memory released, its descriptors not
+/// yet: an exit takes microseconds to milliseconds).
+const EXIT_TRIES: u32 = 10;
+const EXIT_WAIT: Duration = Duration::from_millis(2);
+
+/// One answer of [`holds_unix_socket`].
+#[derive(Debug, PartialEq)]
+enum Held {
+    No,
+    Yes,
+    /// A table could not be read because its task is exiting: ask again.
+    Exiting,
+}
+
+fn unix_socket_held(pids: &[libc::pid_t], rpc: Option<u64>) -> Held {
     let Some(first) = pids.first() else {
-        return false;
+        return Held::No;
     };
     let Ok(table) = std::fs::read_to_string(format!("/proc/{first}/net/unix")) else {
-        return true;
+        return Held::Yes;
     };
     let mut unix = std::collections::HashSet::new();
     for (i, line) in table.lines().skip(1).enumerate() {
         if i >= MAX_UNIX_SOCKETS {
-            return true;
+            return Held::Yes;
         }
         // `Num RefCount Protocol Flags Type St Inode [Path]`
         if let Some(ino) = line
@@ -149,11 +178,13 @@ fn holds_unix_socket(pids: &[libc::pid_t], rpc: Option<u64>) -> bool {
             unix.insert(ino);
         }
     }
+    let mut exiting = false;
     for table in pids.iter().flat_map(|pid| fd_tables(*pid)) {
         let Ok(fds) = std::fs::read_dir(&table) else {
-            // Gone meanwhile, or made non-dumpable: unknown counts as held.
-            if table.parent().is_some_and(Path::exists) {
-                return true;
+            match table.parent().map_or(Table::Gone, unreadable_table) {
+                Table::Gone => {}
+                Table::Exiting => exiting = true,
+                Table::Hidden => return Held::Yes,
             }
             continue;
         };
@@ -168,12 +199,61 @@ fn holds_unix_socket(pids: &[libc::pid_t], rpc: Option<u64>) -> bool {
                 .and_then(|t| t.parse::<u64>().ok());
             if let Some(ino) = ino {
                 if unix.contains(&ino) && Some(ino) != rpc {
-                    return true;
+                    return Held::Yes;
                 }
             }
         }
     }
-    false
+    if exiting {
+        Held::Exiting
+    } else {
+        Held::No
+    }
+}
+
+/// Why the descriptor table of a task that was listed cannot be read.
+#[derive(Debug, PartialEq)]
+enum Table {
+    /// The task is gone, or a zombie: it holds no descriptor, and no file
+    /// through one (an exit closes them all before the zombie is made).
+    Gone,
+    /// Its memory is released and its exit goes on: while a task has no
+    /// memory its `/proc` entries are root's, out of an unprivileged
+    /// capsule's reach, though it may still hold descriptors a moment.
+    Exiting,
+    /// It is alive and made itself non-dumpable (or is mid-exec of a
+    /// stage): what it holds cannot be seen.
+    Hidden,
+}
+
+/// [`Table`] for the task at `task` (`/proc/PID` or `/proc/PID/task/TID`),
+/// from its `status` (readable by everyone, whoever owns the task).
+fn unreadable_table(task: &Path) -> Table {
+    let Ok(status) = std::fs::read_to_string(task.join("status")) else {
+        return if task.exists() {
+            Table::Hidden
+        } else {
+            Table::Gone
+        };
+    };
+    table_from_status(&status)
+}
+
+fn table_from_status(status: &str) -> Table {
+    let state = status
+        .lines()
+        .find_map(|l| l.strip_prefix("State:"))
+        .map(str::trim_start);
+    if state.is_some_and(|s| s.starts_with('Z') || s.starts_with('X')) {
+        return Table::Gone;
+    }
+    // A task has a `VmSize` line while it has memory (kernel threads never
+    // are of the run).
+    if status.lines().any(|l| l.starts_with("VmSize:")) {
+        Table::Hidden
+    } else {
+        Table::Exiting
+    }
 }
 
 /// The descriptor tables of process `pid`: `/proc/PID/fd` is only its
@@ -843,6 +923,33 @@ mod tests {
         }
         drop(tx);
         t.join().unwrap();
+    }
+
+    #[test]
+    fn an_unreadable_table_is_told_by_the_tasks_state() {
+        let alive = "Name:\tpython3\nState:\tS (sleeping)\nFDSize:\t64\nVmSize:\t  1000 kB\n";
+        assert_eq!(table_from_status(alive), Table::Hidden);
+        let exiting = "Name:\tpython3\nState:\tR (running)\nFDSize:\t64\n";
+        assert_eq!(table_from_status(exiting), Table::Exiting);
+        let zombie = "Name:\tpython3\nState:\tZ (zombie)\nFDSize:\t0\n";
+        assert_eq!(table_from_status(zombie), Table::Gone);
+        let dead = "Name:\tpython3\nState:\tX (dead)\n";
+        assert_eq!(table_from_status(dead), Table::Gone);
+        assert_eq!(
+            unreadable_table(Path::new("/proc/self/task/0")),
+            Table::Gone
+        );
+        // This process: alive, with memory.
+        assert_eq!(unreadable_table(Path::new("/proc/self")), Table::Hidden);
+        // A child that exited and is not reaped yet: a zombie.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let task = PathBuf::from(format!("/proc/{}", child.id()));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while unreadable_table(&task) != Table::Gone && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(unreadable_table(&task), Table::Gone);
+        child.wait().unwrap();
     }
 
     #[test]

@@ -536,6 +536,16 @@ def op_shmem(kind, mb, hold="4", where=None):
     return size
 
 
+def op_zombie():
+    """Fork a child that exits at once and leave it unreaped: a zombie of
+    the run (as a shell's finished background job is until it waits)."""
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    time.sleep(0.05)
+    return pid
+
+
 def op_fsize(path, mb):
     chunk = b"z" * 65536
     total = 0
