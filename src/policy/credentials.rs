@@ -308,6 +308,7 @@ pub fn with_extra(mut v: Vec<Location>, extra: &[(PathBuf, &'static str)]) -> Ve
 /// `beneath` says yes. Patterns are matched against their directory's entries.
 pub fn existing(locations: &[Location], beneath: impl Fn(&Path) -> bool) -> Vec<Location> {
     let mut out = Vec::new();
+    let mut dirs = Listings::new(locations.iter().map(|l| l.path.as_path()));
     for loc in locations {
         let name = loc
             .path
@@ -315,7 +316,7 @@ pub fn existing(locations: &[Location], beneath: impl Fn(&Path) -> bool) -> Vec<
             .map(|n| n.to_string_lossy().into_owned());
         match name.as_deref().and_then(|n| n.split_once('*')) {
             None => {
-                if beneath(&loc.path) && std::fs::symlink_metadata(&loc.path).is_ok() {
+                if beneath(&loc.path) && dirs.exists(&loc.path) {
                     out.push(loc.clone());
                 }
             }
@@ -351,6 +352,84 @@ pub fn existing(locations: &[Location], beneath: impl Fn(&Path) -> bool) -> Vec<
         }
     }
     out
+}
+
+/// The entries of the directories [`existing`] asks about most, each
+/// listed once: most locations are absent (some 60 secrets of /etc on a
+/// usual host), and one listing of their directory answers for all of them
+/// where an `lstat` each cost a system call each (a warm step of `capsule
+/// serve` plans afresh every time). A directory is listed only where
+/// [`LISTED_FROM`] locations lie in it, and only up to [`MAX_LISTED`]
+/// entries; a path beneath a listed directory whose listing lacks its next
+/// component is absent too (`/etc/pki/tls/private` where there is no
+/// `/etc/pki`). Every other path, and every name a listing has, is asked
+/// with `lstat`, as before.
+struct Listings {
+    listed:
+        std::collections::HashMap<PathBuf, Option<std::collections::HashSet<std::ffi::OsString>>>,
+    asks: std::collections::HashMap<PathBuf, usize>,
+}
+
+/// Locations in one directory from which it is listed rather than asked
+/// about one by one.
+const LISTED_FROM: usize = 4;
+/// The most entries of a listing (more: each path is asked).
+const MAX_LISTED: usize = 1024;
+
+impl Listings {
+    fn new<'a>(paths: impl Iterator<Item = &'a Path>) -> Listings {
+        let mut asks = std::collections::HashMap::new();
+        for dir in paths.filter_map(Path::parent) {
+            *asks.entry(dir.to_path_buf()).or_insert(0) += 1;
+        }
+        Listings {
+            listed: std::collections::HashMap::new(),
+            asks,
+        }
+    }
+
+    /// Whether `path` exists (as `lstat` says).
+    fn exists(&mut self, path: &Path) -> bool {
+        if self.absent_by_listing(path) {
+            return false;
+        }
+        std::fs::symlink_metadata(path).is_ok()
+    }
+
+    /// Whether a listing shows that `path` is not there: its directory's
+    /// (listed now if enough locations lie there), or a listed ancestor's
+    /// that lacks the next component.
+    fn absent_by_listing(&mut self, path: &Path) -> bool {
+        if let Some(dir) = path.parent() {
+            if !self.listed.contains_key(dir)
+                && self.asks.get(dir).is_some_and(|n| *n >= LISTED_FROM)
+            {
+                let names = list(dir);
+                self.listed.insert(dir.to_path_buf(), names);
+            }
+        }
+        let mut below = path;
+        for dir in path.ancestors().skip(1) {
+            if let (Some(Some(names)), Some(name)) = (self.listed.get(dir), below.file_name()) {
+                return !names.contains(name);
+            }
+            below = dir;
+        }
+        false
+    }
+}
+
+/// The names in `dir`; None where it cannot be listed (absent, unreadable)
+/// or has more than [`MAX_LISTED`] entries.
+fn list(dir: &Path) -> Option<std::collections::HashSet<std::ffi::OsString>> {
+    let mut names = std::collections::HashSet::new();
+    for e in std::fs::read_dir(dir).ok()? {
+        names.insert(e.ok()?.file_name());
+        if names.len() > MAX_LISTED {
+            return None;
+        }
+    }
+    Some(names)
 }
 
 /// Whether `path` is a credential location (exactly, or matching a pattern).
@@ -492,6 +571,41 @@ mod tests {
             Path::new("/etc/ssh/ssh_host_ed25519_key.pub")
         ));
         assert!(v.iter().all(|l| l.path.starts_with("/etc")));
+    }
+
+    /// What `existing` finds through its listings is what an `lstat` of
+    /// each location finds: this host's /etc secrets, and a tree with
+    /// present and absent names, nested absent directories, a dangling link
+    /// and a directory listed beside one that is not.
+    #[test]
+    fn listings_find_what_lstat_finds() {
+        let naive = |locs: &[Location]| -> Vec<PathBuf> {
+            locs.iter()
+                .filter(|l| std::fs::symlink_metadata(&l.path).is_ok())
+                .map(|l| l.path.clone())
+                .collect()
+        };
+        let paths = |v: Vec<Location>| v.into_iter().map(|l| l.path).collect::<Vec<_>>();
+        let secrets = system_secrets();
+        assert_eq!(paths(existing(&secrets, |_| true)), naive(&secrets));
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        std::fs::create_dir_all(r.join("a/b")).unwrap();
+        std::fs::write(r.join("one"), "x").unwrap();
+        std::fs::write(r.join("a/two"), "x").unwrap();
+        std::os::unix::fs::symlink(r.join("nowhere"), r.join("dangling")).unwrap();
+        let locs: Vec<Location> = [
+            "one", "dangling", "absent", "gone", "a/two", "a/b", "a/none", "x/y/z", "a/b/c/d", "a",
+        ]
+        .iter()
+        .map(|p| Location {
+            path: r.join(p),
+            what: "test",
+        })
+        .collect();
+        let found = paths(existing(&locs, |_| true));
+        assert_eq!(found, naive(&locs));
+        assert_eq!(found.len(), 5, "{found:?}");
     }
 
     #[test]
