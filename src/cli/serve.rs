@@ -221,6 +221,12 @@ pub fn run(a: ServeArgs) -> i32 {
         error_line("serve: more than one thread before the first fork; refusing to fork");
         return crate::result::exit::REFUSED;
     }
+    // What every step would otherwise find out afresh, found once here and
+    // inherited by each forked step: the account's home (NSS) and the CPU
+    // features the policy's sha256 uses (cpuid, dear in a VM). Neither
+    // depends on a request's environment.
+    let _ = crate::policy::home::account_home();
+    let _ = crate::policy::parse::sha256_hex(b"");
     // SAFETY-free: fds 0 and 1 exist (ensure_std_fds); ManuallyDrop keeps them open.
     let mut sv = Server {
         input: ManuallyDrop::new(File::from(crate::sys::adopt_fd(0))),

@@ -15,8 +15,16 @@ pub fn invoking_home() -> PathBuf {
 }
 
 /// The home directory of this process's account in the password database.
-/// A static capsule may have no NSS to ask: then /etc/passwd itself.
+/// A static capsule may have no NSS to ask: then /etc/passwd itself. Asked
+/// once per process (the account does not change; `capsule serve` asks
+/// before its first step, which every step then inherits instead of asking
+/// NSS again, two nscd connects and a read of /etc/passwd each).
 pub fn account_home() -> Option<PathBuf> {
+    static HOME: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    HOME.get_or_init(lookup_account_home).clone()
+}
+
+fn lookup_account_home() -> Option<PathBuf> {
     let uid = nix::unistd::getuid();
     if let Ok(Some(u)) = nix::unistd::User::from_uid(uid) {
         if u.dir.is_absolute() {
