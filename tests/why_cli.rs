@@ -761,6 +761,40 @@ fn mounts_agree_with_exec_at_their_destination() {
     }
 }
 
+/// A write refused by a read-only `volume:` mount is answered with the
+/// change a user can type: `--mount volume:NAME:DST:rw`, not the volume's
+/// directory under capsule's data directory (which `--mount` would take as
+/// a host path, carved out like every other volume).
+#[test]
+fn a_read_only_volume_mount_is_changed_by_its_name() {
+    if !view_expected() {
+        eprintln!("skipped: a volume at another destination needs the view");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    let data = sb.mkdir("data");
+    sb.set_env("XDG_DATA_HOME", &data.to_string_lossy());
+    sb.run(&["volume", "create", "wv-ro"]).assert_code(0);
+    let pol = sb.policy("version: 1\n");
+    let (_, v) = why(
+        &sb,
+        &pol,
+        &[
+            "--mount".into(),
+            "volume:wv-ro:/why-vol".into(),
+            "--write".into(),
+            "/why-vol/made".into(),
+        ],
+    );
+    let a = &answers(&v)["write /why-vol/made"];
+    assert_eq!(a["allowed"], false, "{v:#}");
+    assert_eq!(
+        a["change"],
+        "mount it read-write: --mount volume:wv-ro:/why-vol:rw (or read_only: false in mounts:)",
+        "{v:#}"
+    );
+}
+
 /// A write grant beneath a read-only mount's destination is bound at its own
 /// path on top of the mount (the view attaches the deeper bind later): a
 /// write there reaches the host's granted directory and succeeds. `why` took

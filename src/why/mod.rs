@@ -153,6 +153,20 @@ impl Answer {
     }
 }
 
+/// A mount's source as `--mount` takes it: `volume:NAME` for one of
+/// capsule's volumes (its directory there would be taken as a host path,
+/// and carved out like the other volumes), else the host path.
+fn mount_source(src: &Path) -> String {
+    let vols = crate::volume::volumes_dir();
+    let vols = std::fs::canonicalize(&vols).unwrap_or(vols);
+    match (src.parent(), src.file_name().and_then(|n| n.to_str())) {
+        (Some(dir), Some(name)) if dir == vols && crate::volume::validate_name(name).is_ok() => {
+            format!("volume:{name}")
+        }
+        _ => src.display().to_string(),
+    }
+}
+
 /// What `exec` would set up on this host, kept for the questions.
 pub struct Survey<'a> {
     plan: &'a Plan,
@@ -371,7 +385,7 @@ impl<'a> Survey<'a> {
                 );
                 a.change = Some(format!(
                     "mount it read-write: --mount {}:{}:rw (or read_only: false in mounts:)",
-                    b.src.display(),
+                    mount_source(&b.src),
                     b.dst.display()
                 ));
                 return a;
