@@ -780,8 +780,22 @@ time.sleep(3)
 /// grew by, kept as the count while the run holds a Unix socket.
 #[test]
 fn files_in_flight_from_a_tmpdir_on_a_host_tmpfs_count_toward_memory_mb() {
+    a_tmpdir_attack_is_killed(
+        IN_FLIGHT_FROM_TMPDIR,
+        64,
+        400,
+        "held 256 MiB in flight from a TMPDIR on /dev/shm",
+    );
+}
+
+/// Run `script` (Python; it prints HELD once it holds what it is after) with
+/// its TMPDIR on /dev/shm, no cgroup and `memory_mb`, with and without
+/// namespaces: it must be killed for `limits.memory_mb` before it holds it
+/// (up to three attempts, [`until_killed`]). `room`: the MiB /dev/shm needs
+/// free for the attack to say anything; `held`: what an escape did.
+fn a_tmpdir_attack_is_killed(script: &str, memory_mb: u32, room: u64, held: &str) {
     let _shm = shm_exclusive();
-    let Some(_room) = shm_scratch("capsule-shm-tmpdir.", 400) else {
+    let Some(_room) = shm_scratch("capsule-shm-tmpdir.", room) else {
         return;
     };
     let py = python();
@@ -789,20 +803,17 @@ fn files_in_flight_from_a_tmpdir_on_a_host_tmpfs_count_toward_memory_mb() {
         let run = until_killed(|| {
             let mut sb = shmem_sandbox(true);
             sb.set_env("CAPSULE_NO_NAMESPACES", no_ns);
-            let pol = sb.policy("version: 1\nlimits:\n  memory_mb: 64\n  timeout_seconds: 60\n");
-            sb.exec_json(&["--policy", &pol], &[&py, "-c", IN_FLIGHT_FROM_TMPDIR])
+            let pol = sb.policy(&format!(
+                "version: 1\nlimits:\n  memory_mb: {memory_mb}\n  timeout_seconds: 60\n"
+            ));
+            sb.exec_json(&["--policy", &pol], &[&py, "-c", script])
         });
         assert!(
             !run.child_stdout().contains("HELD"),
-            "ESCAPE (no_namespaces={no_ns}): held 256 MiB in flight from a TMPDIR on /dev/shm \
-             under memory_mb: 64{}",
+            "ESCAPE (no_namespaces={no_ns}): {held} under memory_mb: {memory_mb}{}",
             run.ctx()
         );
-        assert_killed_for_memory(
-            &run,
-            "none",
-            &format!("files in flight from the TMPDIR (no_namespaces={no_ns})"),
-        );
+        assert_killed_for_memory(&run, "none", &format!("{held} (no_namespaces={no_ns})"));
     }
 }
 
@@ -839,28 +850,10 @@ time.sleep(2)
 /// held 48 MiB on /dev/shm under `memory_mb: 16`.
 #[test]
 fn an_unlinked_file_whose_name_is_too_long_still_counts_toward_memory_mb() {
-    let _shm = shm_exclusive();
-    let Some(_room) = shm_scratch("capsule-shm-long.", 100) else {
-        return;
-    };
-    let py = python();
-    for no_ns in ["0", "1"] {
-        let run = until_killed(|| {
-            let mut sb = shmem_sandbox(true);
-            sb.set_env("CAPSULE_NO_NAMESPACES", no_ns);
-            let pol = sb.policy("version: 1\nlimits:\n  memory_mb: 16\n  timeout_seconds: 60\n");
-            sb.exec_json(&["--policy", &pol], &[&py, "-c", UNLINKED_BEYOND_PATH_MAX])
-        });
-        assert!(
-            !run.child_stdout().contains("HELD"),
-            "ESCAPE (no_namespaces={no_ns}): held 48 MiB in an unlinked TMPDIR file whose name \
-             is longer than PATH_MAX under memory_mb: 16{}",
-            run.ctx()
-        );
-        assert_killed_for_memory(
-            &run,
-            "none",
-            &format!("a long-named unlinked file (no_namespaces={no_ns})"),
-        );
-    }
+    a_tmpdir_attack_is_killed(
+        UNLINKED_BEYOND_PATH_MAX,
+        16,
+        100,
+        "held 48 MiB in an unlinked TMPDIR file whose name is longer than PATH_MAX",
+    );
 }
