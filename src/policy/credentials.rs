@@ -359,8 +359,8 @@ pub fn existing(locations: &[Location], beneath: impl Fn(&Path) -> bool) -> Vec<
 /// usual host), and one listing of their directory answers for all of them
 /// where an `lstat` each cost a system call each (a warm step of `capsule
 /// serve` plans afresh every time). A directory is listed only where
-/// [`LISTED_FROM`] locations lie in it, and only up to [`MAX_LISTED`]
-/// entries; a path beneath a listed directory whose listing lacks its next
+/// [`LISTED_FROM`] locations lie in it, only up to [`MAX_LISTED`] entries,
+/// and only where it tells names apart by case ([`case_sensitive`]); a path beneath a listed directory whose listing lacks its next
 /// component is absent too (`/etc/pki/tls/private` where there is no
 /// `/etc/pki`). Every other path, and every name a listing has, is asked
 /// with `lstat`, as before.
@@ -419,8 +419,8 @@ impl Listings {
     }
 }
 
-/// The names in `dir`; None where it cannot be listed (absent, unreadable)
-/// or has more than [`MAX_LISTED`] entries.
+/// The names in `dir`; None where it cannot be listed (absent, unreadable),
+/// has more than [`MAX_LISTED`] entries, or may be case-insensitive.
 fn list(dir: &Path) -> Option<std::collections::HashSet<std::ffi::OsString>> {
     let mut names = std::collections::HashSet::new();
     for e in std::fs::read_dir(dir).ok()? {
@@ -429,7 +429,38 @@ fn list(dir: &Path) -> Option<std::collections::HashSet<std::ffi::OsString>> {
             return None;
         }
     }
-    Some(names)
+    case_sensitive(dir, &names, |p| std::fs::symlink_metadata(p).map(drop)).then_some(names)
+}
+
+/// Whether `dir` (listing `names`) tells names apart by case. In a
+/// case-insensitive directory (a casefolded ext4, f2fs or tmpfs one, vfat,
+/// an SMB share) `lstat` finds `.ssh` where the listing says `.SSH`, so a
+/// listing lacking a name does not show it absent there: one entry asked
+/// for with its ASCII letters' case flipped must not be found. No entry to
+/// ask with (none has a letter), or an answer other than "not there":
+/// not known to be case-sensitive.
+fn case_sensitive(
+    dir: &Path,
+    names: &std::collections::HashSet<std::ffi::OsString>,
+    lstat: impl Fn(&Path) -> std::io::Result<()>,
+) -> bool {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let flipped = names.iter().find_map(|n| {
+        let f: Vec<u8> = n
+            .as_bytes()
+            .iter()
+            .map(|b| match b {
+                b'a'..=b'z' => b.to_ascii_uppercase(),
+                b'A'..=b'Z' => b.to_ascii_lowercase(),
+                _ => *b,
+            })
+            .collect();
+        let f = std::ffi::OsString::from_vec(f);
+        (f != *n && !names.contains(&f)).then_some(f)
+    });
+    flipped.is_some_and(|f| {
+        lstat(&dir.join(f)).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+    })
 }
 
 /// Whether `path` is a credential location (exactly, or matching a pattern).
@@ -606,6 +637,48 @@ mod tests {
         let found = paths(existing(&locs, |_| true));
         assert_eq!(found, naive(&locs));
         assert_eq!(found.len(), 5, "{found:?}");
+    }
+
+    /// A directory that finds a name its listing spells in another case is
+    /// not trusted to show a location absent (casefolded ext4, vfat, SMB):
+    /// there `lstat` of `.ssh` finds `.SSH`.
+    #[test]
+    fn a_case_insensitive_directory_is_not_listed() {
+        use std::collections::HashSet;
+        let names: HashSet<std::ffi::OsString> = [".SSH", "x1"].iter().map(Into::into).collect();
+        let dir = Path::new("/somewhere");
+        let insensitive = |p: &Path| -> std::io::Result<()> {
+            let n = p
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .to_ascii_lowercase();
+            if names
+                .iter()
+                .any(|m| m.to_string_lossy().to_ascii_lowercase() == n)
+            {
+                Ok(())
+            } else {
+                Err(std::io::ErrorKind::NotFound.into())
+            }
+        };
+        let sensitive = |p: &Path| -> std::io::Result<()> {
+            if names.contains(p.file_name().unwrap()) {
+                Ok(())
+            } else {
+                Err(std::io::ErrorKind::NotFound.into())
+            }
+        };
+        assert!(!case_sensitive(dir, &names, insensitive));
+        assert!(case_sensitive(dir, &names, sensitive));
+        // Unknown: no entry has a letter, or the probe is refused.
+        let digits: HashSet<std::ffi::OsString> = ["1", "2"].iter().map(Into::into).collect();
+        assert!(!case_sensitive(dir, &digits, sensitive));
+        assert!(!case_sensitive(dir, &names, |_| Err(
+            std::io::ErrorKind::PermissionDenied.into()
+        )));
+        // This host's /etc is case-sensitive: listed.
+        assert!(list(Path::new("/etc")).is_some());
     }
 
     #[test]
