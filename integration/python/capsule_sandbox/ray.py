@@ -362,9 +362,15 @@ class _Runner:
         """Empty the workspace for the next step, or remove it.
 
         A step can write only in ``output/`` (``scripts/`` and the
-        workspace's top are read-only in its view): what it wrote there is
-        removed; a workspace whose layout or ``output/`` mode changed is
-        removed whole. Nothing of a step reaches the next one."""
+        workspace's top are read-only in its view): ``output/`` is removed
+        and made again, always, even when the step left it empty: the step
+        could set the directory's own user xattrs and times (Landlock has no
+        hook for them, and output/ is inside its write grant), which an
+        emptied but kept ``output/`` would hand to the next step; a fresh
+        inode is also outside the Landlock rules of any process of the step
+        that could still be ending. A workspace whose layout or
+        ``output/`` mode changed is removed whole. Nothing of a step reaches
+        the next one."""
         try:
             if script is not None:
                 script.unlink(missing_ok=True)
@@ -374,12 +380,11 @@ class _Runner:
                 ws / "scripts"
             ) != ["capsule_sandbox"]:
                 raise OSError("the workspace changed")
-            if os.listdir(out):
-                if remove_tree_logged(out, "step output"):
-                    raise OSError("output/ could not be emptied")
-                out.mkdir()
-                if os.lstat(out).st_mode != mode:
-                    raise OSError("output/ mode")
+            if remove_tree_logged(out, "step output"):
+                raise OSError("output/ could not be removed")
+            out.mkdir()
+            if os.lstat(out).st_mode != mode:
+                raise OSError("output/ mode")
         except OSError:
             remove_tree_logged(ws, "step workspace")
             return

@@ -155,3 +155,57 @@ def test_the_ray_example_runs_unchanged_with_ray_init(ray_python, capsule_bin, t
     for row in ("ok", "timeout", "pids limit", "denied", "network refused"):
         assert f"\n{row} " in done.stdout or done.stdout.startswith(f"{row} "), done.stdout
     assert "all 60 steps confined" in done.stdout, done.stdout
+
+
+# Red team 6: what a step can set on the output/ directory itself (its
+# user xattrs and times: Landlock has no hook for them, and output/ is inside
+# the step's write grant) must not reach the next step, which a worker gives
+# the same emptied workspace.
+_LEAVE_ON_OUTPUT = r"""
+import json, os, sys
+sys.path.insert(0, os.environ["CAPSULE_PKG"])
+from capsule_sandbox import ray as cray
+binary, root = os.environ["CAPSULE_BIN"], os.environ["CAPSULE_WS_ROOT"]
+leave = '''
+import os
+xattr = True
+try:
+    os.setxattr(".", "user.secret", b"agent-a-secret")
+except OSError:
+    xattr = False
+os.utime(".", ns=(1234567890123456789, 987654321987654321))
+print("xattr" if xattr else "no-xattr")
+'''
+read = '''
+import json, os
+try:
+    x = os.getxattr(".", "user.secret").decode()
+except OSError:
+    x = None
+st = os.stat(".")
+print(json.dumps({"xattr": x, "atime": st.st_atime_ns, "mtime": st.st_mtime_ns, "cwd": os.getcwd()}))
+'''
+a = cray._run_step(leave, binary=binary, agent_id="agent-a", workspace_root=root)
+b = cray._run_step(read, binary=binary, agent_id="agent-b", workspace_root=root)
+print(json.dumps({"a": [a.success, a.stdout, a.stderr[-2000:]], "b": [b.success, b.stdout, b.stderr[-2000:]]}))
+"""
+
+
+def test_a_step_leaves_nothing_on_the_output_directory_for_the_next(ray_python, capsule_bin, tmp_path):
+    import json
+
+    root = tmp_path / "workers"
+    root.mkdir()
+    env = dict(os.environ, CAPSULE_BIN=capsule_bin, CAPSULE_WS_ROOT=str(root),
+               CAPSULE_PKG=str(_conformance.PACKAGE_ROOT), PYTHONDONTWRITEBYTECODE="1")
+    done = subprocess.run([str(ray_python), "-c", _LEAVE_ON_OUTPUT], env=env, capture_output=True, text=True,
+                          timeout=300, cwd=str(tmp_path))
+    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    a_ok, a_out, a_err = out["a"]
+    b_ok, b_out, b_err = out["b"]
+    assert a_ok and b_ok, out
+    seen = json.loads(b_out)
+    assert seen["xattr"] is None, f"agent-b read agent-a's xattr on output/: {seen}"
+    assert seen["mtime"] != 987654321987654321, f"agent-b read the mtime agent-a set on output/: {seen}"
+    assert seen["atime"] != 1234567890123456789, f"agent-b read the atime agent-a set on output/: {seen}"
