@@ -45,6 +45,7 @@ import atexit
 import json
 import logging
 import os
+import stat
 import subprocess
 import sys
 import tempfile
@@ -574,6 +575,10 @@ def submit(
 # -- sessions -------------------------------------------------------------------------
 
 
+#: The most bytes :meth:`CapsuleSession.read_output` reads unless told otherwise.
+READ_OUTPUT_MAX = 256 << 20
+
+
 class _SessionImpl:
     """The body of the :class:`CapsuleSession` actor."""
 
@@ -639,15 +644,29 @@ class _SessionImpl:
     def pid(self) -> int:
         return os.getpid()
 
-    def read_output(self, name: str) -> bytes:
-        """A file the steps wrote in ``output/`` (a relative path inside it)."""
+    def read_output(self, name: str, max_bytes: int = READ_OUTPUT_MAX) -> bytes:
+        """A file the steps wrote in ``output/`` (a relative path inside it).
+
+        The steps shaped it: only a regular file is read (a FIFO would block
+        the actor for good; it is opened non-blocking and checked through
+        its descriptor), and at most ``max_bytes`` (a sparse file can say
+        terabytes on a few blocks of disk): a larger one raises ValueError.
+        """
         out = Path(self._handle.workspace, "output").resolve()
         path = (out / name).resolve()
         if out not in path.parents:
             raise ValueError(f"{name!r} is not inside output/")
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         with os.fdopen(fd, "rb") as handle:
-            return handle.read()
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise ValueError(f"{name!r} in output/ is not a regular file")
+            if st.st_size > max_bytes:
+                raise ValueError(f"{name!r} in output/ has {st.st_size} bytes, more than max_bytes={max_bytes}")
+            data = handle.read(max_bytes + 1)
+            if len(data) > max_bytes:
+                raise ValueError(f"{name!r} in output/ has more than max_bytes={max_bytes} bytes")
+            return data
 
     def close(self) -> list[str]:
         """Destroy the session (its workspace, its capsule serve); idempotent.

@@ -209,3 +209,54 @@ def test_a_step_leaves_nothing_on_the_output_directory_for_the_next(ray_python, 
     assert seen["xattr"] is None, f"agent-b read agent-a's xattr on output/: {seen}"
     assert seen["mtime"] != 987654321987654321, f"agent-b read the mtime agent-a set on output/: {seen}"
     assert seen["atime"] != 1234567890123456789, f"agent-b read the atime agent-a set on output/: {seen}"
+
+
+# Red team 6: a session's step shapes what the host reads back with
+# read_output(): a FIFO (the open blocked the actor for good) or a sparse
+# file far larger than the disk it takes (read whole into the actor's memory).
+_READ_BACK = r"""
+import json, os, sys, threading
+sys.path.insert(0, os.environ["CAPSULE_PKG"])
+from capsule_sandbox import ray as cray
+s = cray._SessionImpl("agent-x", binary=os.environ["CAPSULE_BIN"], workspace_root=os.environ["CAPSULE_WS_ROOT"])
+r = s.execute(
+    "import os\n"
+    "os.mkfifo('fifo')\n"
+    "fd = os.open('sparse', os.O_WRONLY | os.O_CREAT, 0o600)\n"
+    "os.ftruncate(fd, 300 << 20)\n"
+    "open('small', 'w').write('42')\n"
+)
+out = {"step": [r.success, r.stderr[-2000:]]}
+def read(name, **kw):
+    try:
+        got = s.read_output(name, **kw)
+        out[name] = ["read", len(got)]
+    except Exception as exc:
+        out[name] = ["raised", type(exc).__name__, str(exc)]
+for name in ("fifo", "sparse", "small"):
+    t = threading.Thread(target=read, args=(name,), daemon=True)
+    t.start()
+    t.join(10)
+    if t.is_alive():
+        out[name] = ["hung"]
+print(json.dumps(out), flush=True)
+s.close()
+os._exit(0)
+"""
+
+
+def test_read_output_refuses_what_is_not_a_bounded_regular_file(ray_python, capsule_bin, tmp_path):
+    import json
+
+    root = tmp_path / "workers"
+    root.mkdir()
+    env = dict(os.environ, CAPSULE_BIN=capsule_bin, CAPSULE_WS_ROOT=str(root),
+               CAPSULE_PKG=str(_conformance.PACKAGE_ROOT), PYTHONDONTWRITEBYTECODE="1")
+    done = subprocess.run([str(ray_python), "-c", _READ_BACK], env=env, capture_output=True, text=True,
+                          timeout=300, cwd=str(tmp_path))
+    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["step"][0], out
+    assert out["fifo"][:2] == ["raised", "ValueError"], f"a FIFO in output/: {out['fifo']}"
+    assert out["sparse"][:2] == ["raised", "ValueError"], f"a 300 MiB sparse file: {out['sparse']}"
+    assert out["small"] == ["read", 2], out
