@@ -1,0 +1,121 @@
+//! Red team 6: attacks on the memory watchdog's handling of exiting and
+//! zombie processes (a descriptor table that cannot be read), written as
+//! the attack and run against the real binary.
+//!
+//! Runs in every pass of scripts/test (root, capsule-test, no namespaces,
+//! through `capsule serve`); a case that needs a shape this host lacks says
+//! so and skips. Each holds at most 64 MiB on the host's /dev/shm.
+
+mod common;
+
+use common::*;
+
+/// A child of the run's process makes its leader thread exit (a raw `exit`,
+/// not `exit_group`): `/proc/PID/status` then says `Z (zombie)` and the
+/// leader's own `/proc/PID/fd` is empty or unreadable, while its other
+/// thread lives on with the whole descriptor table. That thread then sends
+/// each 16 MiB file of the granted tmpfs over a Unix socket pair the
+/// process keeps, unlinks and closes it: no name, no descriptor, no
+/// mapping. The parent, first of the run's processes (whose network
+/// namespace's sockets the watchdog lists), stays alive and holds none. A watchdog that took the zombie leader for the whole process
+/// ("a zombie holds no descriptor") would see no Unix socket and count only
+/// the files still named. Prints HELD once 64 MiB are held so.
+const ZOMBIE_LEADER_IN_FLIGHT: &str = r#"
+import ctypes, os, socket, sys, threading, time
+g = sys.argv[1]
+a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+libc = ctypes.CDLL(None, use_errno=True)
+
+def state():
+    try:
+        with open("/proc/self/status") as f:  # the process's: its leader's state
+            return next(l.split()[1] for l in f if l.startswith("State:"))
+    except PermissionError:  # no /proc without namespaces: wait, then go
+        time.sleep(0.5)
+        return "gone"
+
+def work():
+    while state() not in ("Z", "gone"):
+        time.sleep(0.01)
+    print("LEADER", state(), flush=True)
+    buf = b"\x07" * (1 << 20)
+    for i in range(4):
+        p = os.path.join(g, "f%d" % i)
+        fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o600)
+        for _ in range(16):
+            os.write(fd, buf)
+        socket.send_fds(a, [b"x"], [fd])
+        os.unlink(p)
+        os.close(fd)
+        time.sleep(0.3)
+    print("HELD", flush=True)
+    time.sleep(3)
+    os._exit(0)
+
+child = os.fork()
+if child:
+    # The parent lives on, first of the run, holding no socket.
+    a.close()
+    b.close()
+    os.waitpid(child, 0)
+    sys.exit(0)
+threading.Thread(target=work).start()
+time.sleep(0.2)
+# SYS_exit: this thread alone (ctypes lets go of the GIL first).
+libc.syscall(60 if os.uname().machine == "x86_64" else 93, 0)
+"#;
+
+#[test]
+fn files_in_flight_held_by_a_process_whose_leader_is_a_zombie_count_toward_memory_mb() {
+    let Some(dir) = shm_scratch("capsule-shm-rt6-leader.", 150) else {
+        return;
+    };
+    let py = python();
+    for no_ns in ["0", "1"] {
+        let grant = dir.path().join(format!("grant-{no_ns}"));
+        std::fs::create_dir(&grant).expect("mkdir grant");
+        let g = grant.display().to_string();
+        let mut run = None;
+        for _ in 0..3 {
+            let mut sb = Sandbox::new();
+            sb.set_env("CAPSULE_NO_CGROUPS", "1");
+            sb.set_env("CAPSULE_NO_NAMESPACES", no_ns);
+            let pol = sb.policy(&format!(
+                "version: 1\nfilesystem:\n  write: [{g}]\nlimits:\n  memory_mb: 32\n  timeout_seconds: 60\n"
+            ));
+            let r = sb.exec_json(
+                &["--policy", &pol],
+                &[&py, "-c", ZOMBIE_LEADER_IN_FLIGHT, &g],
+            );
+            for i in 0..4 {
+                let _ = std::fs::remove_file(grant.join(format!("f{i}")));
+            }
+            let killed = r.json()["killed"] == true;
+            run = Some(r);
+            if killed {
+                break;
+            }
+        }
+        let run = run.expect("ran");
+        assert!(
+            run.child_stdout().contains("LEADER Z") || (no_ns == "1" && run.child_stdout().contains("LEADER gone")),
+            "no_namespaces={no_ns}: the leader never read as a zombie (the attack did not happen){}",
+            run.ctx()
+        );
+        assert!(
+            !run.child_stdout().contains("HELD"),
+            "ESCAPE (no_namespaces={no_ns}): held 64 MiB in flight on a granted tmpfs under \
+             memory_mb: 32 from a process whose leader is a zombie{}",
+            run.ctx()
+        );
+        let j = run.json();
+        assert_eq!(j["signal"], 9, "no_namespaces={no_ns}{}", run.ctx());
+        assert!(
+            j["kill_reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("limits.memory_mb")),
+            "no_namespaces={no_ns}: kill_reason must name memory_mb{}",
+            run.ctx()
+        );
+    }
+}
