@@ -647,7 +647,12 @@ class _SessionImpl:
     def read_output(self, name: str, max_bytes: int = READ_OUTPUT_MAX) -> bytes:
         """A file the steps wrote in ``output/`` (a relative path inside it).
 
-        The steps shaped it: only a regular file is read (a FIFO would block
+        The steps shaped it, and one may still be running: links inside
+        ``output/`` are resolved first, then the resolved path is opened one
+        component at a time from ``output/``'s descriptor, none of them
+        followed as a link (a directory swapped for a link to a host
+        directory between the check and the open fails instead of reading
+        the host's file). Only a regular file is read (a FIFO would block
         the actor for good; it is opened non-blocking and checked through
         its descriptor), and at most ``max_bytes`` (a sparse file can say
         terabytes on a few blocks of disk): a larger one raises ValueError.
@@ -656,7 +661,16 @@ class _SessionImpl:
         path = (out / name).resolve()
         if out not in path.parents:
             raise ValueError(f"{name!r} is not inside output/")
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        parts = path.relative_to(out).parts
+        dfd = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for part in parts[:-1]:
+                nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+                os.close(dfd)
+                dfd = nfd
+            fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+        finally:
+            os.close(dfd)
         with os.fdopen(fd, "rb") as handle:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):

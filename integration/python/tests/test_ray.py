@@ -260,3 +260,68 @@ def test_read_output_refuses_what_is_not_a_bounded_regular_file(ray_python, caps
     assert out["fifo"][:2] == ["raised", "ValueError"], f"a FIFO in output/: {out['fifo']}"
     assert out["sparse"][:2] == ["raised", "ValueError"], f"a 300 MiB sparse file: {out['sparse']}"
     assert out["small"] == ["read", 2], out
+
+
+# Red team 6: read_output() resolved the name, checked it was inside
+# output/, then opened the resolved path by name (O_NOFOLLOW on the last
+# component only). A step still running (an actor with max_concurrency > 1,
+# or a read while a step runs) swaps a directory on that path for a symlink
+# to a host directory between the check and the open: the host reads its
+# own file and hands it back as the step's output.
+_SWAP_RACE = r"""
+import json, os, sys, threading, time
+sys.path.insert(0, os.environ["CAPSULE_PKG"])
+from capsule_sandbox import ray as cray
+secret = os.environ["RT6_SECRET_DIR"]
+s = cray._SessionImpl("agent-x", binary=os.environ["CAPSULE_BIN"], workspace_root=os.environ["CAPSULE_WS_ROOT"])
+step = (
+    "import os, time\n"
+    "os.makedirs('real', exist_ok=True)\n"
+    "open('real/f', 'w').write('inside')\n"
+    "os.symlink(%r, 'evil')\n"
+    "os.rename('real', 'd')\n"
+    "open('ready', 'w').write('1')\n"
+    "end = time.time() + 6\n"
+    "while time.time() < end:\n"
+    "    os.rename('d', 'real'); os.rename('evil', 'd')\n"
+    "    os.rename('d', 'evil'); os.rename('real', 'd')\n"
+) % secret
+done = {}
+t = threading.Thread(target=lambda: done.setdefault("r", s.execute(step)), daemon=True)
+t.start()
+ws = s.workspace()
+while not os.path.exists(os.path.join(ws, "output", "ready")) and t.is_alive():
+    time.sleep(0.01)
+seen = {}
+end = time.time() + 5
+while time.time() < end and t.is_alive():
+    try:
+        got = s.read_output("d/f")
+        seen[got.decode()] = seen.get(got.decode(), 0) + 1
+    except Exception as exc:
+        seen[type(exc).__name__] = seen.get(type(exc).__name__, 0) + 1
+t.join(30)
+r = done.get("r")
+print(json.dumps({"seen": seen, "step": [bool(r and r.success), (r.stderr[-1000:] if r else "")]}), flush=True)
+s.close()
+os._exit(0)
+"""
+
+
+def test_read_output_never_follows_a_link_swapped_in_while_a_step_runs(ray_python, capsule_bin, tmp_path):
+    import json
+
+    root = tmp_path / "workers"
+    root.mkdir()
+    secret = tmp_path / "host-secret"
+    secret.mkdir()
+    (secret / "f").write_text("SECRET")
+    env = dict(os.environ, CAPSULE_BIN=capsule_bin, CAPSULE_WS_ROOT=str(root), RT6_SECRET_DIR=str(secret),
+               CAPSULE_PKG=str(_conformance.PACKAGE_ROOT), PYTHONDONTWRITEBYTECODE="1")
+    done = subprocess.run([str(ray_python), "-c", _SWAP_RACE], env=env, capture_output=True, text=True,
+                          timeout=300, cwd=str(tmp_path))
+    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["step"][0], out
+    assert out["seen"].get("inside"), f"the race never read the step's own file: {out}"
+    assert "SECRET" not in out["seen"], f"read_output followed a swapped-in link to a host file: {out}"
