@@ -44,7 +44,10 @@
 //!   waiting unread in its RPC channel, where a file can sit in flight: the
 //!   file system's growth; a descriptor table that cannot be read counts as
 //!   holding one, unless its task is a zombie, which holds none, or is
-//!   exiting, which is asked again a few times first; where the TMPDIR cannot be walked: over the limit)
+//!   exiting, which is asked again a few times first; the answer must hold
+//!   over the whole closer count: a task of the run that appeared
+//!   meanwhile, or a census that missed an orphan, asks again, at most
+//!   [`CENSUS_TRIES`] times; where the TMPDIR cannot be walked: over the limit)
 //!   ([`Grown`]).
 //!
 //! Who is of the run (`/proc/PID/task/TID/children`, at most
