@@ -44,7 +44,10 @@
 //!   waiting unread in its RPC channel, where a file can sit in flight: the
 //!   file system's growth; a descriptor table that cannot be read counts as
 //!   holding one, unless its task is a zombie, which holds none, or is
-//!   exiting, which is asked again a few times first; where the TMPDIR cannot be walked: over the limit)
+//!   exiting, which is asked again a few times first; the answer must hold
+//!   over the whole closer count: a task of the run that appeared
+//!   meanwhile, or a census that missed an orphan, asks again, at most
+//!   [`CENSUS_TRIES`] times; where the TMPDIR cannot be walked: over the limit)
 //!   ([`Grown`]).
 //!
 //! Who is of the run (`/proc/PID/task/TID/children`, at most
@@ -435,10 +438,7 @@ fn fs_used(path: &Path) -> Option<u64> {
 /// could not be read (then it counts as over the limit).
 fn sample(w: &Watch) -> Option<u64> {
     let mut total = w.memfds.bytes();
-    let pids = match &w.census {
-        Census::PidNamespace { init } => descendants(*init)?,
-        Census::Keeper { keeper } => descendants(*keeper)?,
-    };
+    let pids = census(w)?;
     if matches!(w.census, Census::PidNamespace { .. }) {
         // The view's tmpfs, through the root of a process of the run (init
         // shares capsule's memory and is not dumpable: its root is out of an
@@ -491,16 +491,40 @@ fn sample(w: &Watch) -> Option<u64> {
     // Unix socket (other than its RPC channel, which capsule drains: what
     // it carried in flight is dropped as it is read, so only while nothing
     // waits unread there) keeps the quick bound.
-    let refine = granted.iter().any(|q| *q > 0)
-        && !rpc_unread(w.rpc_queue.as_ref())
-        && !holds_unix_socket(&pids, w.rpc_socket);
-    for (g, q) in w.granted_tmpfs.iter().zip(granted) {
-        total = total.saturating_add(match q {
-            0 => 0,
-            q if refine => g.refined(q, &pids)?,
-            q => q,
-        });
+    //
+    // The answer must hold for the whole closer count: a holder that forks
+    // and exits, again and again, is gone when its table is read, and its
+    // successor was born after the census (nobody asks it). So the run's
+    // tasks are listed before the socket check and again after the closer
+    // count: a task that appeared meanwhile may hold what was not seen,
+    // and the check is made again with it, at most [`CENSUS_TRIES`] times;
+    // then the quick bound stands. (Tasks that ended do not matter: a
+    // socket goes with its last holder unless a successor, new, has it;
+    // but a process that ended while the census walked may hide its
+    // children, reparented behind the walk: then it is not whole either.)
+    let mut closer = None;
+    if granted.iter().any(|q| *q > 0) && !rpc_unread(w.rpc_queue.as_ref()) {
+        let mut pids = pids.clone();
+        for _ in 0..CENSUS_TRIES {
+            let before = tasks_of(&pids);
+            if holds_unix_socket(&pids, w.rpc_socket) {
+                break;
+            }
+            let mut sum = 0u64;
+            for (g, q) in w.granted_tmpfs.iter().zip(&granted) {
+                if *q > 0 {
+                    sum = sum.saturating_add(g.refined(*q, &pids)?);
+                }
+            }
+            let (now, whole) = census_whole(w)?;
+            if whole && tasks_of(&now).is_subset(&before) {
+                closer = Some(sum);
+                break;
+            }
+            pids = now;
+        }
     }
+    total = total.saturating_add(closer.unwrap_or(granted_quick));
     if total.saturating_add(quick) <= w.limit {
         return Some(total.saturating_add(quick));
     }
@@ -508,6 +532,45 @@ fn sample(w: &Watch) -> Option<u64> {
         total = total.saturating_add(process_bytes("/proc", *pid)?);
     }
     Some(total)
+}
+
+/// How often [`sample`] makes its Unix socket check and closer count again
+/// when the run's tasks grew meanwhile, before it keeps the quick bound.
+const CENSUS_TRIES: u32 = 3;
+
+/// The run's processes now (not its init or keeper).
+fn census(w: &Watch) -> Option<Vec<libc::pid_t>> {
+    census_with(w, false).map(|(pids, _)| pids)
+}
+
+/// [`census`], and whether it is whole ([`descendants_whole`]).
+fn census_whole(w: &Watch) -> Option<(Vec<libc::pid_t>, bool)> {
+    census_with(w, true)
+}
+
+fn census_with(w: &Watch, check: bool) -> Option<(Vec<libc::pid_t>, bool)> {
+    match &w.census {
+        Census::PidNamespace { init } => descendants_whole(*init, check),
+        Census::Keeper { keeper } => descendants_whole(*keeper, check),
+    }
+}
+
+/// Every task (process and thread ids) of the processes `pids`, as
+/// `/proc/PID/task` lists them now (none of a process that is gone).
+fn tasks_of(pids: &[libc::pid_t]) -> std::collections::HashSet<libc::pid_t> {
+    let mut out = std::collections::HashSet::with_capacity(pids.len());
+    for pid in pids {
+        out.insert(*pid);
+        let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        out.extend(rd.flatten().filter_map(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|t| t.parse::<libc::pid_t>().ok())
+        }));
+    }
+    out
 }
 
 /// A quick upper bound of what process `pid` holds, from the counters of
@@ -668,15 +731,27 @@ fn unlinked_mapped(
 /// The processes below `init` (not init itself), through the kernel's
 /// `/proc/PID/task/TID/children` lists: in a pid namespace every process of
 /// the run descends from its init (orphans are reparented to it). At most
-/// [`MAX_PROCESSES`]; None when a list cannot be read.
-fn descendants(init: libc::pid_t) -> Option<Vec<libc::pid_t>> {
+/// [`MAX_PROCESSES`]; None when a list cannot be read. With whether the
+/// list is whole: false when a process listed ended before its own
+/// children were listed (reparented to `init`, whose list was read before,
+/// they are missed this time).
+/// Only with `check` is that found out (every list read twice); without,
+/// it says false.
+fn descendants_whole(init: libc::pid_t, check: bool) -> Option<(Vec<libc::pid_t>, bool)> {
     let mut out = Vec::new();
-    walk(init, &mut out, usize::MAX)?;
-    Some(out)
+    let mut whole = check;
+    walk(init, &mut out, usize::MAX, &mut whole)?;
+    Some((out, whole))
 }
 
-/// Add the processes below `top` to `out` (at most `depth` levels).
-fn walk(top: libc::pid_t, out: &mut Vec<libc::pid_t>, depth: usize) -> Option<()> {
+/// Add the processes below `top` to `out` (at most `depth` levels),
+/// clearing `whole` when a process ended before its children were listed.
+fn walk(
+    top: libc::pid_t,
+    out: &mut Vec<libc::pid_t>,
+    depth: usize,
+    whole: &mut bool,
+) -> Option<()> {
     let mut queue = vec![(top, 0usize)];
     while let Some((pid, level)) = queue.pop() {
         if level >= depth {
@@ -684,13 +759,17 @@ fn walk(top: libc::pid_t, out: &mut Vec<libc::pid_t>, depth: usize) -> Option<()
         }
         let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
             // Exited meanwhile (its children are reparented: seen next time).
+            *whole = false;
             continue;
         };
         for t in tasks.flatten() {
             let path = t.path().join("children");
             let text = match std::fs::read_to_string(&path) {
                 Ok(text) => text,
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) && !t.path().exists() => continue,
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) && !t.path().exists() => {
+                    *whole = false;
+                    continue;
+                }
                 Err(e) => {
                     tracing::warn!("memory watchdog: {}: {e}", path.display());
                     return None;
@@ -702,6 +781,32 @@ fn walk(top: libc::pid_t, out: &mut Vec<libc::pid_t>, depth: usize) -> Option<()
                 }
                 out.push(c);
                 queue.push((c, level + 1));
+            }
+        }
+    }
+    // An orphan goes to a subreaper (the run's init or keeper, or a process
+    // of the run that made itself one): one whose parent ended after the
+    // subreaper's list was read and before its own was (then empty) is
+    // missed. Every list is read again: a process there that was not
+    // listed makes the census not whole.
+    if *whole {
+        let seen: std::collections::HashSet<libc::pid_t> = out.iter().copied().collect();
+        for pid in std::iter::once(top).chain(out.iter().copied()) {
+            let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+                continue;
+            };
+            for t in tasks.flatten() {
+                let Ok(text) = std::fs::read_to_string(t.path().join("children")) else {
+                    continue;
+                };
+                if text
+                    .split_whitespace()
+                    .filter_map(|c| c.parse::<libc::pid_t>().ok())
+                    .any(|c| !seen.contains(&c))
+                {
+                    *whole = false;
+                    return Some(());
+                }
             }
         }
     }

@@ -45,6 +45,7 @@ import atexit
 import json
 import logging
 import os
+import stat
 import subprocess
 import sys
 import tempfile
@@ -362,9 +363,15 @@ class _Runner:
         """Empty the workspace for the next step, or remove it.
 
         A step can write only in ``output/`` (``scripts/`` and the
-        workspace's top are read-only in its view): what it wrote there is
-        removed; a workspace whose layout or ``output/`` mode changed is
-        removed whole. Nothing of a step reaches the next one."""
+        workspace's top are read-only in its view): ``output/`` is removed
+        and made again, always, even when the step left it empty: the step
+        could set the directory's own user xattrs and times (Landlock has no
+        hook for them, and output/ is inside its write grant), which an
+        emptied but kept ``output/`` would hand to the next step; a fresh
+        inode is also outside the Landlock rules of any process of the step
+        that could still be ending. A workspace whose layout or
+        ``output/`` mode changed is removed whole. Nothing of a step reaches
+        the next one."""
         try:
             if script is not None:
                 script.unlink(missing_ok=True)
@@ -374,12 +381,11 @@ class _Runner:
                 ws / "scripts"
             ) != ["capsule_sandbox"]:
                 raise OSError("the workspace changed")
-            if os.listdir(out):
-                if remove_tree_logged(out, "step output"):
-                    raise OSError("output/ could not be emptied")
-                out.mkdir()
-                if os.lstat(out).st_mode != mode:
-                    raise OSError("output/ mode")
+            if remove_tree_logged(out, "step output"):
+                raise OSError("output/ could not be removed")
+            out.mkdir()
+            if os.lstat(out).st_mode != mode:
+                raise OSError("output/ mode")
         except OSError:
             remove_tree_logged(ws, "step workspace")
             return
@@ -569,6 +575,10 @@ def submit(
 # -- sessions -------------------------------------------------------------------------
 
 
+#: The most bytes :meth:`CapsuleSession.read_output` reads unless told otherwise.
+READ_OUTPUT_MAX = 256 << 20
+
+
 class _SessionImpl:
     """The body of the :class:`CapsuleSession` actor."""
 
@@ -634,15 +644,43 @@ class _SessionImpl:
     def pid(self) -> int:
         return os.getpid()
 
-    def read_output(self, name: str) -> bytes:
-        """A file the steps wrote in ``output/`` (a relative path inside it)."""
+    def read_output(self, name: str, max_bytes: int = READ_OUTPUT_MAX) -> bytes:
+        """A file the steps wrote in ``output/`` (a relative path inside it).
+
+        The steps shaped it, and one may still be running: links inside
+        ``output/`` are resolved first, then the resolved path is opened one
+        component at a time from ``output/``'s descriptor, none of them
+        followed as a link (a directory swapped for a link to a host
+        directory between the check and the open fails instead of reading
+        the host's file). Only a regular file is read (a FIFO would block
+        the actor for good; it is opened non-blocking and checked through
+        its descriptor), and at most ``max_bytes`` (a sparse file can say
+        terabytes on a few blocks of disk): a larger one raises ValueError.
+        """
         out = Path(self._handle.workspace, "output").resolve()
         path = (out / name).resolve()
         if out not in path.parents:
             raise ValueError(f"{name!r} is not inside output/")
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        parts = path.relative_to(out).parts
+        dfd = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for part in parts[:-1]:
+                nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+                os.close(dfd)
+                dfd = nfd
+            fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+        finally:
+            os.close(dfd)
         with os.fdopen(fd, "rb") as handle:
-            return handle.read()
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise ValueError(f"{name!r} in output/ is not a regular file")
+            if st.st_size > max_bytes:
+                raise ValueError(f"{name!r} in output/ has {st.st_size} bytes, more than max_bytes={max_bytes}")
+            data = handle.read(max_bytes + 1)
+            if len(data) > max_bytes:
+                raise ValueError(f"{name!r} in output/ has more than max_bytes={max_bytes} bytes")
+            return data
 
     def close(self) -> list[str]:
         """Destroy the session (its workspace, its capsule serve); idempotent.
