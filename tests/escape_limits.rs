@@ -412,13 +412,46 @@ fn a_write_grant_on_a_host_tmpfs_is_bounded_by_memory_mb() {
     // /dev/shm itself). The run's TMPDIR stays where capsule puts it by
     // default (not this tmpfs) until the last case.
     for no_ns in ["0", "1"] {
-        let mut sb = Sandbox::new();
-        sb.set_env("CAPSULE_NO_CGROUPS", "1");
-        sb.set_env("CAPSULE_NO_NAMESPACES", no_ns);
-        let grant = dir.path().join(format!("grant-{no_ns}"));
-        std::fs::create_dir(&grant).expect("mkdir grant");
+        let (mut sb, grant) = grant_sandbox(dir.path(), no_ns);
         shm_grant_cases(&mut sb, dir.path(), &grant);
     }
+}
+
+/// A sandbox for the cases of a write grant on a host tmpfs: no cgroup (the
+/// memory watchdog is what bounds the run), the namespace path `no_ns`
+/// asks for, and a fresh grant directory `grant-{no_ns}` in `dir`.
+fn grant_sandbox(dir: &std::path::Path, no_ns: &str) -> (Sandbox, std::path::PathBuf) {
+    let mut sb = Sandbox::new();
+    sb.set_env("CAPSULE_NO_CGROUPS", "1");
+    sb.set_env("CAPSULE_NO_NAMESPACES", no_ns);
+    let grant = dir.join(format!("grant-{no_ns}"));
+    std::fs::create_dir(&grant).expect("mkdir grant");
+    (sb, grant)
+}
+
+/// A policy writing `path` only, under `memory_mb: 64`.
+fn write_under_64_mib(sb: &Sandbox, path: &str) -> String {
+    sb.policy(&format!(
+        "version: 1\nfilesystem:\n  write: [{path}]\nlimits:\n  memory_mb: 64\n  timeout_seconds: 60\n"
+    ))
+}
+
+/// `run`, while another program writes 128 MiB on the same tmpfs (`dir`),
+/// outside the grant: not the run's (it may push the watchdog's quick
+/// bound over the limit, never the run's own count).
+fn beside_another_writer(dir: &std::path::Path, run: impl FnOnce() -> Run) -> Run {
+    let other = dir.join("other");
+    let writer = std::thread::spawn({
+        let other = other.clone();
+        move || {
+            std::thread::sleep(std::time::Duration::from_millis(700));
+            let _ = std::fs::write(&other, vec![7u8; 128 << 20]);
+        }
+    });
+    let r = run();
+    writer.join().unwrap();
+    let _ = std::fs::remove_file(&other);
+    r
 }
 
 /// Up to three attempts of `once` until one is killed (the last run
@@ -475,22 +508,12 @@ fn assert_probe_value(run: &Run, op: &str, value: u64, what: &str) {
 fn shm_grant_cases(sb: &mut Sandbox, dir: &std::path::Path, grant: &std::path::Path) {
     let g = grant.display().to_string();
     for (mb, killed) in [("512", true), ("16", false)] {
-        let pol = sb.policy(&format!(
-            "version: 1\nfilesystem:\n  write: [{g}]\nlimits:\n  memory_mb: 64\n  timeout_seconds: 60\n"
-        ));
+        let pol = write_under_64_mib(sb, &g);
         let once = || {
-            // Meanwhile another program writes 128 MiB on the same tmpfs,
-            // outside the grant: not the run's (it may push the quick bound
-            // over the limit, never the run's own count).
-            let other = dir.join("other");
-            let writer = std::thread::spawn(move || {
-                std::thread::sleep(std::time::Duration::from_millis(700));
-                let _ = std::fs::write(&other, vec![7u8; 128 << 20]);
+            let run = beside_another_writer(dir, || {
+                sb.probe(&["--policy", &pol], &[&["shmem", "tmpfs", mb, "3", &g]])
             });
-            let run = sb.probe(&["--policy", &pol], &[&["shmem", "tmpfs", mb, "3", &g]]);
-            writer.join().unwrap();
             let _ = std::fs::remove_file(grant.join("hold"));
-            let _ = std::fs::remove_file(dir.join("other"));
             run
         };
         if killed {
@@ -505,9 +528,7 @@ fn shm_grant_cases(sb: &mut Sandbox, dir: &std::path::Path, grant: &std::path::P
     let file = grant.join("granted-file");
     std::fs::write(&file, "").unwrap();
     let f = file.display().to_string();
-    let pol = sb.policy(&format!(
-        "version: 1\nfilesystem:\n  write: [{f}]\nlimits:\n  memory_mb: 64\n  timeout_seconds: 60\n"
-    ));
+    let pol = write_under_64_mib(sb, &f);
     let run = until_killed(|| {
         std::fs::write(&file, "").unwrap();
         sb.probe(
@@ -520,9 +541,7 @@ fn shm_grant_cases(sb: &mut Sandbox, dir: &std::path::Path, grant: &std::path::P
     // A TMPDIR beneath the grant is counted once: 40 MiB there stays under
     // memory_mb: 64 (counted twice, the run would be killed).
     sb.set_env("TMPDIR", &g);
-    let pol = sb.policy(&format!(
-        "version: 1\nfilesystem:\n  write: [{g}]\nlimits:\n  memory_mb: 64\n  timeout_seconds: 60\n"
-    ));
+    let pol = write_under_64_mib(sb, &g);
     let run = sb.probe(&["--policy", &pol], &[&["shmem", "tmpfs", "40", "2"]]);
     assert_probe_value(
         &run,
@@ -549,29 +568,15 @@ fn a_zombie_of_the_run_does_not_make_another_writers_files_count() {
         return;
     };
     for no_ns in ["0", "1"] {
-        let mut sb = Sandbox::new();
-        sb.set_env("CAPSULE_NO_CGROUPS", "1");
-        sb.set_env("CAPSULE_NO_NAMESPACES", no_ns);
-        let grant = dir.path().join(format!("grant-{no_ns}"));
-        std::fs::create_dir(&grant).expect("mkdir grant");
+        let (sb, grant) = grant_sandbox(dir.path(), no_ns);
         let g = grant.display().to_string();
-        let pol = sb.policy(&format!(
-            "version: 1\nfilesystem:\n  write: [{g}]\nlimits:\n  memory_mb: 64\n  timeout_seconds: 60\n"
-        ));
-        let other = dir.path().join("other");
-        let writer = std::thread::spawn({
-            let other = other.clone();
-            move || {
-                std::thread::sleep(std::time::Duration::from_millis(700));
-                let _ = std::fs::write(&other, vec![7u8; 128 << 20]);
-            }
+        let pol = write_under_64_mib(&sb, &g);
+        let run = beside_another_writer(dir.path(), || {
+            sb.probe(
+                &["--policy", &pol],
+                &[&["zombie"], &["shmem", "tmpfs", "16", "3", &g]],
+            )
         });
-        let run = sb.probe(
-            &["--policy", &pol],
-            &[&["zombie"], &["shmem", "tmpfs", "16", "3", &g]],
-        );
-        writer.join().unwrap();
-        let _ = std::fs::remove_file(&other);
         let _ = std::fs::remove_file(grant.join("hold"));
         assert_probe_value(
             &run,
