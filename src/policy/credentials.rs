@@ -328,18 +328,11 @@ pub fn existing(locations: &[Location], beneath: impl Fn(&Path) -> bool) -> Vec<
                 if !beneath(&dir.join("x")) {
                     continue;
                 }
-                let Ok(entries) = std::fs::read_dir(dir) else {
-                    continue;
-                };
-                let mut names: Vec<String> = entries
-                    .flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| {
-                        n.len() >= prefix.len() + suffix.len()
-                            && n.starts_with(prefix)
-                            && n.ends_with(suffix)
-                    })
-                    .collect();
+                let mut names = dirs.names_in(dir, |n| {
+                    n.len() >= prefix.len() + suffix.len()
+                        && n.starts_with(prefix)
+                        && n.ends_with(suffix)
+                });
                 // The same order on every run (for `check` and the audit).
                 names.sort();
                 for n in names {
@@ -401,12 +394,7 @@ impl Listings {
     /// that lacks the next component.
     fn absent_by_listing(&mut self, path: &Path) -> bool {
         if let Some(dir) = path.parent() {
-            if !self.listed.contains_key(dir)
-                && self.asks.get(dir).is_some_and(|n| *n >= LISTED_FROM)
-            {
-                let names = list(dir);
-                self.listed.insert(dir.to_path_buf(), names);
-            }
+            self.list_if_asked(dir);
         }
         let mut below = path;
         for dir in path.ancestors().skip(1) {
@@ -416,6 +404,39 @@ impl Listings {
             below = dir;
         }
         false
+    }
+}
+
+impl Listings {
+    /// List `dir` (once) if enough locations lie in it.
+    fn list_if_asked(&mut self, dir: &Path) {
+        if !self.listed.contains_key(dir) && self.asks.get(dir).is_some_and(|n| *n >= LISTED_FROM) {
+            let names = list(dir);
+            self.listed.insert(dir.to_path_buf(), names);
+        }
+    }
+
+    /// The names in `dir` that `keep` takes, for a pattern: none where a
+    /// listing shows `dir` absent, its own listing's where it has one,
+    /// else read now.
+    fn names_in(&mut self, dir: &Path, keep: impl Fn(&str) -> bool) -> Vec<String> {
+        if self.absent_by_listing(dir) {
+            return Vec::new();
+        }
+        self.list_if_asked(dir);
+        let lossy = |n: &std::ffi::OsStr| n.to_string_lossy().into_owned();
+        match self.listed.get(dir) {
+            Some(Some(names)) => names.iter().map(|n| lossy(n)).filter(|n| keep(n)).collect(),
+            _ => std::fs::read_dir(dir)
+                .map(|entries| {
+                    entries
+                        .flatten()
+                        .map(|e| lossy(&e.file_name()))
+                        .filter(|n| keep(n))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }
     }
 }
 
@@ -637,6 +658,23 @@ mod tests {
         let found = paths(existing(&locs, |_| true));
         assert_eq!(found, naive(&locs));
         assert_eq!(found.len(), 5, "{found:?}");
+        // Patterns: in a listed directory (five locations lie in `r`), in
+        // one that is not, in an absent one beneath a listed one.
+        std::fs::write(r.join("k.key"), "x").unwrap();
+        std::fs::write(r.join("a/m.key"), "x").unwrap();
+        let pats: Vec<Location> = ["*.key", "o*", "a/*.key", "x/*.key", "p", "q", "s"]
+            .iter()
+            .map(|p| Location {
+                path: r.join(p),
+                what: "test",
+            })
+            .collect();
+        let found = paths(existing(&pats, |_| true));
+        let want: Vec<PathBuf> = ["k.key", "one", "a/m.key"]
+            .iter()
+            .map(|p| r.join(p))
+            .collect();
+        assert_eq!(found, want);
     }
 
     /// A directory that finds a name its listing spells in another case is
