@@ -1,0 +1,88 @@
+//! Statements of the product contract (docs: /work/shared/design/capsule.md)
+//! that an acceptance suite written only from the contract would check, and
+//! that no other test file covered.
+
+mod common;
+
+use common::*;
+use std::process::Command as StdCommand;
+
+/// `capsule ARGS` run directly (never through `capsule serve`: these are
+/// about the command line itself), with the sandbox's clean environment.
+fn cli(sb: &Sandbox, args: &[&str]) -> Run {
+    let mut c = StdCommand::new(capsule_bin());
+    c.args(args)
+        .env_clear()
+        .env("PATH", TEST_PATH)
+        .env("HOME", &sb.home)
+        .env("XDG_STATE_HOME", &sb.state)
+        .env("XDG_CONFIG_HOME", &sb.config)
+        .env("LANG", "C.UTF-8")
+        .current_dir(&sb.root);
+    for k in ["CAPSULE_NO_NAMESPACES", "CAPSULE_LANDLOCK_ABI_MAX"] {
+        if let Ok(v) = std::env::var(k) {
+            c.env(k, v);
+        }
+    }
+    let out = c.output().expect("spawn capsule");
+    Run {
+        args: args.iter().map(|s| s.to_string()).collect(),
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stdout_raw: out.stdout,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Section 1: a mistyped option is capsule failing (125, as GNU `timeout` and
+/// `env` do), not a command named `--polcy` (127), and nothing runs.
+#[test]
+fn an_unknown_option_before_the_command_is_a_usage_error() {
+    let sb = Sandbox::new();
+    let marker = sb.p("ran");
+    for args in [
+        vec!["exec", "--no-such-option", "--", "/usr/bin/touch", &marker],
+        vec!["exec", "--polcy", "x.yaml", "--", "/usr/bin/touch", &marker],
+        vec!["exec", "--json", "--bogus", "/usr/bin/touch", &marker],
+    ] {
+        let run = cli(&sb, &args);
+        run.assert_code(125);
+        assert!(
+            run.stderr.contains("unexpected argument"),
+            "a usage error naming the option, not `command not found`:{}",
+            run.ctx()
+        );
+        assert!(!sb.path("ran").exists(), "the command ran:{}", run.ctx());
+    }
+    // The command may still follow without `--`, and options after it are
+    // its own (as env and timeout do).
+    cli(&sb, &["exec", "--no-audit", "/bin/sh", "-c", "exit 4"]).assert_code(4);
+    cli(
+        &sb,
+        &["exec", "--no-audit", "/bin/sh", "-c", "exit 5", "--json"],
+    )
+    .assert_code(5);
+    cli(
+        &sb,
+        &["exec", "--no-audit", "--", "/bin/sh", "-c", "exit 6"],
+    )
+    .assert_code(6);
+}
+
+/// The same for `capsule learn`, which takes its command the way `exec` does.
+#[test]
+fn learn_refuses_an_unknown_option_too() {
+    let sb = Sandbox::new();
+    let marker = sb.p("ran");
+    let run = cli(
+        &sb,
+        &["learn", "--no-such-option", "--", "/usr/bin/touch", &marker],
+    );
+    run.assert_code(125);
+    assert!(
+        run.stderr.contains("unexpected argument"),
+        "a usage error naming the option, not `command not found`:{}",
+        run.ctx()
+    );
+    assert!(!sb.path("ran").exists(), "the command ran:{}", run.ctx());
+}
