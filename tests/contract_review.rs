@@ -86,3 +86,31 @@ fn learn_refuses_an_unknown_option_too() {
     );
     assert!(!sb.path("ran").exists(), "the command ran:{}", run.ctx());
 }
+
+/// Section 2: "Every error names the file, line, column and key". A module
+/// search path passed from the host (`env.pass: [PYTHONPATH]`) is judged at
+/// planning, against the host's value: its refusal names the entry's place
+/// in the file too, not only the key.
+#[test]
+fn a_refused_env_pass_names_the_file_line_and_column() {
+    let mut sb = Sandbox::new();
+    let out = sb.mkdir("out");
+    let pol =
+        sb.policy("version: 1\nfilesystem:\n  write: [./out]\nenv:\n  pass: [LANG, PYTHONPATH]\n");
+    sb.set_env("PYTHONPATH", &out.to_string_lossy());
+    let run = sb.exec_json(&["--policy", &pol], &["/bin/true"]);
+    run.assert_code(125);
+    let err = run.json()["error"].as_str().unwrap_or_default().to_string();
+    let want = format!("{pol}:5:16: env.pass[1]");
+    assert!(
+        err.starts_with(&want),
+        "want `{want}...`, got `{err}`{}",
+        run.ctx()
+    );
+    // The same refusal from `check`.
+    let mut c = sb.std_command(["check", "--policy", &pol]);
+    let out = c.output().expect("spawn capsule check");
+    assert_eq!(out.status.code(), Some(125));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&want), "check: {stderr}");
+}

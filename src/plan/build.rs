@@ -154,7 +154,8 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         tmpdir.as_ref(),
         &grants,
         &mounts,
-    )?;
+    )
+    .map_err(|e| locate_env_error(&loaded, e))?;
     let tools = host_tools(&loaded, &grants, host_path.as_deref())?;
 
     Ok(Plan {
@@ -684,6 +685,22 @@ fn etc_secrets(grants: &[FsGrant], deny: &mut Vec<FsDeny>) {
             path,
             origin: Origin::Secret(secret.what),
         });
+    }
+}
+
+/// An environment refusal of an entry written in the policy file names its
+/// place there (`FILE:LINE:COL: env.pass[1]: ...`), as every policy error
+/// does; an entry a flag added (`-e`) keeps the plain message.
+fn locate_env_error(loaded: &LoadedPolicy, e: PlanError) -> PlanError {
+    match e {
+        PlanError::Env(e) if loaded.source.is_some() && loaded.lines.contains_key(&e.key) => {
+            PlanError::Policy(PolicyError::Invalid {
+                at: loaded.position_of(&e.key),
+                message: format!("`{}` is refused: {}", e.name, e.why),
+                key: e.key,
+            })
+        }
+        e => e,
     }
 }
 
