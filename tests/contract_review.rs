@@ -114,3 +114,50 @@ fn a_refused_env_pass_names_the_file_line_and_column() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains(&want), "check: {stderr}");
 }
+
+/// Section 2 again, for `mounts:`: an entry the planner refuses (here a
+/// relative destination) names its place in the file.
+#[test]
+fn a_refused_mount_names_the_file_line_and_column() {
+    let sb = Sandbox::new();
+    sb.mkdir("pack");
+    let pol = sb.policy("version: 1\nmounts:\n  - {src: ./pack, dst: relative}\n");
+    let run = sb.exec_json(&["--policy", &pol], &["/bin/true"]);
+    run.assert_code(125);
+    let err = run.json()["error"].as_str().unwrap_or_default().to_string();
+    let want = format!("{pol}:3:5: mounts[0]: destination `relative`");
+    assert!(
+        err.starts_with(&want),
+        "want `{want}...`, got `{err}`{}",
+        run.ctx()
+    );
+    // A --mount flag has no file: the flag is named instead.
+    let run = sb.exec_json(&["--mount", "./pack:relative"], &["/bin/true"]);
+    run.assert_code(125);
+    let err = run.json()["error"].as_str().unwrap_or_default().to_string();
+    assert!(
+        err.starts_with("--mount ./pack:relative: destination"),
+        "{err}"
+    );
+}
+
+/// Section 2 again, for `tools:`: a host tool the run could rewrite is
+/// refused, naming the entry's place in the file.
+#[test]
+fn a_refused_tool_names_the_file_line_and_column() {
+    let sb = Sandbox::new();
+    sb.write_exec("out/tool.sh", "#!/bin/sh\necho '{}'\n");
+    let pol = sb.policy(
+        "version: 1\nfilesystem:\n  write: [./out]\ntools:\n  allow:\n    - name: t\n      command: [./out/tool.sh]\n",
+    );
+    let run = sb.exec_json(&["--policy", &pol], &["/bin/true"]);
+    run.assert_code(125);
+    let err = run.json()["error"].as_str().unwrap_or_default().to_string();
+    let want = format!("{pol}:6:7: tools.allow[0]");
+    assert!(
+        err.starts_with(&want),
+        "want `{want}...`, got `{err}`{}",
+        run.ctx()
+    );
+    assert!(err.contains("run could rewrite it"), "{err}");
+}

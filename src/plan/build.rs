@@ -55,6 +55,13 @@ pub enum PlanError {
     Tool(#[from] super::tools::Refusal),
     #[error("{0}")]
     ExecOverWrite(String),
+    /// A refusal of an entry the policy file holds, with its place there
+    /// (`FILE:LINE:COL: `), as every policy error names it (section 2).
+    #[error("{at}{inner}")]
+    Located {
+        at: crate::policy::error::Position,
+        inner: Box<PlanError>,
+    },
 }
 
 /// What the command line adds to the policy.
@@ -759,7 +766,17 @@ fn host_tools(
         &writable_places,
         host_path,
         std::env::var_os("HOME").map(PathBuf::from).as_deref(),
-    )?;
+    )
+    .map_err(|r| {
+        if loaded.source.is_some() && loaded.lines.contains_key(&r.key) {
+            PlanError::Located {
+                at: loaded.position_of(&r.key),
+                inner: Box::new(PlanError::Tool(r)),
+            }
+        } else {
+            PlanError::Tool(r)
+        }
+    })?;
 
     Ok(tools)
 }
