@@ -161,3 +161,24 @@ fn a_refused_tool_names_the_file_line_and_column() {
     );
     assert!(err.contains("run could rewrite it"), "{err}");
 }
+
+/// Section 1/3: the command runs "as env(1) and bubblewrap do". Their
+/// execvp runs an executable file without `#!` (execve: ENOEXEC) with
+/// /bin/sh, as POSIX asks; capsule did not (126). An exec the sandbox
+/// denies stays 126: that is EACCES, never ENOEXEC.
+#[test]
+fn an_executable_script_without_a_shebang_runs_with_bin_sh() {
+    let sb = Sandbox::new();
+    sb.write_exec("bin/plain", "echo \"no shebang $1\"\nexit 7\n");
+    let bin = sb.p("bin");
+    let run = sb.exec_json(&["--allow-exec", &bin], &[&sb.p("bin/plain"), "arg1"]);
+    run.assert_code(7);
+    assert_eq!(run.child_stdout(), "no shebang arg1\n", "{}", run.ctx());
+    // A write grant is not an exec grant: the sandbox's refusal is no
+    // ENOEXEC, so no shell reads the file instead.
+    sb.write_exec("rw/plain", "echo ran\n");
+    let inner = sb.p("rw/plain");
+    let run = sb.exec_json(&["--allow-write", &sb.p("rw")], &["/bin/sh", "-c", &inner]);
+    run.assert_code(126);
+    assert!(!run.child_stdout().contains("ran"), "{}", run.ctx());
+}
