@@ -182,3 +182,44 @@ fn an_executable_script_without_a_shebang_runs_with_bin_sh() {
     run.assert_code(126);
     assert!(!run.child_stdout().contains("ran"), "{}", run.ctx());
 }
+
+/// Section 2: "Unknown keys are errors", also inside a path entry's mapping
+/// form (`{path: ..., optional: ...}`): a typo such as `optinal: true` must
+/// not be dropped silently (the entry would then be required, or worse, a
+/// misspelt key meant to narrow it ignored).
+#[test]
+fn an_unknown_key_in_a_path_mapping_is_an_error() {
+    let sb = Sandbox::new();
+    sb.mkdir("data");
+    for (text, key) in [
+        (
+            "version: 1\nfilesystem:\n  read:\n    - {path: ./data, optinal: true}\n",
+            "filesystem.read[0]",
+        ),
+        (
+            "{\"version\": 1, \"filesystem\": {\"read\": [\"./data\"], \"deny\": [{\"path\": \"./data/x\", \"optional\": true, \"bogus\": 1}]}}",
+            "filesystem.deny[0]",
+        ),
+    ] {
+        let name = if text.starts_with('{') { "p.json" } else { "p.yaml" };
+        let pol = sb.policy_named(name, text);
+        let mut c = sb.std_command(["check", "--policy", &pol]);
+        let out = c.output().expect("spawn capsule check");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{text}: {stderr}");
+        assert!(stderr.contains(&format!("{pol}:")), "names the file: {stderr}");
+        assert!(stderr.contains(key), "names {key}: {stderr}");
+    }
+    // The mapping form itself still works.
+    let pol = sb.policy("version: 1\nfilesystem:\n  read:\n    - {path: ./data, optional: true}\n");
+    let out = sb
+        .std_command(["check", "--policy", &pol])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
