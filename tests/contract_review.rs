@@ -223,3 +223,19 @@ fn an_unknown_key_in_a_path_mapping_is_an_error() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Section 1: a bad flag value is refused naming the flag the user typed,
+/// not an internal `<policy>: limits...` key that no file holds.
+#[test]
+fn a_bad_limit_flag_is_named_as_the_flag() {
+    let sb = Sandbox::new();
+    for (args, want) in [
+        (vec!["--max-output", "0"], "--max-output 0: "),
+        (vec!["--timeout", "1e10"], "--timeout 10000000000: "),
+    ] {
+        let run = sb.exec_json(&args, &["/bin/true"]);
+        run.assert_code(125);
+        let err = run.json()["error"].as_str().unwrap_or_default().to_string();
+        assert!(err.starts_with(want), "want `{want}...`, got `{err}`");
+    }
+}

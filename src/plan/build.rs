@@ -49,6 +49,10 @@ pub enum PlanError {
     WorkspaceParent { path: PathBuf, parent: PathBuf },
     #[error("--timeout {0}: must be a number of seconds > 0")]
     Timeout(f64),
+    #[error("--timeout {0}: must be at most {max} seconds (365 days)", max = crate::policy::validate::MAX_TIMEOUT_SECONDS)]
+    TimeoutTooLong(f64),
+    #[error("--max-output {0}: must be > 0 (bytes per stream)")]
+    MaxOutput(u64),
     #[error(transparent)]
     Mount(#[from] super::mounts::MountError),
     #[error(transparent)]
@@ -239,9 +243,15 @@ fn apply_overrides(loaded: &mut LoadedPolicy, ov: &Overrides) -> Result<(), Plan
         if !(t > 0.0 && t.is_finite()) {
             return Err(PlanError::Timeout(t));
         }
+        if t > crate::policy::validate::MAX_TIMEOUT_SECONDS {
+            return Err(PlanError::TimeoutTooLong(t));
+        }
         loaded.policy.limits.timeout_seconds = t;
     }
     if let Some(m) = ov.max_output {
+        if m == 0 {
+            return Err(PlanError::MaxOutput(m));
+        }
         loaded.policy.limits.max_output_bytes = m;
     }
     Ok(())
