@@ -239,3 +239,43 @@ fn a_bad_limit_flag_is_named_as_the_flag() {
         assert!(err.starts_with(want), "want `{want}...`, got `{err}`");
     }
 }
+
+/// `capsule check --json` (section 4 names its predictions): a policy it
+/// refuses still prints one JSON object, `ok: false` with the reason in
+/// `problems`, as `exec --json` prints a refused result; and the reason is
+/// on stderr too, where a 125 of every other command says why.
+#[test]
+fn check_json_prints_one_object_for_a_refused_policy() {
+    let sb = Sandbox::new();
+    let pol = sb.policy("version: 1\nfilesystem:\n  raed: [.]\n");
+    let out = sb
+        .std_command(["check", "--json", "--policy", &pol])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let v: serde_json::Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("check --json printed no JSON object ({e}): {stdout:?}"));
+    assert_eq!(v["ok"], false, "{v}");
+    let p = v["problems"][0].as_str().unwrap_or_default();
+    assert!(p.contains("filesystem.raed: unknown key"), "{v}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("filesystem.raed"));
+    // A refusal of this host only (a mount without the view) is on stderr too.
+    if std::env::var("CAPSULE_NO_NAMESPACES").is_ok_and(|v| v == "1") {
+        sb.mkdir("pack");
+        let pol = sb.policy_named(
+            "m.yaml",
+            "version: 1\nmounts:\n  - {src: ./pack, dst: /pack}\n",
+        );
+        let out = sb
+            .std_command(["check", "--policy", &pol])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(125));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("needs the run's own mount namespace"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
