@@ -18,13 +18,21 @@ pub struct CheckArgs {
     pub json: bool,
 }
 
+/// A policy that does not even plan: the reason on stderr, and under
+/// `--json` one object on stdout (`ok: false`, the reason in `problems`),
+/// as `exec --json` prints a refused result.
+fn refuse(json: bool, msg: String) -> i32 {
+    super::error_line(&msg);
+    if json {
+        println!("{}", serde_json::json!({"ok": false, "problems": [msg]}));
+    }
+    125
+}
+
 pub fn run(a: CheckArgs) -> i32 {
     let loaded = match policy::load_file(&a.policy) {
         Ok(lp) => lp,
-        Err(e) => {
-            super::error_line(super::exec::policy_load_error(&e));
-            return 125;
-        }
+        Err(e) => return refuse(a.json, super::exec::policy_load_error(&e)),
     };
     let input = BuildInput {
         loaded,
@@ -36,10 +44,7 @@ pub fn run(a: CheckArgs) -> i32 {
     };
     let plan = match plan::build(input) {
         Ok(p) => p,
-        Err(e) => {
-            super::error_line(e);
-            return 125;
-        }
+        Err(e) => return refuse(a.json, e.to_string()),
     };
     let k = crate::kernel::probe();
     // The same preparation `exec` runs: what it refuses, check refuses.
@@ -86,6 +91,10 @@ pub fn run(a: CheckArgs) -> i32 {
         for p in &problems {
             println!("capsule exec refuses this policy here: {p}");
         }
+    }
+    // The verdict's reason where every other 125 puts it, too.
+    for p in &problems {
+        super::error_line(format!("exec refuses this policy here: {p}"));
     }
     if problems.is_empty() {
         0

@@ -83,13 +83,11 @@ pub struct ExecArgs {
     /// Print the resolved plan (every grant and the layer that enforces it) and exit 0.
     #[arg(long)]
     pub dry_run: bool,
-    /// The command and its arguments.
-    #[arg(
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        required = true,
-        value_name = "COMMAND"
-    )]
+    /// The command and its arguments. Its first word may not start with
+    /// `-` unless after `--`: a mistyped option is a usage error (125, as
+    /// GNU env and timeout do), not a command named `--polcy`. Everything
+    /// after the first word belongs to the command.
+    #[arg(trailing_var_arg = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
     /// A policy given as text instead of a file (`capsule serve` requests):
     /// relative paths in it resolve against the working directory.

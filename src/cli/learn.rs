@@ -45,12 +45,8 @@ pub struct LearnArgs {
     #[arg(long, value_name = "SECONDS")]
     pub timeout: Option<f64>,
     /// The command and its arguments.
-    #[arg(
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        required = true,
-        value_name = "COMMAND"
-    )]
+    /// (As `exec`: an unknown option before it is a usage error, not a command.)
+    #[arg(trailing_var_arg = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }
 

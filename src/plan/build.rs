@@ -49,12 +49,23 @@ pub enum PlanError {
     WorkspaceParent { path: PathBuf, parent: PathBuf },
     #[error("--timeout {0}: must be a number of seconds > 0")]
     Timeout(f64),
+    #[error("--timeout {0}: must be at most {max} seconds (365 days)", max = crate::policy::validate::MAX_TIMEOUT_SECONDS)]
+    TimeoutTooLong(f64),
+    #[error("--max-output {0}: must be > 0 (bytes per stream)")]
+    MaxOutput(u64),
     #[error(transparent)]
     Mount(#[from] super::mounts::MountError),
     #[error(transparent)]
     Tool(#[from] super::tools::Refusal),
     #[error("{0}")]
     ExecOverWrite(String),
+    /// A refusal of an entry the policy file holds, with its place there
+    /// (`FILE:LINE:COL: `), as every policy error names it (section 2).
+    #[error("{at}{inner}")]
+    Located {
+        at: crate::policy::error::Position,
+        inner: Box<PlanError>,
+    },
 }
 
 /// What the command line adds to the policy.
@@ -154,7 +165,8 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         tmpdir.as_ref(),
         &grants,
         &mounts,
-    )?;
+    )
+    .map_err(|e| locate_env_error(&loaded, e))?;
     let tools = host_tools(&loaded, &grants, host_path.as_deref())?;
 
     Ok(Plan {
@@ -231,9 +243,15 @@ fn apply_overrides(loaded: &mut LoadedPolicy, ov: &Overrides) -> Result<(), Plan
         if !(t > 0.0 && t.is_finite()) {
             return Err(PlanError::Timeout(t));
         }
+        if t > crate::policy::validate::MAX_TIMEOUT_SECONDS {
+            return Err(PlanError::TimeoutTooLong(t));
+        }
         loaded.policy.limits.timeout_seconds = t;
     }
     if let Some(m) = ov.max_output {
+        if m == 0 {
+            return Err(PlanError::MaxOutput(m));
+        }
         loaded.policy.limits.max_output_bytes = m;
     }
     Ok(())
@@ -687,6 +705,22 @@ fn etc_secrets(grants: &[FsGrant], deny: &mut Vec<FsDeny>) {
     }
 }
 
+/// An environment refusal of an entry written in the policy file names its
+/// place there (`FILE:LINE:COL: env.pass[1]: ...`), as every policy error
+/// does; an entry a flag added (`-e`) keeps the plain message.
+fn locate_env_error(loaded: &LoadedPolicy, e: PlanError) -> PlanError {
+    match e {
+        PlanError::Env(e) if loaded.source.is_some() && loaded.lines.contains_key(&e.key) => {
+            PlanError::Policy(PolicyError::Invalid {
+                at: loaded.position_of(&e.key),
+                message: format!("`{}` is refused: {}", e.name, e.why),
+                key: e.key,
+            })
+        }
+        e => e,
+    }
+}
+
 /// The child's environment, built from nothing (`env`).
 fn environment(
     policy: &crate::policy::Policy,
@@ -742,7 +776,17 @@ fn host_tools(
         &writable_places,
         host_path,
         std::env::var_os("HOME").map(PathBuf::from).as_deref(),
-    )?;
+    )
+    .map_err(|r| {
+        if loaded.source.is_some() && loaded.lines.contains_key(&r.key) {
+            PlanError::Located {
+                at: loaded.position_of(&r.key),
+                inner: Box::new(PlanError::Tool(r)),
+            }
+        } else {
+            PlanError::Tool(r)
+        }
+    })?;
 
     Ok(tools)
 }

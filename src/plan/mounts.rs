@@ -17,14 +17,20 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 use super::{Access, Bind, FsGrant, Opened, Origin};
+use crate::policy::error::Position;
 use crate::policy::resolve;
 use crate::policy::validate::{self, GrantKind};
 use crate::policy::LoadedPolicy;
 
 #[derive(Debug, Error)]
 pub enum MountError {
-    #[error("{key}: {why}")]
-    Bad { key: String, why: String },
+    /// `at` is the entry's place in the policy file (`FILE:LINE:COL: `), empty for a flag.
+    #[error("{at}{key}: {why}")]
+    Bad {
+        at: Position,
+        key: String,
+        why: String,
+    },
 }
 
 /// Parse `SRC:DST[:ro|rw]`.
@@ -62,6 +68,7 @@ fn resolve_one(
     home: &Path,
 ) -> Result<(Bind, Opened), MountError> {
     let bad = |why: String| MountError::Bad {
+        at: Position::default(),
         key: key.to_string(),
         why,
     };
@@ -138,13 +145,24 @@ pub fn resolve(
     let mut grants = Vec::new();
     for (i, m) in loaded.policy.mounts.iter().enumerate() {
         let key = format!("mounts[{i}]");
-        let (b, opened) = resolve_one(&key, &m.src, &m.dst, m.read_only, &loaded.base_dir, home)?;
+        let (b, opened) = resolve_one(&key, &m.src, &m.dst, m.read_only, &loaded.base_dir, home)
+            .map_err(|MountError::Bad { key, why, .. }| MountError::Bad {
+                // Every policy error names its place in the file (section 2).
+                at: if loaded.source.is_some() {
+                    loaded.position_of(&key)
+                } else {
+                    Position::default()
+                },
+                key,
+                why,
+            })?;
         let line = loaded.lines.get(&key).copied();
         grants.push(grant(&b, Origin::Policy { key, line }, opened));
         binds.push(b);
     }
     for raw in flags {
         let (src, dst, ro) = parse_flag(raw).map_err(|why| MountError::Bad {
+            at: Position::default(),
             key: format!("--mount {raw}"),
             why,
         })?;

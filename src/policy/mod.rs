@@ -125,7 +125,7 @@ pub struct Mount {
 /// A missing path is an error unless `optional: true` (or the string form
 /// ends in `?`, e.g. `~/.cache?`), in which case the grant is skipped.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(untagged)]
+#[serde(untagged, deny_unknown_fields)]
 pub enum PathEntry {
     Plain(String),
     Detailed {

@@ -52,6 +52,10 @@ pub struct ChildSpec {
     pub argv_ptrs: Vec<*const c_char>,
     pub envp: Vec<CString>,
     pub envp_ptrs: Vec<*const c_char>,
+    /// `/bin/sh PROGRAM ARGS...` for a program execve answers with ENOEXEC
+    /// (`sys::stage::exec`), built by `seal`.
+    pub sh_argv: Vec<CString>,
+    pub sh_argv_ptrs: Vec<*const c_char>,
     pub cwd: CString,
     /// Write ends of the capture pipes, dup'ed onto 1 and 2 (None: inherit).
     pub stdout_w: Option<RawFd>,
@@ -116,6 +120,8 @@ impl ChildSpec {
             argv_ptrs: Vec::new(),
             envp,
             envp_ptrs: Vec::new(),
+            sh_argv: Vec::new(),
+            sh_argv_ptrs: Vec::new(),
             cwd,
             stdout_w: None,
             stderr_w: None,
@@ -176,6 +182,16 @@ impl ChildSpec {
             .map(|c| c.as_ptr())
             .chain(std::iter::once(std::ptr::null()))
             .collect();
+        self.sh_argv = std::iter::once(c"/bin/sh".to_owned())
+            .chain(std::iter::once(self.program.clone()))
+            .chain(self.argv.iter().skip(1).cloned())
+            .collect();
+        self.sh_argv_ptrs = self
+            .sh_argv
+            .iter()
+            .map(|c| c.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect();
     }
 }
 
@@ -191,6 +207,9 @@ impl crate::sys::stage::Stages for ChildSpec {
     }
     fn exec_args(&self) -> (&CStr, &[*const c_char], &[*const c_char]) {
         (&self.program, &self.argv_ptrs, &self.envp_ptrs)
+    }
+    fn sh_fallback_args(&self) -> &[*const c_char] {
+        &self.sh_argv_ptrs
     }
 }
 

@@ -22,6 +22,10 @@ pub trait Stages: 'static {
     /// The program to execute, and its argv and envp: NULL-terminated
     /// pointer arrays into strings the spec owns and never changes.
     fn exec_args(&self) -> (&CStr, &[*const c_char], &[*const c_char]);
+    /// The same run through the shell when execve says ENOEXEC (a file
+    /// without `#!`): `/bin/sh PROGRAM ARGS...`, the argv NULL-terminated
+    /// into strings the spec owns, as execvp(3) does (POSIX).
+    fn sh_fallback_args(&self) -> &[*const c_char];
 }
 
 /// Which stage a clone starts.
@@ -103,6 +107,11 @@ pub fn clone_stage_into_cgroup<S: Stages>(
 }
 
 /// `execve` of the spec's program; only returns, with the errno, on failure.
+/// A file the kernel does not know how to run (ENOEXEC: no `#!`, no known
+/// binary format) is run by `/bin/sh` instead, as execvp(3) does, so the
+/// command starts as under env(1) and bubblewrap. Only ENOEXEC: a refused
+/// exec (Landlock, a noexec mount, the mode) is EACCES and stays refused,
+/// and the shell is itself an exec the sandbox checks.
 pub fn exec<S: Stages>(spec: &S) -> i32 {
     let (program, argv, envp) = spec.exec_args();
     if argv.last() != Some(&std::ptr::null()) || envp.last() != Some(&std::ptr::null()) {
@@ -111,5 +120,14 @@ pub fn exec<S: Stages>(spec: &S) -> i32 {
     // SAFETY: both pointer arrays are NULL-terminated (checked above) and
     // point into the spec's own CStrings, which live as long as the spec
     // (`Stages::exec_args`; `ChildSpec::seal` built them).
-    unsafe { super::raw::execve(program, argv.as_ptr(), envp.as_ptr()) }
+    let err = unsafe { super::raw::execve(program, argv.as_ptr(), envp.as_ptr()) };
+    let sh_argv = spec.sh_fallback_args();
+    if err != libc::ENOEXEC || sh_argv.len() < 3 || sh_argv.last() != Some(&std::ptr::null()) {
+        return err;
+    }
+    // SAFETY: as above; `sh_argv` is NULL-terminated (checked above) and
+    // points into the spec's own CStrings (`ChildSpec::seal`).
+    let _ = unsafe { super::raw::execve(c"/bin/sh", sh_argv.as_ptr(), envp.as_ptr()) };
+    // The shell could not be started either: the program's own error.
+    err
 }

@@ -438,7 +438,9 @@ class CapsuleSandboxProvider(_ProviderBase):  # type: ignore[misc]
     ) -> SandboxResult:
         """Run a command (argv list, or a string split with shlex) in a fresh sandbox.
 
-        With ``session_id``, in that session's workspace and config (``config``
+        With ``session_id`` (also accepted as the third positional argument,
+        the contract's ``run(agent_id, command, session_id)``: a string there
+        is a session id), in that session's workspace and config (``config``
         must then be None). Without it, in the agent's live session when it has
         one and no ``config`` is given (as AGT's providers do), otherwise in a
         throwaway workspace built from ``config``, removed afterwards (what
@@ -446,6 +448,10 @@ class CapsuleSandboxProvider(_ProviderBase):  # type: ignore[misc]
         capsule unavailable, is a failed result (``exit_code=-1``), not an
         exception.
         """
+        if isinstance(config, str) and session_id is None:
+            # The contract's positional form, run(agent_id, command, session_id):
+            # a config is never a string, a session id always is.
+            config, session_id = None, config
         argv = shlex.split(command) if isinstance(command, str) else [str(a) for a in (command or [])]
         if not argv:
             return SandboxResult(success=False, exit_code=-1, stderr="empty command", error="empty command")
@@ -488,14 +494,16 @@ class CapsuleSandboxProvider(_ProviderBase):  # type: ignore[misc]
         self,
         agent_id: str,
         code: str,
-        *,
         config: Any | None = None,
+        *,
         context: Mapping[str, Any] | None = None,
         runtime: Any | None = None,
         policy: Any | None = None,
     ) -> ExecutionHandle:
         """create_session + execute_code + destroy_session in one call (the
-        cleanup never raises; what it left is in ``cleanup_failures``)."""
+        cleanup never raises; what it left is in ``cleanup_failures``).
+        ``config`` may be given by keyword (AGT) or positionally (the
+        contract's ``run_once(agent_id, code, config)``)."""
         handle = self.create_session(agent_id, policy=policy, runtime=runtime, config=config)
         try:
             return self.execute_code(agent_id, handle.session_id, code, context=context)
@@ -636,8 +644,8 @@ class CapsuleSandboxProvider(_ProviderBase):  # type: ignore[misc]
         self,
         agent_id: str,
         code: str,
-        *,
         config: Any | None = None,
+        *,
         context: Mapping[str, Any] | None = None,
         runtime: Any | None = None,
         policy: Any | None = None,

@@ -212,6 +212,23 @@ def test_run_command_ephemeral_and_in_session(provider):
         provider.destroy_session("agent-1", handle.session_id)
 
 
+def test_the_contracts_positional_forms(provider):
+    """Section 7 writes ``run(agent_id, command, session_id=None)`` and
+    ``run_once(agent_id, code, config)``: a caller written from it passes
+    them positionally; AGT's keyword forms keep working (above)."""
+    once = provider.run_once("agent-1", "import os; print(os.environ['K'])", SandboxConfig(env_vars={"K": "v"}))
+    assert once.result.success and once.result.stdout == "v\n", once.result
+    handle = provider.create_session("agent-1", SandboxConfig(timeout_seconds=20))
+    try:
+        provider.execute_code("agent-1", handle.session_id, "open('g.txt','w').write('kept')")
+        result = provider.run("agent-1", ["cat", "g.txt"], handle.session_id)
+        assert result.success and result.stdout == "kept", result
+        with pytest.raises(SessionNotFoundError):
+            provider.run("agent-1", ["/bin/true"], "no-such-session")
+    finally:
+        provider.destroy_session("agent-1", handle.session_id)
+
+
 def test_async_twins(provider):
     import asyncio
 
