@@ -55,6 +55,11 @@ pub enum PlanError {
     Tool(#[from] super::tools::Refusal),
     #[error("{0}")]
     ExecOverWrite(String),
+    #[error("cannot create capsule's own directory {dir}, which lies in a place the run may write (it must exist to be kept from the run): {source}; create it (mode 0700) or narrow the write grant")]
+    OwnDir {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// What the command line adds to the policy.
@@ -143,6 +148,18 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
     )?;
 
     tracing::debug!("plan: command and system grants");
+    let writable = credentials::strictly_beneath_any(
+        grants
+            .iter()
+            .filter(|g| g.access.write)
+            .map(|g| g.path.as_path()),
+    );
+    if let Some((dir, e)) = credentials::make_own_dirs(&creds, writable)
+        .into_iter()
+        .next()
+    {
+        return Err(PlanError::OwnDir { dir, source: e });
+    }
     let mut deny = carve_outs(&resolved, &ov, creds, &grants);
     etc_secrets(&grants, &mut deny);
 

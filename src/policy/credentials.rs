@@ -304,6 +304,40 @@ pub fn with_extra(mut v: Vec<Location>, extra: &[(PathBuf, &'static str)]) -> Ve
     v
 }
 
+/// capsule's own directories among `locations` (its config, state and
+/// volumes, under each home and `$XDG_*_HOME`) that do not exist yet and lie
+/// strictly beneath a place the run can write (`writable`): made now, mode
+/// 0700, so that they exist to be carved out like every credential location.
+/// A location that does not exist is not carved out (nothing is there), and
+/// for these that would let the run create them: a `config.yaml` the run
+/// wrote would tell the next run's parent where to send the provider key.
+/// Returns each directory that could not be made, with the error.
+pub fn make_own_dirs(
+    locations: &[Location],
+    writable: impl Fn(&Path) -> bool,
+) -> Vec<(PathBuf, std::io::Error)> {
+    use std::os::unix::fs::DirBuilderExt;
+    let mut failed = Vec::new();
+    for loc in locations {
+        let own = loc.what.starts_with("capsule's")
+            && loc.path.file_name() == Some(std::ffi::OsStr::new("capsule"));
+        if !own || !writable(&loc.path) || std::fs::symlink_metadata(&loc.path).is_ok() {
+            continue;
+        }
+        match std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&loc.path)
+        {
+            Ok(()) => {
+                tracing::debug!(dir = %loc.path.display(), "made capsule's own directory to carve it out")
+            }
+            Err(e) => failed.push((loc.path.clone(), e)),
+        }
+    }
+    failed
+}
+
 /// The existing credential paths beneath (strictly) some path for which
 /// `beneath` says yes. Patterns are matched against their directory's entries.
 pub fn existing(locations: &[Location], beneath: impl Fn(&Path) -> bool) -> Vec<Location> {

