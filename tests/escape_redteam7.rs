@@ -104,3 +104,98 @@ fn a_run_cannot_plant_capsules_own_host_config() {
         );
     }
 }
+
+/// A loopback "provider" that answers every request 200 with a chat
+/// completion whose text, model and finish reason quote the request's
+/// `authorization` header: an OpenAI-compatible gateway that echoes what it
+/// was sent (a debug mode, a template that includes headers).
+fn echoing_provider() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let port = l.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { return };
+            s.set_read_timeout(Some(Duration::from_secs(2))).ok();
+            let mut req = Vec::new();
+            let mut buf = [0u8; 4096];
+            // The head, then the body its content-length announces.
+            while let Ok(n) = s.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                req.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&req).to_ascii_lowercase();
+                if let Some(end) = text.find("\r\n\r\n") {
+                    let len = text
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse::<usize>().ok())
+                        .unwrap_or(0);
+                    if req.len() >= end + 4 + len {
+                        break;
+                    }
+                }
+            }
+            let text = String::from_utf8_lossy(&req).into_owned();
+            let auth = text
+                .lines()
+                .find(|l| l.to_ascii_lowercase().starts_with("authorization:"))
+                .unwrap_or("")
+                .to_string();
+            let body = serde_json::json!({
+                "model": format!("m {auth}"),
+                "choices": [{"message": {"role": "assistant", "content": format!("you sent: {auth}")},
+                             "finish_reason": format!("stop {auth}")}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1},
+            })
+            .to_string();
+            let _ = std::io::Write::write_all(
+                &mut s,
+                format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+                .as_bytes(),
+            );
+        }
+    });
+    port
+}
+
+/// The key must not come back into the sandbox through the provider's
+/// answer: a provider (or gateway) that quotes the request's headers in a
+/// 200 answer would hand the child the host's key in `message.content`,
+/// `model` or `finish_reason`. The broker withholds such an answer as a
+/// provider error.
+#[test]
+fn the_key_never_comes_back_in_a_providers_echo() {
+    let port = echoing_provider();
+    let mut sb = Sandbox::new();
+    sb.set_env("CAPSULE_LLM_PROVIDER", "openai-compatible");
+    sb.set_env(
+        "CAPSULE_LLM_BASE_URL",
+        &format!("http://127.0.0.1:{port}/v1"),
+    );
+    sb.set_env("CAPSULE_LLM_MODEL", "m");
+    sb.set_env("CAPSULE_LLM_API_KEY_ENV", "RT7_KEY");
+    sb.set_env("RT7_KEY", KEY);
+    let b = capsule_bin().display().to_string();
+    let p = sb.policy("version: 1\nllm_access:\n  enabled: true\n");
+    let r = sb.exec_json(
+        &["--policy", &p, "--allow-exec", &b],
+        &[
+            &b,
+            "rpc",
+            "llm/complete",
+            r#"{"messages":[{"role":"user","content":"hi"}]}"#,
+        ],
+    );
+    let v = r.json();
+    assert_eq!(v["usage"]["llm"]["calls"], 1, "{}", r.ctx());
+    assert!(
+        !r.stdout.contains(KEY) && !r.stderr.contains(KEY),
+        "the host's key reached the sandbox through the provider's answer: {}",
+        r.ctx()
+    );
+    assert_eq!(v["usage"]["llm"]["provider_errors"], 1, "{}", r.ctx());
+}
