@@ -148,18 +148,7 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
     )?;
 
     tracing::debug!("plan: command and system grants");
-    let writable = credentials::strictly_beneath_any(
-        grants
-            .iter()
-            .filter(|g| g.access.write)
-            .map(|g| g.path.as_path()),
-    );
-    if let Some((dir, e)) = credentials::make_own_dirs(&creds, writable)
-        .into_iter()
-        .next()
-    {
-        return Err(PlanError::OwnDir { dir, source: e });
-    }
+    own_dirs(&creds, &grants)?;
     let mut deny = carve_outs(&resolved, &ov, creds, &grants);
     etc_secrets(&grants, &mut deny);
 
@@ -623,6 +612,24 @@ fn add_command_path(
         access: Access::EXEC,
         origin: Origin::Command(a.why.clone()),
     });
+}
+
+/// capsule's own directories the run could create (they do not exist yet,
+/// beneath a write grant): made now, so that they are carved out.
+fn own_dirs(creds: &[credentials::Location], grants: &[FsGrant]) -> Result<(), PlanError> {
+    let writable = credentials::strictly_beneath_any(
+        grants
+            .iter()
+            .filter(|g| g.access.write)
+            .map(|g| g.path.as_path()),
+    );
+    match credentials::make_own_dirs(creds, writable)
+        .into_iter()
+        .next()
+    {
+        Some((dir, source)) => Err(PlanError::OwnDir { dir, source }),
+        None => Ok(()),
+    }
 }
 
 /// Carve-outs: the policy's, and credential paths beneath a broader grant

@@ -321,7 +321,12 @@ pub fn make_own_dirs(
     for loc in locations {
         let own = loc.what.starts_with("capsule's")
             && loc.path.file_name() == Some(std::ffi::OsStr::new("capsule"));
-        if !own || !writable(&loc.path) || std::fs::symlink_metadata(&loc.path).is_ok() {
+        if !own || std::fs::symlink_metadata(&loc.path).is_ok() {
+            continue;
+        }
+        // Where the run would create it: through the links of the part
+        // that exists (a `~/.config` linked elsewhere is judged there).
+        if !writable(&resolved(&loc.path)) {
             continue;
         }
         match std::fs::DirBuilder::new()
@@ -332,10 +337,31 @@ pub fn make_own_dirs(
             Ok(()) => {
                 tracing::debug!(dir = %loc.path.display(), "made capsule's own directory to carve it out")
             }
+            // A read-only file system: the run cannot create it either.
+            Err(e) if e.raw_os_error() == Some(libc::EROFS) => {}
             Err(e) => failed.push((loc.path.clone(), e)),
         }
     }
     failed
+}
+
+/// `p` with its deepest existing ancestor resolved (links followed), the
+/// missing rest appended as written.
+fn resolved(p: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut cur = p;
+    loop {
+        if let Ok(c) = std::fs::canonicalize(cur) {
+            return rest.iter().rev().fold(c, |acc, n| acc.join(n));
+        }
+        match (cur.parent(), cur.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                cur = parent;
+            }
+            _ => return p.to_path_buf(),
+        }
+    }
 }
 
 /// The existing credential paths beneath (strictly) some path for which
@@ -832,5 +858,33 @@ mod tests {
                 patterns(home, &extra)
             );
         }
+    }
+
+    #[test]
+    fn own_dirs_are_made_where_the_run_could_create_them() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let root = std::fs::canonicalize(t.path()).expect("canonical");
+        let home = root.join("home");
+        let elsewhere = root.join("elsewhere");
+        std::fs::create_dir_all(&home).expect("mkdir");
+        std::fs::create_dir_all(&elsewhere).expect("mkdir");
+        let loc = |rel: &str, what: &'static str| Location {
+            path: home.join(rel),
+            what,
+        };
+        let locs = [
+            loc(".config/capsule", "capsule's own config"),
+            loc(".ssh", "SSH keys"),
+        ];
+        let beneath_home = strictly_beneath_any([home.as_path()]);
+        assert!(make_own_dirs(&locs, beneath_home).is_empty());
+        assert!(home.join(".config/capsule").is_dir());
+        assert!(!home.join(".ssh").exists(), "only capsule's own are made");
+        // Linked out of the write grant: the run could not create it there.
+        std::fs::remove_dir_all(home.join(".config")).expect("rm");
+        std::os::unix::fs::symlink(&elsewhere, home.join(".config")).expect("ln");
+        let beneath_home = strictly_beneath_any([home.as_path()]);
+        assert!(make_own_dirs(&locs, beneath_home).is_empty());
+        assert!(!elsewhere.join("capsule").exists());
     }
 }
