@@ -1464,8 +1464,11 @@ impl<'a> Survey<'a> {
                 a.key = Some("tools.allow".into());
                 a.line = self.line("tools.allow");
                 a.because = format!("{name} is not in the policy's tools.allow");
+                // The name is the run's string when `--explain` asks: quoted
+                // (JSON's quoting is YAML's), the snippet stays one tool.
+                let quoted = serde_json::to_string(name).unwrap_or_default();
                 a.change = Some(format!(
-                    "add {{name: {name}, command: [...]}} (or {{name: {name}, forward: true}}) to tools.allow"
+                    "add {{name: {quoted}, command: [...]}} (or {{name: {quoted}, forward: true}}) to tools.allow"
                 ));
             }
         }
