@@ -237,3 +237,68 @@ fn explain_suggests_no_tool_command_the_child_chose() {
     assert_eq!(tool["name"], name, "{snippet}");
     assert_eq!(tool["command"], serde_json::json!(["..."]), "{snippet}");
 }
+
+/// The same for paths: a refused access names a path the run chose (a file
+/// it made in its write grant and tried to execute), and the suggested
+/// change quoted it neither for the shell (`--allow-exec …/q$(id>x)` runs
+/// `id` when pasted) nor for YAML (a `"` in the name closes the string).
+/// Each path in the suggestion must read back as the one path it names.
+#[test]
+fn explain_quotes_the_paths_of_its_suggestions() {
+    let sb = Sandbox::visible();
+    let w = sb.mkdir("w");
+    let evil = w.join(r#"q$(id>x)", "~"#);
+    let p = sb.policy(&format!(
+        "version: 1\nfilesystem:\n  write: [{}]\n",
+        w.display()
+    ));
+    let script = r#"cp /bin/true "$1" && "$1""#;
+    let r = sb.exec_json(
+        &["--policy", &p, "--explain"],
+        &["/bin/sh", "-c", script, "sh", &evil.to_string_lossy()],
+    );
+    let v = r.json();
+    let change = v["denials"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .find_map(|d| {
+            d["change"]
+                .as_str()
+                .filter(|c| c.contains("filesystem.exec"))
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| panic!("no filesystem.exec change among the denials: {}", r.ctx()));
+    // `add <YAML scalar> to filesystem.exec (or run with --allow-exec <shell word>)`
+    let rest = change
+        .strip_prefix("add ")
+        .unwrap_or_else(|| panic!("{change}"));
+    let (yaml, rest) = rest
+        .split_once(" to filesystem.exec (or run with --allow-exec ")
+        .unwrap_or_else(|| panic!("{change}"));
+    let shell = rest.strip_suffix(')').unwrap_or_else(|| panic!("{change}"));
+    let from_yaml: Vec<String> = serde_saphyr::from_str(&format!("[{yaml}]"))
+        .unwrap_or_else(|e| panic!("not one YAML scalar ({e}): {yaml}"));
+    assert_eq!(
+        from_yaml,
+        vec![evil.to_string_lossy().into_owned()],
+        "{change}"
+    );
+    // What the shell makes of the suggested word (printf shows it, runs nothing else).
+    let out = std::process::Command::new("/bin/sh")
+        .current_dir(&sb.root)
+        .arg("-c")
+        .arg(format!("printf %s {shell}"))
+        .output()
+        .expect("sh");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        evil.to_string_lossy(),
+        "the shell reads another word (or ran something): {change}"
+    );
+    assert!(
+        !sb.path("x").exists(),
+        "pasting the suggestion ran the run's command: {change}"
+    );
+}
