@@ -302,3 +302,49 @@ fn explain_quotes_the_paths_of_its_suggestions() {
         "pasting the suggestion ran the run's command: {change}"
     );
 }
+
+/// `capsule learn` comments each learnt grant with who needed it, and the
+/// process name is the run's (prctl PR_SET_NAME, 15 bytes). A comment is
+/// meant to be one line, yet U+2028 (LINE SEPARATOR) went through: capsule's
+/// YAML 1.2 parser reads on, but YAML 1.1 tools (PyYAML, libyaml) and some
+/// editors break the line there, and the rest of the name (`    - ~/ #`)
+/// becomes one more grant of the home in the draft they read. The draft must
+/// hold no such separator.
+#[test]
+fn a_learnt_comment_cannot_start_a_line() {
+    let sb = Sandbox::visible();
+    let data = sb.write("data/f", "hi\n");
+    let proj = sb.mkdir("proj");
+    let script = format!(
+        "import ctypes\nctypes.CDLL(None).prctl(15, '\\u2028    - ~/ #'.encode(), 0, 0, 0)\n\
+         try:\n    open({:?}).read()\nexcept OSError:\n    pass\n",
+        data.display()
+    );
+    let draft = sb.path("draft.yaml");
+    let r = sb.run_in(
+        &[
+            "learn",
+            "--output",
+            &draft.to_string_lossy(),
+            "--",
+            &python(),
+            "-c",
+            &script,
+        ],
+        &proj,
+        b"",
+    );
+    let text =
+        std::fs::read_to_string(&draft).unwrap_or_else(|e| panic!("no draft ({e}): {}", r.ctx()));
+    assert!(
+        text.contains(&data.display().to_string()),
+        "the read was not learnt (nothing to comment): {text}\n{}",
+        r.ctx()
+    );
+    for sep in ['\u{2028}', '\u{2029}', '\u{85}'] {
+        assert!(
+            !text.contains(sep),
+            "the draft holds {sep:?}, a line break to YAML 1.1:\n{text}"
+        );
+    }
+}
