@@ -345,10 +345,23 @@ fn q(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
 }
 
-/// A comment's text: one line, no control characters, bounded.
+/// A comment's text: one line, no control characters, bounded. The text
+/// holds the run's own bytes (its process names), so every character some
+/// reader takes for a line break goes too: YAML 1.1 (PyYAML, libyaml) and
+/// editors break lines at U+2028 and U+2029 (U+0085 is a control), and what
+/// followed would be read as policy; bidirectional overrides would make the
+/// line show other than it reads.
 fn comment(s: &str) -> String {
     s.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
+        .map(|c| {
+            let breaks = matches!(c, '\u{2028}' | '\u{2029}');
+            let bidi = matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+            if c.is_control() || breaks || bidi {
+                ' '
+            } else {
+                c
+            }
+        })
         .take(300)
         .collect()
 }

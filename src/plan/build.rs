@@ -66,6 +66,11 @@ pub enum PlanError {
         at: crate::policy::error::Position,
         inner: Box<PlanError>,
     },
+    #[error("cannot create capsule's own directory {dir}, which lies in a place the run may write (it must exist to be kept from the run): {source}; create it (mode 0700) or narrow the write grant")]
+    OwnDir {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// What the command line adds to the policy.
@@ -154,6 +159,7 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
     )?;
 
     tracing::debug!("plan: command and system grants");
+    own_dirs(&creds, &grants)?;
     let mut deny = carve_outs(&resolved, &ov, creds, &grants);
     etc_secrets(&grants, &mut deny);
 
@@ -624,6 +630,24 @@ fn add_command_path(
         access: Access::EXEC,
         origin: Origin::Command(a.why.clone()),
     });
+}
+
+/// capsule's own directories the run could create (they do not exist yet,
+/// beneath a write grant): made now, so that they are carved out.
+fn own_dirs(creds: &[credentials::Location], grants: &[FsGrant]) -> Result<(), PlanError> {
+    let writable = credentials::strictly_beneath_any(
+        grants
+            .iter()
+            .filter(|g| g.access.write)
+            .map(|g| g.path.as_path()),
+    );
+    match credentials::make_own_dirs(creds, writable)
+        .into_iter()
+        .next()
+    {
+        Some((dir, source)) => Err(PlanError::OwnDir { dir, source }),
+        None => Ok(()),
+    }
 }
 
 /// Carve-outs: the policy's, and credential paths beneath a broader grant

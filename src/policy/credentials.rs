@@ -304,6 +304,66 @@ pub fn with_extra(mut v: Vec<Location>, extra: &[(PathBuf, &'static str)]) -> Ve
     v
 }
 
+/// capsule's own directories among `locations` (its config, state and
+/// volumes, under each home and `$XDG_*_HOME`) that do not exist yet and lie
+/// strictly beneath a place the run can write (`writable`): made now, mode
+/// 0700, so that they exist to be carved out like every credential location.
+/// A location that does not exist is not carved out (nothing is there), and
+/// for these that would let the run create them: a `config.yaml` the run
+/// wrote would tell the next run's parent where to send the provider key.
+/// Returns each directory that could not be made, with the error.
+pub fn make_own_dirs(
+    locations: &[Location],
+    writable: impl Fn(&Path) -> bool,
+) -> Vec<(PathBuf, std::io::Error)> {
+    use std::os::unix::fs::DirBuilderExt;
+    let mut failed = Vec::new();
+    for loc in locations {
+        let own = loc.what.starts_with("capsule's")
+            && loc.path.file_name() == Some(std::ffi::OsStr::new("capsule"));
+        if !own || std::fs::symlink_metadata(&loc.path).is_ok() {
+            continue;
+        }
+        // Where the run would create it: through the links of the part
+        // that exists (a `~/.config` linked elsewhere is judged there).
+        if !writable(&resolved(&loc.path)) {
+            continue;
+        }
+        match std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&loc.path)
+        {
+            Ok(()) => {
+                tracing::debug!(dir = %loc.path.display(), "made capsule's own directory to carve it out")
+            }
+            // A read-only file system: the run cannot create it either.
+            Err(e) if e.raw_os_error() == Some(libc::EROFS) => {}
+            Err(e) => failed.push((loc.path.clone(), e)),
+        }
+    }
+    failed
+}
+
+/// `p` with its deepest existing ancestor resolved (links followed), the
+/// missing rest appended as written.
+fn resolved(p: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut cur = p;
+    loop {
+        if let Ok(c) = std::fs::canonicalize(cur) {
+            return rest.iter().rev().fold(c, |acc, n| acc.join(n));
+        }
+        match (cur.parent(), cur.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                cur = parent;
+            }
+            _ => return p.to_path_buf(),
+        }
+    }
+}
+
 /// The existing credential paths beneath (strictly) some path for which
 /// `beneath` says yes. Patterns are matched against their directory's entries.
 pub fn existing(locations: &[Location], beneath: impl Fn(&Path) -> bool) -> Vec<Location> {
@@ -836,5 +896,33 @@ mod tests {
                 patterns(home, &extra)
             );
         }
+    }
+
+    #[test]
+    fn own_dirs_are_made_where_the_run_could_create_them() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let root = std::fs::canonicalize(t.path()).expect("canonical");
+        let home = root.join("home");
+        let elsewhere = root.join("elsewhere");
+        std::fs::create_dir_all(&home).expect("mkdir");
+        std::fs::create_dir_all(&elsewhere).expect("mkdir");
+        let loc = |rel: &str, what: &'static str| Location {
+            path: home.join(rel),
+            what,
+        };
+        let locs = [
+            loc(".config/capsule", "capsule's own config"),
+            loc(".ssh", "SSH keys"),
+        ];
+        let beneath_home = strictly_beneath_any([home.as_path()]);
+        assert!(make_own_dirs(&locs, beneath_home).is_empty());
+        assert!(home.join(".config/capsule").is_dir());
+        assert!(!home.join(".ssh").exists(), "only capsule's own are made");
+        // Linked out of the write grant: the run could not create it there.
+        std::fs::remove_dir_all(home.join(".config")).expect("rm");
+        std::os::unix::fs::symlink(&elsewhere, home.join(".config")).expect("ln");
+        let beneath_home = strictly_beneath_any([home.as_path()]);
+        assert!(make_own_dirs(&locs, beneath_home).is_empty());
+        assert!(!elsewhere.join("capsule").exists());
     }
 }

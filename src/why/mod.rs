@@ -384,9 +384,8 @@ impl<'a> Survey<'a> {
                     b.dst.display()
                 );
                 a.change = Some(format!(
-                    "mount it read-write: --mount {}:{}:rw (or read_only: false in mounts:)",
-                    mount_source(&b.src),
-                    b.dst.display()
+                    "mount it read-write: --mount {} (or read_only: false in mounts:)",
+                    shq(&format!("{}:{}:rw", mount_source(&b.src), b.dst.display()))
                 ));
                 return a;
             }
@@ -556,11 +555,11 @@ impl<'a> Survey<'a> {
                 match validate::check_grant(&d.path, k) {
                     Ok(()) => {
                         a.change = Some(format!(
-                            "a grant naming it exactly: filesystem.{}: [\"{}\"] (or --allow-{} {}); a broader grant never includes it",
+                            "a grant naming it exactly: filesystem.{}: [{}] (or --allow-{} {}); a broader grant never includes it",
                             k.as_str(),
-                            tilde(&d.path, &home),
+                            yq(&tilde(&d.path, &home)),
                             k.as_str(),
-                            d.path.display()
+                            shq(&d.path.display().to_string())
                         ))
                     }
                     Err(why) => a.no_change = Some(why),
@@ -695,10 +694,11 @@ impl<'a> Survey<'a> {
             }
             a.change = match validate::check_grant(c, kind) {
                 Ok(()) => Some(format!(
-                    "a grant naming it exactly: filesystem.{}: [\"{shown}\"] (or --allow-{} {}); {why}",
+                    "a grant naming it exactly: filesystem.{}: [{}] (or --allow-{} {}); {why}",
                     kind.as_str(),
+                    yq(&shown),
                     kind.as_str(),
-                    c.display()
+                    shq(&c.display().to_string())
                 )),
                 Err(e) => {
                     a.no_change = Some(e);
@@ -710,11 +710,11 @@ impl<'a> Survey<'a> {
         match validate::check_grant(&target, kind) {
             Ok(()) => {
                 a.change = Some(format!(
-                    "add \"{}\" to filesystem.{} (or run with --allow-{} {})",
-                    target.display(),
+                    "add {} to filesystem.{} (or run with --allow-{} {})",
+                    yq(&target.display().to_string()),
                     kind.as_str(),
                     kind.as_str(),
-                    target.display()
+                    shq(&target.display().to_string())
                 ));
                 a.grant = Some((target, kind));
             }
@@ -757,8 +757,8 @@ impl<'a> Survey<'a> {
         );
         let dir = link.parent().unwrap_or(Path::new("/")).to_path_buf();
         out.change = Some(format!(
-            "add \"{}\" to filesystem.read (a grant under /tmp is bound into the private /tmp), or use the target's path",
-            dir.display()
+            "add {} to filesystem.read (a grant under /tmp is bound into the private /tmp), or use the target's path",
+            yq(&dir.display().to_string())
         ));
         out.grant = Some((dir, GrantKind::Read));
         Some(out)
@@ -954,14 +954,14 @@ impl<'a> Survey<'a> {
         match validate::check_grant(at, GrantKind::Read) {
             Ok(()) if !writes => {
                 out.change = Some(format!(
-                    "a grant naming it exactly: filesystem.read: [\"{}\"] (a grant of /etc never includes it)",
-                    at.display()
+                    "a grant naming it exactly: filesystem.read: [{}] (a grant of /etc never includes it)",
+                    yq(&at.display().to_string())
                 ))
             }
             Ok(()) => {
                 out.change = Some(format!(
-                    "a write grant naming it exactly: filesystem.write: [\"{}\"]",
-                    at.display()
+                    "a write grant naming it exactly: filesystem.write: [{}]",
+                    yq(&at.display().to_string())
                 ))
             }
             Err(why) => out.no_change = Some(why),
@@ -1041,8 +1041,8 @@ impl<'a> Survey<'a> {
         };
         if !a.allowed {
             a.change = Some(format!(
-                "add \"{}\" to filesystem.write (a grant under /tmp is bound into the private /tmp)",
-                parent.display()
+                "add {} to filesystem.write (a grant under /tmp is bound into the private /tmp)",
+                yq(&parent.display().to_string())
             ));
             a.grant = Some((parent.to_path_buf(), GrantKind::Write));
         }
@@ -1081,8 +1081,8 @@ impl<'a> Survey<'a> {
         };
         if !a.allowed {
             a.change = Some(format!(
-                "add \"{}\" to filesystem.read (a grant under /tmp is bound into the private /tmp)",
-                real.display()
+                "add {} to filesystem.read (a grant under /tmp is bound into the private /tmp)",
+                yq(&real.display().to_string())
             ));
             a.grant = Some((real.to_path_buf(), GrantKind::Read));
         }
@@ -1464,8 +1464,11 @@ impl<'a> Survey<'a> {
                 a.key = Some("tools.allow".into());
                 a.line = self.line("tools.allow");
                 a.because = format!("{name} is not in the policy's tools.allow");
+                // The name is the run's string when `--explain` asks: quoted
+                // (JSON's quoting is YAML's), the snippet stays one tool.
+                let quoted = serde_json::to_string(name).unwrap_or_default();
                 a.change = Some(format!(
-                    "add {{name: {name}, command: [...]}} (or {{name: {name}, forward: true}}) to tools.allow"
+                    "add {{name: {quoted}, command: [...]}} (or {{name: {quoted}, forward: true}}) to tools.allow"
                 ));
             }
         }
@@ -1732,6 +1735,27 @@ fn canonical(p: &Path) -> (PathBuf, bool) {
 }
 
 /// `~/x` for a path under the home, else the path.
+/// Text the run may have chosen (a path, a name) as a YAML double-quoted
+/// scalar, for a suggested policy change: JSON's quoting is YAML's, so a
+/// `"` or a `, ` in it cannot end the scalar or add another entry.
+fn yq(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_default()
+}
+
+/// A word for a suggested command line: as is when it holds only characters
+/// no POSIX shell treats specially, else single-quoted (a path the run named
+/// `x$(id)` must not run `id` when the suggestion is pasted).
+fn shq(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-+:@,=%".contains(&b));
+    if plain {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
 fn tilde(p: &Path, home: &Path) -> String {
     match p.strip_prefix(home) {
         Ok(rest) if home != Path::new("/") => format!("~/{}", rest.display()),

@@ -235,13 +235,43 @@ impl LlmBroker {
             Provider::Anthropic => anthropic::parse(&answer),
             _ => openai::parse(&answer),
         };
-        parsed.ok_or_else(|| {
+        let completion = parsed.ok_or_else(|| {
             RpcFault::new(
                 Reason::ProviderError,
                 "the LLM provider's answer has an unexpected shape",
             )
-        })
+        })?;
+        if key.as_deref().is_some_and(|k| quotes_key(&completion, k)) {
+            tracing::warn!(
+                "the LLM provider's answer quoted the host's API key; withheld from the run"
+            );
+            return Err(RpcFault::new(
+                Reason::ProviderError,
+                "the LLM provider's answer was withheld (it quoted a host secret)",
+            ));
+        }
+        Ok(completion)
     }
+}
+
+/// Keys shorter than this are placeholders (`EMPTY`, `none`, `dummy`) that
+/// local OpenAI-compatible servers accept, not secrets; an answer quoting
+/// one is not withheld.
+const MIN_SECRET_LEN: usize = 12;
+
+/// Whether any text of the answer that goes back to the run contains the
+/// key: a provider or gateway that echoes its request's headers would
+/// otherwise hand the run the host's key.
+fn quotes_key(c: &Completion, key: &str) -> bool {
+    key.len() >= MIN_SECRET_LEN
+        && [
+            Some(c.content.as_str()),
+            c.model.as_deref(),
+            c.finish_reason.as_deref(),
+        ]
+        .into_iter()
+        .flatten()
+        .any(|t| t.contains(key))
 }
 
 fn read_key(b: &LlmBinding) -> Option<Secret> {
