@@ -62,6 +62,38 @@ fn proc_self_readable_pid1_and_other_pids_not() {
     assert_eq!(host[1]["ok"], true, "host control {:?}", host);
 }
 
+/// A read grant of `/` holds /proc too: without namespaces (a container's
+/// fallback) that was the host's /proc, where every host process's command
+/// line and status could be read (a token in a process's arguments). The
+/// contract refuses a read grant of /proc; one of `/` now has the host's
+/// /proc carved out of it (the view's /proc is private already).
+#[test]
+fn a_read_grant_of_root_does_not_show_host_processes() {
+    let sb = Sandbox::new();
+    let (sleeper, _guard) = host_sleeper();
+    let spid = sleeper.id().to_string();
+    let run = sb.probe(
+        &["--allow-read", "/"],
+        &[
+            &["read", "/proc/self/status"],
+            &["read", "/etc/hostname"],
+            &["read", &format!("/proc/{spid}/cmdline")],
+            &["read", &format!("/proc/{spid}/status")],
+            &["read", "/proc/1/cmdline"],
+        ],
+    );
+    run.assert_ran();
+    assert_ok(&run.probe(0), &run);
+    assert_ok(&run.probe(1), &run);
+    for i in 2..5 {
+        if proc_is_bound() {
+            // A container's /proc bound into the view: the listed gap.
+            continue;
+        }
+        assert_errno(&run.probe(i), &["EACCES", "ENOENT"], &run);
+    }
+}
+
 /// Spawn capsule without --json, with a probe that reads a pid from stdin;
 /// feed it capsule's own pid. Returns the probe lines and capsule's status.
 fn probe_with_capsule_pid(

@@ -162,6 +162,7 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
     own_dirs(&creds, &grants)?;
     let mut deny = carve_outs(&resolved, &ov, creds, &grants);
     etc_secrets(&grants, &mut deny);
+    host_proc(&grants, &mut deny);
 
     tracing::debug!("plan: carve-outs");
     let env = environment(
@@ -742,6 +743,25 @@ fn locate_env_error(loaded: &LoadedPolicy, e: PlanError) -> PlanError {
             })
         }
         e => e,
+    }
+}
+
+/// The host's /proc, carved out of a grant of `/` like a secret: a read
+/// grant of /proc is refused (section 2: every host process's command line
+/// and status), and one of `/` must not give it by the back door where the
+/// run has no view (the view's /proc is private: there the carve-out is
+/// dropped, as the view covers /etc's secrets itself).
+fn host_proc(grants: &[FsGrant], deny: &mut Vec<FsDeny>) {
+    let proc = Path::new("/proc");
+    if grants
+        .iter()
+        .any(|g| proc.starts_with(&g.path) && g.path != proc)
+        && !deny.iter().any(|d| d.path == proc)
+    {
+        deny.push(FsDeny {
+            path: proc.to_path_buf(),
+            origin: Origin::Secret("the host's processes"),
+        });
     }
 }
 
