@@ -170,29 +170,23 @@ impl ChildSpec {
     /// Fill the argv/envp pointer arrays: the last step before the spec is
     /// handed to `spawn`.
     pub fn seal(&mut self) {
-        self.argv_ptrs = self
-            .argv
-            .iter()
-            .map(|c| c.as_ptr())
-            .chain(std::iter::once(std::ptr::null()))
-            .collect();
-        self.envp_ptrs = self
-            .envp
-            .iter()
-            .map(|c| c.as_ptr())
-            .chain(std::iter::once(std::ptr::null()))
-            .collect();
         self.sh_argv = std::iter::once(c"/bin/sh".to_owned())
             .chain(std::iter::once(self.program.clone()))
             .chain(self.argv.iter().skip(1).cloned())
             .collect();
-        self.sh_argv_ptrs = self
-            .sh_argv
-            .iter()
-            .map(|c| c.as_ptr())
-            .chain(std::iter::once(std::ptr::null()))
-            .collect();
+        self.argv_ptrs = null_terminated(&self.argv);
+        self.envp_ptrs = null_terminated(&self.envp);
+        self.sh_argv_ptrs = null_terminated(&self.sh_argv);
     }
+}
+
+/// Pointers to `strings`, then NULL: an argv or envp for execve.
+fn null_terminated(strings: &[CString]) -> Vec<*const c_char> {
+    strings
+        .iter()
+        .map(|c| c.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect()
 }
 
 impl crate::sys::stage::Stages for ChildSpec {
