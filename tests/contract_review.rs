@@ -99,14 +99,9 @@ fn a_refused_env_pass_names_the_file_line_and_column() {
         sb.policy("version: 1\nfilesystem:\n  write: [./out]\nenv:\n  pass: [LANG, PYTHONPATH]\n");
     sb.set_env("PYTHONPATH", &out.to_string_lossy());
     let run = sb.exec_json(&["--policy", &pol], &["/bin/true"]);
-    run.assert_code(125);
-    let err = run.json()["error"].as_str().unwrap_or_default().to_string();
+    let err = refusal(&run);
     let want = format!("{pol}:5:16: env.pass[1]");
-    assert!(
-        err.starts_with(&want),
-        "want `{want}...`, got `{err}`{}",
-        run.ctx()
-    );
+    assert_starts(&err, &want, &run);
     // The same refusal from `check`.
     let mut c = sb.std_command(["check", "--policy", &pol]);
     let out = c.output().expect("spawn capsule check");
@@ -123,18 +118,12 @@ fn a_refused_mount_names_the_file_line_and_column() {
     sb.mkdir("pack");
     let pol = sb.policy("version: 1\nmounts:\n  - {src: ./pack, dst: relative}\n");
     let run = sb.exec_json(&["--policy", &pol], &["/bin/true"]);
-    run.assert_code(125);
-    let err = run.json()["error"].as_str().unwrap_or_default().to_string();
+    let err = refusal(&run);
     let want = format!("{pol}:3:5: mounts[0]: destination `relative`");
-    assert!(
-        err.starts_with(&want),
-        "want `{want}...`, got `{err}`{}",
-        run.ctx()
-    );
+    assert_starts(&err, &want, &run);
     // A --mount flag has no file: the flag is named instead.
     let run = sb.exec_json(&["--mount", "./pack:relative"], &["/bin/true"]);
-    run.assert_code(125);
-    let err = run.json()["error"].as_str().unwrap_or_default().to_string();
+    let err = refusal(&run);
     assert!(
         err.starts_with("--mount ./pack:relative: destination"),
         "{err}"
@@ -151,14 +140,9 @@ fn a_refused_tool_names_the_file_line_and_column() {
         "version: 1\nfilesystem:\n  write: [./out]\ntools:\n  allow:\n    - name: t\n      command: [./out/tool.sh]\n",
     );
     let run = sb.exec_json(&["--policy", &pol], &["/bin/true"]);
-    run.assert_code(125);
-    let err = run.json()["error"].as_str().unwrap_or_default().to_string();
+    let err = refusal(&run);
     let want = format!("{pol}:6:7: tools.allow[0]");
-    assert!(
-        err.starts_with(&want),
-        "want `{want}...`, got `{err}`{}",
-        run.ctx()
-    );
+    assert_starts(&err, &want, &run);
     assert!(err.contains("run could rewrite it"), "{err}");
 }
 
@@ -234,8 +218,7 @@ fn a_bad_limit_flag_is_named_as_the_flag() {
         (vec!["--timeout", "1e10"], "--timeout 10000000000: "),
     ] {
         let run = sb.exec_json(&args, &["/bin/true"]);
-        run.assert_code(125);
-        let err = run.json()["error"].as_str().unwrap_or_default().to_string();
+        let err = refusal(&run);
         assert!(err.starts_with(want), "want `{want}...`, got `{err}`");
     }
 }
@@ -278,4 +261,19 @@ fn check_json_prints_one_object_for_a_refused_policy() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+/// The error of a refused run (exit 125, `--json`).
+fn refusal(run: &Run) -> String {
+    run.assert_code(125);
+    run.json()["error"].as_str().unwrap_or_default().to_string()
+}
+
+/// `err` begins with `want`.
+fn assert_starts(err: &str, want: &str, run: &Run) {
+    assert!(
+        err.starts_with(want),
+        "want `{want}...`, got `{err}`{}",
+        run.ctx()
+    );
 }

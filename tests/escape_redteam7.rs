@@ -74,17 +74,7 @@ fn a_run_cannot_plant_capsules_own_host_config() {
         if target.exists() {
             // The consequence: the next run's parent reads it.
             sb.set_env("OPENAI_API_KEY", KEY);
-            let b = capsule_bin().display().to_string();
-            let ask = sb.policy_named("ask.yaml", "version: 1\nllm_access:\n  enabled: true\n");
-            let _ = sb.exec_json(
-                &["--policy", &ask, "--allow-exec", &b],
-                &[
-                    &b,
-                    "rpc",
-                    "llm/complete",
-                    r#"{"messages":[{"role":"user","content":"hi"}]}"#,
-                ],
-            );
+            let _ = ask_llm(&sb, "ask.yaml");
             let got = caught
                 .recv_timeout(Duration::from_secs(3))
                 .unwrap_or_default();
@@ -179,17 +169,7 @@ fn the_key_never_comes_back_in_a_providers_echo() {
     sb.set_env("CAPSULE_LLM_MODEL", "m");
     sb.set_env("CAPSULE_LLM_API_KEY_ENV", "RT7_KEY");
     sb.set_env("RT7_KEY", KEY);
-    let b = capsule_bin().display().to_string();
-    let p = sb.policy("version: 1\nllm_access:\n  enabled: true\n");
-    let r = sb.exec_json(
-        &["--policy", &p, "--allow-exec", &b],
-        &[
-            &b,
-            "rpc",
-            "llm/complete",
-            r#"{"messages":[{"role":"user","content":"hi"}]}"#,
-        ],
-    );
+    let r = ask_llm(&sb, "policy.yaml");
     let v = r.json();
     assert_eq!(v["usage"]["llm"]["calls"], 1, "{}", r.ctx());
     assert!(
@@ -347,4 +327,20 @@ fn a_learnt_comment_cannot_start_a_line() {
             "the draft holds {sep:?}, a line break to YAML 1.1:\n{text}"
         );
     }
+}
+
+/// A run under `llm_access` (policy file `name`) that asks the parent's
+/// LLM broker once, through `capsule rpc llm/complete`.
+fn ask_llm(sb: &Sandbox, name: &str) -> Run {
+    let b = capsule_bin().display().to_string();
+    let ask = sb.policy_named(name, "version: 1\nllm_access:\n  enabled: true\n");
+    sb.exec_json(
+        &["--policy", &ask, "--allow-exec", &b],
+        &[
+            &b,
+            "rpc",
+            "llm/complete",
+            r#"{"messages":[{"role":"user","content":"hi"}]}"#,
+        ],
+    )
 }

@@ -706,15 +706,18 @@ mod tests {
         std::fs::write(r.join("one"), "x").unwrap();
         std::fs::write(r.join("a/two"), "x").unwrap();
         std::os::unix::fs::symlink(r.join("nowhere"), r.join("dangling")).unwrap();
-        let locs: Vec<Location> = [
+        let at = |names: &[&str]| -> Vec<Location> {
+            names
+                .iter()
+                .map(|p| Location {
+                    path: r.join(p),
+                    what: "test",
+                })
+                .collect()
+        };
+        let locs = at(&[
             "one", "dangling", "absent", "gone", "a/two", "a/b", "a/none", "x/y/z", "a/b/c/d", "a",
-        ]
-        .iter()
-        .map(|p| Location {
-            path: r.join(p),
-            what: "test",
-        })
-        .collect();
+        ]);
         let found = paths(existing(&locs, |_| true));
         assert_eq!(found, naive(&locs));
         assert_eq!(found.len(), 5, "{found:?}");
@@ -722,13 +725,7 @@ mod tests {
         // one that is not, in an absent one beneath a listed one.
         std::fs::write(r.join("k.key"), "x").unwrap();
         std::fs::write(r.join("a/m.key"), "x").unwrap();
-        let pats: Vec<Location> = ["*.key", "o*", "a/*.key", "x/*.key", "p", "q", "s"]
-            .iter()
-            .map(|p| Location {
-                path: r.join(p),
-                what: "test",
-            })
-            .collect();
+        let pats = at(&["*.key", "o*", "a/*.key", "x/*.key", "p", "q", "s"]);
         let found = paths(existing(&pats, |_| true));
         let want: Vec<PathBuf> = ["k.key", "one", "a/m.key"]
             .iter()
