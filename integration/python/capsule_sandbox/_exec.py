@@ -140,7 +140,9 @@ def _load(out: bytes) -> dict[str, Any] | None:
     text = out.decode("utf-8", "replace").strip()
     if not text:
         return None
-    candidates = [text] + [line for line in reversed(text.splitlines()) if line.strip().startswith("{")]
+    # Lines end at "\n" only: str.splitlines() would also split at U+2028,
+    # U+0085 and others, which JSON carries unescaped inside a string.
+    candidates = [text] + [line for line in reversed(text.split("\n")) if line.strip().startswith("{")]
     for candidate in candidates:
         try:
             value = json.loads(candidate)

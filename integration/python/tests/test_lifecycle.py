@@ -266,3 +266,16 @@ def test_audit_record_carries_agent_id(provider, audit_log):
         time.sleep(0.05)
     lines = [json.loads(l) for l in audit_log.read_text().splitlines() if l.strip()]
     assert any(rec.get("agent_id") == "audited-agent" for rec in lines)
+
+
+def test_result_line_holding_a_line_separator_is_still_read():
+    # The result object is found on its own line when something else shares
+    # capsule's stdout; a child's output holding U+2028 or U+0085 (which
+    # str.splitlines() also splits on, JSON does not escape) stays in one line.
+    from capsule_sandbox._exec import parse_result
+
+    doc = {"exit_code": 0, "success": True, "stdout": "a\u2028b\x85c\u2029d", "termination_reason": "exited"}
+    out = b"a stray line\n" + json.dumps(doc, ensure_ascii=False).encode() + b"\n"
+    result = parse_result(out, b"", 0, 0.1, 5.0)
+    assert result.error == "" and result.success is True
+    assert result.stdout == "a\u2028b\x85c\u2029d"
