@@ -321,3 +321,55 @@ fn check_and_dry_run_show_the_view_and_the_etc_carve_outs() {
         run.ctx()
     );
 }
+
+/// A limitation is long (the memory watchdog's is ~2000 characters): `check`
+/// and `--dry-run` print it as a wrapped paragraph a person can read, every
+/// word still there (the JSON keeps it as one string).
+#[test]
+fn check_and_dry_run_wrap_long_limitations() {
+    let mut sb = Sandbox::new();
+    sb.env.push(("CAPSULE_NO_CGROUPS".into(), "1".into()));
+    let pol = sb.policy("version: 1\nlimits:\n  memory_mb: 256\n");
+    let json = sb.run(&["check", "--json", "-p", &pol]);
+    json.assert_code(0);
+    let v: Value = serde_json::from_str(&json.stdout).expect("check --json");
+    let limitation = v["notes"]
+        .as_array()
+        .and_then(|n| {
+            n.iter()
+                .filter_map(Value::as_str)
+                .find(|n| n.starts_with("limitation: memory_mb"))
+        })
+        .unwrap_or_else(|| panic!("no memory watchdog limitation{}", json.ctx()))
+        .to_string();
+    assert!(limitation.len() > 1000, "{limitation}");
+    let words = |s: &str| s.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+    for args in [
+        vec!["check", "-p", &pol],
+        vec!["exec", "--dry-run", "-p", &pol, "--", "/bin/true"],
+    ] {
+        let run = sb.run(&args);
+        run.assert_code(0);
+        let start = run
+            .stdout
+            .find("limitation: memory_mb")
+            .unwrap_or_else(|| panic!("no limitation{}", run.ctx()));
+        let want = words(&limitation);
+        let shown = words(&run.stdout[start..]);
+        assert_eq!(shown[..want.len()], want[..], "{}", run.ctx());
+        // The paragraph: its first line and the indented ones that follow.
+        let mut lines = run.stdout[start..].lines();
+        let para: Vec<&str> = lines
+            .next()
+            .into_iter()
+            .chain(lines.take_while(|l| l.starts_with("  ")))
+            .collect();
+        assert!(para.len() > 10, "not wrapped: {para:#?}");
+        let long: Vec<&&str> = para.iter().filter(|l| l.chars().count() > 100).collect();
+        assert!(
+            long.is_empty(),
+            "lines over 100 columns: {long:#?}{}",
+            run.ctx()
+        );
+    }
+}

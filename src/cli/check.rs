@@ -86,7 +86,7 @@ pub fn run(a: CheckArgs) -> i32 {
             println!("enforced  {name}: {how}");
         }
         for n in &notes {
-            println!("{n}");
+            println!("{}", super::report::wrap_note(n));
         }
         for p in &problems {
             println!("capsule exec refuses this policy here: {p}");

@@ -443,7 +443,7 @@ pub fn dry_run(plan: &Plan, json: bool) -> i32 {
     } else {
         print_plan(plan, k, view.as_ref(), namespaces);
         for n in &notes {
-            println!("{n}");
+            println!("{}", wrap_note(n));
         }
         if let Some(p) = &problem {
             println!("capsule exec refuses this here: {p}");
@@ -453,4 +453,32 @@ pub fn dry_run(plan: &Plan, json: bool) -> i32 {
     // is the command whose exit status predicts exec's verdict. A policy
     // that does not even plan was refused before this (125).
     0
+}
+
+/// Columns a note of `check` and `--dry-run` is wrapped at.
+const NOTE_WIDTH: usize = 100;
+
+/// A note as a paragraph a person can read: a limitation runs to ~2000
+/// characters, one line in the JSON but a wall in a terminal. Broken at
+/// spaces into lines of at most [`NOTE_WIDTH`] columns (a longer word stays
+/// whole), the lines after the first indented by two; every word kept.
+pub fn wrap_note(note: &str) -> String {
+    if note.chars().count() <= NOTE_WIDTH {
+        return note.to_string();
+    }
+    let mut out = String::with_capacity(note.len() + note.len() / 32);
+    let mut col = 0;
+    for word in note.split(' ').filter(|w| !w.is_empty()) {
+        let len = word.chars().count();
+        if col > 0 && col + 1 + len > NOTE_WIDTH {
+            out.push_str("\n  ");
+            col = 2;
+        } else if col > 0 {
+            out.push(' ');
+            col += 1;
+        }
+        out.push_str(word);
+        col += len;
+    }
+    out
 }
