@@ -373,3 +373,29 @@ fn check_and_dry_run_wrap_long_limitations() {
         );
     }
 }
+
+/// `doctor`'s gaps and limitations (long on the no-namespace path) continue
+/// under their value column instead of running off the terminal.
+#[test]
+fn doctor_wraps_its_notes_under_the_value_column() {
+    let mut sb = Sandbox::new();
+    sb.env.push(("CAPSULE_NO_NAMESPACES".into(), "1".into()));
+    let run = sb.run(&["doctor"]);
+    run.assert_code(0);
+    let notes: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter(|l| {
+            ["  not enforced    ", "  limitation      ", &" ".repeat(18)]
+                .iter()
+                .any(|p| l.starts_with(p))
+        })
+        .collect();
+    assert!(
+        notes.iter().any(|l| l.starts_with("  not enforced    ")),
+        "no gap listed without namespaces{}",
+        run.ctx()
+    );
+    let long: Vec<&&str> = notes.iter().filter(|l| l.chars().count() > 100).collect();
+    assert!(long.is_empty(), "{long:#?}{}", run.ctx());
+}

@@ -300,16 +300,16 @@ fn print_text(d: &Doctor) {
             );
             println!("  signals         {}", p.signals.describe());
             for m in &p.missing {
-                println!("  not enforced    {m}");
+                println!("{}", super::report::labelled("  not enforced    ", m, 18));
             }
             for l in &p.limitations {
-                println!("  limitation      {l}");
+                println!("{}", super::report::labelled("  limitation      ", l, 18));
             }
         }
         Err((e, path)) => {
             println!("verdict           capsule exec refuses the default policy here: {e}");
             for f in path.iter().flat_map(|p| &p.fallbacks) {
-                println!("  limitation      {f}");
+                println!("{}", super::report::labelled("  limitation      ", f, 18));
             }
         }
     }

@@ -455,7 +455,7 @@ pub fn dry_run(plan: &Plan, json: bool) -> i32 {
     0
 }
 
-/// Columns a note of `check` and `--dry-run` is wrapped at.
+/// Columns a note of `check`, `--dry-run` and `doctor` is wrapped at.
 const NOTE_WIDTH: usize = 100;
 
 /// A note as a paragraph a person can read: a limitation runs to ~2000
@@ -463,22 +463,33 @@ const NOTE_WIDTH: usize = 100;
 /// spaces into lines of at most [`NOTE_WIDTH`] columns (a longer word stays
 /// whole), the lines after the first indented by two; every word kept.
 pub fn wrap_note(note: &str) -> String {
-    if note.chars().count() <= NOTE_WIDTH {
-        return note.to_string();
+    labelled("", note, 2)
+}
+
+/// `label` then `text` wrapped as [`wrap_note`] does, the lines after the
+/// first indented by `indent` (`doctor`'s notes continue under their
+/// value column). A short text stays as it is.
+pub fn labelled(label: &str, text: &str, indent: usize) -> String {
+    let mut out = label.to_string();
+    if label.chars().count() + text.chars().count() <= NOTE_WIDTH {
+        out.push_str(text);
+        return out;
     }
-    let mut out = String::with_capacity(note.len() + note.len() / 32);
-    let mut col = 0;
-    for word in note.split(' ').filter(|w| !w.is_empty()) {
+    let mut col = label.chars().count();
+    let mut first = true;
+    for word in text.split(' ').filter(|w| !w.is_empty()) {
         let len = word.chars().count();
-        if col > 0 && col + 1 + len > NOTE_WIDTH {
-            out.push_str("\n  ");
-            col = 2;
-        } else if col > 0 {
+        if !first && col + 1 + len > NOTE_WIDTH {
+            out.push('\n');
+            out.extend(std::iter::repeat_n(' ', indent));
+            col = indent;
+        } else if !first {
             out.push(' ');
             col += 1;
         }
         out.push_str(word);
         col += len;
+        first = false;
     }
     out
 }
