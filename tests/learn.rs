@@ -564,3 +564,46 @@ fn learn_never_lets_the_command_write_what_it_asked_for() {
         "the read is not in the draft: {d:#}"
     );
 }
+
+/// Without namespaces a program that writes POSIX shared memory (as Python's
+/// multiprocessing does) touches the host's /dev/shm: the draft does not
+/// grant it (it would hand the run every shared-memory object and semaphore
+/// of this user), and learn says why.
+#[test]
+fn without_namespaces_the_hosts_dev_shm_is_not_learnt() {
+    let mut sb = sandbox();
+    sb.env.push(("CAPSULE_NO_NAMESPACES".into(), "1".into()));
+    let proj = sb.mkdir("proj");
+    let py = python();
+    let name = format!("/dev/shm/capsule-learn-{}", std::process::id());
+    let code = format!("open({name:?}, 'w').write('x')\n");
+    let draft = sb.path("draft.yaml");
+    let r = learn(
+        &sb,
+        &proj,
+        &[
+            "-o",
+            draft.to_str().unwrap(),
+            "--",
+            py.as_str(),
+            "-c",
+            &code,
+        ],
+    );
+    let _ = std::fs::remove_file(&name);
+    if !observed(&r) {
+        return;
+    }
+    assert_eq!(r.code, Some(0), "learn failed{}", r.ctx());
+    let d = parse(&draft);
+    let granted: Vec<PathBuf> = grants(&d, &sb.home).into_iter().map(|(_, p)| p).collect();
+    assert!(
+        !granted.iter().any(|p| p.starts_with("/dev/shm")),
+        "the host's /dev/shm learnt: {d:#}"
+    );
+    assert!(
+        r.stderr.contains("/dev/shm is the host's"),
+        "learn does not say why{}",
+        r.ctx()
+    );
+}

@@ -883,3 +883,57 @@ fn links_inside_a_mount_are_followed_in_the_view() {
     );
     assert_eq!(a[&format!("read {dst}/abs")]["allowed"], true, "{a:#?}");
 }
+
+/// Without namespaces /tmp, /dev/shm and /dev/pts are the host's, shared by
+/// every program and run of this user: `why` (and so `--explain` and
+/// `learn`) never proposes granting them wholesale; it says what gives the
+/// run a private one. A directory of the user's own beneath /tmp is still
+/// proposed.
+#[test]
+fn without_namespaces_the_hosts_shared_places_are_never_proposed() {
+    let mut sb = Sandbox::new();
+    sb.env.push(("CAPSULE_NO_NAMESPACES".into(), "1".into()));
+    let pol = sb.policy("version: 1\n");
+    let absent = format!("/tmp/capsule-why-absent-{}/x", std::process::id());
+    let own = sb.mkdir("mine");
+    let own_file = own.join("x").display().to_string();
+    let (_, v) = why(
+        &sb,
+        &pol,
+        &[
+            "--write".into(),
+            "/dev/shm/sem.x".into(),
+            "--write".into(),
+            absent.clone(),
+            "--write".into(),
+            "/dev/pts/ptmx".into(),
+            "--write".into(),
+            own_file.clone(),
+        ],
+    );
+    let a = answers(&v);
+    for (q, place) in [
+        ("write /dev/shm/sem.x".to_string(), "/dev/shm"),
+        (format!("write {absent}"), "/tmp"),
+        ("write /dev/pts/ptmx".to_string(), "/dev/pts"),
+    ] {
+        let ans = &a[&q];
+        if ans["allowed"] == true {
+            // A lowered pass may grant it otherwise (e.g. best effort).
+            continue;
+        }
+        assert!(ans["change"].is_null(), "{q}: proposes {}", ans["change"]);
+        let why = ans["no_change"].as_str().unwrap_or_default();
+        assert!(
+            why.contains(&format!("{place} is the host's")) && why.contains("user namespaces"),
+            "{q}: {why}"
+        );
+    }
+    let mine = &a[&format!("write {own_file}")];
+    assert!(
+        mine["change"]
+            .as_str()
+            .is_some_and(|c| c.contains(&*own.to_string_lossy())),
+        "{mine}"
+    );
+}

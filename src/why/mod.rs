@@ -707,6 +707,10 @@ impl<'a> Survey<'a> {
             };
             return;
         }
+        if let Some(why) = self.host_shared(&target) {
+            a.no_change = Some(why);
+            return;
+        }
         match validate::check_grant(&target, kind) {
             Ok(()) => {
                 a.change = Some(format!(
@@ -720,6 +724,47 @@ impl<'a> Survey<'a> {
             }
             Err(why) => a.no_change = Some(why),
         }
+    }
+
+    /// Why a grant of `target` is not proposed where the run has no view
+    /// (no mount namespace): /tmp, /var/tmp, /dev/shm, /dev/mqueue and the
+    /// terminals are then the host's, shared by every program and run of
+    /// this user, and the grant would hand the run all of them (`learn`
+    /// would write it into a draft). A directory of the user's own beneath
+    /// them is proposed as usual.
+    fn host_shared(&self, target: &Path) -> Option<String> {
+        if self.view.is_some() {
+            return None;
+        }
+        let is = |p: &str| target == Path::new(p);
+        let (place, what, instead) = if is("/tmp") || is("/var/tmp") {
+            (
+                target.display().to_string(),
+                "every temporary file",
+                "the run's own temporary directory is $TMPDIR (or grant a directory of your own beneath it); ",
+            )
+        } else if is("/dev/shm") {
+            (
+                "/dev/shm".to_string(),
+                "every POSIX shared-memory object and semaphore",
+                "",
+            )
+        } else if is("/dev/mqueue") {
+            ("/dev/mqueue".to_string(), "every POSIX message queue", "")
+        } else if is("/dev/pts") || is("/dev/pts/ptmx") || is("/dev/ptmx") {
+            (
+                "/dev/pts".to_string(),
+                "every terminal",
+                "capsule's terminal relay gives the command a pty when capsule's stdin is one; ",
+            )
+        } else {
+            return None;
+        };
+        Some(format!(
+            "{place} is the host's here (the run has no mount namespace, so no private one): a grant would give \
+             the run {what} of this user, other runs' and programs' too, so capsule does not propose it; \
+             {instead}a private {place} needs user namespaces (README: \"In containers and pods\")"
+        ))
     }
 
     /// Whether `p` (canonical) lies in the host's /tmp where the view shows
