@@ -399,3 +399,34 @@ fn doctor_wraps_its_notes_under_the_value_column() {
     let long: Vec<&&str> = notes.iter().filter(|l| l.chars().count() > 100).collect();
     assert!(long.is_empty(), "{long:#?}{}", run.ctx());
 }
+
+/// `check`, `exec --dry-run` and `why` make the run's private TMPDIR for a
+/// moment (its Landlock rule needs it) and try the view in a throwaway
+/// child, which makes the directories leading to a grant beneath /tmp in it:
+/// they remove all of it, as `exec` does.
+#[test]
+fn check_dry_run_and_why_leave_no_private_tmpdir_behind() {
+    let mut sb = Sandbox::new();
+    let tmp = sb.mkdir("tmpdir");
+    sb.env.push(("TMPDIR".into(), tmp.display().to_string()));
+    sb.mkdir("data");
+    let pol = sb.policy(&format!(
+        "version: 1\nfilesystem:\n  read: [{}]\n",
+        sb.p("data")
+    ));
+    for args in [
+        vec!["check", "-p", &pol],
+        vec!["exec", "--dry-run", "-p", &pol, "--", "/bin/true"],
+        vec!["why", "-p", &pol, "--read", "/etc/hosts"],
+        vec!["exec", "-p", &pol, "--", "/bin/true"],
+    ] {
+        let run = sb.run(&args);
+        run.assert_code(0);
+        let left: Vec<_> = std::fs::read_dir(&tmp)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        assert!(left.is_empty(), "{args:?} left {left:?}{}", run.ctx());
+    }
+}

@@ -537,6 +537,22 @@ pub struct Refusal {
 /// its own network namespace, the proxy port.
 pub type Trial = fn(&Layers, bool, Option<u16>) -> Option<NsRefusal>;
 
+/// Remove the private TMPDIR a prediction made for a moment: the trial
+/// child's view made the directories leading to a grant beneath /tmp in it,
+/// so it is a tree (removed as `exec` removes the run's).
+pub fn remove_trial_tmpdir(t: &std::path::Path) {
+    if std::fs::remove_dir(t).is_err() {
+        let left = crate::supervisor::cleanup::remove_tree(t);
+        if !left.is_empty() {
+            tracing::warn!(
+                "the trial's TMPDIR {} is left: {:?}",
+                t.display(),
+                left.lines()
+            );
+        }
+    }
+}
+
 pub fn predict(plan: &Plan, trial: Trial) -> Result<Prediction, Refusal> {
     // A stand-in port: the proxy's is only known when it listens.
     let port = (plan.net.mode == NetMode::Proxy).then_some(1);
@@ -547,7 +563,7 @@ pub fn predict(plan: &Plan, trial: Trial) -> Result<Prediction, Refusal> {
         .filter(|t| std::fs::create_dir(t).is_ok());
     let layers = predict_path(plan, port, trial);
     if let Some(t) = made_tmp {
-        let _ = std::fs::remove_dir(t);
+        remove_trial_tmpdir(t);
     }
     let (mut layers, path) = layers?;
     let source = layers.cgroup.source;

@@ -267,7 +267,7 @@ impl<'a> Survey<'a> {
             }
         };
         if let Some(t) = made_tmp {
-            let _ = std::fs::remove_dir(t);
+            sandbox::remove_trial_tmpdir(t);
         }
         let (mut layers, path) = layers.map_err(|r| r.error)?;
         let namespaces = path.namespaces;
