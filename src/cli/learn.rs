@@ -69,15 +69,20 @@ impl State {
     }
 
     /// What learn's own next round runs with: the draft without the write
-    /// grants it learnt. The command is untrusted: a write it asked for
-    /// (a `~/.bashrc`, another project's files) goes into the draft for
-    /// the user to review, never into a run learn makes by itself; reads
-    /// and execs (without the network, unless --learn-hosts) are let
-    /// through so that the command gets further each round.
+    /// grants and the hosts it learnt. The command is untrusted: a write it
+    /// asked for (a `~/.bashrc`, another project's files) and a host it
+    /// asked for go into the draft for the user to review, never into a run
+    /// learn makes by itself; reads and execs are let through so that the
+    /// command gets further each round. A learnt host let through was an
+    /// exfiltration channel the command chose for itself: round 1 asked to
+    /// read files of other projects and to reach its own server, and round
+    /// 2, given both, sent the files there before anyone reviewed anything
+    /// (red team 8, `learn_lets_no_round_send_what_it_learnt_to_read`).
     fn round_draft(&self, home: &Path) -> Draft {
         let mut d = self.draft(home);
         d.grants
             .retain(|g| g.kind != policy::validate::GrantKind::Write);
+        d.hosts.clear();
         d
     }
 }
