@@ -223,3 +223,31 @@ fn learn_lets_no_round_send_what_it_learnt_to_read() {
     );
     assert!(text.contains("\"127.0.0.1\""), "{text}");
 }
+
+/// Until capsule can hold those connects, every run with
+/// `allow_unix_sockets` says what it hands over (`enforcement.limitations`),
+/// as runs with `command` tools do.
+#[test]
+fn allow_unix_sockets_says_it_reaches_the_hosts_pathname_sockets() {
+    let sb = Sandbox::new();
+    let policy = sb.policy("version: 1\nnetwork:\n  mode: none\n  allow_unix_sockets: true\n");
+    let r = sb.exec_json(&["--policy", &policy], &["/bin/true"]);
+    if r.code == Some(125) {
+        skip(&format!("allow_unix_sockets is refused here:{}", r.ctx()));
+        return;
+    }
+    let v = r.json();
+    let said = v["enforcement"]["limitations"].as_array().is_some_and(|a| {
+        a.iter()
+            .filter_map(|l| l.as_str())
+            .any(|l| l.contains("every pathname Unix socket of the host"))
+    });
+    assert!(said, "{}", r.ctx());
+    let plain = sb.policy_named("plain.yaml", "version: 1\nnetwork:\n  mode: none\n");
+    let r = sb.exec_json(&["--policy", &plain], &["/bin/true"]);
+    assert!(
+        !r.stdout.contains("every pathname Unix socket of the host"),
+        "{}",
+        r.ctx()
+    );
+}
