@@ -251,3 +251,60 @@ fn allow_unix_sockets_says_it_reaches_the_hosts_pathname_sockets() {
         r.ctx()
     );
 }
+
+/// `capsule learn -o FILE` writes the draft after the rounds. FILE is
+/// usually in the current directory, which is also the workspace: the
+/// command may write there. It left `draft.yaml` as a symlink to a file of
+/// the user's outside every grant (a `~/.bashrc`, another project's policy),
+/// and learn's `fs::write` followed it and replaced that file with the
+/// draft. Likewise a directory on the way (`-o out/draft.yaml`) swapped for
+/// a link to a directory outside the grants.
+#[test]
+fn learn_writes_its_draft_through_no_link_the_command_planted() {
+    let sb = Sandbox::new();
+    let victim = sb.write("victim.rc", "ORIGINAL\n");
+    let elsewhere = sb.mkdir("elsewhere");
+    let proj = sb.path("proj");
+    let script = format!(
+        "ln -sf {v} draft.yaml; mv out out.old 2>/dev/null; ln -sfn {e} out; true",
+        v = victim.display(),
+        e = elsewhere.display()
+    );
+    for dest in ["draft.yaml", "out/draft.yaml"] {
+        // A fresh project each time: the link is planted while learn runs.
+        let _ = std::fs::remove_dir_all(&proj);
+        sb.mkdir("proj/out");
+        let args = [
+            "learn",
+            "--no-audit",
+            "--iterations",
+            "1",
+            "-o",
+            dest,
+            "--",
+            "/bin/sh",
+            "-c",
+            script.as_str(),
+        ];
+        let r = sb.run_in(&args, &proj, b"");
+        assert_eq!(
+            std::fs::read_to_string(&victim).unwrap_or_default(),
+            "ORIGINAL\n",
+            "-o {dest}: learn wrote its draft through the link the command planted{}",
+            r.ctx()
+        );
+        assert!(
+            !elsewhere.join("draft.yaml").exists(),
+            "-o {dest}: learn wrote its draft into the directory the command linked{}",
+            r.ctx()
+        );
+        if dest == "out/draft.yaml" {
+            assert!(r.stderr.contains("no longer the directory"), "{}", r.ctx());
+        } else {
+            // The name is the draft's now (the link replaced, not followed).
+            let md = std::fs::symlink_metadata(proj.join(dest)).expect("the draft");
+            assert!(md.is_file(), "{}", r.ctx());
+            assert_eq!(r.code, Some(0), "{}", r.ctx());
+        }
+    }
+}
