@@ -308,3 +308,42 @@ fn learn_writes_its_draft_through_no_link_the_command_planted() {
         }
     }
 }
+
+/// Without a pid namespace the host's `/proc` is out of reach (Landlock),
+/// "ps sees nothing". But `pidfd_open` takes any pid, and since Linux 6.13
+/// the `PIDFD_GET_INFO` ioctl on a pidfd answers, with no ptrace check,
+/// what `/proc/PID/status` would: the process's parent, its real, effective
+/// and saved uids and gids and its cgroup. A run walks the pid space and
+/// rebuilds the host's process tree and who runs what (capsule's own
+/// supervisor included). The attack: the parent pid and uid of a host
+/// `sleep` the test started.
+#[test]
+#[ignore = "red team 8: without a pid namespace PIDFD_GET_INFO on pidfd_open(any pid) shows host processes' ppid, uids and cgroup; needs seccomp to refuse ioctl type 0xFF nr 11 (any size) on that path"]
+fn without_a_pid_namespace_the_run_cannot_describe_host_processes() {
+    let (sleeper, _guard) = host_sleeper();
+    let sb = Sandbox::new();
+    let script = r#"
+import ctypes, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.syscall(434, int(sys.argv[1]), 0)  # pidfd_open
+if fd < 0:
+    print("pidfd_open errno", ctypes.get_errno()); sys.exit(0)
+buf = bytearray(64); struct.pack_into("Q", buf, 0, 0xff)
+b = (ctypes.c_char * 64).from_buffer(buf)
+PIDFD_GET_INFO = (3 << 30) | (64 << 16) | (0xFF << 8) | 11
+if libc.ioctl(fd, ctypes.c_ulong(PIDFD_GET_INFO), b) < 0:
+    print("ioctl errno", ctypes.get_errno()); sys.exit(0)
+vals = struct.unpack_from("11I", buf, 16)
+print("INFO pid", vals[0], "ppid", vals[2], "ruid", vals[3])
+"#;
+    let pid = sleeper.id().to_string();
+    let r = sb.exec_json(&[], &[&python(), "-c", script, &pid]);
+    r.assert_code(0);
+    let out = r.child_stdout();
+    assert!(
+        !out.contains("INFO"),
+        "the run described host process {pid} (parent {}): {out}{}",
+        std::process::id(),
+        r.ctx()
+    );
+}
