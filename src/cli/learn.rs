@@ -361,6 +361,13 @@ impl DraftDir {
         let mut tmp = std::ffi::OsString::from(".");
         tmp.push(&self.name);
         tmp.push(format!(".capsule-learn-{}", std::process::id()));
+        // Whatever the command left under that name goes (unlinked, never
+        // followed), so that it cannot keep the draft from being written.
+        let _ = nix::unistd::unlinkat(
+            &self.dir,
+            tmp.as_os_str(),
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        );
         let fd = openat(
             &self.dir,
             tmp.as_os_str(),
