@@ -17,12 +17,9 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::{self, Write};
-use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use nix::fcntl::{AtFlags, OFlag};
-use nix::sys::stat::{FileStat, Mode, SFlag};
 use serde::{Deserialize, Serialize};
 
 /// Longest volume name (one path component).
@@ -54,6 +51,12 @@ pub enum VolumeError {
         path: PathBuf,
         #[source]
         source: io::Error,
+    },
+    #[error("volume {name}: {path}: could not remove all of it: {what}")]
+    Left {
+        name: String,
+        path: PathBuf,
+        what: String,
     },
 }
 
@@ -312,66 +315,24 @@ pub fn remove(name: &str) -> Result<(), VolumeError> {
         // A link or file planted where a volume would be: unlink it, never its target.
         fs::remove_file(&path).map_err(io_err(name, &path))?;
     } else {
-        // std's remove_dir_all works on directory fds with O_NOFOLLOW and
-        // unlinks symlinks instead of descending into them.
-        if let Err(first) = fs::remove_dir_all(&path) {
-            if first.kind() != io::ErrorKind::PermissionDenied {
-                return Err(io_err(name, &path)(first));
-            }
-            // A directory the sandboxed program made read-only (mode 0500)
-            // cannot be emptied by its non-root owner: give the owner its
-            // rights back, through fds that never follow a link, then retry.
-            make_owner_writable(&path).map_err(io_err(name, &path))?;
-            fs::remove_dir_all(&path).map_err(io_err(name, &path))?;
+        // The run that had the volume mounted shaped what is inside: std's
+        // remove_dir_all holds a descriptor per level (a chain deeper than
+        // the descriptor limit fails with EMFILE) and cannot enter a
+        // directory made mode 0500/000 (as a non-root owner). The TMPDIR's
+        // walk has neither limit and never follows a link.
+        let left = crate::supervisor::cleanup::remove_tree(&path);
+        if !left.is_empty() {
+            return Err(VolumeError::Left {
+                name: name.to_string(),
+                path,
+                what: left.lines().join("; "),
+            });
         }
     }
     match fs::remove_file(meta_path(name)) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_err(name, &meta_path(name))(e)),
         _ => Ok(()),
     }
-}
-
-/// Deepest directory nesting `make_owner_writable` walks (each level holds
-/// one open fd).
-const MAX_DEPTH: usize = 256;
-
-fn make_owner_writable(path: &Path) -> io::Result<()> {
-    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    let fd = nix::fcntl::open(path, flags, Mode::empty()).map_err(io::Error::from)?;
-    walk_chmod(fd, 0)
-}
-
-fn walk_chmod(dir: OwnedFd, depth: usize) -> io::Result<()> {
-    nix::sys::stat::fchmod(dir.as_fd(), Mode::from_bits_truncate(0o700))
-        .map_err(io::Error::from)?;
-    if depth >= MAX_DEPTH {
-        return Ok(());
-    }
-    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    let listing = nix::dir::Dir::from_fd(dir.try_clone()?).map_err(io::Error::from)?;
-    let mut subdirs = vec![];
-    for entry in listing {
-        let entry = entry.map_err(io::Error::from)?;
-        let name = entry.file_name();
-        if name.to_bytes() == b"." || name.to_bytes() == b".." {
-            continue;
-        }
-        let st: FileStat =
-            match nix::sys::stat::fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
-                Ok(st) => st,
-                Err(_) => continue,
-            };
-        if SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFDIR {
-            subdirs.push(name.to_owned());
-        }
-    }
-    for name in subdirs {
-        // O_NOFOLLOW: a directory swapped for a link since the listing fails here.
-        if let Ok(sub) = nix::fcntl::openat(dir.as_fd(), name.as_c_str(), flags, Mode::empty()) {
-            walk_chmod(sub, depth + 1)?;
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

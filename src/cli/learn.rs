@@ -69,15 +69,20 @@ impl State {
     }
 
     /// What learn's own next round runs with: the draft without the write
-    /// grants it learnt. The command is untrusted: a write it asked for
-    /// (a `~/.bashrc`, another project's files) goes into the draft for
-    /// the user to review, never into a run learn makes by itself; reads
-    /// and execs (without the network, unless --learn-hosts) are let
-    /// through so that the command gets further each round.
+    /// grants and the hosts it learnt. The command is untrusted: a write it
+    /// asked for (a `~/.bashrc`, another project's files) and a host it
+    /// asked for go into the draft for the user to review, never into a run
+    /// learn makes by itself; reads and execs are let through so that the
+    /// command gets further each round. A learnt host let through was an
+    /// exfiltration channel the command chose for itself: round 1 asked to
+    /// read files of other projects and to reach its own server, and round
+    /// 2, given both, sent the files there before anyone reviewed anything
+    /// (red team 8, `learn_lets_no_round_send_what_it_learnt_to_read`).
     fn round_draft(&self, home: &Path) -> Draft {
         let mut d = self.draft(home);
         d.grants
             .retain(|g| g.kind != policy::validate::GrantKind::Write);
+        d.hosts.clear();
         d
     }
 }
@@ -111,6 +116,13 @@ fn learn(a: LearnArgs) -> Result<i32, String> {
     let here = std::env::current_dir().map_err(|e| format!("the current directory: {e}"))?;
     let home = crate::policy::resolve::invoking_home();
     let (base, base_dir, base_name, workspace) = base_policy(&a, &here, &home)?;
+    // The draft's directory is opened now, before the command runs: it may
+    // lie in the workspace, where the command can plant links.
+    let out_dir = a
+        .output
+        .as_deref()
+        .map(|p| DraftDir::open(p, &here))
+        .transpose()?;
     let mut st = State {
         workspace,
         ..State::default()
@@ -177,20 +189,7 @@ fn learn(a: LearnArgs) -> Result<i32, String> {
         run_id: super::exec::new_run_id(),
     })
     .map_err(|e| format!("the draft does not plan (not written): {e}"))?;
-    let dest = match &a.output {
-        Some(p) => {
-            std::fs::write(p, &text).map_err(|e| format!("writing {}: {e}", p.display()))?;
-            p.display().to_string()
-        }
-        None => {
-            use std::io::Write;
-            let mut out = std::io::stdout().lock();
-            out.write_all(text.as_bytes())
-                .and_then(|()| out.flush())
-                .map_err(|e| format!("writing the draft to stdout: {e}"))?;
-            "stdout".to_string()
-        }
-    };
+    let dest = write_draft(a.output.as_deref(), out_dir.as_ref(), &text)?;
     report(
         &st,
         &draft,
@@ -273,6 +272,130 @@ fn workspace_refused(ws: &Path, home: &Path) -> Option<String> {
         return Some("it is world-writable".into());
     }
     None
+}
+
+/// Write the draft to `-o FILE` (through the directory opened before the
+/// rounds) or to stdout; returns where it went.
+fn write_draft(
+    output: Option<&Path>,
+    dir: Option<&DraftDir>,
+    text: &str,
+) -> Result<String, String> {
+    match (output, dir) {
+        (Some(p), Some(dir)) => {
+            dir.write(text)
+                .map_err(|e| format!("writing {}: {e}", p.display()))?;
+            Ok(p.display().to_string())
+        }
+        _ => {
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            out.write_all(text.as_bytes())
+                .and_then(|()| out.flush())
+                .map_err(|e| format!("writing the draft to stdout: {e}"))?;
+            Ok("stdout".to_string())
+        }
+    }
+}
+
+/// Where `-o FILE` goes: FILE's directory, opened before the first round,
+/// and FILE's name in it.
+///
+/// The command may write where the draft goes (`-o draft.yaml` in the
+/// workspace): it planted `draft.yaml` as a link to a file of the user's
+/// (`~/.bashrc`), or swapped a directory on the way for a link, and a
+/// plain write followed it (red team 8,
+/// `learn_writes_its_draft_through_no_link_the_command_planted`). So the
+/// draft is written to a new file (`O_EXCL|O_NOFOLLOW`) in the directory
+/// opened before the command ran, renamed over the name (which replaces a
+/// link, never follows it), and only while that path still names the same
+/// directory.
+struct DraftDir {
+    dir: std::os::fd::OwnedFd,
+    path: PathBuf,
+    name: std::ffi::OsString,
+}
+
+impl DraftDir {
+    fn open(p: &Path, here: &Path) -> Result<DraftDir, String> {
+        use nix::fcntl::OFlag;
+        let name = p
+            .file_name()
+            .ok_or_else(|| format!("-o {}: not a file name", p.display()))?
+            .to_owned();
+        let parent = match p.parent() {
+            Some(d) if !d.as_os_str().is_empty() => here.join(d),
+            _ => here.to_path_buf(),
+        };
+        // As for a grant: never through a link an earlier run could have
+        // planted in a directory this user can write.
+        let (path, _) = crate::policy::resolve::follow(&parent)
+            .map_err(|e| format!("-o {}: {}: {e}", p.display(), parent.display()))?;
+        let dir = nix::fcntl::open(
+            &path,
+            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .map_err(|e| format!("-o {}: {}: {}", p.display(), path.display(), e.desc()))?;
+        Ok(DraftDir { dir, path, name })
+    }
+
+    fn write(&self, text: &str) -> std::io::Result<()> {
+        use nix::fcntl::{openat, renameat, OFlag};
+        use nix::sys::stat::{fstat, stat, Mode};
+        use std::io::Write;
+        let same = |a: &nix::sys::stat::FileStat, b: &nix::sys::stat::FileStat| {
+            a.st_dev == b.st_dev && a.st_ino == b.st_ino
+        };
+        let changed = || {
+            std::io::Error::other(format!(
+                "{} is no longer the directory it was when learn started (a link or another \
+                 directory was put in its place while the command ran); the draft was not written",
+                self.path.display()
+            ))
+        };
+        let held = fstat(&self.dir)?;
+        if !stat(&self.path).is_ok_and(|now| same(&now, &held)) {
+            return Err(changed());
+        }
+        let mut tmp = std::ffi::OsString::from(".");
+        tmp.push(&self.name);
+        tmp.push(format!(".capsule-learn-{}", std::process::id()));
+        // Whatever the command left under that name goes (unlinked, never
+        // followed), so that it cannot keep the draft from being written.
+        let _ = nix::unistd::unlinkat(
+            &self.dir,
+            tmp.as_os_str(),
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        );
+        let fd = openat(
+            &self.dir,
+            tmp.as_os_str(),
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o644),
+        )?;
+        let wrote = std::fs::File::from(fd)
+            .write_all(text.as_bytes())
+            .and_then(|()| {
+                if stat(&self.path).is_ok_and(|now| same(&now, &held)) {
+                    Ok(())
+                } else {
+                    Err(changed())
+                }
+            })
+            .and_then(|()| {
+                renameat(&self.dir, tmp.as_os_str(), &self.dir, self.name.as_os_str())
+                    .map_err(std::io::Error::from)
+            });
+        if wrote.is_err() {
+            let _ = nix::unistd::unlinkat(
+                &self.dir,
+                tmp.as_os_str(),
+                nix::unistd::UnlinkatFlags::NoRemoveDir,
+            );
+        }
+        wrote
+    }
 }
 
 /// The plan of one round: the draft so far, and in place of network mode

@@ -113,6 +113,17 @@ pub const NET_GUARD_UNIX_LIMITATION: &str =
      and no capability, but the server's SO_PEERCRED/SO_PEERPIDFD names capsule's pid (a server that judges \
      its peer by that pid's /proc entry sees capsule, not the run)";
 
+/// What `allow_unix_sockets` hands over wherever it is allowed: no Landlock
+/// ABI capsule uses (up to 7) has a right for connecting to a pathname Unix
+/// socket, the view's read-only host does not stop a connect, and seccomp
+/// cannot read the path (red team 8, `tests/escape_redteam8.rs`).
+pub const UNIX_PATHNAME_LIMITATION: &str =
+    "allow_unix_sockets: the run can connect to every pathname Unix socket of the host that its uid and gid \
+     may open, outside its grants too (no Landlock right covers connecting to one, and a read-only mount does \
+     not stop it): the user's session bus and systemd (/run/user/UID/bus: `systemd-run --user` runs a command \
+     outside the sandbox), as root the system bus and /run/systemd/private, docker.sock, agents under \
+     /run/user/UID. Allow Unix sockets only where no such socket is reachable";
+
 pub const NET_GUARD_BIND_LIMITATION: &str =
     "no network namespace with allow_unix_sockets: the run shares the host's abstract Unix socket names, so \
      capsule makes every bind of the run itself and refuses an abstract name (EACCES; autobind, which the \
@@ -1283,6 +1294,9 @@ impl<'a> Prep<'a> {
                         .to_string(),
                 );
             }
+        }
+        if plan.net.allow_unix_sockets {
+            limitations.push(UNIX_PATHNAME_LIMITATION.to_string());
         }
         if net_part == seccomp::NetPart::Guard && plan.net.allow_unix_sockets {
             limitations.push(NET_GUARD_UNIX_LIMITATION.to_string());
