@@ -318,7 +318,6 @@ fn learn_writes_its_draft_through_no_link_the_command_planted() {
 /// supervisor included). The attack: the parent pid and uid of a host
 /// `sleep` the test started.
 #[test]
-#[ignore = "red team 8: without a pid namespace PIDFD_GET_INFO on pidfd_open(any pid) shows host processes' ppid, uids and cgroup; needs seccomp to refuse ioctl type 0xFF nr 11 (any size) on that path"]
 fn without_a_pid_namespace_the_run_cannot_describe_host_processes() {
     let (sleeper, _guard) = host_sleeper();
     let sb = Sandbox::new();

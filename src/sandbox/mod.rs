@@ -1261,6 +1261,9 @@ impl<'a> Prep<'a> {
             // cannot see and no sysctl capsule sets bounds to memory_mb.
             ipc_refuse: guards.memory_watch.is_some() && view,
             observe: false,
+            // Without a pid namespace of its own the run can open a pidfd of
+            // any host process: no PIDFD_GET_INFO on it.
+            pidfd_info: !self.path.namespaces,
         }
     }
 

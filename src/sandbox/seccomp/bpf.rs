@@ -19,6 +19,8 @@ pub(super) const JEQ_K: u16 = 0x05 | 0x10;
 pub(super) const JGE_K: u16 = 0x05 | 0x30;
 /// `pc += (A & k) ? jt : jf`: BPF_JMP | BPF_JSET | BPF_K.
 pub(super) const JSET_K: u16 = 0x05 | 0x40;
+/// `A &= k`: BPF_ALU (0x04) | BPF_AND (0x50) | BPF_K.
+pub(super) const ALU_AND_K: u16 = 0x04 | 0x50;
 /// `return k`: BPF_RET | BPF_K.
 pub(super) const RET_K: u16 = 0x06;
 
@@ -79,7 +81,6 @@ pub(super) struct Data {
 #[cfg(test)]
 pub(super) fn run(prog: &[SockFilter], data: &Data) -> u32 {
     const JGT_K: u16 = 0x05 | 0x20;
-    const ALU_AND_K: u16 = 0x04 | 0x50;
     let load = |k: u32| -> u32 {
         match k {
             OFFSET_NR => data.nr,

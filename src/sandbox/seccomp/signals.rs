@@ -45,6 +45,9 @@
 //!                                                     write grants
 //! SysV part (memory_mb without a cgroup, an unprivileged capsule's view):
 //! shmget                                      ENOSPC  kernel.shmall cannot bound it there
+//! pidfd part (no pid namespace: pidfd_open takes any host pid):
+//! ioctl(_, type 0xFF nr 11 = PIDFD_GET_INFO,
+//!   any size and direction, _)                EPERM   a host process's parent, uids, cgroup
 //! process part (max_processes as root without a cgroup):
 //! clone, fork, vfork                          USER_NOTIF (the supervisor counts the run's tasks)
 //! anything else                               ALLOW   (the main program decides)
@@ -63,7 +66,9 @@
 //! request, flags) are 32-bit in the kernel: only their low words are compared.
 
 use super::arch::prologue;
-use super::bpf::{arg_low, ret_errno, stmt, SockFilter, JEQ_K, JSET_K, LD_W_ABS, RET_ALLOW, RET_K};
+use super::bpf::{
+    arg_low, ret_errno, stmt, SockFilter, ALU_AND_K, JEQ_K, JSET_K, LD_W_ABS, RET_ALLOW, RET_K,
+};
 use super::install::StackedFilter;
 use super::table::Arch;
 use super::SeccompError;
@@ -77,6 +82,11 @@ pub(super) const RET_USER_NOTIF: u32 = 0x7fc0_0000;
 /// fcntl commands (asm-generic/fcntl.h; the same on x86_64 and aarch64).
 pub const F_SETOWN: u32 = 8;
 pub const F_SETOWN_EX: u32 = 15;
+/// The type and number bits of an ioctl request (asm-generic/ioctl.h).
+const IOC_TYPE_NR: u32 = 0xffff;
+/// `PIDFD_GET_INFO` = `_IOWR(PIDFS_IOCTL_MAGIC 0xFF, 11, struct pidfd_info)`:
+/// its type and number (linux/pidfd.h; the same on x86_64 and aarch64).
+const PIDFD_GET_INFO_TYPE_NR: u32 = 0xff0b;
 /// Socket ioctls that set the owner (asm-generic/sockios.h).
 pub const FIOSETOWN: u32 = 0x8901;
 pub const SIOCSPGRP: u32 = 0x8902;
@@ -154,6 +164,13 @@ pub struct Parts {
     /// supervisor, which records the path and always answers CONTINUE
     /// (`guards::observer`; a listener is needed).
     pub observe: bool,
+    /// No pid namespace: `ioctl(pidfd, PIDFD_GET_INFO)` fails with EPERM.
+    /// `pidfd_open` takes any pid of the host there, and the ioctl (Linux
+    /// 6.13+) answers with no ptrace check what the host's /proc, out of
+    /// reach, would: a process's parent, uids, gids and cgroup (red team 8).
+    /// The kernel takes it by type and number only (any size, any
+    /// direction: an extensible struct), so only those 16 bits are compared.
+    pub pidfd_info: bool,
 }
 
 /// The calls `exec --explain` observes (never decides).
@@ -236,6 +253,7 @@ impl Parts {
         sysv_refuse: false,
         ipc_refuse: false,
         observe: false,
+        pidfd_info: false,
     };
 
     /// Whether the program notifies, and so needs a listener.
@@ -255,6 +273,7 @@ impl Parts {
             || self.memfd_enosys
             || self.sysv_refuse
             || self.ipc_refuse
+            || self.pidfd_info
     }
 }
 
@@ -266,6 +285,8 @@ enum Insn {
     JeqTo(u32, Label),
     /// if A & k != 0 goto label (else the next instruction)
     JsetTo(u32, Label),
+    /// A &= k
+    And(u32),
     Ret(u32),
     Here(Label),
 }
@@ -300,6 +321,7 @@ fn assemble(code: &[Insn]) -> Result<Vec<SockFilter>, SeccompError> {
         match *i {
             Insn::Load(k) => out.push(stmt(LD_W_ABS, k)),
             Insn::Ret(k) => out.push(stmt(RET_K, k)),
+            Insn::And(k) => out.push(stmt(ALU_AND_K, k)),
             Insn::JeqTo(k, l) | Insn::JsetTo(k, l) => {
                 let here = out.len() + 1;
                 let jt = pos(l)
@@ -349,7 +371,7 @@ fn dispatch(arch: Arch, parts: Parts, code: &mut Vec<Insn>) {
 /// The syscalls `parts` decides, each with where it jumps.
 fn jumps(parts: Parts) -> Vec<(&'static str, Label)> {
     let mut jumps: Vec<(&str, Label)> = Vec::new();
-    if parts.signals || parts.meta {
+    if parts.signals || parts.meta || parts.pidfd_info {
         jumps.push(("ioctl", Label::Ioctl));
     }
     if parts.meta {
@@ -432,7 +454,7 @@ fn argument_checks(parts: Parts, code: &mut Vec<Insn>) {
             Ret(RET_ALLOW),
         ]);
     }
-    if parts.signals || parts.meta {
+    if parts.signals || parts.meta || parts.pidfd_info {
         code.extend([Here(Label::Ioctl), Load(arg_low(1))]);
         if parts.signals {
             code.extend([
@@ -442,6 +464,13 @@ fn argument_checks(parts: Parts, code: &mut Vec<Insn>) {
         }
         if parts.meta {
             code.extend(META_IOCTLS.iter().map(|c| JeqTo(*c, Label::Eperm)));
+        }
+        if parts.pidfd_info {
+            // Last: it changes A.
+            code.extend([
+                And(IOC_TYPE_NR),
+                JeqTo(PIDFD_GET_INFO_TYPE_NR, Label::Eperm),
+            ]);
         }
         code.push(Ret(RET_ALLOW));
     }
@@ -584,6 +613,7 @@ mod tests {
                         sysv_refuse: false,
                         ipc_refuse: false,
                         observe: false,
+                        pidfd_info: false,
                     },
                 )
                 .unwrap();
@@ -650,9 +680,36 @@ mod tests {
                     sysv_refuse: false,
                     ipc_refuse: false,
                     observe: true,
+                    pidfd_info: true,
                 },
             )
             .unwrap();
+            // PIDFD_GET_INFO at any size and direction is refused, after
+            // the exact requests (the mask changes A); others pass.
+            for req in [
+                0xc040_ff0bu64,
+                0xc048_ff0b,
+                0x8040_ff0b,
+                0x0000_ff0b,
+                0xffff_ffff_c040_ff0b,
+            ] {
+                assert_eq!(
+                    answer(&both, arch, "ioctl", a(&[3, req, 0x1000])),
+                    EPERM,
+                    "{req:#x}"
+                );
+            }
+            assert_eq!(
+                answer(&both, arch, "ioctl", a(&[3, u64::from(FIOSETOWN), 0])),
+                EPERM
+            );
+            for req in [0x5401u64, 0xc040_ff0c, 0xff0b_0000, 0x8004_6601] {
+                assert_eq!(
+                    answer(&both, arch, "ioctl", a(&[3, req, 0x1000])),
+                    RET_ALLOW,
+                    "{req:#x}"
+                );
+            }
             // The observer (--explain) notifies the path calls, and the
             // metadata guard keeps its own.
             for name in ["openat", "execve", "unlinkat", "renameat2", "chmod"] {
@@ -680,6 +737,7 @@ mod tests {
                     sysv_refuse: false,
                     ipc_refuse: false,
                     observe: false,
+                    pidfd_info: false,
                 }
             };
             assert!(refuse.any() && !refuse.notifies());
