@@ -548,35 +548,30 @@ pub struct Refusal {
 /// its own network namespace, the proxy port.
 pub type Trial = fn(&Layers, bool, Option<u16>) -> Option<NsRefusal>;
 
-/// Remove the private TMPDIR a prediction made for a moment: the trial
-/// child's view made the directories leading to a grant beneath /tmp in it,
-/// so it is a tree (removed as `exec` removes the run's).
-pub fn remove_trial_tmpdir(t: &std::path::Path) {
-    if std::fs::remove_dir(t).is_err() {
-        let left = crate::supervisor::cleanup::remove_tree(t);
+/// Run `f` with the plan's private TMPDIR made for a moment (its Landlock
+/// rule needs it to exist, as in `exec`), then removed with what the trial
+/// child's view made in it (the directories leading to a grant beneath /tmp)
+/// by the walk `exec` removes the run's with. `check`, `--dry-run` and `why`
+/// leave nothing behind.
+pub fn with_trial_tmpdir<T>(plan: &Plan, f: impl FnOnce() -> T) -> T {
+    let made = plan
+        .tmpdir
+        .as_ref()
+        .filter(|t| std::fs::create_dir(t).is_ok());
+    let out = f();
+    if let Some(t) = made {
+        let left = crate::supervisor::cleanup::remove_dir_or_tree(t);
         if !left.is_empty() {
-            tracing::warn!(
-                "the trial's TMPDIR {} is left: {:?}",
-                t.display(),
-                left.lines()
-            );
+            tracing::warn!("the trial's TMPDIR {} is left: {left:?}", t.display());
         }
     }
+    out
 }
 
 pub fn predict(plan: &Plan, trial: Trial) -> Result<Prediction, Refusal> {
     // A stand-in port: the proxy's is only known when it listens.
     let port = (plan.net.mode == NetMode::Proxy).then_some(1);
-    // The private TMPDIR must exist for its Landlock rule, as in `exec`.
-    let made_tmp = plan
-        .tmpdir
-        .as_ref()
-        .filter(|t| std::fs::create_dir(t).is_ok());
-    let layers = predict_path(plan, port, trial);
-    if let Some(t) = made_tmp {
-        remove_trial_tmpdir(t);
-    }
-    let (mut layers, path) = layers?;
+    let (mut layers, path) = with_trial_tmpdir(plan, || predict_path(plan, port, trial))?;
     let source = layers.cgroup.source;
     layers.cgroup.remove();
     let limits = layers

@@ -96,6 +96,21 @@ struct Walk<'a> {
     left: Leftovers,
 }
 
+/// Remove the directory `path`, which most runs leave empty: one `rmdir`,
+/// and the full walk of [`remove_tree`] only when that fails. What stays is
+/// returned as the lines of [`Leftovers::lines`] (empty: all gone).
+pub fn remove_dir_or_tree(path: &Path) -> Vec<String> {
+    if std::fs::remove_dir(path).is_ok() {
+        return Vec::new();
+    }
+    let left = remove_tree(path);
+    if left.is_empty() {
+        Vec::new()
+    } else {
+        left.lines()
+    }
+}
+
 /// Remove `path` and everything beneath it; what could not be removed is returned.
 /// A missing `path` is not a failure.
 pub fn remove_tree(path: &Path) -> Leftovers {

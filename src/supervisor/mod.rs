@@ -206,15 +206,10 @@ fn remove_tmpdir(plan: &Plan) -> Vec<String> {
     let Some(t) = &plan.tmpdir else {
         return Vec::new();
     };
-    // Most runs leave it empty: one rmdir, and the full walk only when that fails.
-    if std::fs::remove_dir(t).is_ok() {
-        return Vec::new();
+    let lines = cleanup::remove_dir_or_tree(t);
+    if lines.is_empty() {
+        return lines;
     }
-    let left = cleanup::remove_tree(t);
-    if left.is_empty() {
-        return Vec::new();
-    }
-    let lines = left.lines();
     eprintln!(
         "capsule: warning: the private TMPDIR {} could not be removed entirely; left behind:",
         t.display()

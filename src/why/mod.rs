@@ -246,14 +246,10 @@ impl<'a> Survey<'a> {
         namespaces: Option<bool>,
     ) -> Result<Survey<'a>, SandboxError> {
         let port = (plan.net.mode == NetMode::Proxy).then_some(1);
-        let made_tmp = plan
-            .tmpdir
-            .as_ref()
-            .filter(|t| std::fs::create_dir(t).is_ok());
         // The path `exec` lands on here (a container may refuse the
         // namespaces, or a fresh /proc), as `check` predicts it; or the one
         // the run took.
-        let layers = match namespaces {
+        let layers = sandbox::with_trial_tmpdir(plan, || match namespaces {
             None => sandbox::predict_path(plan, port, crate::supervisor::spawn::trial),
             Some(namespaces) => {
                 let path = sandbox::RunPath {
@@ -265,10 +261,7 @@ impl<'a> Survey<'a> {
                     .map(|l| (l, path.clone()))
                     .map_err(|error| sandbox::Refusal { error, path })
             }
-        };
-        if let Some(t) = made_tmp {
-            sandbox::remove_trial_tmpdir(t);
-        }
+        });
         let (mut layers, path) = layers.map_err(|r| r.error)?;
         let namespaces = path.namespaces;
         layers.cgroup.remove();
