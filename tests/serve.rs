@@ -359,9 +359,10 @@ fn cancel_ends_a_running_step_and_it_still_answers() {
     assert!(with_token(&tok).is_empty());
 }
 
-/// The step's process reports its exit status to the server on a pipe of
-/// its own (docs/serve.md): that pipe, like everything else of the
-/// server's, never reaches the run, whose descriptors above stderr are its
+/// The step's process reports its exit status to the server on a socket of
+/// its own (docs/serve.md): that socket, like everything else of the
+/// server's (the network namespaces of earlier steps it holds), never
+/// reaches the run, whose descriptors above stderr are its
 /// own and capsule's RPC socket only.
 #[test]
 fn no_descriptor_of_the_server_or_the_step_reaches_the_run() {
@@ -388,6 +389,7 @@ fn no_descriptor_of_the_server_or_the_step_reaches_the_run() {
                 assert!(
                     !line.contains("pipe:")
                         && !line.contains("pidfd")
+                        && !line.contains("net:[")
                         && !line.contains("/dev/null"),
                     "descriptor {fd} of the server or the step reached the run: {line}\n{listing}"
                 );
@@ -398,5 +400,76 @@ fn no_descriptor_of_the_server_or_the_step_reaches_the_run() {
             listing.lines().any(|l| l.contains(" 1 -> pipe:")),
             "{listing}"
         );
+    }
+}
+
+/// The network namespaces a server holds (`net:[...]` among its descriptors).
+fn held_namespaces(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("the server's /proc/PID/fd")
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|l| l.to_string_lossy().starts_with("net:["))
+        .count()
+}
+
+/// A step hands its run's network namespace to the server, which lets them
+/// go sixteen at a time or a second after the oldest, so that the kernel
+/// tears them down in batches (supervisor::netns_hold, docs/serve.md): never
+/// more than sixteen held, none left once the server has been idle.
+#[test]
+fn the_server_holds_finished_runs_network_namespaces_briefly_then_lets_them_go() {
+    let sb = Sandbox::new();
+    let mut s = Server::start(&sb);
+    let pid = s.child.id();
+    let mut netns_steps = 0;
+    let mut most = 0;
+    for i in 0..20 {
+        s.send(&exec_req(
+            &sb,
+            &format!("n{i}"),
+            &["--json", "--no-audit", "--", "/bin/true"],
+        ));
+        let r = s.recv().unwrap();
+        assert_eq!(r["exit_code"], json!(0), "{r}");
+        if r["result"]["enforcement"]["netns"] == json!(true) {
+            netns_steps += 1;
+        }
+        let held = held_namespaces(pid);
+        most = most.max(held);
+        assert!(
+            held <= 16,
+            "the server holds {held} network namespaces after step {i}"
+        );
+    }
+    if netns_steps == 0 {
+        eprintln!(
+            "skipped: no run got a network namespace of its own here (no namespaces on this host)"
+        );
+        return;
+    }
+    let limits_room = ["max_net_namespaces", "max_user_namespaces"]
+        .iter()
+        .all(|f| {
+            std::fs::read_to_string(format!("/proc/sys/user/{f}"))
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .is_some_and(|n| n >= 1024)
+        });
+    if limits_room {
+        assert!(
+            most >= 2,
+            "the server held at most {most} of {netns_steps} runs' network namespaces"
+        );
+    } else {
+        assert_eq!(most, 0, "namespace limits below 1024: nothing may be held");
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while held_namespaces(pid) > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "an idle server still holds {} network namespaces after 5 s",
+            held_namespaces(pid)
+        );
+        std::thread::sleep(Duration::from_millis(100));
     }
 }

@@ -26,6 +26,7 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::mem::ManuallyDrop;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::time::{Duration, Instant};
 
 use clap::Args;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -34,7 +35,7 @@ use serde_json::{json, Map, Value};
 
 use super::error_line;
 use crate::sys::raw;
-use crate::sys::serve::{fork_step, Forked};
+use crate::sys::serve::{fork_step, recv_status, send_status, status_pair, Forked, Status};
 
 /// The longest request line; a longer one is answered with an error and skipped.
 pub const MAX_LINE: usize = 1 << 20;
@@ -43,8 +44,12 @@ pub const MAX_LINE: usize = 1 << 20;
 const CHUNK: usize = 64 * 1024;
 /// Requests read ahead of the steps running (then stdin is not read).
 const MAX_PENDING: usize = 64;
-/// Where a step's process finds its status pipe.
+/// Where a step's process finds its report channel.
 const STATUS_FD: i32 = 3;
+/// Held network namespaces closed together (`supervisor::netns_hold`)...
+const NETNS_BATCH: usize = 16;
+/// ...or this long after the oldest came.
+const NETNS_LINGER: Duration = Duration::from_secs(1);
 
 /// `capsule serve --help` and its man page.
 pub const LONG_ABOUT: &str = "A long-lived parent that runs one `capsule exec` per request, each in a \
@@ -151,26 +156,28 @@ struct Step {
     json: bool,
     out: Stream,
     err: Stream,
-    /// The step's report: its exit status, written when `capsule exec`
-    /// has returned (the run over, its tree gone, its record written).
+    /// The step's report: its exit status, sent when `capsule exec` has
+    /// returned (the run over, its tree gone, its record written), with
+    /// the run's network namespace when the step could hold it.
     status: Option<OwnedFd>,
     code: Option<i32>,
+    netns: Option<OwnedFd>,
 }
 
 impl Step {
-    /// Read the step's status pipe if it has something (non-blocking).
+    /// Read the step's report if it has come (non-blocking).
     fn read_status(&mut self) {
         let Some(fd) = &self.status else { return };
-        let mut b = [0u8; 4];
-        match nix::unistd::read(fd, &mut b) {
-            Ok(4) => {
-                self.code = Some(i32::from_le_bytes(b));
+        match recv_status(fd) {
+            Status::Report(code, netns) => {
+                self.code = Some(code);
+                self.netns = netns;
                 self.status = None;
             }
-            Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => {}
-            // EOF (or a short read): the step ended without reporting; its
-            // response waits for its exit status.
-            _ => self.status = None,
+            Status::Pending => {}
+            // EOF (or a malformed report): the step ended without
+            // reporting; its response waits for its exit status.
+            Status::Gone => self.status = None,
         }
     }
 }
@@ -214,6 +221,13 @@ struct Server {
     /// Step processes already answered (their report is in), not yet
     /// reaped: they count against `--max-parallel` until they are.
     reaping: Vec<(libc::pid_t, OwnedFd)>,
+    /// The network namespaces of answered steps, and when the oldest came:
+    /// closed together, so that the kernel tears them down in one batch
+    /// (`supervisor::netns_hold`).
+    netns: Vec<OwnedFd>,
+    netns_since: Option<Instant>,
+    /// Whether steps hand their network namespace to the server.
+    hold_netns: bool,
 }
 
 pub fn run(a: ServeArgs) -> i32 {
@@ -242,6 +256,9 @@ pub fn run(a: ServeArgs) -> i32 {
         pending: VecDeque::new(),
         steps: Vec::new(),
         reaping: Vec::new(),
+        netns: Vec::new(),
+        netns_since: None,
+        hold_netns: room_for_held_namespaces(),
     };
     loop {
         sv.start_pending();
@@ -256,6 +273,7 @@ pub fn run(a: ServeArgs) -> i32 {
             }
         };
         sv.collect();
+        sv.release_netns(false);
         if input_ready {
             sv.read_requests();
         }
@@ -269,7 +287,13 @@ impl Server {
             let Some((id, req)) = self.pending.pop_front() else {
                 break;
             };
-            match start(id.clone(), req, self.server_pid, &mut self.cli) {
+            match start(
+                id.clone(),
+                req,
+                self.server_pid,
+                self.hold_netns,
+                &mut self.cli,
+            ) {
                 Ok(s) => self.steps.push(s),
                 Err(e) => self.out.send(&json!({"id": id, "error": e})),
             }
@@ -293,7 +317,15 @@ impl Server {
         for (_, pidfd) in &self.reaping {
             fds.push(PollFd::new(pidfd.as_fd(), PollFlags::POLLIN));
         }
-        match poll(&mut fds, PollTimeout::NONE) {
+        // Wake up to let the held namespaces go.
+        let timeout = match self.netns_since {
+            // At most NETNS_LINGER (a second) in milliseconds, plus one.
+            Some(t) => {
+                PollTimeout::from(NETNS_LINGER.saturating_sub(t.elapsed()).as_millis() as u16 + 1)
+            }
+            None => PollTimeout::NONE,
+        };
+        match poll(&mut fds, timeout) {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(e) => return Err(e),
         }
@@ -312,7 +344,11 @@ impl Server {
         while i < self.steps.len() {
             let s = &self.steps[i];
             if s.code.is_some() || (s.status.is_none() && readable(&s.pidfd)) {
-                let s = self.steps.swap_remove(i);
+                let mut s = self.steps.swap_remove(i);
+                if let Some(ns) = s.netns.take() {
+                    self.netns_since.get_or_insert_with(Instant::now);
+                    self.netns.push(ns);
+                }
                 let (resp, left) = finish(s, self.max_output, &mut self.chunk);
                 self.out.send(&resp);
                 self.reaping.extend(left);
@@ -328,6 +364,18 @@ impl Server {
                 true
             }
         });
+    }
+
+    /// Close the held network namespaces: all of them (`all`), or when
+    /// there are [`NETNS_BATCH`] or the oldest has waited [`NETNS_LINGER`].
+    fn release_netns(&mut self, all: bool) {
+        let due = self
+            .netns_since
+            .is_some_and(|t| t.elapsed() >= NETNS_LINGER);
+        if all || due || self.netns.len() >= NETNS_BATCH {
+            self.netns.clear();
+            self.netns_since = None;
+        }
     }
 
     /// Read what the caller sent and take each complete line.
@@ -372,6 +420,23 @@ impl Server {
 }
 
 /// Whether a process has ended (its pidfd is readable).
+/// Whether holding [`NETNS_BATCH`] finished runs' network namespaces (and,
+/// unprivileged, their user namespaces) leaves the steps room under the
+/// kernel's per-user limits: a namespace held is one the next step cannot
+/// make. Only where both limits are in the thousands (the default is
+/// thousands per GiB of memory); a container that sets them low keeps the
+/// old behaviour.
+fn room_for_held_namespaces() -> bool {
+    let limit = |f: &str| {
+        std::fs::read_to_string(format!("/proc/sys/user/{f}"))
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+    };
+    ["max_net_namespaces", "max_user_namespaces"]
+        .iter()
+        .all(|f| limit(f).is_some_and(|n| n >= 1024))
+}
+
 fn readable(pidfd: &OwnedFd) -> bool {
     let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
     matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
@@ -440,6 +505,7 @@ fn start(
     id: Value,
     req: Request,
     server_pid: libc::pid_t,
+    hold_netns: bool,
     cli: &mut clap::Command,
 ) -> Result<Step, String> {
     let stdin_data = match (&req.stdin, &req.stdin_base64) {
@@ -479,14 +545,19 @@ fn start(
     };
     let (out_r, out_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
-    let (status_r, status_w) = pipe()?;
+    let (status_r, status_w) = status_pair().map_err(|e| format!("socketpair: {e}"))?;
     let json = req
         .args
         .iter()
         .take_while(|a| *a != "--")
         .any(|a| a == "--json");
     match fork_step().map_err(|e| format!("fork: {e}"))? {
-        Forked::Child => step(req, [&stdin_fd, &out_w, &err_w, &status_w], server_pid, cli),
+        Forked::Child => {
+            if hold_netns {
+                crate::supervisor::netns_hold::want();
+            }
+            step(req, [&stdin_fd, &out_w, &err_w, &status_w], server_pid, cli)
+        }
         Forked::Parent(pid) => {
             let pidfd = match crate::sys::pidfd_open(pid) {
                 Ok(fd) => fd,
@@ -505,6 +576,7 @@ fn start(
                 err: Stream::new(err_r),
                 status: Some(status_r),
                 code: None,
+                netns: None,
             })
         }
     }
@@ -561,7 +633,8 @@ fn step(
     // Everything the run wrote is in the pipes: the server answers now,
     // while this process exits (the run itself is over: `capsule exec`
     // returns only once its tree is gone and its record written).
-    let _ = raw::write(STATUS_FD, &code.to_le_bytes());
+    let netns = crate::supervisor::netns_hold::take();
+    let _ = send_status(STATUS_FD, code, netns.as_ref());
     std::process::exit(code)
 }
 

@@ -323,6 +323,9 @@ fn start(c: Cloned, ours: Channel, before_go: BeforeGo<'_>) -> Result<Spawned, S
             });
         }
     }
+    if flags & libc::CLONE_NEWNET != 0 {
+        super::netns_hold::keep(pid);
+    }
     if let Err(msg) = before_go(pid, placed) {
         kill();
         return Err(SpawnError::BeforeGo(msg));

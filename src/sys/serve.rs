@@ -1,6 +1,8 @@
 //! What `capsule serve` needs from the kernel: a plain fork of the
 //! single-threaded server for each step.
 
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
 use nix::errno::Errno;
 
 /// Which side of [`fork_step`] the caller is on.
@@ -36,4 +38,90 @@ pub fn thread_count() -> Option<usize> {
     // Field 20 (num_threads), counted after the command name's closing ')'.
     let rest = &stat[stat.rfind(')')? + 1..];
     rest.split_whitespace().nth(17)?.parse().ok()
+}
+
+/// The step's report channel: a `SOCK_SEQPACKET` pair (close-on-exec), so
+/// that the report can carry a descriptor (the run's network namespace,
+/// see `supervisor::netns_hold`). `(server's end, step's end)`.
+pub fn status_pair() -> Result<(OwnedFd, OwnedFd), Errno> {
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+    socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+}
+
+/// The step's report: its exit code, and the descriptor it hands to the
+/// server, if any.
+pub fn send_status(sock: RawFd, code: i32, fd: Option<&OwnedFd>) -> Result<(), Errno> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    let b = code.to_le_bytes();
+    let iov = [std::io::IoSlice::new(&b)];
+    let fds = fd.map(|f| [f.as_raw_fd()]);
+    let cmsgs: Vec<ControlMessage<'_>> = fds
+        .as_ref()
+        .map(|f| ControlMessage::ScmRights(f))
+        .into_iter()
+        .collect();
+    loop {
+        match sendmsg::<()>(sock, &iov, &cmsgs, MsgFlags::MSG_NOSIGNAL, None) {
+            Err(Errno::EINTR) => continue,
+            r => return r.map(drop),
+        }
+    }
+}
+
+/// What a read of the report channel found.
+pub enum Status {
+    /// The step's exit code, and the descriptor it sent (close-on-exec).
+    Report(i32, Option<OwnedFd>),
+    /// End of file or a malformed message: the step ended without a report.
+    Gone,
+    /// Nothing yet.
+    Pending,
+}
+
+/// Read the step's report without blocking. Descriptors beyond the first
+/// are closed.
+pub fn recv_status(sock: &OwnedFd) -> Status {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    let mut b = [0u8; 4];
+    let mut iov = [std::io::IoSliceMut::new(&mut b)];
+    let mut space = nix::cmsg_space!([RawFd; 1]);
+    let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_CMSG_CLOEXEC;
+    let (n, mut fds) = loop {
+        match recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut space), flags) {
+            Ok(msg) => {
+                let mut fds = Vec::new();
+                if let Ok(cmsgs) = msg.cmsgs() {
+                    for c in cmsgs {
+                        if let ControlMessageOwned::ScmRights(got) = c {
+                            // SAFETY: the kernel just installed these
+                            // descriptors in this process for this message;
+                            // nothing else refers to them.
+                            fds.extend(
+                                got.into_iter()
+                                    .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                            );
+                        }
+                    }
+                }
+                break (msg.bytes, fds);
+            }
+            Err(Errno::EINTR) => continue,
+            Err(Errno::EAGAIN) => return Status::Pending,
+            Err(_) => return Status::Gone,
+        }
+    };
+    if n != 4 {
+        return Status::Gone;
+    }
+    let fd = if fds.is_empty() {
+        None
+    } else {
+        Some(fds.swap_remove(0))
+    };
+    Status::Report(i32::from_le_bytes(b), fd)
 }
