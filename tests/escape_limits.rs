@@ -117,25 +117,91 @@ fn open_files_are_bounded_by_max_open_files() {
     assert_eq!(run.probe(0)["value"], 100, "{}", run.ctx());
 }
 
+/// A sandbox for the CPU-limit cases: `cpu_seconds: 1`, with (`no_ns` "0")
+/// or without ("1") namespaces; and the audit log's path.
+fn cpu_limited(no_ns: &str) -> (Sandbox, String, String) {
+    let mut sb = Sandbox::new();
+    sb.set_env("CAPSULE_NO_NAMESPACES", no_ns);
+    let pol = sb.policy("version: 1\nlimits:\n  cpu_seconds: 1\n  timeout_seconds: 30\n");
+    let log = sb.p("audit.jsonl");
+    (sb, pol, log)
+}
+
+/// The audit record of the last run written to `log`.
+fn last_audit_record(log: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let line = text.lines().last().unwrap_or("{}");
+    serde_json::from_str(line).unwrap_or_default()
+}
+
+/// RLIMIT_CPU (soft == hard) ends the command with SIGKILL: the result says
+/// capsule's CPU limit did it, as it says so for the memory limit and the
+/// timeout, on the namespace path and without namespaces.
 #[test]
 fn cpu_time_is_bounded_by_cpu_seconds() {
-    let sb = Sandbox::new();
-    let pol = sb.policy("version: 1\nlimits:\n  cpu_seconds: 1\n  timeout_seconds: 30\n");
-    let run = sb.exec_json(&["--policy", &pol], &[&python(), "-c", "while True: pass"]);
-    let j = run.json();
-    // SIGXCPU at the soft limit (152), SIGKILL at the hard one (137).
-    assert!(
-        matches!(run.code, Some(152) | Some(137)),
-        "busy loop not stopped by cpu_seconds{}",
-        run.ctx()
+    for no_ns in ["0", "1"] {
+        let (sb, pol, log) = cpu_limited(no_ns);
+        let run = sb.exec_json(
+            &["--policy", &pol, "--audit-log", &log],
+            &[&python(), "-c", "while True: pass"],
+        );
+        let j = run.json();
+        let ctx = format!("CAPSULE_NO_NAMESPACES={no_ns}{}", run.ctx());
+        assert_eq!(
+            run.code,
+            Some(137),
+            "busy loop not stopped by cpu_seconds: {ctx}"
+        );
+        assert_eq!(j["termination_reason"], "signaled", "{ctx}");
+        assert_eq!(j["signal"], libc::SIGKILL, "{ctx}");
+        assert_eq!(j["exit_code"], 137, "{ctx}");
+        assert_eq!(j["success"], false, "{ctx}");
+        assert_eq!(
+            j["killed"], true,
+            "a run ended by capsule's CPU limit is killed: {ctx}"
+        );
+        assert_eq!(
+            j["kill_reason"], "CPU time limit reached (limits.cpu_seconds)",
+            "{ctx}"
+        );
+        let rec = last_audit_record(&log);
+        assert_eq!(rec["reason"], "cpu_limit", "audit: {rec} {ctx}");
+        assert_eq!(rec["outcome"], "failed", "audit: {rec} {ctx}");
+    }
+}
+
+/// A SIGKILL that is not the CPU limit's stays a plain signal, even under
+/// `cpu_seconds`: the command's own (after half a second of CPU), and
+/// another process of the run's.
+#[test]
+fn a_sigkill_below_cpu_seconds_is_not_the_cpu_limit() {
+    let own = "import os, time\nt = time.process_time()\n\
+               while time.process_time() - t < 0.5: pass\nos.kill(os.getpid(), 9)\n";
+    let by_another = format!(
+        "{} -c 'import os; os.kill(os.getppid(), 9)'; sleep 5",
+        python()
     );
-    assert_eq!(j["termination_reason"], "signaled", "{}", run.ctx());
-    assert_eq!(
-        j["killed"],
-        false,
-        "a CPU rlimit is not the wall-clock kill{}",
-        run.ctx()
-    );
+    for no_ns in ["0", "1"] {
+        for cmd in [
+            vec![python(), "-c".to_string(), own.to_string()],
+            vec!["/bin/sh".to_string(), "-c".to_string(), by_another.clone()],
+        ] {
+            let (sb, pol, log) = cpu_limited(no_ns);
+            let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
+            let run = sb.exec_json(&["--policy", &pol, "--audit-log", &log], &cmd);
+            let j = run.json();
+            let ctx = format!("CAPSULE_NO_NAMESPACES={no_ns}{}", run.ctx());
+            assert_eq!(run.code, Some(137), "{ctx}");
+            assert_eq!(j["termination_reason"], "signaled", "{ctx}");
+            assert_eq!(j["signal"], libc::SIGKILL, "{ctx}");
+            assert_eq!(
+                j["killed"], false,
+                "a SIGKILL below cpu_seconds is not capsule's: {ctx}"
+            );
+            assert_eq!(j["kill_reason"], serde_json::Value::Null, "{ctx}");
+            assert_eq!(last_audit_record(&log)["reason"], "signaled", "{ctx}");
+        }
+    }
 }
 
 #[test]

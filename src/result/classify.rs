@@ -31,6 +31,9 @@ pub struct Ending {
     pub exec_failed: Option<Errno>,
     /// The command's raw wait status, when it was reported.
     pub status: Option<i32>,
+    /// The CPU time the command itself had used when it ended (its
+    /// parent in the run read it before reaping it), when known.
+    pub cpu_time: Option<Duration>,
 }
 
 /// What the verdict's messages name.
@@ -42,6 +45,26 @@ pub struct Context<'a> {
     pub timeout: Duration,
     /// SIGTERM → SIGKILL grace (for a stop signal).
     pub grace: Duration,
+    /// `limits.cpu_seconds` (RLIMIT_CPU, soft = hard), if set.
+    pub cpu_seconds: Option<u64>,
+}
+
+/// The kill_reason of a run the CPU limit ended.
+pub const CPU_LIMIT_REACHED: &str = "CPU time limit reached (limits.cpu_seconds)";
+
+/// Whether RLIMIT_CPU's SIGKILL is what ended a command that used `used` of
+/// CPU under a limit of `limit` seconds (soft = hard: the kernel sends SIGKILL,
+/// never SIGXCPU, once the process's own user + system time reaches it). Its
+/// own time, read from the clock the kernel checks: a process below the
+/// limit was killed by someone else, and one at the limit was killed by the
+/// kernel at that very tick. A tick of slack (10 ms) allows for a kernel
+/// whose sample of the zombie differs from the one the check used.
+pub fn cpu_limit_reached(used: Option<Duration>, limit: Option<u64>) -> bool {
+    const SLACK: Duration = Duration::from_millis(10);
+    match (used, limit) {
+        (Some(used), Some(limit)) => used + SLACK >= Duration::from_secs(limit),
+        _ => false,
+    }
 }
 
 /// The judgement on one run, as it goes into the result.
@@ -170,22 +193,39 @@ pub fn classify(e: &Ending, ctx: &Context<'_>, oom_killed: impl FnOnce() -> bool
                 ..Verdict::of(reason)
             }
         }
-        Some(st) if libc::WIFSIGNALED(st) => {
-            let sig = libc::WTERMSIG(st);
-            if sig == libc::SIGKILL && oom_killed() {
-                Verdict {
-                    killed: true,
-                    kill_reason: Some("memory limit reached (limits.memory_mb)".into()),
-                    ..Verdict::signaled(Reason::MemoryLimit, sig)
-                }
-            } else {
-                Verdict::signaled(Reason::Signaled, sig)
-            }
-        }
+        Some(st) if libc::WIFSIGNALED(st) => by_signal(libc::WTERMSIG(st), e, ctx, oom_killed),
         _ => Verdict {
             error: Some("the sandboxed process tree ended without reporting a status".into()),
             ..Verdict::of(Reason::LostChild)
         },
+    }
+}
+
+/// The verdict on a command a signal ended: a limit's kill (the CPU limit,
+/// the memory cgroup's OOM killer) or a plain signal.
+fn by_signal(
+    sig: i32,
+    e: &Ending,
+    ctx: &Context<'_>,
+    oom_killed: impl FnOnce() -> bool,
+) -> Verdict {
+    // The command's own CPU time says it first: the OOM counters are the
+    // whole cgroup's, and a process at the CPU limit is killed by the kernel
+    // at once.
+    if sig == libc::SIGKILL && cpu_limit_reached(e.cpu_time, ctx.cpu_seconds) {
+        Verdict {
+            killed: true,
+            kill_reason: Some(CPU_LIMIT_REACHED.into()),
+            ..Verdict::signaled(Reason::CpuLimit, sig)
+        }
+    } else if sig == libc::SIGKILL && oom_killed() {
+        Verdict {
+            killed: true,
+            kill_reason: Some("memory limit reached (limits.memory_mb)".into()),
+            ..Verdict::signaled(Reason::MemoryLimit, sig)
+        }
+    } else {
+        Verdict::signaled(Reason::Signaled, sig)
     }
 }
 
@@ -199,6 +239,7 @@ mod tests {
             program: Path::new("/bin/prog"),
             timeout: Duration::from_millis(1500),
             grace: Duration::from_secs(1),
+            cpu_seconds: Some(2),
         }
     }
 
@@ -297,6 +338,60 @@ mod tests {
         assert!(!r.success);
     }
 
+    /// SIGKILL with the command's own CPU time at `cpu_seconds` (2 s here)
+    /// is the CPU limit, before the OOM counters are asked; below it, or
+    /// with another signal, or with no time known, it is not.
+    #[test]
+    fn a_sigkill_at_cpu_seconds_is_the_cpu_limit() {
+        let at = |sig: i32, cpu_ms: Option<u64>| Ending {
+            status: killed_by(sig),
+            cpu_time: cpu_ms.map(Duration::from_millis),
+            ..Ending::default()
+        };
+        let (r, reason) = result_of(classify(&at(libc::SIGKILL, Some(2000)), &ctx(), || true));
+        assert_eq!(reason, Reason::CpuLimit);
+        assert_eq!(r.termination_reason, Termination::Signaled);
+        assert_eq!(
+            (r.exit_code, r.signal, r.killed, r.success),
+            (137, Some(9), true, false)
+        );
+        assert_eq!(
+            r.kill_reason.as_deref(),
+            Some("CPU time limit reached (limits.cpu_seconds)")
+        );
+        assert_eq!(
+            classify(&at(libc::SIGKILL, Some(1995)), &ctx(), || false).reason,
+            Reason::CpuLimit
+        );
+        for (cpu_ms, oom, want) in [
+            (Some(1500), false, Reason::Signaled),
+            (Some(1500), true, Reason::MemoryLimit),
+            (None, false, Reason::Signaled),
+            (Some(0), false, Reason::Signaled),
+        ] {
+            let v = classify(&at(libc::SIGKILL, cpu_ms), &ctx(), || oom);
+            assert_eq!(v.reason, want, "{cpu_ms:?} {oom}");
+            assert_eq!(v.killed, want != Reason::Signaled, "{cpu_ms:?} {oom}");
+        }
+        // Not SIGKILL (SIGXCPU only comes at a soft limit below the hard one,
+        // which capsule never sets): the signal it is.
+        let v = judge(at(libc::SIGXCPU, Some(5000)));
+        assert_eq!((v.reason, v.killed), (Reason::Signaled, false));
+        // No cpu_seconds: no CPU limit.
+        let none = Context {
+            cpu_seconds: None,
+            ..ctx()
+        };
+        let v = classify(&at(libc::SIGKILL, Some(5000)), &none, || false);
+        assert_eq!((v.reason, v.killed), (Reason::Signaled, false));
+        // capsule's own kills come first.
+        let v = judge(Ending {
+            timed_out: true,
+            ..at(libc::SIGKILL, Some(5000))
+        });
+        assert_eq!(v.reason, Reason::Timeout);
+    }
+
     #[test]
     fn timeout_is_124_and_names_the_limit() {
         let (r, reason) = result_of(judge(Ending {
@@ -343,6 +438,7 @@ mod tests {
             guard_budget: Some(Duration::from_secs(1)),
             exec_failed: Some(Errno::ENOENT),
             status: exited(0),
+            cpu_time: Some(Duration::from_secs(5)),
         }));
         assert_eq!(reason, Reason::SetupFailed);
         assert_eq!(r.termination_reason, Termination::Refused);
@@ -417,18 +513,21 @@ mod tests {
                             (true, None),
                             (false, Some(Duration::from_secs(1))),
                         ] {
-                            let e = Ending {
-                                setup_failed: None,
-                                stop_signal,
-                                timed_out,
-                                guard_budget,
-                                exec_failed,
-                                status,
-                            };
-                            let v = classify(&e, &ctx(), || oom);
-                            assert_eq!(v.termination, v.reason.termination(), "{e:?}");
-                            if let Some(code) = v.reason.exit_code() {
-                                assert_eq!(v.exit_code, code, "{e:?}");
+                            for cpu_time in [None, Some(Duration::from_secs(9))] {
+                                let e = Ending {
+                                    setup_failed: None,
+                                    stop_signal,
+                                    timed_out,
+                                    guard_budget,
+                                    exec_failed,
+                                    status,
+                                    cpu_time,
+                                };
+                                let v = classify(&e, &ctx(), || oom);
+                                assert_eq!(v.termination, v.reason.termination(), "{e:?}");
+                                if let Some(code) = v.reason.exit_code() {
+                                    assert_eq!(v.exit_code, code, "{e:?}");
+                                }
                             }
                         }
                     }

@@ -48,6 +48,9 @@ reasons! {
     Signaled = "signaled",
     /// The memory cgroup's OOM killer ended it (`limits.memory_mb`).
     MemoryLimit = "memory_limit",
+    /// RLIMIT_CPU's SIGKILL ended it (`limits.cpu_seconds`): its own CPU
+    /// time had reached the limit.
+    CpuLimit = "cpu_limit",
     /// The wall-clock limit was reached.
     Timeout = "timeout",
     /// The guards spent their CPU budget serving the run's checked calls
@@ -84,7 +87,9 @@ impl Reason {
     pub const fn termination(self) -> Termination {
         match self {
             Reason::ExitZero | Reason::ExitNonzero => Termination::Exited,
-            Reason::Signaled | Reason::MemoryLimit | Reason::GuardBudget => Termination::Signaled,
+            Reason::Signaled | Reason::MemoryLimit | Reason::CpuLimit | Reason::GuardBudget => {
+                Termination::Signaled
+            }
             Reason::Timeout => Termination::Timeout,
             Reason::CommandNotFound | Reason::CannotExecute | Reason::LostChild => {
                 Termination::Error
@@ -105,9 +110,11 @@ impl Reason {
     pub const fn exit_code(self) -> Option<i32> {
         match self {
             Reason::ExitZero => Some(0),
-            Reason::ExitNonzero | Reason::Signaled | Reason::MemoryLimit | Reason::GuardBudget => {
-                None
-            }
+            Reason::ExitNonzero
+            | Reason::Signaled
+            | Reason::MemoryLimit
+            | Reason::CpuLimit
+            | Reason::GuardBudget => None,
             Reason::Timeout => Some(exit::TIMEOUT),
             Reason::CommandNotFound => Some(exit::NOT_FOUND),
             Reason::CannotExecute => Some(exit::CANNOT_EXECUTE),
@@ -181,6 +188,8 @@ mod tests {
                 "exit_nonzero",
                 "signaled",
                 "memory_limit",
+                // Added when a kill by cpu_seconds became one of capsule's.
+                "cpu_limit",
                 "timeout",
                 // Added with the guards' CPU budget (issue 20).
                 "guard_budget",
@@ -219,6 +228,8 @@ mod tests {
         assert_eq!(Reason::CannotExecute.exit_code(), Some(126));
         assert_eq!(Reason::ExitZero.termination(), Termination::Exited);
         assert_eq!(Reason::MemoryLimit.termination(), Termination::Signaled);
+        assert_eq!(Reason::CpuLimit.termination(), Termination::Signaled);
+        assert_eq!(Reason::CpuLimit.exit_code(), None);
         assert_eq!(Reason::GuardBudget.termination(), Termination::Signaled);
         assert_eq!(Reason::GuardBudget.exit_code(), None);
         assert_eq!(Reason::LostChild.termination(), Termination::Error);

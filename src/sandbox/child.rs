@@ -319,7 +319,7 @@ pub(crate) fn init_main(spec: &'static ChildSpec) -> c_int {
     loop {
         match raw::sigwait(waited) {
             Ok(s) if s as c_int == libc::SIGCHLD => {
-                if let Some(status) = reap(cmd) {
+                if let Some(end) = reap(cmd) {
                     // The command is done: nothing it left behind survives it.
                     // Every process of the namespace descends from init, so
                     // when init has no child left there is nothing to kill
@@ -328,7 +328,13 @@ pub(crate) fn init_main(spec: &'static ChildSpec) -> c_int {
                         raw::kill(-1, libc::SIGKILL);
                         while raw::wait4(-1, libc::__WALL).is_ok() {}
                     }
-                    report(spec.chan, Msg::Exited { status });
+                    report(
+                        spec.chan,
+                        Msg::Exited {
+                            status: end.status,
+                            cpu_ms: end.cpu_ms,
+                        },
+                    );
                     raw::exit_group(0);
                 }
             }
@@ -410,9 +416,15 @@ pub(crate) fn keeper_main(spec: &'static ChildSpec) -> c_int {
     loop {
         match raw::sigwait(waited) {
             Ok(s) if s as c_int == libc::SIGCHLD => {
-                if let Some(status) = reap(cmd) {
+                if let Some(end) = reap(cmd) {
                     kill_every_child();
-                    report(spec.chan, Msg::Exited { status });
+                    report(
+                        spec.chan,
+                        Msg::Exited {
+                            status: end.status,
+                            cpu_ms: end.cpu_ms,
+                        },
+                    );
                     raw::exit_group(0);
                 }
             }
@@ -516,15 +528,48 @@ fn oom_first() {
     }
 }
 
-/// Reap every exited child without blocking; the command's wait status if it was among them.
-fn reap(cmd: c_int) -> Option<c_int> {
+/// How the command ended, as its parent (init, the keeper) saw it.
+#[derive(Clone, Copy)]
+struct CommandEnd {
+    /// Its raw wait status.
+    status: c_int,
+    /// The CPU time it had used, in milliseconds (-1: unknown).
+    cpu_ms: c_int,
+}
+
+/// Reap every exited child without blocking; how the command ended if it was
+/// among them. Each exited child is looked at before it is reaped
+/// (`peek_exited`, which leaves it a zombie): the command's CPU clock is read
+/// while it still exists, and is exactly the one RLIMIT_CPU was checked
+/// against, whatever its reaped children used.
+fn reap(cmd: c_int) -> Option<CommandEnd> {
     let mut found = None;
+    while let Some(pid) = raw::peek_exited() {
+        let cpu_ms = if pid == cmd {
+            raw::process_cpu_time_ns(cmd)
+                .map(|ns| c_int::try_from(ns / 1_000_000).unwrap_or(c_int::MAX))
+                .unwrap_or(-1)
+        } else {
+            -1
+        };
+        match raw::wait4(pid, libc::WNOHANG | libc::__WALL) {
+            Ok((p, status)) if p == pid => {
+                if p == cmd {
+                    found = Some(CommandEnd { status, cpu_ms });
+                }
+            }
+            // Not reaped after all: never spin on it; the loop below reaps.
+            _ => break,
+        }
+    }
+    // Whatever waitid could not show (a kernel or profile that refuses it):
+    // reaped as before, the command's CPU time then unknown.
     while let Ok((pid, status)) = raw::wait4(-1, libc::WNOHANG | libc::__WALL) {
         if pid <= 0 {
             break;
         }
         if pid == cmd {
-            found = Some(status);
+            found = Some(CommandEnd { status, cpu_ms: -1 });
         }
     }
     found

@@ -605,13 +605,14 @@ fn judge(
         program: &plan.program,
         timeout: plan.limits.timeout,
         grace,
+        cpu_seconds: plan.limits.cpu_seconds,
     };
     let watchdog = sup.ended.memory;
     let verdict = result::classify(&sup.ending(), &context, || {
         layers.cgroup.oom_killed() || watchdog.is_some()
     });
     let reason = verdict.apply(&mut r);
-    if let (Some(held), Some(_)) = (watchdog, &r.kill_reason) {
+    if let (Some(held), Reason::MemoryLimit) = (watchdog, reason) {
         r.kill_reason = Some(if held == u64::MAX {
             "memory limit reached (limits.memory_mb): capsule's memory watchdog could not read the run's memory"
                 .into()
@@ -825,6 +826,9 @@ struct Supervised {
     stdout: Captured,
     stderr: Captured,
     status: Option<i32>,
+    /// The command's own CPU time when it ended, as its parent in the run
+    /// read it (`Msg::Exited`).
+    cpu_time: Option<Duration>,
     exec_failed: Option<Errno>,
     setup_failed: Option<(sys::channel::Stage, Errno)>,
     ended: event_loop::Ended,
@@ -833,6 +837,20 @@ struct Supervised {
 }
 
 impl Supervised {
+    /// Nothing observed yet, for a run of `plan`.
+    fn new(plan: &Plan) -> Supervised {
+        Supervised {
+            stdout: Captured::default(),
+            stderr: Captured::default(),
+            status: None,
+            cpu_time: None,
+            exec_failed: None,
+            setup_failed: None,
+            ended: event_loop::Ended::default(),
+            guard_budget: notify_loop::cpu_budget(plan.limits.timeout, plan.limits.cpu_seconds),
+        }
+    }
+
     /// The facts of the run's end, for [`result::classify`].
     fn ending(&self) -> result::Ending {
         result::Ending {
@@ -842,8 +860,16 @@ impl Supervised {
             guard_budget: self.ended.guard_budget.then_some(self.guard_budget),
             exec_failed: self.exec_failed,
             status: self.status,
+            cpu_time: self.cpu_time,
         }
     }
+}
+
+/// The command's own CPU time as its parent in the run reported it with its
+/// wait status (-1 ms: unknown).
+fn reported_cpu_time(status: i32, cpu_ms: i32) -> Option<Duration> {
+    tracing::debug!("supervisor: the command ended, status {status:#x}, CPU {cpu_ms} ms");
+    u64::try_from(cpu_ms).ok().map(Duration::from_millis)
 }
 
 /// What the guard thread serves once the run's listener arrives.
@@ -881,15 +907,7 @@ async fn supervise(
         services.on_fd(tag, fd);
     }
 
-    let mut state = Supervised {
-        stdout: Captured::default(),
-        stderr: Captured::default(),
-        status: None,
-        exec_failed: None,
-        setup_failed: None,
-        ended: event_loop::Ended::default(),
-        guard_budget: notify_loop::cpu_budget(plan.limits.timeout, plan.limits.cpu_seconds),
-    };
+    let mut state = Supervised::new(plan);
     let budget = state.guard_budget;
     let exhausted = notify_loop::Exhausted::default();
     let mut guard: Option<notify_loop::Guard> = None;
@@ -916,7 +934,10 @@ async fn supervise(
             Msg::SetupFailed { stage, errno } => {
                 state.setup_failed = Some((stage, Errno::from_raw(errno)))
             }
-            Msg::Exited { status } => state.status = Some(status),
+            Msg::Exited { status, cpu_ms } => {
+                state.status = Some(status);
+                state.cpu_time = reported_cpu_time(status, cpu_ms);
+            }
             // The command stage's first word under the keeper (unless
             // `await_command` read it already): whom signals go to.
             Msg::Command { pid } if pid > 0 && sp.command.get() == 0 => sp.command.set(pid),

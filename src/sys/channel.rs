@@ -94,8 +94,12 @@ pub enum Msg {
     ExecFailed { errno: i32 },
     /// A confinement step failed: nothing ran.
     SetupFailed { stage: Stage, errno: i32 },
-    /// The init stage reports how the command ended (a raw wait status).
-    Exited { status: i32 },
+    /// The init stage (or the keeper) reports how the command ended: its raw
+    /// wait status, and the CPU time it had used (user + system, its own
+    /// threads, not its children's) in milliseconds, -1 when unknown: what
+    /// tells a kill by `limits.cpu_seconds` (RLIMIT_CPU's SIGKILL) from
+    /// another SIGKILL.
+    Exited { status: i32, cpu_ms: i32 },
     /// A descriptor is attached (its meaning is agreed by the sender and receiver).
     Fd { tag: i32 },
     /// The command stage's pid, its first word where a keeper (not capsule)
@@ -121,7 +125,7 @@ impl Msg {
         let (k, a, b) = match self {
             Msg::ExecFailed { errno } => (KIND_EXEC, errno, 0),
             Msg::SetupFailed { stage, errno } => (KIND_SETUP, stage as i32, errno),
-            Msg::Exited { status } => (KIND_EXITED, status, 0),
+            Msg::Exited { status, cpu_ms } => (KIND_EXITED, status, cpu_ms),
             Msg::Fd { tag } => (KIND_FD, tag, 0),
             Msg::Command { pid } => (KIND_COMMAND, pid, 0),
             Msg::Ready => (KIND_READY, 0, 0),
@@ -145,7 +149,10 @@ impl Msg {
                 stage: Stage::from_i32(a)?,
                 errno: b,
             },
-            KIND_EXITED => Msg::Exited { status: a },
+            KIND_EXITED => Msg::Exited {
+                status: a,
+                cpu_ms: b,
+            },
             KIND_FD => Msg::Fd { tag: a },
             KIND_COMMAND => Msg::Command { pid: a },
             KIND_READY => Msg::Ready,
@@ -260,7 +267,14 @@ mod tests {
                 stage: Stage::Landlock,
                 errno: 38,
             },
-            Msg::Exited { status: 0x0300 },
+            Msg::Exited {
+                status: 0x0300,
+                cpu_ms: 1000,
+            },
+            Msg::Exited {
+                status: 9,
+                cpu_ms: -1,
+            },
             Msg::Fd { tag: 7 },
             Msg::Command { pid: 4321 },
             Msg::Ready,
@@ -275,11 +289,25 @@ mod tests {
     fn eof_when_peer_closes() {
         let (a, b) = pair().unwrap();
         // As the child stages send: one raw send of the encoded record.
-        crate::sys::raw::send(a.raw(), &Msg::Exited { status: 0 }.encode()).unwrap();
+        crate::sys::raw::send(
+            a.raw(),
+            &Msg::Exited {
+                status: 0,
+                cpu_ms: 0,
+            }
+            .encode(),
+        )
+        .unwrap();
         drop(a);
         assert!(matches!(
             b.recv(),
-            Ok(Some((Some(Msg::Exited { status: 0 }), None)))
+            Ok(Some((
+                Some(Msg::Exited {
+                    status: 0,
+                    cpu_ms: 0
+                }),
+                None
+            )))
         ));
         assert!(matches!(b.recv(), Ok(None)));
     }

@@ -442,6 +442,52 @@ pub fn wait4(pid: c_int, options: c_int) -> Result<(c_int, c_int), i32> {
     }
 }
 
+/// The pid of a child that has exited and is not reaped yet, left so
+/// (`waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT | __WALL)`): its CPU
+/// clock can still be read before [`wait4`] reaps it. None when no child has
+/// exited (or there is none).
+pub fn peek_exited() -> Option<c_int> {
+    loop {
+        // SAFETY: an all-zero siginfo_t is a valid value of the plain C struct.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: the kernel writes one siginfo_t into our local; no rusage is passed.
+        let r = map(unsafe {
+            syscall!(
+                Sysno::waitid,
+                libc::P_ALL,
+                0,
+                std::ptr::addr_of_mut!(info),
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT | libc::__WALL,
+                0
+            )
+        });
+        match r {
+            Err(libc::EINTR) => continue,
+            Err(_) => return None,
+            // SAFETY: waitid filled in (or left zero) the SIGCHLD fields, si_pid among them.
+            Ok(_) => return Some(unsafe { info.si_pid() }).filter(|&p| p > 0),
+        }
+    }
+}
+
+/// The CPU time process `pid` (a child of ours, possibly exited but not yet
+/// reaped) has used, in nanoseconds: user + system of all its threads, not
+/// its children's. This is its `CPUCLOCK_PROF` process clock, the one
+/// RLIMIT_CPU is checked against (`MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_PROF)`
+/// = `~pid << 3`).
+pub fn process_cpu_time_ns(pid: c_int) -> Result<u64, i32> {
+    let clock: c_int = (!pid) << 3;
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: the kernel writes one timespec into our local.
+    map(unsafe { syscall!(Sysno::clock_gettime, clock, std::ptr::addr_of_mut!(ts)) })?;
+    Ok((ts.tv_sec.max(0) as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec.max(0) as u64))
+}
+
 pub fn kill(pid: c_int, sig: c_int) {
     // SAFETY: integers only.
     let _ = unsafe { syscall!(Sysno::kill, pid, sig) };

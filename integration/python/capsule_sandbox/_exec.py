@@ -164,13 +164,14 @@ def _from_json(doc: dict[str, Any], duration: float) -> SandboxResult:
     reason = str(doc.get("termination_reason") or "")
     sig = doc.get("signal") if isinstance(doc.get("signal"), int) else None
     # Timeout and refusal come from capsule's termination_reason only: a child
-    # that exits 124 or 125 has just that exit code.
+    # that exits 124 or 125 has just that exit code. A kill by a limit
+    # (limits.memory_mb, limits.cpu_seconds: SIGKILL with killed and a
+    # kill_reason naming the limit) is capsule's verdict too, taken as is: the
+    # signal alone does not say who sent it (RLIMIT_CPU is set soft = hard,
+    # so the kernel never sends SIGXCPU, only SIGKILL).
     if reason == "timeout":
         killed = True
         kill_reason = kill_reason or "wall-clock limit (limits.timeout_seconds) exceeded"
-    elif sig == getattr(signal, "SIGXCPU", 24) and not killed:
-        killed = True
-        kill_reason = "CPU-time limit (limits.cpu_seconds) exceeded"
     if reason == "signaled" and sig:
         exit_code = -sig  # the provider contract's convention (capsule's CLI: 128+N)
     error = str(doc.get("error") or "")

@@ -6,6 +6,7 @@ whether or not capsule gives the run its own pid namespace.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -142,3 +143,41 @@ def test_destroy_session_stops_running_execution(provider):
         assert not Path(handle.workspace).exists()
     finally:
         thread.join(30)
+
+
+def test_cpu_limit_kill_is_reported_as_killed(provider):
+    # cpu_limit * timeout_seconds = limits.cpu_seconds: 1 s of CPU.
+    cfg = SandboxConfig(timeout_seconds=10, cpu_limit=0.1)
+    started = time.monotonic()
+    result = provider.run_once("agent-1", "while True: pass", config=cfg).result
+    assert time.monotonic() - started < 8, "the CPU limit, not the timeout, must end it"
+    assert result.killed is True, result
+    assert result.success is False
+    assert result.kill_reason == "CPU time limit reached (limits.cpu_seconds)"
+    assert result.termination_reason == "signaled"
+    assert result.signal == 9 and result.exit_code == -9
+
+
+def test_a_sigkill_below_the_cpu_limit_is_not_a_kill_by_capsule(provider):
+    cfg = SandboxConfig(timeout_seconds=10, cpu_limit=0.1)
+    result = provider.run_once("agent-1", "import os\nos.kill(os.getpid(), 9)", config=cfg).result
+    assert result.termination_reason == "signaled"
+    assert result.signal == 9 and result.exit_code == -9
+    assert result.killed is False and result.kill_reason == ""
+    assert result.success is False
+
+
+def test_the_provider_takes_capsules_verdict_on_a_signal():
+    # No guess from the signal number: SIGXCPU (which capsule's soft = hard
+    # RLIMIT_CPU never sends) is the command's own business, and a SIGKILL is
+    # a kill by a limit only when capsule says so.
+    from capsule_sandbox._exec import parse_result
+
+    def parsed(**doc):
+        base = {"termination_reason": "signaled", "success": False, "killed": False, "kill_reason": None}
+        return parse_result(json.dumps({**base, **doc}).encode(), b"", 0, 0.1, 5.0)
+
+    xcpu = parsed(signal=24, exit_code=152)
+    assert (xcpu.killed, xcpu.kill_reason, xcpu.exit_code) == (False, "", -24)
+    cpu = parsed(signal=9, exit_code=137, killed=True, kill_reason="CPU time limit reached (limits.cpu_seconds)")
+    assert (cpu.killed, cpu.kill_reason, cpu.success) == (True, "CPU time limit reached (limits.cpu_seconds)", False)
