@@ -126,3 +126,55 @@ fn a_fifo_left_as_a_tools_program_does_not_hang_check() {
         "capsule check hung on the FIFO an earlier run left as a tool's program"
     );
 }
+
+/// Without namespaces (path 3: no unprivileged user namespaces, a
+/// RuntimeDefault pod, Ubuntu 24.04) the command's own `/proc/self` is
+/// granted, and its `net/` directory (also `task/TID/net/`) is the
+/// network namespace the process is in: the host's. So the run read every
+/// TCP and UDP connection and listener of the host (`net/tcp`: addresses,
+/// ports, uids), every Unix socket's name (`net/unix`), the interfaces and
+/// routes, none of which any grant names. The attack: a host listener on
+/// 127.0.0.1 the run must not find there.
+#[test]
+fn without_namespaces_the_run_cannot_read_the_hosts_sockets_through_its_own_proc() {
+    let mut sb = Sandbox::new();
+    sb.set_env("CAPSULE_NO_NAMESPACES", "1");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let port = listener.local_addr().unwrap().port();
+    let needle = format!(":{port:04X} ");
+    let script = r#"
+import os
+pid = os.getpid()
+for p in ["/proc/self/net/tcp", "/proc/%d/net/tcp" % pid, "/proc/thread-self/net/tcp",
+          "/proc/self/task/%d/net/tcp" % pid, "/proc/self/net/unix"]:
+    try:
+        data = open(p).read()
+        print("READ", p, data.replace("\n", "|"))
+    except OSError as e:
+        print("REFUSED", p, e.errno)
+print("STATUS", open("/proc/self/status").read().splitlines()[0])
+print("FDS", len(os.listdir("/proc/self/fd")) > 0)
+"#;
+    let r = sb.exec_json(&[], &[&python(), "-c", script]);
+    let out = r.child_stdout();
+    assert!(
+        out.contains("STATUS Name:") && out.contains("FDS True"),
+        "the command no longer reads its own /proc/self:{}",
+        r.ctx()
+    );
+    for line in out.lines().filter(|l| l.starts_with("READ")) {
+        assert!(
+            !line.contains(&needle),
+            "the run read the host's loopback listener (port {port}) in {}:{}",
+            line.split_whitespace().nth(1).unwrap_or("?"),
+            r.ctx()
+        );
+        assert!(
+            !line.contains("/net/"),
+            "the run read the host's network state: {}:{}",
+            line.split_whitespace().nth(1).unwrap_or("?"),
+            r.ctx()
+        );
+    }
+    drop(listener);
+}
