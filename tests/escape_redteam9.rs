@@ -178,3 +178,173 @@ print("FDS", len(os.listdir("/proc/self/fd")) > 0)
     }
     drop(listener);
 }
+
+/// A btrfs directory for the subvolume attacks: `CAPSULE_TEST_BTRFS_DIR`,
+/// else the sandbox's own directory when it lies on btrfs; None (a skip)
+/// elsewhere.
+fn btrfs_dir(sb: &Sandbox) -> Option<std::path::PathBuf> {
+    const BTRFS_SUPER_MAGIC: i64 = 0x9123_683e;
+    let on_btrfs = |p: &std::path::Path| {
+        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).ok()?;
+        // SAFETY: all-zero is a valid `struct statfs`; statfs only writes it.
+        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: `c` is NUL-terminated and `st` lives across the call.
+        let r = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+        Some(r == 0 && st.f_type as i64 == BTRFS_SUPER_MAGIC)
+    };
+    let base = std::env::var_os("CAPSULE_TEST_BTRFS_DIR")
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| sb.root.clone());
+    if on_btrfs(&base) != Some(true) {
+        eprintln!(
+            "skipped: {} is not on btrfs (set CAPSULE_TEST_BTRFS_DIR to a btrfs directory this user can write)",
+            base.display()
+        );
+        return None;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("capsule-rt9-")
+        .tempdir_in(&base)
+        .ok()?
+        .keep();
+    std::fs::canonicalize(dir).ok()
+}
+
+/// The btrfs subvolume ioctls a run must not make, as a Python prelude:
+/// `snap(dst_dir_fd, src_dir_fd, name)`, `setflags(fd, flags)`.
+const BTRFS_PY: &str = r#"
+import os, fcntl, struct
+SNAP_CREATE, SUBVOL_SETFLAGS = 0x50009401, 0x4008941a
+def snap(dst, src, name):
+    fcntl.ioctl(dst, SNAP_CREATE, bytearray(struct.pack("q", src) + name + b"\0" * (4088 - len(name))))
+def setflags(fd, flags):
+    fcntl.ioctl(fd, SUBVOL_SETFLAGS, bytearray(struct.pack("Q", flags)))
+"#;
+
+/// Make `path` a btrfs subvolume (on the host, as the test's user); false
+/// where this user cannot.
+fn make_subvolume(path: &std::path::Path) -> bool {
+    let script = format!(
+        "{BTRFS_PY}\nSUBVOL_CREATE = 0x5000940e\nd = os.open({:?}, os.O_RDONLY)\nn = {:?}.encode()\n\
+         fcntl.ioctl(d, SUBVOL_CREATE, bytearray(struct.pack('q', 0) + n + b'\\0' * (4088 - len(n))))\n",
+        path.parent().unwrap().to_string_lossy(),
+        path.file_name().unwrap().to_string_lossy()
+    );
+    std::process::Command::new(python())
+        .args(["-c", &script])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// btrfs's subvolume ioctls are no path operation: Landlock (no hook for
+/// them), seccomp (ioctl numbers only TIOCSTI/TIOCLINUX and chattr's were
+/// refused) and the view see nothing but an ioctl on a directory the run
+/// may open. `BTRFS_IOC_SNAP_CREATE` on a directory of a write grant, with
+/// the descriptor of a readable subvolume root, copied the whole
+/// subvolume there — a `deny` carve-out (`./.env`), a credential file in a
+/// granted home subvolume, as root an `/etc` secret — and the run read the
+/// copy: both paths. Without namespaces (no read-only view) the same call
+/// on a directory the run may only read planted a directory of its own
+/// making there (a `__pycache__`, a systemd drop-in directory as root),
+/// and `BTRFS_IOC_SUBVOL_SETFLAGS` made a subvolume it may only read
+/// read-only. Skipped where no btrfs directory is at hand.
+#[test]
+fn btrfs_subvolume_ioctls_cannot_copy_carve_outs_or_write_outside_grants() {
+    let sb = Sandbox::new();
+    let Some(dir) = btrfs_dir(&sb) else { return };
+    let proj = dir.join("proj");
+    if !make_subvolume(&proj) {
+        eprintln!(
+            "skipped: cannot create a btrfs subvolume in {}",
+            dir.display()
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
+    let secret = token("btrfs-secret");
+    std::fs::write(proj.join(".env"), &secret).unwrap();
+    std::fs::write(proj.join("readme"), "hi").unwrap();
+    let out = dir.join("out");
+    let own = out.join("own");
+    std::fs::create_dir_all(&out).unwrap();
+    let p = |x: &std::path::Path| x.to_string_lossy().into_owned();
+    let policy = sb.policy(&format!(
+        "version: 1\nfilesystem:\n  read: [{:?}]\n  write: [{:?}]\n  deny: [{:?}]\n",
+        p(&proj),
+        p(&out),
+        p(&proj.join(".env"))
+    ));
+    let script = format!(
+        r#"{BTRFS_PY}
+import sys
+proj, out, own = {:?}, {:?}, {:?}
+def attempt(what, f):
+    try:
+        f(); print(what, "MADE")
+    except OSError as e:
+        print(what, "refused", e.errno)
+src = os.open(proj, os.O_RDONLY | os.O_DIRECTORY)
+dst = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+attempt("snapshot-into-write-grant", lambda: snap(dst, src, b"copy%d" % os.getpid()))
+for name in os.listdir(out):
+    try:
+        print("READ", open(os.path.join(out, name, ".env")).read())
+    except OSError:
+        pass
+# A subvolume of its own making in its write grant (or a plain directory).
+attempt("subvolume-in-write-grant", lambda: fcntl.ioctl(dst, 0x5000940e,
+    bytearray(b"\0" * 8 + b"own" + b"\0" * 4085)))
+if not os.path.isdir(own):
+    os.mkdir(own)
+open(os.path.join(own, "payload"), "w").write("planted")
+o = os.open(own, os.O_RDONLY | os.O_DIRECTORY)
+attempt("snapshot-into-read-grant", lambda: snap(src, o, b"planted"))
+attempt("setflags-read-grant", lambda: setflags(src, 2))
+"#,
+        p(&proj),
+        p(&out),
+        p(&own)
+    );
+    for no_ns in [false, true] {
+        let mut sb2 = Sandbox::new();
+        if no_ns {
+            sb2.set_env("CAPSULE_NO_NAMESPACES", "1");
+        }
+        let r = sb2.exec_json(&["--policy", &policy], &[&python(), "-c", &script]);
+        let so = r.child_stdout();
+        assert!(
+            so.contains("snapshot-into-write-grant"),
+            "the attack did not run (no_ns {no_ns}):{}",
+            r.ctx()
+        );
+        assert!(
+            !so.contains(&secret),
+            "a snapshot copied the denied ./.env where the run reads it (no_ns {no_ns}):{}",
+            r.ctx()
+        );
+        assert!(
+            !so.lines()
+                .any(|l| l.ends_with("MADE") && !l.starts_with("subvolume-in-write-grant")),
+            "a btrfs subvolume ioctl went through (no_ns {no_ns}):{}",
+            r.ctx()
+        );
+        assert!(
+            !proj.join("planted").exists(),
+            "the run planted a directory in its read grant (no_ns {no_ns}):{}",
+            r.ctx()
+        );
+        let _ = std::fs::remove_dir_all(&own);
+    }
+    // Subvolumes go with rmdir once empty (Linux 4.18+); the flag first.
+    let _ = std::process::Command::new(python())
+        .args([
+            "-c",
+            &format!(
+                "{BTRFS_PY}\nsetflags(os.open({:?}, os.O_RDONLY), 0)",
+                p(&proj)
+            ),
+        ])
+        .status();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -18,7 +18,10 @@
 //! * `ioctl` with `TIOCSTI` (push bytes into the terminal's input: run
 //!   commands in the parent's shell) or `TIOCLINUX`. The kernel reads the
 //!   request as `unsigned int`, so the comparison is on the low 32 bits:
-//!   `TIOCSTI | 1 << 32` must not slip past (CVE-2019-10063).
+//!   `TIOCSTI | 1 << 32` must not slip past (CVE-2019-10063). Also btrfs's
+//!   subvolume ioctls ([`BTRFS_SUBVOLUME_IOCTLS`]): snapshots copy a
+//!   readable subvolume's carve-outs into a write grant, and without a
+//!   view make and change subvolumes where the run may only read.
 //! * `chmod`, `fchmod`, `fchmodat`, `fchmodat2` with `S_ISUID` or `S_ISGID`
 //!   in the mode, in every mode and for every path: Landlock has no hook for
 //!   chmod, and a setuid-root copy of a shell made by a sandboxed root command
@@ -160,6 +163,35 @@ pub(super) const PERSONALITY_ALLOWED: &[u32] = &[0, 0xffff_ffff];
 pub(super) const TIOCSTI: u32 = 0x5412;
 pub(super) const TIOCLINUX: u32 = 0x541C;
 
+/// btrfs's subvolume ioctls (linux/btrfs.h; `_IOW`/`_IOWR` of magic 0x94,
+/// the same on x86_64 and aarch64). No path operation, so no Landlock hook
+/// and no view sees them, only an ioctl on a directory the run may open:
+/// `SNAP_CREATE` copied a whole readable subvolume, its `deny` carve-outs
+/// and credential files included, into a write grant where the run read
+/// them (every path), and without a read-only view it (and
+/// `SUBVOL_CREATE`) made directories of the run's choosing in directories
+/// it may only read, `SNAP_DESTROY` (with `user_subvol_rm_allowed`) removes
+/// a subvolume there, and `SUBVOL_SETFLAGS` and `SET_RECEIVED_SUBVOL`
+/// change a subvolume it may only read (`tests/escape_redteam9.rs`).
+pub(super) const BTRFS_SUBVOLUME_IOCTLS: &[u32] = &[
+    0x5000_9401, // BTRFS_IOC_SNAP_CREATE
+    0x5000_940e, // BTRFS_IOC_SUBVOL_CREATE
+    0x5000_940f, // BTRFS_IOC_SNAP_DESTROY
+    0x5000_9417, // BTRFS_IOC_SNAP_CREATE_V2
+    0x5000_9418, // BTRFS_IOC_SUBVOL_CREATE_V2
+    0x4008_941a, // BTRFS_IOC_SUBVOL_SETFLAGS
+    0xc0c8_9425, // BTRFS_IOC_SET_RECEIVED_SUBVOL
+    0xc0c0_9425, // BTRFS_IOC_SET_RECEIVED_SUBVOL_32 (the compat layout)
+    0x5000_943f, // BTRFS_IOC_SNAP_DESTROY_V2
+];
+
+/// Every ioctl request refused in every mode (EPERM).
+pub(super) fn denied_ioctls() -> Vec<u32> {
+    let mut v = vec![TIOCSTI, TIOCLINUX];
+    v.extend_from_slice(BTRFS_SUBVOLUME_IOCTLS);
+    v
+}
+
 /// SysV IPC and POSIX message queues: denied whole when the child shares the
 /// host's IPC namespace. (x86_64 and aarch64 have no multiplexed `ipc()`;
 /// i386 and s390x do, and capsule builds no filter for them.)
@@ -282,10 +314,7 @@ pub(super) fn arg_checks(opts: &SeccompOptions) -> Vec<(&'static str, ArgCheck)>
             "personality",
             ArgCheck::one_of(0, PERSONALITY_ALLOWED, Pass, Deny),
         ),
-        (
-            "ioctl",
-            ArgCheck::one_of(1, &[TIOCSTI, TIOCLINUX], Deny, Pass),
-        ),
+        ("ioctl", ArgCheck::one_of(1, &denied_ioctls(), Deny, Pass)),
         // A lease needs only a descriptor opened for reading (and, as root,
         // nothing else): a read lease held every host process that opened
         // a file the run may only read for writing blocked for

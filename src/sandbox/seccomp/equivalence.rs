@@ -12,9 +12,7 @@
 
 use super::arch::{AUDIT_ARCH_AARCH64, AUDIT_ARCH_X86_64, X32_SYSCALL_BIT};
 use super::bpf::{self, Data, SockFilter};
-use super::deny::{
-    AT_EMPTY_PATH, CLONE_NEW_FLAGS, IOPRIO_OWN, PERSONALITY_ALLOWED, PRIO_OWN, TIOCLINUX, TIOCSTI,
-};
+use super::deny::{AT_EMPTY_PATH, CLONE_NEW_FLAGS, IOPRIO_OWN, PERSONALITY_ALLOWED, PRIO_OWN};
 use super::table::Arch;
 use super::{compile, oracle, SeccompOptions};
 
@@ -103,7 +101,7 @@ fn interesting(name: &str, arg: usize) -> Vec<u32> {
             v.extend([0x0040_0000, 0x0002_0000, 0x0800_0000, 8]);
         }
         ("ioctl", 1) => {
-            for r in [TIOCSTI, TIOCLINUX] {
+            for r in super::deny::denied_ioctls() {
                 v.extend([r, r + 1, r - 1, r | 0x8000_0000]);
             }
             v.extend([0x5413, 0x4004_5413]);
