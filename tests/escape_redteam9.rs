@@ -348,3 +348,136 @@ attempt("setflags-read-grant", lambda: setflags(src, 2))
         .status();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A directory on a file system with fscrypt (ext4 `-O encrypt`, f2fs):
+/// `CAPSULE_TEST_FSCRYPT_DIR`, else the sandbox's own directory; the test
+/// then finds out by trying.
+fn fscrypt_base(sb: &Sandbox) -> std::path::PathBuf {
+    std::env::var_os("CAPSULE_TEST_FSCRYPT_DIR")
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| sb.root.clone())
+}
+
+/// fscrypt's ioctls as a Python prelude: `add_key(fd)` (a fresh v2 key:
+/// its identifier), `set_policy(dir_fd, ident)`, `get_ident(dir_fd)`,
+/// `remove_key(fd, ident)`, `key_status(fd, ident)` (1 absent, 2 present).
+const FSCRYPT_PY: &str = r#"
+import os, fcntl, struct
+def add_key(fd):
+    arg = bytearray(struct.pack("II32sII32x", 2, 0, b"", 64, 0) + os.urandom(64))
+    fcntl.ioctl(fd, 0xC0506617, arg)
+    return bytes(arg[8:24])
+def set_policy(dfd, ident):
+    fcntl.ioctl(dfd, 0x800c6613, bytearray(struct.pack("BBBB4x16s", 2, 1, 4, 3, ident)))
+def get_ident(dfd):
+    buf = bytearray(struct.pack("Q", 24) + b"\0" * 24)
+    fcntl.ioctl(dfd, 0xC0096616, buf)
+    return bytes(buf[16:32])
+def remove_key(fd, ident):
+    fcntl.ioctl(fd, 0xC0406618, bytearray(struct.pack("II16s16x", 2, 0, ident) + b"\0" * 24))
+def key_status(fd, ident):
+    arg = bytearray(struct.pack("II16s16x", 2, 0, ident) + b"\0" * 88)
+    fcntl.ioctl(fd, 0xC080661A, arg)
+    return struct.unpack_from("I", arg, 64)[0]
+"#;
+
+/// fscrypt keeps its master keys in the file system's keyring, keyed by
+/// the user who added them, and takes them with ioctls on any descriptor
+/// of that file system: no path operation, no Landlock hook, and a
+/// read-only mount does not stop them. A run that may only read an
+/// encrypted directory asked its key identifier
+/// (`FS_IOC_GET_ENCRYPTION_POLICY_EX`) and removed the user's key
+/// (`FS_IOC_REMOVE_ENCRYPTION_KEY`, the same uid's claim): the user's
+/// encrypted files were locked on the host ("Required key not
+/// available") until the key is added again. `FS_IOC_ADD_ENCRYPTION_KEY`
+/// left keys of the run's in the file system's keyring after it, charged
+/// to the user's key quota. Skipped where no file system with fscrypt is
+/// at hand.
+#[test]
+fn a_run_cannot_remove_the_users_fscrypt_key() {
+    let sb = Sandbox::new();
+    let base = fscrypt_base(&sb);
+    let dir = match tempfile::Builder::new()
+        .prefix("capsule-rt9-")
+        .tempdir_in(&base)
+    {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("skipped: no directory in {}: {e}", base.display());
+            return;
+        }
+    };
+    let enc = dir.path().join("enc");
+    std::fs::create_dir(&enc).unwrap();
+    let enc_s = enc.to_string_lossy().into_owned();
+    let setup = format!(
+        "{FSCRYPT_PY}\nd = os.open({enc_s:?}, os.O_RDONLY)\nident = add_key(d)\nset_policy(d, ident)\n\
+         open(os.path.join({enc_s:?}, 'file'), 'w').write('plain')\nprint(ident.hex())\n"
+    );
+    let out = std::process::Command::new(python())
+        .args(["-c", &setup])
+        .output()
+        .expect("run python");
+    if !out.status.success() {
+        eprintln!(
+            "skipped: no fscrypt in {} (set CAPSULE_TEST_FSCRYPT_DIR to a directory on ext4 with -O encrypt): {}",
+            base.display(),
+            String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")
+        );
+        return;
+    }
+    let ident = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let attack = format!(
+        r#"{FSCRYPT_PY}
+d = os.open({enc_s:?}, os.O_RDONLY)
+ident = get_ident(d)
+print("IDENT", ident.hex())
+for what, f in [("remove", lambda: remove_key(d, ident)), ("add", lambda: add_key(d))]:
+    try:
+        f(); print(what, "MADE")
+    except OSError as e:
+        print(what, "refused", e.errno)
+"#
+    );
+    let status = format!(
+        "{FSCRYPT_PY}\nprint(key_status(os.open({enc_s:?}, os.O_RDONLY), bytes.fromhex({ident:?})))"
+    );
+    let host_status = || {
+        let o = std::process::Command::new(python())
+            .args(["-c", &status])
+            .output()
+            .expect("run python");
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    for no_ns in [false, true] {
+        let mut sb2 = Sandbox::new();
+        if no_ns {
+            sb2.set_env("CAPSULE_NO_NAMESPACES", "1");
+        }
+        let r = sb2.exec_json(&["--allow-read", &enc_s], &[&python(), "-c", &attack]);
+        let so = r.child_stdout();
+        assert!(
+            so.contains("remove "),
+            "the attack did not run (no_ns {no_ns}):{}",
+            r.ctx()
+        );
+        assert!(
+            !so.contains("MADE"),
+            "the run changed the file system's fscrypt keyring (no_ns {no_ns}):{}",
+            r.ctx()
+        );
+        assert_eq!(
+            host_status(),
+            "2",
+            "the user's key is no longer present after the run (no_ns {no_ns}):{}",
+            r.ctx()
+        );
+    }
+    let cleanup = format!(
+        "{FSCRYPT_PY}\nremove_key(os.open({enc_s:?}, os.O_RDONLY), bytes.fromhex({ident:?}))"
+    );
+    let _ = std::process::Command::new(python())
+        .args(["-c", &cleanup])
+        .status();
+}

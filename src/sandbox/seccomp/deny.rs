@@ -21,7 +21,10 @@
 //!   `TIOCSTI | 1 << 32` must not slip past (CVE-2019-10063). Also btrfs's
 //!   subvolume ioctls ([`BTRFS_SUBVOLUME_IOCTLS`]): snapshots copy a
 //!   readable subvolume's carve-outs into a write grant, and without a
-//!   view make and change subvolumes where the run may only read.
+//!   view make and change subvolumes where the run may only read; and
+//!   fscrypt's key ioctls ([`FSCRYPT_KEY_IOCTLS`]): the run removed the
+//!   user's key from the file system's keyring, locking the user's
+//!   encrypted files on the host.
 //! * `chmod`, `fchmod`, `fchmodat`, `fchmodat2` with `S_ISUID` or `S_ISGID`
 //!   in the mode, in every mode and for every path: Landlock has no hook for
 //!   chmod, and a setuid-root copy of a shell made by a sandboxed root command
@@ -185,10 +188,25 @@ pub(super) const BTRFS_SUBVOLUME_IOCTLS: &[u32] = &[
     0x5000_943f, // BTRFS_IOC_SNAP_DESTROY_V2
 ];
 
+/// fscrypt's key ioctls (linux/fscrypt.h, `_IOWR('f', ...)`): the master
+/// keys live in the file system's keyring, keyed by the user who added
+/// them, and these take any descriptor of that file system (no path
+/// operation, no Landlock hook; a read-only mount does not stop them). A
+/// run that may only read an encrypted directory took its key identifier
+/// and removed the user's key, locking the user's files on the host; keys
+/// it adds stay in the keyring after it, charged to the user's quota.
+/// Reading a policy or a key's status stays allowed.
+pub(super) const FSCRYPT_KEY_IOCTLS: &[u32] = &[
+    0xc050_6617, // FS_IOC_ADD_ENCRYPTION_KEY
+    0xc040_6618, // FS_IOC_REMOVE_ENCRYPTION_KEY
+    0xc040_6619, // FS_IOC_REMOVE_ENCRYPTION_KEY_ALL_USERS
+];
+
 /// Every ioctl request refused in every mode (EPERM).
 pub(super) fn denied_ioctls() -> Vec<u32> {
     let mut v = vec![TIOCSTI, TIOCLINUX];
     v.extend_from_slice(BTRFS_SUBVOLUME_IOCTLS);
+    v.extend_from_slice(FSCRYPT_KEY_IOCTLS);
     v
 }
 

@@ -201,7 +201,7 @@ fn summarize(f: &Filters) -> Vec<String> {
     let flags: Vec<&str> = deny::CLONE_NEW_FLAGS.iter().map(|(n, _)| *n).collect();
     lines.push(format!(
         "seccomp: EPERM: clone with {}; personality other than 0 and 0xffffffff; \
-         ioctl TIOCSTI/TIOCLINUX and btrfs subvolume create/snapshot/destroy/setflags (low 32 bits of the request)",
+         ioctl TIOCSTI/TIOCLINUX and btrfs subvolume create/snapshot/destroy/setflags, fscrypt key add/remove (low 32 bits of the request)",
         flags.join("|")
     ));
     lines.push(
