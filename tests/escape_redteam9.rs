@@ -481,3 +481,71 @@ for what, f in [("remove", lambda: remove_key(d, ident)), ("add", lambda: add_ke
         .args(["-c", &cleanup])
         .status();
 }
+
+/// capsule left RLIMIT_RTPRIO and RLIMIT_NICE as the host gave them. A
+/// desktop user in the `audio` or `pipewire` group gets `rtprio 95` (and
+/// often a negative nice ceiling) from limits.d, so the run could make its
+/// threads SCHED_FIFO 95 (no capability needed within RLIMIT_RTPRIO) or
+/// raise its priority: a few spinning real-time threads hold every core
+/// against the user's session, and against capsule's own supervisor,
+/// for the run's whole timeout: far more than the CPU-share contention
+/// the README leaves open. The attack: capsule started with RLIMIT_RTPRIO
+/// 50 and RLIMIT_NICE 30; the run asks for SCHED_FIFO 10 and nice -5.
+/// (Skipped where this user cannot raise them: raising a hard limit needs
+/// CAP_SYS_RESOURCE; `sandbox::rlimits`'s unit test holds the fix there.)
+#[test]
+fn a_run_cannot_take_realtime_priority_the_hosts_limits_allow() {
+    let sb = Sandbox::new();
+    let script = r#"
+import os
+try:
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10)); print("FIFO MADE")
+except OSError as e:
+    print("FIFO refused", e.errno)
+try:
+    os.nice(-5); print("NICE MADE", os.nice(0))
+except OSError as e:
+    print("NICE refused", e.errno)
+"#;
+    let c = sb.std_command(["exec", "--json", "--", &python(), "-c", script]);
+    let envs: Vec<(std::ffi::OsString, std::ffi::OsString)> = c
+        .get_envs()
+        .filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned())))
+        .collect();
+    // Raise both limits, then exec capsule (a user in the audio group
+    // starts with them raised).
+    let raise = "import os, resource, sys\n\
+                 try:\n    \
+                 resource.setrlimit(resource.RLIMIT_RTPRIO, (50, 50))\n    \
+                 resource.setrlimit(resource.RLIMIT_NICE, (30, 30))\n\
+                 except (OSError, ValueError):\n    \
+                 print('NOLIMIT'); sys.exit(0)\n\
+                 os.execv(sys.argv[1], sys.argv[1:])\n";
+    let out = std::process::Command::new(python())
+        .arg("-c")
+        .arg(raise)
+        .arg(c.get_program())
+        .args(c.get_args())
+        .env_clear()
+        .envs(envs)
+        .current_dir(&sb.root)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run capsule");
+    let so = String::from_utf8_lossy(&out.stdout).into_owned();
+    if so.trim() == "NOLIMIT" {
+        eprintln!(
+            "skipped: this user cannot raise RLIMIT_RTPRIO/RLIMIT_NICE to start capsule with them"
+        );
+        return;
+    }
+    assert!(
+        so.contains("FIFO ") && so.contains("NICE "),
+        "the attack did not run: {so}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !so.contains("MADE"),
+        "the run raised its scheduling priority with the host's limits: {so}"
+    );
+}
