@@ -36,3 +36,19 @@ def test_a_deeply_nested_line_does_not_break_the_sessions_reader(backend):
         assert session.recv(timeout=30) == {"after": 1}
     finally:
         session.close()
+
+
+def test_code_too_deep_to_scan_is_a_scan_refusal(provider):
+    """The static scan parses and walks the submitted code on the host,
+    recursively: code nested deeper than Python's recursion limit (an
+    attribute chain of 900 links, 2.7 KB) made ``execute_code`` raise
+    RecursionError (MemoryError for 100,000 unary minus signs) into the
+    host framework, which catches the scan's ``PermissionError``, not those.
+    A scan that cannot read the code refuses it, as a finding."""
+    h = provider.create_session("deep")
+    try:
+        for code in ["x" + ".a" * 900, "-" * 100000 + "1"]:
+            with pytest.raises(PermissionError):
+                provider.execute_code("deep", h.session_id, code)
+    finally:
+        provider.destroy_session("deep", h.session_id)
