@@ -549,3 +549,48 @@ except OSError as e:
         "the run raised its scheduling priority with the host's limits: {so}"
     );
 }
+
+/// Free huge pages in the host's pool (`HugePages_Free`), 0 when none.
+fn free_huge_pages() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("HugePages_Free:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// `mmap(MAP_HUGETLB)` takes pages of the host's huge page pool, which
+/// neither a memory cgroup (v1; v2 without `memory_hugetlb_accounting`)
+/// nor RLIMIT_DATA counts: where `memory_mb` is held by a cgroup, a run
+/// under `memory_mb: 64` held 100 MiB of huge pages, and on a host that
+/// reserves a pool for its databases or DPDK the run can take the whole
+/// pool from them. The attack needs a pool of at least 50 free 2 MiB pages
+/// (`vm.nr_hugepages`); skipped without one.
+#[test]
+fn a_run_cannot_hold_huge_pages_past_memory_mb() {
+    if free_huge_pages() < 50 {
+        eprintln!("skipped: fewer than 50 free huge pages (vm.nr_hugepages)");
+        return;
+    }
+    let sb = Sandbox::new();
+    let policy = sb.policy("version: 1\nlimits:\n  memory_mb: 64\n");
+    let script = r#"
+import mmap
+MAP_HUGETLB = 0x40000
+try:
+    m = mmap.mmap(-1, 100 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_HUGETLB)
+    for i in range(0, len(m), 2 << 20):
+        m[i] = 1
+    print("HELD", flush=True)
+    import time; time.sleep(1)
+except OSError as e:
+    print("refused", e.errno)
+"#;
+    let r = sb.exec_json(&["--policy", &policy], &[&python(), "-c", script]);
+    assert!(
+        !r.child_stdout().contains("HELD"),
+        "the run held 100 MiB of huge pages under memory_mb: 64:{}",
+        r.ctx()
+    );
+}

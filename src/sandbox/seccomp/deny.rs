@@ -61,6 +61,8 @@
 //!   few device tools use the mode (old floppy and LILO utilities); no
 //!   runtime, shell or build tool does. `openat2` carries its flags behind a
 //!   pointer and fails with ENOSYS instead (not in the allowlist).
+//! * `mmap` with `MAP_HUGETLB` ([`MAP_HUGETLB`]): the host's huge page pool,
+//!   which no memory cgroup or rlimit counts.
 //! * `socket` by domain, type and protocol, and `socketpair` by type, see
 //!   `sockets.rs`.
 
@@ -286,6 +288,18 @@ pub(super) const MFD_NOEXEC_SEAL: u32 = 0x0008;
 /// under vm.memfd_noexec = 2 or the memfd guard (a red-team finding).
 pub(super) const MFD_HUGETLB: u32 = 0x0004;
 
+/// `MAP_HUGETLB` (linux/mman.h, the same on x86_64 and aarch64), in
+/// `mmap`'s flags (arg 3): refused in every mode. Huge pages come from the
+/// host's pool, which neither a memory cgroup (v1; v2 without
+/// `memory_hugetlb_accounting`) nor RLIMIT_DATA counts: a run under
+/// `memory_mb: 64` held 100 MiB of them, and can take a pool the host
+/// reserved for its databases (`tests/escape_redteam9.rs`). Programs that
+/// ask for huge pages fall back when the call fails, as on a host
+/// without a pool. The bit lies in the low 32 bits the check reads.
+pub(super) const MAP_HUGETLB: u32 = 0x0004_0000;
+/// `mmap`'s flags argument.
+pub(super) const MMAP_FLAGS_ARG: u8 = 3;
+
 /// `setpriority`'s `which` values allowed with who 0: PRIO_PROCESS, PRIO_PGRP.
 pub(super) const PRIO_OWN: &[u32] = &[0, 1];
 /// `ioprio_set`'s `which` values allowed with who 0: IOPRIO_WHO_PROCESS, IOPRIO_WHO_PGRP.
@@ -382,6 +396,15 @@ pub(super) fn arg_checks(opts: &SeccompOptions) -> Vec<(&'static str, ArgCheck)>
             mask: MFD_HUGETLB,
             then: Box::new(Deny),
             otherwise: Box::new(sealed),
+        },
+    ));
+    checks.push((
+        "mmap",
+        ArgCheck::AnyBit {
+            arg: MMAP_FLAGS_ARG,
+            mask: MAP_HUGETLB,
+            then: Box::new(Deny),
+            otherwise: Box::new(Pass),
         },
     ));
     if !opts.private_pid {

@@ -208,7 +208,7 @@ fn summarize(f: &Filters) -> Vec<String> {
         "seccomp: EPERM: chmod/fchmod/fchmodat/fchmodat2 with a setuid or setgid bit in the mode \
          (in every mode: no setuid/setgid file is ever made); execveat with AT_EMPTY_PATH \
          (fexecve, the way to execute a memfd); memfd_create with MFD_HUGETLB (hugetlbfs ignores \
-         the exec seal)"
+         the exec seal); mmap with MAP_HUGETLB (the host's huge page pool, which no memory cgroup counts)"
             .to_string(),
     );
     if opts.memfd_noexec_seal {
