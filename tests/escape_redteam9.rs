@@ -197,10 +197,9 @@ fn btrfs_dir(sb: &Sandbox) -> Option<std::path::PathBuf> {
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| sb.root.clone());
     if on_btrfs(&base) != Some(true) {
-        eprintln!(
-            "skipped: {} is not on btrfs (set CAPSULE_TEST_BTRFS_DIR to a btrfs directory this user can write)",
+        skip(&format!("{} is not on btrfs (set CAPSULE_TEST_BTRFS_DIR to a btrfs directory this user can write)",
             base.display()
-        );
+        ));
         return None;
     }
     let dir = tempfile::Builder::new()
@@ -255,10 +254,10 @@ fn btrfs_subvolume_ioctls_cannot_copy_carve_outs_or_write_outside_grants() {
     let Some(dir) = btrfs_dir(&sb) else { return };
     let proj = dir.join("proj");
     if !make_subvolume(&proj) {
-        eprintln!(
-            "skipped: cannot create a btrfs subvolume in {}",
+        skip(&format!(
+            "cannot create a btrfs subvolume in {}",
             dir.display()
-        );
+        ));
         let _ = std::fs::remove_dir_all(&dir);
         return;
     }
@@ -404,7 +403,7 @@ fn a_run_cannot_remove_the_users_fscrypt_key() {
     {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("skipped: no directory in {}: {e}", base.display());
+            skip(&format!("no directory in {}: {e}", base.display()));
             return;
         }
     };
@@ -420,11 +419,10 @@ fn a_run_cannot_remove_the_users_fscrypt_key() {
         .output()
         .expect("run python");
     if !out.status.success() {
-        eprintln!(
-            "skipped: no fscrypt in {} (set CAPSULE_TEST_FSCRYPT_DIR to a directory on ext4 with -O encrypt): {}",
+        skip(&format!("no fscrypt in {} (set CAPSULE_TEST_FSCRYPT_DIR to a directory on ext4 with -O encrypt): {}",
             base.display(),
             String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")
-        );
+        ));
         return;
     }
     let ident = String::from_utf8_lossy(&out.stdout).trim().to_string();
@@ -534,9 +532,7 @@ except OSError as e:
         .expect("run capsule");
     let so = String::from_utf8_lossy(&out.stdout).into_owned();
     if so.trim() == "NOLIMIT" {
-        eprintln!(
-            "skipped: this user cannot raise RLIMIT_RTPRIO/RLIMIT_NICE to start capsule with them"
-        );
+        skip("this user cannot raise RLIMIT_RTPRIO/RLIMIT_NICE to start capsule with them");
         return;
     }
     assert!(
@@ -570,7 +566,7 @@ fn free_huge_pages() -> u64 {
 #[test]
 fn a_run_cannot_hold_huge_pages_past_memory_mb() {
     if free_huge_pages() < 50 {
-        eprintln!("skipped: fewer than 50 free huge pages (vm.nr_hugepages)");
+        skip("fewer than 50 free huge pages (vm.nr_hugepages)");
         return;
     }
     let sb = Sandbox::new();
