@@ -249,12 +249,38 @@ fn find_on_path(name: &str, path_env: &str) -> Result<PathBuf, CommandError> {
     Err(not_exec.unwrap_or_else(|| CommandError::NotFound(name.to_string())))
 }
 
+/// The first 256 bytes of `program`, only when it is a regular file.
+///
+/// Planning runs on the host before the run and its timeout, and the
+/// program may be what an earlier run left in its write grant: a FIFO with
+/// an execute bit blocked a plain `open` for good (no writer ever comes),
+/// and a device's `open` can act. So the path must name a regular file, is
+/// opened non-blocking and without taking a controlling terminal, and the
+/// descriptor must be a regular file too (the name may have been swapped
+/// in between); anything else has no `#!` line.
+pub(crate) fn script_head(program: &Path) -> Option<Vec<u8>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if !std::fs::metadata(program).ok()?.is_file() {
+        return None;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(program)
+        .ok()?;
+    if !f.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut head = vec![0u8; 256];
+    let n = f.read(&mut head).ok()?;
+    head.truncate(n);
+    Some(head)
+}
+
 /// `#!interpreter [arg]` of a script, if it is one.
 fn shebang(program: &Path) -> Option<(PathBuf, Option<String>)> {
-    let mut f = std::fs::File::open(program).ok()?;
-    let mut head = [0u8; 256];
-    let n = f.read(&mut head).ok()?;
-    let head = &head[..n];
+    let head = script_head(program)?;
+    let head = &head[..];
     if !head.starts_with(b"#!") {
         return None;
     }

@@ -126,10 +126,9 @@ fn on_path(name: &str, path_env: &str) -> Option<PathBuf> {
 
 /// The interpreter a `#!` line names, if `program` starts with one.
 fn shebang(program: &Path) -> Option<PathBuf> {
-    use std::io::Read;
-    let mut head = [0u8; 256];
-    let n = std::fs::File::open(program).ok()?.read(&mut head).ok()?;
-    let line = head[..n].strip_prefix(b"#!")?;
+    // Never a plain open: the program may be a FIFO an earlier run left.
+    let head = super::command::script_head(program)?;
+    let line = head.strip_prefix(b"#!")?;
     let line = line.split(|&b| b == b'\n').next()?;
     let text = std::str::from_utf8(line).ok()?;
     text.split_whitespace().next().map(PathBuf::from)

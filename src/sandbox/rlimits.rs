@@ -1,6 +1,10 @@
 //! Resource limits applied with setrlimit in the child.
 //!
-//! Always: no core dumps. From `limits`: RLIMIT_CPU, RLIMIT_FSIZE,
+//! Always: no core dumps, and no real-time or raised scheduling priority
+//! (RLIMIT_RTPRIO and RLIMIT_NICE 0): a host's limits.d may give its user
+//! `rtprio 95` (the `audio` and `pipewire` groups), with which the run's
+//! spinning SCHED_FIFO threads held every core against the user's session
+//! and capsule's own supervisor (`tests/escape_redteam9.rs`). From `limits`: RLIMIT_CPU, RLIMIT_FSIZE,
 //! RLIMIT_NOFILE; and, when no cgroup can hold them, RLIMIT_DATA for
 //! `memory_mb` (not RLIMIT_AS, which breaks runtimes that reserve address
 //! space, such as Go, Java and Node) and RLIMIT_NPROC for `max_processes`.
@@ -46,7 +50,11 @@ pub fn plan(
     procs: Mechanism,
     nproc_base: u64,
 ) -> Vec<(Resource, u64)> {
-    let mut out = vec![(Resource::RLIMIT_CORE, 0)];
+    let mut out = vec![
+        (Resource::RLIMIT_CORE, 0),
+        (Resource::RLIMIT_RTPRIO, 0),
+        (Resource::RLIMIT_NICE, 0),
+    ];
     if let Some(c) = l.cpu_seconds {
         out.push((Resource::RLIMIT_CPU, c));
     }
@@ -99,4 +107,18 @@ pub fn uid_process_count(uid: u32) -> u64 {
         }
     }
     n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whatever the host's limits allow, the run gets no real-time
+    /// priority and cannot raise its own (red team 9).
+    #[test]
+    fn the_run_never_inherits_realtime_or_nice_headroom() {
+        let out = plan(&LimitsPlan::default(), Mechanism::None, Mechanism::None, 0);
+        assert!(out.contains(&(Resource::RLIMIT_RTPRIO, 0)), "{out:?}");
+        assert!(out.contains(&(Resource::RLIMIT_NICE, 0)), "{out:?}");
+    }
 }

@@ -80,8 +80,15 @@ def scan(code: str) -> List[Tuple[int, str]]:
         tree = ast.parse(code)
     except (SyntaxError, ValueError):
         return []
+    except (RecursionError, MemoryError):
+        # Nested past what the parser can hold: unread code is refused, as a
+        # finding, not raised as an error the caller does not expect.
+        return [(1, "code nested too deeply to scan")]
     visitor = _Visitor()
-    visitor.visit(tree)
+    try:
+        visitor.visit(tree)
+    except RecursionError:
+        return [(1, "code nested too deeply to scan")]
     return visitor.found
 
 

@@ -577,7 +577,9 @@ class CapsuleAgentSession(_SessionBase):  # type: ignore[misc,valid-type]
                 return None
             try:
                 value = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
+                # The program's line: nested past Python's recursion limit
+                # it raises RecursionError, which is no ValueError.
                 continue
             if isinstance(value, dict):
                 return value

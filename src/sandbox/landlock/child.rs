@@ -23,9 +23,74 @@ use crate::sys::raw;
 pub struct ChildRules {
     /// The ruleset (close-on-exec); None when the kernel has no Landlock.
     pub ruleset: Option<OwnedFd>,
-    /// Rights for the child's own /proc/self (0: no such rule).
+    /// Rights for the directories of the child's own /proc/self (0: no such rule).
     pub proc_self_access: u64,
+    /// Rights for its files (what Landlock allows on a non-directory).
+    pub proc_self_file_access: u64,
 }
+
+/// The entries of the child's own `/proc/self` (and of its main thread's
+/// `/proc/thread-self`) that get a rule, each on its own: never `net`,
+/// which shows the network namespace the process is in (without one of
+/// its own: the host's connections, listeners and Unix socket names), nor
+/// `task` (each thread's directory holds a `net` of its own; the main
+/// thread's entries come through `/proc/thread-self`). Landlock cannot
+/// subtract, so a rule on `/proc/self` itself would grant `net` too. The
+/// magic links (`exe`, `cwd`, `root`) need none: opening through them is
+/// checked where they lead. An entry this kernel lacks is skipped.
+const PROC_SELF_ENTRIES: &[&std::ffi::CStr] = &[
+    c"arch_status",
+    c"attr",
+    c"autogroup",
+    c"auxv",
+    c"cgroup",
+    c"clear_refs",
+    c"cmdline",
+    c"comm",
+    c"coredump_filter",
+    c"cpu_resctrl_groups",
+    c"cpuset",
+    c"environ",
+    c"fd",
+    c"fdinfo",
+    c"gid_map",
+    c"io",
+    c"ksm_merging_pages",
+    c"ksm_stat",
+    c"limits",
+    c"loginuid",
+    c"map_files",
+    c"maps",
+    c"mem",
+    c"mountinfo",
+    c"mounts",
+    c"mountstats",
+    c"ns",
+    c"numa_maps",
+    c"oom_adj",
+    c"oom_score",
+    c"oom_score_adj",
+    c"pagemap",
+    c"patch_state",
+    c"personality",
+    c"projid_map",
+    c"sched",
+    c"schedstat",
+    c"sessionid",
+    c"setgroups",
+    c"smaps",
+    c"smaps_rollup",
+    c"stack",
+    c"stat",
+    c"statm",
+    c"status",
+    c"syscall",
+    c"timens_offsets",
+    c"timers",
+    c"timerslack_ns",
+    c"uid_map",
+    c"wchan",
+];
 
 impl Prepared {
     /// A second descriptor of the ruleset (every path rule added), for a
@@ -38,15 +103,20 @@ impl Prepared {
 
     /// Take out the ruleset descriptor and the /proc/self rights.
     pub fn into_child(self) -> ChildRules {
-        let proc_self_access = if self.proc_self && self.ruleset.is_some() {
-            rights::for_access(Access::READ, self.abi, true).bits()
+        let (proc_self_access, proc_self_file_access) = if self.proc_self && self.ruleset.is_some()
+        {
+            (
+                rights::for_access(Access::READ, self.abi, true).bits(),
+                rights::for_access(Access::READ, self.abi, false).bits(),
+            )
         } else {
-            0
+            (0, 0)
         };
         let ruleset = self.ruleset.and_then(Option::<OwnedFd>::from);
         ChildRules {
             ruleset,
             proc_self_access,
+            proc_self_file_access,
         }
     }
 }
@@ -62,15 +132,38 @@ impl ChildRules {
             return Ok(());
         };
         if self.proc_self_access != 0 {
-            let fd = raw::openat(
-                libc::AT_FDCWD,
-                c"/proc/self",
-                libc::O_PATH | libc::O_CLOEXEC,
-            )? as libc::c_int;
-            let r = raw::landlock_add_path_rule(ruleset, self.proc_self_access, fd);
+            for dir in [c"/proc/self", c"/proc/thread-self"] {
+                let dfd = raw::openat(
+                    libc::AT_FDCWD,
+                    dir,
+                    libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                )? as libc::c_int;
+                let r = self.add_entries(ruleset, dfd);
+                raw::close(dfd);
+                r?;
+            }
+        }
+        raw::landlock_restrict_self(ruleset).map(drop)
+    }
+
+    /// One rule per entry of [`PROC_SELF_ENTRIES`] beneath the directory
+    /// `dfd`: a directory's rights for a directory, a file's for the rest.
+    fn add_entries(&self, ruleset: libc::c_int, dfd: libc::c_int) -> Result<(), i32> {
+        let base = libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+        for name in PROC_SELF_ENTRIES {
+            let (fd, access) = match raw::openat(dfd, name, base | libc::O_DIRECTORY) {
+                Ok(fd) => (fd as libc::c_int, self.proc_self_access),
+                Err(libc::ENOTDIR) => (
+                    raw::openat(dfd, name, base)? as libc::c_int,
+                    self.proc_self_file_access,
+                ),
+                Err(libc::ENOENT) => continue,
+                Err(e) => return Err(e),
+            };
+            let r = raw::landlock_add_path_rule(ruleset, access, fd);
             raw::close(fd);
             r?;
         }
-        raw::landlock_restrict_self(ruleset).map(drop)
+        Ok(())
     }
 }

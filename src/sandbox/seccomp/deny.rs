@@ -18,7 +18,13 @@
 //! * `ioctl` with `TIOCSTI` (push bytes into the terminal's input: run
 //!   commands in the parent's shell) or `TIOCLINUX`. The kernel reads the
 //!   request as `unsigned int`, so the comparison is on the low 32 bits:
-//!   `TIOCSTI | 1 << 32` must not slip past (CVE-2019-10063).
+//!   `TIOCSTI | 1 << 32` must not slip past (CVE-2019-10063). Also btrfs's
+//!   subvolume ioctls ([`BTRFS_SUBVOLUME_IOCTLS`]): snapshots copy a
+//!   readable subvolume's carve-outs into a write grant, and without a
+//!   view make and change subvolumes where the run may only read; and
+//!   fscrypt's key ioctls ([`FSCRYPT_KEY_IOCTLS`]): the run removed the
+//!   user's key from the file system's keyring, locking the user's
+//!   encrypted files on the host.
 //! * `chmod`, `fchmod`, `fchmodat`, `fchmodat2` with `S_ISUID` or `S_ISGID`
 //!   in the mode, in every mode and for every path: Landlock has no hook for
 //!   chmod, and a setuid-root copy of a shell made by a sandboxed root command
@@ -55,6 +61,8 @@
 //!   few device tools use the mode (old floppy and LILO utilities); no
 //!   runtime, shell or build tool does. `openat2` carries its flags behind a
 //!   pointer and fails with ENOSYS instead (not in the allowlist).
+//! * `mmap` with `MAP_HUGETLB` ([`MAP_HUGETLB`]): the host's huge page pool,
+//!   which no memory cgroup or rlimit counts.
 //! * `socket` by domain, type and protocol, and `socketpair` by type, see
 //!   `sockets.rs`.
 
@@ -160,6 +168,50 @@ pub(super) const PERSONALITY_ALLOWED: &[u32] = &[0, 0xffff_ffff];
 pub(super) const TIOCSTI: u32 = 0x5412;
 pub(super) const TIOCLINUX: u32 = 0x541C;
 
+/// btrfs's subvolume ioctls (linux/btrfs.h; `_IOW`/`_IOWR` of magic 0x94,
+/// the same on x86_64 and aarch64). No path operation, so no Landlock hook
+/// and no view sees them, only an ioctl on a directory the run may open:
+/// `SNAP_CREATE` copied a whole readable subvolume, its `deny` carve-outs
+/// and credential files included, into a write grant where the run read
+/// them (every path), and without a read-only view it (and
+/// `SUBVOL_CREATE`) made directories of the run's choosing in directories
+/// it may only read, `SNAP_DESTROY` (with `user_subvol_rm_allowed`) removes
+/// a subvolume there, and `SUBVOL_SETFLAGS` and `SET_RECEIVED_SUBVOL`
+/// change a subvolume it may only read (`tests/escape_redteam9.rs`).
+pub(super) const BTRFS_SUBVOLUME_IOCTLS: &[u32] = &[
+    0x5000_9401, // BTRFS_IOC_SNAP_CREATE
+    0x5000_940e, // BTRFS_IOC_SUBVOL_CREATE
+    0x5000_940f, // BTRFS_IOC_SNAP_DESTROY
+    0x5000_9417, // BTRFS_IOC_SNAP_CREATE_V2
+    0x5000_9418, // BTRFS_IOC_SUBVOL_CREATE_V2
+    0x4008_941a, // BTRFS_IOC_SUBVOL_SETFLAGS
+    0xc0c8_9425, // BTRFS_IOC_SET_RECEIVED_SUBVOL
+    0xc0c0_9425, // BTRFS_IOC_SET_RECEIVED_SUBVOL_32 (the compat layout)
+    0x5000_943f, // BTRFS_IOC_SNAP_DESTROY_V2
+];
+
+/// fscrypt's key ioctls (linux/fscrypt.h, `_IOWR('f', ...)`): the master
+/// keys live in the file system's keyring, keyed by the user who added
+/// them, and these take any descriptor of that file system (no path
+/// operation, no Landlock hook; a read-only mount does not stop them). A
+/// run that may only read an encrypted directory took its key identifier
+/// and removed the user's key, locking the user's files on the host; keys
+/// it adds stay in the keyring after it, charged to the user's quota.
+/// Reading a policy or a key's status stays allowed.
+pub(super) const FSCRYPT_KEY_IOCTLS: &[u32] = &[
+    0xc050_6617, // FS_IOC_ADD_ENCRYPTION_KEY
+    0xc040_6618, // FS_IOC_REMOVE_ENCRYPTION_KEY
+    0xc040_6619, // FS_IOC_REMOVE_ENCRYPTION_KEY_ALL_USERS
+];
+
+/// Every ioctl request refused in every mode (EPERM).
+pub(super) fn denied_ioctls() -> Vec<u32> {
+    let mut v = vec![TIOCSTI, TIOCLINUX];
+    v.extend_from_slice(BTRFS_SUBVOLUME_IOCTLS);
+    v.extend_from_slice(FSCRYPT_KEY_IOCTLS);
+    v
+}
+
 /// SysV IPC and POSIX message queues: denied whole when the child shares the
 /// host's IPC namespace. (x86_64 and aarch64 have no multiplexed `ipc()`;
 /// i386 and s390x do, and capsule builds no filter for them.)
@@ -236,6 +288,18 @@ pub(super) const MFD_NOEXEC_SEAL: u32 = 0x0008;
 /// under vm.memfd_noexec = 2 or the memfd guard (a red-team finding).
 pub(super) const MFD_HUGETLB: u32 = 0x0004;
 
+/// `MAP_HUGETLB` (linux/mman.h, the same on x86_64 and aarch64), in
+/// `mmap`'s flags (arg 3): refused in every mode. Huge pages come from the
+/// host's pool, which neither a memory cgroup (v1; v2 without
+/// `memory_hugetlb_accounting`) nor RLIMIT_DATA counts: a run under
+/// `memory_mb: 64` held 100 MiB of them, and can take a pool the host
+/// reserved for its databases (`tests/escape_redteam9.rs`). Programs that
+/// ask for huge pages fall back when the call fails, as on a host
+/// without a pool. The bit lies in the low 32 bits the check reads.
+pub(super) const MAP_HUGETLB: u32 = 0x0004_0000;
+/// `mmap`'s flags argument.
+pub(super) const MMAP_FLAGS_ARG: u8 = 3;
+
 /// `setpriority`'s `which` values allowed with who 0: PRIO_PROCESS, PRIO_PGRP.
 pub(super) const PRIO_OWN: &[u32] = &[0, 1];
 /// `ioprio_set`'s `which` values allowed with who 0: IOPRIO_WHO_PROCESS, IOPRIO_WHO_PGRP.
@@ -282,10 +346,7 @@ pub(super) fn arg_checks(opts: &SeccompOptions) -> Vec<(&'static str, ArgCheck)>
             "personality",
             ArgCheck::one_of(0, PERSONALITY_ALLOWED, Pass, Deny),
         ),
-        (
-            "ioctl",
-            ArgCheck::one_of(1, &[TIOCSTI, TIOCLINUX], Deny, Pass),
-        ),
+        ("ioctl", ArgCheck::one_of(1, &denied_ioctls(), Deny, Pass)),
         // A lease needs only a descriptor opened for reading (and, as root,
         // nothing else): a read lease held every host process that opened
         // a file the run may only read for writing blocked for
@@ -335,6 +396,15 @@ pub(super) fn arg_checks(opts: &SeccompOptions) -> Vec<(&'static str, ArgCheck)>
             mask: MFD_HUGETLB,
             then: Box::new(Deny),
             otherwise: Box::new(sealed),
+        },
+    ));
+    checks.push((
+        "mmap",
+        ArgCheck::AnyBit {
+            arg: MMAP_FLAGS_ARG,
+            mask: MAP_HUGETLB,
+            then: Box::new(Deny),
+            otherwise: Box::new(Pass),
         },
     ));
     if !opts.private_pid {

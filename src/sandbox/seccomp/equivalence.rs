@@ -12,9 +12,7 @@
 
 use super::arch::{AUDIT_ARCH_AARCH64, AUDIT_ARCH_X86_64, X32_SYSCALL_BIT};
 use super::bpf::{self, Data, SockFilter};
-use super::deny::{
-    AT_EMPTY_PATH, CLONE_NEW_FLAGS, IOPRIO_OWN, PERSONALITY_ALLOWED, PRIO_OWN, TIOCLINUX, TIOCSTI,
-};
+use super::deny::{AT_EMPTY_PATH, CLONE_NEW_FLAGS, IOPRIO_OWN, PERSONALITY_ALLOWED, PRIO_OWN};
 use super::table::Arch;
 use super::{compile, oracle, SeccompOptions};
 
@@ -103,7 +101,7 @@ fn interesting(name: &str, arg: usize) -> Vec<u32> {
             v.extend([0x0040_0000, 0x0002_0000, 0x0800_0000, 8]);
         }
         ("ioctl", 1) => {
-            for r in [TIOCSTI, TIOCLINUX] {
+            for r in super::deny::denied_ioctls() {
                 v.extend([r, r + 1, r - 1, r | 0x8000_0000]);
             }
             v.extend([0x5413, 0x4004_5413]);
@@ -154,6 +152,14 @@ fn interesting(name: &str, arg: usize) -> Vec<u32> {
             !AT_EMPTY_PATH,
         ]),
         ("memfd_create", 1) => v.extend([8, 9, 0x10, 0x18, 4, 5, 0xffff_fff7]),
+        ("mmap", 3) => v.extend([
+            0x22,
+            0x4_0022,
+            0x4_0021,
+            0x5_4022,
+            (21 << 26) | 0x4_0022,
+            !0x4_0000u32,
+        ]),
         ("setpriority", 0) => v.extend(PRIO_OWN.iter().chain(&[3, 4])),
         ("ioprio_set", 0) => v.extend(IOPRIO_OWN.iter().chain(&[3, 4])),
         (_, _) if super::deny::OWN_PROCESS_ONLY.contains(&name) => v.extend([1234, 0x3fff_ffff]),
@@ -183,6 +189,7 @@ const CHECKED: &[(&str, &[usize])] = &[
     ("sched_setparam", &[0]),
     ("sched_setattr", &[0]),
     ("memfd_create", &[1]),
+    ("mmap", &[3]),
     ("socketpair", &[0, 1]),
     ("open", &[1]),
     ("openat", &[2]),

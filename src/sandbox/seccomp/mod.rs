@@ -201,14 +201,14 @@ fn summarize(f: &Filters) -> Vec<String> {
     let flags: Vec<&str> = deny::CLONE_NEW_FLAGS.iter().map(|(n, _)| *n).collect();
     lines.push(format!(
         "seccomp: EPERM: clone with {}; personality other than 0 and 0xffffffff; \
-         ioctl TIOCSTI/TIOCLINUX (low 32 bits of the request)",
+         ioctl TIOCSTI/TIOCLINUX and btrfs subvolume create/snapshot/destroy/setflags, fscrypt key add/remove (low 32 bits of the request)",
         flags.join("|")
     ));
     lines.push(
         "seccomp: EPERM: chmod/fchmod/fchmodat/fchmodat2 with a setuid or setgid bit in the mode \
          (in every mode: no setuid/setgid file is ever made); execveat with AT_EMPTY_PATH \
          (fexecve, the way to execute a memfd); memfd_create with MFD_HUGETLB (hugetlbfs ignores \
-         the exec seal)"
+         the exec seal); mmap with MAP_HUGETLB (the host's huge page pool, which no memory cgroup counts)"
             .to_string(),
     );
     if opts.memfd_noexec_seal {

@@ -19,8 +19,8 @@ use seccompiler::{
 use super::bpf::SockFilter;
 use super::deny::{
     denied, AT_EMPTY_PATH, CHMOD_MODE_ARG, CLONE_NEW_FLAGS, EXECVEAT_FLAGS_ARG, F_SETLEASE,
-    IOPRIO_OWN, MFD_HUGETLB, MFD_NOEXEC_SEAL, OPEN_FLAGS_ARG, PERSONALITY_ALLOWED, PRIO_OWN,
-    SETID_BITS, TIOCLINUX, TIOCSTI,
+    IOPRIO_OWN, MAP_HUGETLB, MFD_HUGETLB, MFD_NOEXEC_SEAL, MMAP_FLAGS_ARG, OPEN_FLAGS_ARG,
+    PERSONALITY_ALLOWED, PRIO_OWN, SETID_BITS,
 };
 use super::sockets::{
     dgram_types, pair_types, stream_types, AF_INET, AF_INET6, AF_NETLINK, AF_UNIX, IPPROTO_TCP,
@@ -199,7 +199,7 @@ fn namespace_tty_and_lease_rules(map: &mut Rules, arch: Arch) -> Result<(), Back
         map.insert(nr, not_in(0, PERSONALITY_ALLOWED, &[])?);
     }
     if let Some(nr) = arch.nr("ioctl") {
-        let rules = [TIOCSTI, TIOCLINUX]
+        let rules = super::deny::denied_ioctls()
             .iter()
             .map(|&req| SeccompRule::new(vec![cond(1, SeccompCmpOp::Eq, req)?]))
             .collect::<Result<Vec<_>, _>>()?;
@@ -259,6 +259,9 @@ fn setid_exec_and_memfd_rules(
     }
     if let Some(nr) = arch.nr("execveat") {
         map.insert(nr, any_bit(EXECVEAT_FLAGS_ARG, AT_EMPTY_PATH)?);
+    }
+    if let Some(nr) = arch.nr("mmap") {
+        map.insert(nr, any_bit(MMAP_FLAGS_ARG, MAP_HUGETLB)?);
     }
     if let Some(nr) = arch.nr("memfd_create") {
         // MFD_HUGETLB in every mode; without MFD_NOEXEC_SEAL where it is asked for.
