@@ -273,7 +273,7 @@ pub fn run(a: ServeArgs) -> i32 {
             }
         };
         sv.collect();
-        sv.release_netns(false);
+        sv.release_netns();
         if input_ready {
             sv.read_requests();
         }
@@ -366,13 +366,14 @@ impl Server {
         });
     }
 
-    /// Close the held network namespaces: all of them (`all`), or when
-    /// there are [`NETNS_BATCH`] or the oldest has waited [`NETNS_LINGER`].
-    fn release_netns(&mut self, all: bool) {
+    /// Close the held network namespaces together once there are
+    /// [`NETNS_BATCH`] or the oldest has waited [`NETNS_LINGER`] (the rest
+    /// go when the server exits).
+    fn release_netns(&mut self) {
         let due = self
             .netns_since
             .is_some_and(|t| t.elapsed() >= NETNS_LINGER);
-        if all || due || self.netns.len() >= NETNS_BATCH {
+        if due || self.netns.len() >= NETNS_BATCH {
             self.netns.clear();
             self.netns_since = None;
         }
@@ -419,7 +420,6 @@ impl Server {
     }
 }
 
-/// Whether a process has ended (its pidfd is readable).
 /// Whether holding [`NETNS_BATCH`] finished runs' network namespaces (and,
 /// unprivileged, their user namespaces) leaves the steps room under the
 /// kernel's per-user limits: a namespace held is one the next step cannot
@@ -437,6 +437,7 @@ fn room_for_held_namespaces() -> bool {
         .all(|f| limit(f).is_some_and(|n| n >= 1024))
 }
 
+/// Whether a process has ended (its pidfd is readable).
 fn readable(pidfd: &OwnedFd) -> bool {
     let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
     matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)

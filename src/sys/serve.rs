@@ -91,7 +91,7 @@ pub fn recv_status(sock: &OwnedFd) -> Status {
     let mut iov = [std::io::IoSliceMut::new(&mut b)];
     let mut space = nix::cmsg_space!([RawFd; 1]);
     let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_CMSG_CLOEXEC;
-    let (n, mut fds) = loop {
+    let (n, fds) = loop {
         match recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut space), flags) {
             Ok(msg) => {
                 let mut fds = Vec::new();
@@ -118,10 +118,6 @@ pub fn recv_status(sock: &OwnedFd) -> Status {
     if n != 4 {
         return Status::Gone;
     }
-    let fd = if fds.is_empty() {
-        None
-    } else {
-        Some(fds.swap_remove(0))
-    };
-    Status::Report(i32::from_le_bytes(b), fd)
+    // The first descriptor is the report's; any other is dropped (closed).
+    Status::Report(i32::from_le_bytes(b), fds.into_iter().next())
 }
