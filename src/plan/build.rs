@@ -161,7 +161,8 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
     tracing::debug!("plan: command and system grants");
     own_dirs(&creds, &grants)?;
     let mut deny = carve_outs(&resolved, &ov, creds, &grants);
-    etc_secrets(&grants, &mut deny);
+    let found_secrets = credentials::existing(&credentials::system_secrets(), |_| true);
+    etc_secrets(&grants, &found_secrets, &mut deny);
     host_proc(&grants, &mut deny);
 
     tracing::debug!("plan: carve-outs");
@@ -199,6 +200,7 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         tools,
         llm: policy.llm_access.clone(),
         policy_dir: loaded.base_dir.clone(),
+        etc_secrets: found_secrets,
     })
 }
 
@@ -690,8 +692,8 @@ fn carve_outs(
     deny
 }
 
-/// The secrets of /etc, carved out like the credentials.
-fn etc_secrets(grants: &[FsGrant], deny: &mut Vec<FsDeny>) {
+/// The secrets of /etc (those `found` on the host), carved out like the credentials.
+fn etc_secrets(grants: &[FsGrant], found: &[credentials::Location], deny: &mut Vec<FsDeny>) {
     // Strictly beneath a grant; a grant naming the path exactly keeps it.
     let beneath = credentials::strictly_beneath_any(grants.iter().map(|g| g.path.as_path()));
     // The secrets of /etc, the same way: a grant of /etc or / (or the
@@ -699,7 +701,7 @@ fn etc_secrets(grants: &[FsGrant], deny: &mut Vec<FsDeny>) {
     // view covers them instead (`sandbox::fs_for_view`). A secret reached
     // through a linked directory is carved out where it lies (Landlock
     // refuses a deny through a symlink, and grants are canonical).
-    for secret in credentials::existing(&credentials::system_secrets(), &beneath) {
+    for secret in found.iter().filter(|s| beneath(&s.path)).cloned() {
         let path = match (secret.path.parent(), secret.path.file_name()) {
             (Some(dir), Some(name)) => std::fs::canonicalize(dir)
                 .map(|d| d.join(name))

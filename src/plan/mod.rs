@@ -178,4 +178,8 @@ pub struct Plan {
     pub llm: Option<crate::policy::LlmAccess>,
     /// Directory the policy's relative paths resolve against (tool commands and policies).
     pub policy_dir: PathBuf,
+    /// The secrets of /etc (`credentials::SYSTEM_SECRETS`) found on this
+    /// host while planning, for the carve-outs and the view alike: one
+    /// search of /etc per run, not one per user of the list.
+    pub etc_secrets: Vec<credentials::Location>,
 }

@@ -210,18 +210,14 @@ fn kind(p: &Path) -> Option<bool> {
 }
 
 /// The secrets of /etc ([`crate::plan::credentials::SYSTEM_SECRETS`], the
-/// one list) that exist on this host, symlinks left alone: their targets are
-/// what matters, and a link into /etc is covered at the target.
-pub fn etc_secrets() -> Vec<crate::plan::credentials::Location> {
-    use crate::plan::credentials;
-    credentials::existing(&credentials::system_secrets(), |_| true)
-        .into_iter()
-        .filter(|l| {
-            l.path
-                .symlink_metadata()
-                .is_ok_and(|m| !m.file_type().is_symlink())
-        })
-        .collect()
+/// one list) that the plan found on this host, symlinks left alone: their
+/// targets are what matters, and a link into /etc is covered at the target.
+pub fn etc_secrets(plan: &Plan) -> impl Iterator<Item = &crate::plan::credentials::Location> {
+    plan.etc_secrets.iter().filter(|l| {
+        l.path
+            .symlink_metadata()
+            .is_ok_and(|m| !m.file_type().is_symlink())
+    })
 }
 
 /// Inputs of [`View::plan`] besides the plan.
@@ -588,9 +584,9 @@ fn hide_etc_secrets(
     // paths (unless a mount hides them there), and wherever a mount
     // shows them elsewhere (`--mount /etc:/hostetc`): Landlock does not
     // carve them out inside the view.
-    for secret in etc_secrets() {
-        let s = secret.path;
-        if plan.fs.grants.iter().any(|g| g.path == s) {
+    for secret in etc_secrets(plan) {
+        let s = &secret.path;
+        if plan.fs.grants.iter().any(|g| g.path == *s) {
             continue;
         }
         let mut places: Vec<PathBuf> = Vec::new();
@@ -611,7 +607,7 @@ fn hide_etc_secrets(
         }
         for at in places {
             let dst = cstr(&at)?;
-            if kind(&s) == Some(true) {
+            if kind(s) == Some(true) {
                 ops.push(Op::Mount {
                     fstype: c"tmpfs",
                     dst,
