@@ -21,7 +21,11 @@ struct Server {
 
 impl Server {
     fn start(sb: &Sandbox) -> Server {
-        let mut c = sb.std_command(["serve"]);
+        Server::start_with(sb, &[])
+    }
+
+    fn start_with(sb: &Sandbox, args: &[&str]) -> Server {
+        let mut c = sb.std_command(["serve"].iter().chain(args));
         c.stdin(Stdio::piped()).stdout(Stdio::piped());
         let mut child = c.spawn().expect("spawn capsule serve");
         let stdin = child.stdin.take();
@@ -260,6 +264,45 @@ fn inline_policy_env_cwd_and_stdin() {
     s.send(&json!({"id": 2, "policy": "version: 1\n", "args": ["--json", "--no-audit", "--policy", pol, "--", "/bin/true"]}));
     let r = s.recv().unwrap();
     assert_eq!(r["exit_code"], json!(125), "{r}");
+}
+
+/// A `--json` step's result is kept whole, past `--max-output`: it is
+/// capsule's own line, bounded by the policy's `limits.max_output_bytes`,
+/// and the run's output in it takes up to six times its size once escaped
+/// (a NUL is `\u0000`). Cut at `--max-output`, it was no JSON any more: the
+/// response came with a truncated `stdout` and no `result`. What a step
+/// writes otherwise is still cut there.
+#[test]
+fn a_json_steps_result_is_kept_whole_past_max_output() {
+    let sb = Sandbox::new();
+    let mut s = Server::start_with(&sb, &["--max-output", "4096"]);
+    let policy = "version: 1\nlimits:\n  max_output_bytes: 65536\n";
+    let nuls = ["--", "/bin/sh", "-c", "head -c 8192 /dev/zero"];
+    let args: Vec<&str> = ["--json", "--no-audit"]
+        .iter()
+        .chain(&nuls)
+        .copied()
+        .collect();
+    s.send(&json!({"id": 1, "policy": policy, "args": args, "cwd": sb.root}));
+    let r = s.recv().unwrap();
+    assert_eq!(r["exit_code"], json!(0), "{}", &r.to_string()[..300]);
+    assert!(
+        r.get("stdout_truncated").is_none(),
+        "{}",
+        &r.to_string()[..300]
+    );
+    let out = r["result"]["stdout"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no result: {}", &r.to_string()[..300]));
+    assert_eq!(out, "\0".repeat(8192));
+    // Without --json the step's stdout is the run's: cut at --max-output.
+    let args: Vec<&str> = ["--no-audit"].iter().chain(&nuls).copied().collect();
+    s.send(&json!({"id": 2, "policy": policy, "args": args, "cwd": sb.root}));
+    let r = s.recv().unwrap();
+    assert_eq!(r["exit_code"], json!(0), "{r}");
+    assert_eq!(r["stdout_truncated"], json!(true), "{r}");
+    assert_eq!(r["stdout_bytes"], json!(8192), "{r}");
+    assert_eq!(r["stdout"].as_str().map(str::len), Some(4096), "{r}");
 }
 
 /// Pids of every process whose command line contains `tok`.

@@ -69,7 +69,9 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = 8,
           value_parser = clap::value_parser!(u32).range(1..=256))]
     pub max_parallel: u32,
-    /// Bytes of each step's stdout and of its stderr kept for its response (the rest is counted, dropped).
+    /// Bytes of each step's stdout and of its stderr kept for its response (the rest is counted,
+    /// dropped); a `--json` step's result is kept whole (its size follows the policy's
+    /// limits.max_output_bytes).
     #[arg(long, value_name = "BYTES", default_value_t = 64 << 20)]
     pub max_output: u64,
 }
@@ -165,6 +167,23 @@ struct Step {
 }
 
 impl Step {
+    /// What is kept of the step's stdout. With `--json` that is capsule's
+    /// own result line, kept whole: its size follows the policy (the run's
+    /// output in it is bounded by `limits.max_output_bytes`, up to six
+    /// times that once escaped), and cut at `--max-output` it would be no
+    /// result at all. Otherwise the step's stdout carries the run's own
+    /// output, kept up to `--max-output`. (A `--json` after the command is
+    /// the command's: then the step streams, and what it writes is still
+    /// bounded by the policy, as streamed output is cut at
+    /// `limits.max_output_bytes`.)
+    fn out_cap(&self, max_output: u64) -> u64 {
+        if self.json {
+            u64::MAX
+        } else {
+            max_output
+        }
+    }
+
     /// Read the step's report if it has come (non-blocking).
     fn read_status(&mut self) {
         let Some(fd) = &self.status else { return };
@@ -336,7 +355,7 @@ impl Server {
     /// whose process ended without one); reap the answered ones that ended.
     fn collect(&mut self) {
         for s in &mut self.steps {
-            s.out.pump(self.max_output, &mut self.chunk);
+            s.out.pump(s.out_cap(self.max_output), &mut self.chunk);
             s.err.pump(self.max_output, &mut self.chunk);
             s.read_status();
         }
@@ -642,7 +661,7 @@ fn step(
 /// The response for a step that reported (then its process, still to be
 /// reaped, is returned) or whose process ended without a report.
 fn finish(mut s: Step, cap: u64, buf: &mut [u8]) -> (Value, Option<(libc::pid_t, OwnedFd)>) {
-    s.out.pump(cap, buf);
+    s.out.pump(s.out_cap(cap), buf);
     s.err.pump(cap, buf);
     let mut r = Map::new();
     r.insert("id".into(), s.id.clone());
