@@ -170,6 +170,16 @@ def remove_tree(top: str | os.PathLike[str]) -> List[str]:
     top = os.path.abspath(os.fspath(top))
     walk = _Walk(top)
     try:
+        # An empty directory (a step's output/ most often) goes in one
+        # rmdir, which removes nothing else; anything other than "it is
+        # gone" takes the walk below.
+        os.rmdir(top)
+        return []
+    except FileNotFoundError:
+        return []
+    except OSError:
+        pass
+    try:
         parent, name = os.path.split(top)
         if not name:
             return [f"{top} (refusing to remove a filesystem root)"]

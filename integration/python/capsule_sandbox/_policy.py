@@ -168,9 +168,26 @@ def has_forward_tools(policy: Mapping[str, Any]) -> bool:
     return any(isinstance(t, dict) and t.get("forward") for t in tools.get("allow", []))
 
 
+#: Texts of recent policies, by their compact form (``dumps``).
+_TEXTS: dict[str, str] = {}
+_TEXTS_MAX = 64
+
+
 def dumps(policy: Mapping[str, Any]) -> str:
-    """The policy as the JSON text a file of ``write`` holds (same sha256)."""
-    return json.dumps(policy, indent=1, sort_keys=True) + "\n"
+    """The policy as the JSON text a file of ``write`` holds (same sha256).
+
+    An indented dump runs Python's pure-Python encoder (~4x the C one's
+    time); a session or a Ray worker sends the same policy step after step,
+    so the text is kept by the policy's compact (C-encoded) form, the same
+    exactly when the policy is."""
+    key = json.dumps(policy, sort_keys=True, separators=(",", ":"))
+    text = _TEXTS.get(key)
+    if text is None:
+        text = json.dumps(policy, indent=1, sort_keys=True) + "\n"
+        if len(_TEXTS) >= _TEXTS_MAX:
+            _TEXTS.clear()
+        _TEXTS[key] = text
+    return text
 
 
 def write(policy: Mapping[str, Any], path: str) -> str:
