@@ -271,38 +271,71 @@ fn inline_policy_env_cwd_and_stdin() {
 /// and the run's output in it takes up to six times its size once escaped
 /// (a NUL is `\u0000`). Cut at `--max-output`, it was no JSON any more: the
 /// response came with a truncated `stdout` and no `result`. What a step
-/// writes otherwise is still cut there.
+/// writes otherwise is still cut there, and the step itself says whether it
+/// runs with `--json`: one that is the command's argument counts for
+/// nothing (before, the server's own look at `args` took it for the step's,
+/// kept the run's output whole and took what the run printed for a result).
 #[test]
 fn a_json_steps_result_is_kept_whole_past_max_output() {
     let sb = Sandbox::new();
     let mut s = Server::start_with(&sb, &["--max-output", "4096"]);
+    let short = |r: &Value| r.to_string().chars().take(300).collect::<String>();
     let policy = "version: 1\nlimits:\n  max_output_bytes: 65536\n";
-    let nuls = ["--", "/bin/sh", "-c", "head -c 8192 /dev/zero"];
-    let args: Vec<&str> = ["--json", "--no-audit"]
+    let nuls = ["/bin/sh", "-c", "head -c 8192 /dev/zero"];
+    let args: Vec<&str> = ["--json", "--no-audit", "--"]
         .iter()
         .chain(&nuls)
         .copied()
         .collect();
     s.send(&json!({"id": 1, "policy": policy, "args": args, "cwd": sb.root}));
     let r = s.recv().unwrap();
-    assert_eq!(r["exit_code"], json!(0), "{}", &r.to_string()[..300]);
-    assert!(
-        r.get("stdout_truncated").is_none(),
-        "{}",
-        &r.to_string()[..300]
-    );
+    assert_eq!(r["exit_code"], json!(0), "{}", short(&r));
+    assert!(r.get("stdout_truncated").is_none(), "{}", short(&r));
     let out = r["result"]["stdout"]
         .as_str()
-        .unwrap_or_else(|| panic!("no result: {}", &r.to_string()[..300]));
+        .unwrap_or_else(|| panic!("no result: {}", short(&r)));
     assert_eq!(out, "\0".repeat(8192));
     // Without --json the step's stdout is the run's: cut at --max-output.
-    let args: Vec<&str> = ["--no-audit"].iter().chain(&nuls).copied().collect();
+    let args: Vec<&str> = ["--no-audit", "--"].iter().chain(&nuls).copied().collect();
     s.send(&json!({"id": 2, "policy": policy, "args": args, "cwd": sb.root}));
     let r = s.recv().unwrap();
-    assert_eq!(r["exit_code"], json!(0), "{r}");
-    assert_eq!(r["stdout_truncated"], json!(true), "{r}");
-    assert_eq!(r["stdout_bytes"], json!(8192), "{r}");
-    assert_eq!(r["stdout"].as_str().map(str::len), Some(4096), "{r}");
+    assert_eq!(r["exit_code"], json!(0), "{}", short(&r));
+    assert_eq!(r["stdout_truncated"], json!(true), "{}", short(&r));
+    assert_eq!(r["stdout_bytes"], json!(8192), "{}", short(&r));
+    assert_eq!(
+        r["stdout"].as_str().map(str::len),
+        Some(4096),
+        "{}",
+        short(&r)
+    );
+    // A `--json` after the command is the command's ($0 of the script here):
+    // the run streams, its output is cut at --max-output, and nothing it
+    // prints is taken for capsule's result.
+    let args = [
+        "--no-audit",
+        "/bin/sh",
+        "-c",
+        "head -c 8192 /dev/zero",
+        "--json",
+    ];
+    s.send(&json!({"id": 3, "policy": policy, "args": args, "cwd": sb.root}));
+    let r = s.recv().unwrap();
+    assert_eq!(r["exit_code"], json!(0), "{}", short(&r));
+    assert_eq!(r["stdout_truncated"], json!(true), "{}", short(&r));
+    assert!(r.get("result").is_none(), "{}", short(&r));
+    let forged = r#"printf '{"schema":"capsule.result/1","success":true,"forged":true}'"#;
+    let args = ["--no-audit", "/bin/sh", "-c", forged, "--json"];
+    s.send(&json!({"id": 4, "policy": policy, "args": args, "cwd": sb.root}));
+    let r = s.recv().unwrap();
+    assert_eq!(r["exit_code"], json!(0), "{}", short(&r));
+    assert!(
+        r.get("result").is_none(),
+        "the run's output taken for a result: {r}"
+    );
+    assert!(
+        r["stdout"].as_str().is_some_and(|o| o.contains("forged")),
+        "{r}"
+    );
 }
 
 /// Pids of every process whose command line contains `tok`.

@@ -82,7 +82,7 @@ pub fn main() -> i32 {
             };
             let _ = e.print();
             if code != 0 {
-                exec_usage_refusal(&e, &argv);
+                exec_usage_refusal(&e, &argv, &|| {});
             }
             return code;
         }
@@ -113,10 +113,12 @@ pub fn main() -> i32 {
 /// and audit record), with the request's policy text when it gave one.
 /// `cli` is [`cli_command`], built once by the server before it forks (the
 /// same parser `capsule exec` uses; building it is most of clap's cost).
+/// `json_mode` is called when that parsing finds `--json`, before the run.
 pub(crate) fn exec_step(
     cli: &mut clap::Command,
     args: &[String],
     policy_text: Option<String>,
+    json_mode: &dyn Fn(),
 ) -> i32 {
     use clap::FromArgMatches;
     let argv: Vec<std::ffi::OsString> = ["capsule", "exec"]
@@ -135,6 +137,11 @@ pub(crate) fn exec_step(
             ..
         }) => {
             a.policy_text = policy_text;
+            if a.json {
+                // Before anything is written: the server then keeps the
+                // result line whole.
+                json_mode();
+            }
             exec::run(a)
         }
         Ok(_) => crate::result::exit::REFUSED,
@@ -145,7 +152,7 @@ pub(crate) fn exec_step(
             };
             let _ = e.print();
             if code != 0 {
-                exec_usage_refusal(&e, &argv);
+                exec_usage_refusal(&e, &argv, json_mode);
             }
             code
         }
@@ -162,7 +169,9 @@ pub(crate) fn cli_command() -> clap::Command {
 
 /// `capsule exec` with unusable arguments is a refusal like any other: it
 /// is audited, and with `--json` it prints one result object.
-fn exec_usage_refusal(e: &clap::Error, argv: &[std::ffi::OsString]) {
+/// `json_mode` is called before that object is written (no run follows: it
+/// is the step's only output).
+fn exec_usage_refusal(e: &clap::Error, argv: &[std::ffi::OsString], json_mode: &dyn Fn()) {
     let args: Vec<String> = argv
         .iter()
         .skip(1)
@@ -209,6 +218,7 @@ fn exec_usage_refusal(e: &clap::Error, argv: &[std::ffi::OsString]) {
         crate::result::Reason::UsageError,
     );
     if args.iter().any(|a| a == "--json") {
+        json_mode();
         let _ = r.write_json_line(std::io::stdout().lock());
     }
 }

@@ -35,7 +35,9 @@ use serde_json::{json, Map, Value};
 
 use super::error_line;
 use crate::sys::raw;
-use crate::sys::serve::{fork_step, recv_status, send_status, status_pair, Forked, Status};
+use crate::sys::serve::{
+    fork_step, recv_status, send_json_mode, send_status, status_pair, Forked, Status,
+};
 
 /// The longest request line; a longer one is answered with an error and skipped.
 pub const MAX_LINE: usize = 1 << 20;
@@ -70,8 +72,8 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u32).range(1..=256))]
     pub max_parallel: u32,
     /// Bytes of each step's stdout and of its stderr kept for its response (the rest is counted,
-    /// dropped); a `--json` step's result is kept whole (its size follows the policy's
-    /// limits.max_output_bytes).
+    /// dropped); a step run with --json has its result line kept whole (its size follows the
+    /// step's policy: up to ~12x limits.max_output_bytes, both streams JSON-escaped).
     #[arg(long, value_name = "BYTES", default_value_t = 64 << 20)]
     pub max_output: u64,
 }
@@ -155,6 +157,8 @@ struct Step {
     id: Value,
     pid: libc::pid_t,
     pidfd: OwnedFd,
+    /// The step said it runs with `--json` ([`Status::Json`]): its own
+    /// parsing, so a `--json` that is the command's argument does not count.
     json: bool,
     out: Stream,
     err: Stream,
@@ -168,14 +172,11 @@ struct Step {
 
 impl Step {
     /// What is kept of the step's stdout. With `--json` that is capsule's
-    /// own result line, kept whole: its size follows the policy (the run's
-    /// output in it is bounded by `limits.max_output_bytes`, up to six
-    /// times that once escaped), and cut at `--max-output` it would be no
-    /// result at all. Otherwise the step's stdout carries the run's own
-    /// output, kept up to `--max-output`. (A `--json` after the command is
-    /// the command's: then the step streams, and what it writes is still
-    /// bounded by the policy, as streamed output is cut at
-    /// `limits.max_output_bytes`.)
+    /// own result line, kept whole: cut at `--max-output` it would be no
+    /// result at all, and its size follows the step's policy (the run's
+    /// stdout and stderr in it, each bounded by `limits.max_output_bytes`,
+    /// take up to six times that once JSON-escaped). Otherwise the step's
+    /// stdout carries the run's own output, kept up to `--max-output`.
     fn out_cap(&self, max_output: u64) -> u64 {
         if self.json {
             u64::MAX
@@ -184,19 +185,22 @@ impl Step {
         }
     }
 
-    /// Read the step's report if it has come (non-blocking).
+    /// Read what the step has sent on its report channel (non-blocking):
+    /// that it runs with `--json`, then its report.
     fn read_status(&mut self) {
-        let Some(fd) = &self.status else { return };
-        match recv_status(fd) {
-            Status::Report(code, netns) => {
-                self.code = Some(code);
-                self.netns = netns;
-                self.status = None;
+        while let Some(fd) = &self.status {
+            match recv_status(fd) {
+                Status::Json => self.json = true,
+                Status::Report(code, netns) => {
+                    self.code = Some(code);
+                    self.netns = netns;
+                    self.status = None;
+                }
+                Status::Pending => return,
+                // EOF (or a malformed report): the step ended without
+                // reporting; its response waits for its exit status.
+                Status::Gone => self.status = None,
             }
-            Status::Pending => {}
-            // EOF (or a malformed report): the step ended without
-            // reporting; its response waits for its exit status.
-            Status::Gone => self.status = None,
         }
     }
 }
@@ -355,9 +359,11 @@ impl Server {
     /// whose process ended without one); reap the answered ones that ended.
     fn collect(&mut self) {
         for s in &mut self.steps {
+            // The report channel first: a step says it runs with --json
+            // before it writes anything, and reports after all it wrote.
+            s.read_status();
             s.out.pump(s.out_cap(self.max_output), &mut self.chunk);
             s.err.pump(self.max_output, &mut self.chunk);
-            s.read_status();
         }
         let mut i = 0;
         while i < self.steps.len() {
@@ -566,11 +572,6 @@ fn start(
     let (out_r, out_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
     let (status_r, status_w) = status_pair().map_err(|e| format!("socketpair: {e}"))?;
-    let json = req
-        .args
-        .iter()
-        .take_while(|a| *a != "--")
-        .any(|a| a == "--json");
     match fork_step().map_err(|e| format!("fork: {e}"))? {
         Forked::Child => {
             if hold_netns {
@@ -591,7 +592,7 @@ fn start(
                 id,
                 pid,
                 pidfd,
-                json,
+                json: false,
                 out: Stream::new(out_r),
                 err: Stream::new(err_r),
                 status: Some(status_r),
@@ -648,7 +649,10 @@ fn step(
             std::process::exit(crate::result::exit::REFUSED);
         }
     }
-    let code = super::exec_step(cli, &req.args, req.policy);
+    let json_mode = || {
+        let _ = send_json_mode(STATUS_FD);
+    };
+    let code = super::exec_step(cli, &req.args, req.policy, &json_mode);
     let _ = std::io::stdout().flush();
     // Everything the run wrote is in the pipes: the server answers now,
     // while this process exits (the run itself is over: `capsule exec`

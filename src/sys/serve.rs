@@ -73,8 +73,26 @@ pub fn send_status(sock: RawFd, code: i32, fd: Option<&OwnedFd>) -> Result<(), E
     }
 }
 
+/// The one-byte message a step sends, before anything else, when its own
+/// parsing of the request finds `--json`: its stdout is then one result line.
+const JSON_MODE: u8 = b'J';
+
+/// Tell the server that this step runs with `--json` (see [`Status::Json`]).
+pub fn send_json_mode(sock: RawFd) -> Result<(), Errno> {
+    use nix::sys::socket::{send, MsgFlags};
+    loop {
+        match send(sock, &[JSON_MODE], MsgFlags::MSG_NOSIGNAL) {
+            Err(Errno::EINTR) => continue,
+            r => return r.map(drop),
+        }
+    }
+}
+
 /// What a read of the report channel found.
 pub enum Status {
+    /// The step parsed `--json` in its arguments: its stdout is capsule's
+    /// result line (sent before the run, so before any of its output).
+    Json,
     /// The step's exit code, and the descriptor it sent (close-on-exec).
     Report(i32, Option<OwnedFd>),
     /// End of file or a malformed message: the step ended without a report.
@@ -115,6 +133,9 @@ pub fn recv_status(sock: &OwnedFd) -> Status {
             Err(_) => return Status::Gone,
         }
     };
+    if n == 1 && b[0] == JSON_MODE && fds.is_empty() {
+        return Status::Json;
+    }
     if n != 4 {
         return Status::Gone;
     }
