@@ -242,33 +242,12 @@ for _ in range(20):
 """
 
 
-def _default_parent() -> str:
-    """Where a worker's directory goes when no ``workspace_root`` is given:
-    the temporary directory, except that ``/tmp`` (or a directory beneath
-    it) gives way to ``/var/tmp`` where this user may make a directory there.
-
-    Every run sees a private ``/tmp`` of its own (its TMPDIR), so a
-    workspace beneath the host's ``/tmp`` needs its mount points made inside
-    each run's private ``/tmp``, and removed after it: four directories
-    made and removed a step more (~0.4 ms of CPU a step with ``/tmp`` on
-    ext4). Beneath ``/var/tmp`` the workspace's own directories are the
-    mount points."""
-    tmp = tempfile.gettempdir()
-    if (tmp == "/tmp" or tmp.startswith("/tmp/")) and os.path.isdir("/var/tmp") and os.access(
-        "/var/tmp", os.W_OK | os.X_OK
-    ):
-        return "/var/tmp"
-    return tmp
-
-
 class _WorkerRoot:
     """One private directory per worker process, removed by a reaper when the
     process ends however it ends."""
 
     def __init__(self, parent: str | None) -> None:
-        self.path = Path(
-            tempfile.mkdtemp(prefix=f"capsule-ray-{os.getpid()}-", dir=parent if parent else _default_parent())
-        )
+        self.path = Path(tempfile.mkdtemp(prefix=f"capsule-ray-{os.getpid()}-", dir=parent))
         os.chmod(self.path, 0o700)
         rfd, self._wfd = os.pipe()  # both O_CLOEXEC: no capsule child holds the write end
         try:

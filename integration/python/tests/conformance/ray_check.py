@@ -168,8 +168,7 @@ def _procs_with(*needles: str) -> list[int]:
 
 
 def _step_procs() -> list[int]:
-    # The workers' directories are where capsule_sandbox.ray puts them.
-    return _procs_with(os.path.join(cray._default_parent(), "capsule-ray-"), "/step-", "/scripts/")
+    return _procs_with(os.path.join(tempfile.gettempdir(), "capsule-ray-"), "/step-", "/scripts/")
 
 
 def _step_code(kind: str, i: int, env: dict, marker: str) -> str:
@@ -251,12 +250,15 @@ def test_200_steps_confined_placed_and_misbehaviour_contained(cluster, env):
     tmp = tempfile.gettempdir()
     assert [p for p in (os.path.join(tmp, f"capsule-{rid}") for rid in run_ids) if os.path.exists(p)] == []
     assert _cgroups_named(run_ids) == []
-    roots = list(Path(cray._default_parent()).glob("capsule-ray-*"))
-    assert roots, f"no worker directory in {cray._default_parent()}: the checks below would check nothing"
+    # The live workers' directories (capsule-ray-<pid>-*): there must be some,
+    # with workspaces in them, or the checks below would check nothing.
+    roots = [r for r in Path(tmp).glob("capsule-ray-*") if os.path.exists(f"/proc/{r.name.split('-')[2]}")]
+    workspaces = [ws for r in roots for ws in r.glob("step-*")]
+    assert workspaces, f"no live worker's step workspace in {tmp}: the checks below would check nothing"
     leftovers = [str(p) for r in roots for p in r.glob("*") if p.name.startswith(("audit-", "policy-"))]
     assert leftovers == [], leftovers
     # A worker keeps emptied workspaces for its next steps: nothing of a step in them.
-    for ws in (p for r in roots for p in r.glob("step-*")):
+    for ws in workspaces:
         assert sorted(os.listdir(ws)) == ["output", "scripts"], ws
         assert os.listdir(ws / "output") == [] and os.listdir(ws / "scripts") == ["capsule_sandbox"], ws
 
