@@ -25,7 +25,12 @@ impl Server {
     }
 
     fn start_with(sb: &Sandbox, args: &[&str]) -> Server {
+        Server::start_env(sb, args, &[])
+    }
+
+    fn start_env(sb: &Sandbox, args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut c = sb.std_command(["serve"].iter().chain(args));
+        c.envs(env.iter().copied());
         c.stdin(Stdio::piped()).stdout(Stdio::piped());
         let mut child = c.spawn().expect("spawn capsule serve");
         let stdin = child.stdin.take();
@@ -339,6 +344,73 @@ fn a_json_steps_result_is_kept_whole_past_max_output() {
 }
 
 /// Pids of every process whose command line contains `tok`.
+/// A step's private TMPDIR is gone when the server answers. One that holds
+/// only the view's mount points (here for a grant beneath /tmp) is moved
+/// aside before the report and removed right after it, by the step's process
+/// (supervisor::tmpdir_aside); one the run left data in is removed before the
+/// report, as `capsule exec` does. Either way nothing stays, and the result
+/// says nothing was left behind.
+#[test]
+fn a_steps_tmpdir_is_gone_when_it_answers_and_what_was_moved_aside_soon_after() {
+    let sb = Sandbox::new();
+    let host = tempfile::Builder::new()
+        .prefix("capsule-aside-")
+        .tempdir_in("/tmp")
+        .expect("a directory beneath /tmp");
+    let sub = host.path().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let sub = sub.to_str().unwrap();
+    let log = [("RUST_LOG", "capsule::supervisor::tmpdir_aside=debug")];
+    let mut s = Server::start_env(&sb, &[], &log);
+    for (id, cmd, moved) in [
+        ("mount points only", "true", true),
+        ("data", "echo x > \"$TMPDIR/f\"", false),
+    ] {
+        let args = [
+            "--json",
+            "--no-audit",
+            "--allow-read",
+            sub,
+            "--",
+            "/bin/sh",
+            "-c",
+            cmd,
+        ];
+        s.send(&json!({"id": id, "args": args, "cwd": sb.root}));
+        let r = s.recv().expect("a response");
+        let short = r.to_string().chars().take(600).collect::<String>();
+        assert_eq!(r["exit_code"], json!(0), "{short}");
+        assert!(r["result"].get("left_behind").is_none(), "{short}");
+        let run_id = r["result"]["run_id"].as_str().expect("run_id");
+        // The host side of the run's TMPDIR (the server runs with a cleared
+        // environment: no TMPDIR, so /tmp).
+        let tmpdir = std::path::Path::new("/tmp").join(format!("capsule-{run_id}"));
+        let aside = tmpdir.with_file_name(format!(".capsule-{run_id}.removing"));
+        assert!(
+            !tmpdir.exists(),
+            "{}: still there at the answer",
+            tmpdir.display()
+        );
+        let said = r["stderr"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("moved aside");
+        assert_eq!(said, moved, "{id}: moved aside? {short}");
+        let end = Instant::now() + Duration::from_secs(10);
+        while aside.exists() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(
+            !aside.exists(),
+            "{}: not removed after the report",
+            aside.display()
+        );
+    }
+    drop(s.stdin.take());
+    assert!(s.recv().is_none());
+    assert!(s.child.wait().unwrap().success());
+}
+
 fn with_token(tok: &str) -> Vec<i32> {
     let mut out = vec![];
     for e in std::fs::read_dir("/proc").expect("/proc").flatten() {

@@ -577,6 +577,7 @@ fn start(
             if hold_netns {
                 crate::supervisor::netns_hold::want();
             }
+            crate::supervisor::tmpdir_aside::want();
             step(req, [&stdin_fd, &out_w, &err_w, &status_w], server_pid, cli)
         }
         Forked::Parent(pid) => {
@@ -659,6 +660,13 @@ fn step(
     // returns only once its tree is gone and its record written).
     let netns = crate::supervisor::netns_hold::take();
     let _ = send_status(STATUS_FD, code, netns.as_ref());
+    // The run's TMPDIR, if it was moved aside: removed now, while the server
+    // answers (it reaps this process, and exits, only once it is gone).
+    if let Some(aside) = crate::supervisor::tmpdir_aside::take() {
+        for line in crate::supervisor::cleanup::remove_dir_or_tree(&aside) {
+            tracing::warn!("after the report, left behind: {line}");
+        }
+    }
     std::process::exit(code)
 }
 

@@ -16,6 +16,7 @@ pub mod netns_hold;
 pub mod pty;
 pub mod services;
 pub mod spawn;
+pub mod tmpdir_aside;
 pub mod treekill;
 
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -131,7 +132,12 @@ pub fn run(plan: &Plan, opts: ExecOptions) -> Finished {
             Attempt::Finished(finished) => {
                 let mut finished = *finished;
                 tracing::debug!("supervisor: run finished");
-                finished.result.left_behind = remove_tmpdir(plan);
+                // A serve step moves a TMPDIR of empty entries aside and
+                // removes it after its report (tmpdir_aside).
+                let aside = plan.tmpdir.as_deref().is_some_and(tmpdir_aside::move_aside);
+                if !aside {
+                    finished.result.left_behind = remove_tmpdir(plan);
+                }
                 return finished;
             }
             Attempt::Refused(r) => {
