@@ -562,7 +562,7 @@ fn held_namespaces(pid: u32) -> usize {
 
 /// A step hands its run's network namespace to the server, which lets them
 /// go sixteen at a time or a second after the oldest, so that the kernel
-/// tears them down in batches (supervisor::netns_hold, docs/serve.md): never
+/// tears them down in batches (supervisor::ns_hold, docs/serve.md): never
 /// more than sixteen held, none left once the server has been idle.
 #[test]
 fn the_server_holds_finished_runs_network_namespaces_briefly_then_lets_them_go() {

@@ -48,7 +48,7 @@ const CHUNK: usize = 64 * 1024;
 const MAX_PENDING: usize = 64;
 /// Where a step's process finds its report channel.
 const STATUS_FD: i32 = 3;
-/// Held network namespaces closed together (`supervisor::netns_hold`)...
+/// Held network namespaces closed together (`supervisor::ns_hold`)...
 const NETNS_BATCH: usize = 16;
 /// ...or this long after the oldest came.
 const NETNS_LINGER: Duration = Duration::from_secs(1);
@@ -246,7 +246,7 @@ struct Server {
     reaping: Vec<(libc::pid_t, OwnedFd)>,
     /// The network namespaces of answered steps, and when the oldest came:
     /// closed together, so that the kernel tears them down in one batch
-    /// (`supervisor::netns_hold`).
+    /// (`supervisor::ns_hold`).
     netns: Vec<OwnedFd>,
     netns_since: Option<Instant>,
     /// Whether steps hand their network namespace to the server.
@@ -575,8 +575,9 @@ fn start(
     match fork_step().map_err(|e| format!("fork: {e}"))? {
         Forked::Child => {
             if hold_netns {
-                crate::supervisor::netns_hold::want();
+                crate::supervisor::ns_hold::NET.want();
             }
+            crate::supervisor::ns_hold::MNT.want();
             crate::supervisor::tmpdir_aside::want();
             step(req, [&stdin_fd, &out_w, &err_w, &status_w], server_pid, cli)
         }
@@ -658,10 +659,12 @@ fn step(
     // Everything the run wrote is in the pipes: the server answers now,
     // while this process exits (the run itself is over: `capsule exec`
     // returns only once its tree is gone and its record written).
-    let netns = crate::supervisor::netns_hold::take();
+    let netns = crate::supervisor::ns_hold::NET.take();
     let _ = send_status(STATUS_FD, code, netns.as_ref());
-    // The run's TMPDIR, if it was moved aside: removed now, while the server
-    // answers (it reaps this process, and exits, only once it is gone).
+    // While the server answers (it reaps this process, and exits, only once
+    // it is gone): the run's mount namespace, held past init's end, is torn
+    // down, then the TMPDIR, if it was moved aside, removed.
+    drop(crate::supervisor::ns_hold::MNT.take());
     if let Some(aside) = crate::supervisor::tmpdir_aside::take() {
         for line in crate::supervisor::cleanup::remove_dir_or_tree(&aside) {
             tracing::warn!("after the report, left behind: {line}");

@@ -12,7 +12,7 @@ pub mod capture;
 pub mod cleanup;
 pub mod event_loop;
 pub mod memwatch;
-pub mod netns_hold;
+pub mod ns_hold;
 pub mod pty;
 pub mod services;
 pub mod spawn;

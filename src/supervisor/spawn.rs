@@ -324,7 +324,10 @@ fn start(c: Cloned, ours: Channel, before_go: BeforeGo<'_>) -> Result<Spawned, S
         }
     }
     if flags & libc::CLONE_NEWNET != 0 {
-        super::netns_hold::keep(pid);
+        super::ns_hold::NET.keep(pid);
+    }
+    if flags & libc::CLONE_NEWNS != 0 {
+        super::ns_hold::MNT.keep(pid);
     }
     if let Err(msg) = before_go(pid, placed) {
         kill();

@@ -42,7 +42,7 @@ pub fn thread_count() -> Option<usize> {
 
 /// The step's report channel: a `SOCK_SEQPACKET` pair (close-on-exec), so
 /// that the report can carry a descriptor (the run's network namespace,
-/// see `supervisor::netns_hold`). `(server's end, step's end)`.
+/// see `supervisor::ns_hold`). `(server's end, step's end)`.
 pub fn status_pair() -> Result<(OwnedFd, OwnedFd), Errno> {
     use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
     socketpair(
