@@ -133,8 +133,12 @@ pub fn run(plan: &Plan, opts: ExecOptions) -> Finished {
                 let mut finished = *finished;
                 tracing::debug!("supervisor: run finished");
                 // A serve step moves a TMPDIR of empty entries aside and
-                // removes it after its report (tmpdir_aside).
-                let aside = plan.tmpdir.as_deref().is_some_and(tmpdir_aside::move_aside);
+                // removes it after its report (tmpdir_aside), when no process
+                // of the run can be left: its pid namespace is gone with init.
+                let tree_gone =
+                    finished.result.enforcement.tree_kill == spawn::TreeMode::PidNamespace.as_str();
+                let aside =
+                    tree_gone && plan.tmpdir.as_deref().is_some_and(tmpdir_aside::move_aside);
                 if !aside {
                     finished.result.left_behind = remove_tmpdir(plan);
                 }
@@ -142,7 +146,10 @@ pub fn run(plan: &Plan, opts: ExecOptions) -> Finished {
             }
             Attempt::Refused(r) => {
                 // Nothing of the command ran: prepare the next path (its own
-                // Landlock rules and view, or none) and try again.
+                // Landlock rules and view, or none) and try again. What this
+                // attempt's init held goes now (the next path may hold none).
+                drop(ns_hold::NET.take());
+                drop(ns_hold::MNT.take());
                 match path.after(r) {
                     Some(next) => {
                         tracing::info!(

@@ -9,23 +9,27 @@
 //! steps, the removals took 0.43 ms (median) and 1.3 ms (mean) between init's
 //! end and the step's report, in the caller's wait.
 //!
-//! So a step of `capsule serve` ([`want`]) whose TMPDIR holds nothing but
-//! empty directories and empty files (the mount points the view made, or
-//! what the run left empty), in a TMPDIR that is still the 0700 directory of
+//! So a step of `capsule serve` ([`want`]) whose run had its own pid
+//! namespace (gone with init: no process of the run is left) and whose
+//! TMPDIR holds nothing but empty directories and empty files (the mount
+//! points the view made, or what the run left empty), each of this user and
+//! writable by no one else, in a TMPDIR that is still the 0700 directory of
 //! this user, renames it to `.NAME.removing` beside it (one `renameat2`, no
 //! block freed) and removes it right after its report, before its process
 //! exits; the server reaps a step only once its process is gone, and exits
-//! only after all of them. Nothing of the run is alive by then (the run has
-//! ended), and what is moved can always be removed (empty entries, in a
-//! directory of ours that no one else may write), so the result's
-//! `left_behind` stays exact. Anything else (a file with data, a directory
-//! with entries, a changed mode) is removed before the report, as by
-//! `capsule exec`, which never defers.
+//! only after all of them. Nothing can add to what is moved (no one else may
+//! write in it, and no process of the run is left), so it can always be
+//! removed and the result's `left_behind` stays exact. Anything else (a file
+//! with data, a directory with entries, a mode the run widened, a run
+//! without a pid namespace) is removed before the report, as by
+//! `capsule exec`, which never defers. A step killed with SIGKILL between its
+//! report and that removal leaves `.capsule-RUNID.removing` behind, as a
+//! SIGKILLed `capsule exec` leaves `capsule-RUNID`.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 
 /// Entries looked at before giving up on moving aside (the removal walk
 /// handles any number; this is only the fast path).
@@ -44,7 +48,7 @@ pub fn want() {
 /// itself and keep the new path for [`take`]. Returns whether it did; when
 /// not, the caller removes `tmpdir` itself.
 pub(crate) fn move_aside(tmpdir: &Path) -> bool {
-    if !WANTED.load(Ordering::Relaxed) || !only_empty_entries(tmpdir) {
+    if !WANTED.load(Ordering::Relaxed) || !tmpdir.is_absolute() || !only_empty_entries(tmpdir) {
         return false;
     }
     let (Some(parent), Some(name)) = (tmpdir.parent(), tmpdir.file_name()) else {
@@ -67,12 +71,8 @@ pub(crate) fn move_aside(tmpdir: &Path) -> bool {
                 tmpdir.display(),
                 aside.display()
             );
-            if let Ok(mut held) = ASIDE.lock() {
-                *held = Some(aside);
-                return true;
-            }
-            // Not reachable (nothing panics while holding the lock); put it back.
-            std::fs::rename(&aside, tmpdir).is_err()
+            *ASIDE.lock().unwrap_or_else(PoisonError::into_inner) = Some(aside);
+            true
         }
         Err(e) => {
             tracing::debug!("{}: not moved aside ({e}); removed now", tmpdir.display());
@@ -83,20 +83,20 @@ pub(crate) fn move_aside(tmpdir: &Path) -> bool {
 
 /// The TMPDIR moved aside for this process's run, if any (to remove).
 pub fn take() -> Option<PathBuf> {
-    ASIDE.lock().ok().and_then(|mut a| a.take())
+    ASIDE.lock().unwrap_or_else(PoisonError::into_inner).take()
 }
 
 /// Whether `dir` is a directory of this user, mode 0700 (as capsule made it:
 /// no one else may add to it or keep anything in it), whose entries are all
-/// empty directories or empty regular files (at most [`MAX_ENTRIES`]).
+/// empty directories or empty regular files of this user that no one else
+/// may write either (no group or other write bit, which an ACL's mask also
+/// shows), at most [`MAX_ENTRIES`] of them.
 fn only_empty_entries(dir: &Path) -> bool {
+    let euid = nix::unistd::geteuid().as_raw();
     let Ok(meta) = std::fs::symlink_metadata(dir) else {
         return false;
     };
-    if !meta.is_dir()
-        || meta.permissions().mode() & 0o7777 != 0o700
-        || meta.uid() != nix::unistd::geteuid().as_raw()
-    {
+    if !meta.is_dir() || meta.permissions().mode() & 0o7777 != 0o700 || meta.uid() != euid {
         return false;
     }
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -110,6 +110,9 @@ fn only_empty_entries(dir: &Path) -> bool {
             return false;
         };
         let (path, m) = m;
+        if m.uid() != euid || m.permissions().mode() & 0o022 != 0 {
+            return false;
+        }
         let empty = if m.is_dir() {
             std::fs::read_dir(&path).is_ok_and(|mut d| d.next().is_none())
         } else {
@@ -152,6 +155,12 @@ mod tests {
         std::fs::set_permissions(&t, std::fs::Permissions::from_mode(0o1777)).unwrap();
         assert!(!only_empty_entries(&t), "a mode the run changed");
         std::fs::set_permissions(&t, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::fs::set_permissions(t.join("mountpoint"), std::fs::Permissions::from_mode(0o777))
+            .unwrap();
+        assert!(!only_empty_entries(&t), "an entry others may write in");
+        std::fs::set_permissions(t.join("mountpoint"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        assert!(only_empty_entries(&t));
         for i in 0..MAX_ENTRIES {
             std::fs::create_dir(t.join(format!("d{i}"))).unwrap();
         }
@@ -174,9 +183,10 @@ mod tests {
         assert_eq!(aside, host.path().join(".capsule-TEST.removing"));
         assert!(aside.join("mountpoint").is_dir());
         assert!(take().is_none());
-        // Not moved over an existing name.
+        // Not moved over an existing name, nor by a relative path.
         let t = tmpdir(host.path());
         assert!(!move_aside(&t));
         assert!(t.is_dir());
+        assert!(!move_aside(Path::new("capsule-TEST")));
     }
 }
