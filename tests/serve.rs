@@ -441,6 +441,16 @@ fn wait_for_token(tok: &str) -> Vec<i32> {
 #[test]
 fn the_servers_death_ends_every_running_step() {
     let sb = Sandbox::new();
+    // A grant beneath /tmp: each run's TMPDIR holds its mount point, named
+    // after this directory, and is moved aside when the run ends.
+    let host = tempfile::Builder::new()
+        .prefix("capsule-crash-")
+        .tempdir_in("/tmp")
+        .expect("a directory beneath /tmp");
+    let sub = host.path().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let sub = sub.to_str().unwrap();
+    let mark = host.path().file_name().unwrap().to_owned();
     let mut s = Server::start(&sb);
     let toks: Vec<String> = (0..2).map(|i| token(&format!("serve-crash-{i}"))).collect();
     for (i, tok) in toks.iter().enumerate() {
@@ -452,6 +462,8 @@ fn the_servers_death_ends_every_running_step() {
                 "--no-audit",
                 "--timeout",
                 "120",
+                "--allow-read",
+                sub,
                 "--",
                 &python(),
                 "-c",
@@ -477,6 +489,33 @@ fn the_servers_death_ends_every_running_step() {
     }
     // The caller sees the end of the stream, no response for the steps.
     assert!(s.recv().is_none());
+    // Nor is anything of theirs left in /tmp: no TMPDIR (capsule-RUNID) and
+    // no copy moved aside (.capsule-RUNID.removing) holding their mount
+    // point, once the steps' processes are gone (they write to a dead
+    // server's pipes first).
+    let ours = || -> Vec<std::path::PathBuf> {
+        std::fs::read_dir("/tmp")
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .map(|e| e.path())
+                    .filter(|p| {
+                        let n = p.file_name().unwrap_or_default().to_string_lossy();
+                        (n.starts_with("capsule-") || n.starts_with(".capsule-"))
+                            && p.join(&mark).exists()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let end = Instant::now() + Duration::from_secs(10);
+    while !ours().is_empty() && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        ours(),
+        Vec::<std::path::PathBuf>::new(),
+        "left behind by the killed server's steps"
+    );
 }
 
 #[test]

@@ -654,7 +654,14 @@ fn step(
     let json_mode = || {
         let _ = send_json_mode(STATUS_FD);
     };
-    let code = super::exec_step(cli, &req.args, req.policy, &json_mode);
+    // A panic in `capsule exec` after its run (an `eprintln!` on a stderr
+    // whose reader is gone, as when the server has died) must not skip what
+    // follows: the report, and the removal of a TMPDIR moved aside. 101 is
+    // the exit status such a panic gave the step.
+    let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        super::exec_step(cli, &req.args, req.policy, &json_mode)
+    }))
+    .unwrap_or(101);
     let _ = std::io::stdout().flush();
     // Everything the run wrote is in the pipes: the server answers now,
     // while this process exits (the run itself is over: `capsule exec`
