@@ -752,3 +752,59 @@ fn the_readme_cargo_step_runs_without_a_policy() {
         "{line}\nstdout: {out}\nstderr: {err}"
     );
 }
+
+/// A Makefile's `python3` that the PATH resolves to a virtualenv (issue 39):
+/// the run gets that interpreter and its prefix read-only, as it gets the
+/// top-level command's, so `capsule exec -- make test` runs the project's
+/// Python as `capsule exec -- python3` would. The venv lies under the
+/// home directory, which the run is not otherwise granted.
+#[test]
+fn a_makefiles_python3_on_a_venv_path_runs() {
+    let make = first_tool(&["/usr/bin/make", "/bin/make"]);
+    let Some(make) = make else {
+        skip("no make on this machine (apt-get install make)");
+        return;
+    };
+    let sb = Sandbox::visible();
+    let venv = sb.path("home/.venvs/proj");
+    let made = std::process::Command::new(python())
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&venv)
+        .output()
+        .expect("run python3 -m venv");
+    if !made.status.success() {
+        skip("this Python cannot make a virtualenv (Debian: apt-get install python3-venv)");
+        return;
+    }
+    let proj = sb.mkdir("proj");
+    sb.write(
+        "proj/Makefile",
+        "test:\n\tpython3 -c 'import sys; print(\"prefix\", sys.prefix)'\n",
+    );
+    let mut sb = sb;
+    let path = format!("{}:{TEST_PATH}", venv.join("bin").display());
+    sb.set_env("PATH", &path);
+    let make = make.to_string_lossy().into_owned();
+    let run = sb.run_in(&["exec", "--", &make, "-s", "test"], &proj, b"");
+    run.assert_code(0);
+    assert_eq!(
+        run.stdout,
+        format!("prefix {}\n", venv.display()),
+        "{}",
+        run.ctx()
+    );
+    // --dry-run names the grant and why.
+    let run = sb.run_in(&["exec", "--dry-run", "--", &make, "test"], &proj, b"");
+    run.assert_code(0);
+    assert!(
+        run.stdout.contains(&venv.display().to_string()) && run.stdout.contains("python3"),
+        "{}",
+        run.ctx()
+    );
+    // Nothing of the home beyond the venv: its other files stay unreadable.
+    sb.write("home/secret.txt", "s3cret\n");
+    let secret = sb.p("home/secret.txt");
+    let run = sb.run_in(&["exec", "--", "/bin/cat", &secret], &proj, b"");
+    assert_ne!(run.code, Some(0), "{}", run.ctx());
+    assert!(!run.stdout.contains("s3cret"), "{}", run.ctx());
+}

@@ -571,6 +571,18 @@ fn command(
         for p in &cmd.prefixes {
             add_command_path(p, true, grants, &writable, &creds, &mut command_notes);
         }
+        // The interpreters the command may start by name (a Makefile's
+        // `python3` from a virtualenv on PATH), granted as the command's own.
+        let covered = |d: &Path| {
+            grants
+                .iter()
+                .any(|g| g.access.exec && d.starts_with(&g.path))
+        };
+        let found = command::path_interpreters(&ctx, covered);
+        command_notes.extend(found.skipped.iter().cloned());
+        for p in found.files.iter().chain(&found.prefixes) {
+            add_command_path(p, true, grants, &writable, &creds, &mut command_notes);
+        }
     }
     Ok((cmd, command_notes, creds))
 }

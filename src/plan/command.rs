@@ -165,6 +165,50 @@ pub fn resolve(name: &str, ctx: &Context<'_>) -> Result<ResolvedCommand, Command
     Ok(out)
 }
 
+/// The interpreters a build tool or a script starts by name (a Makefile's
+/// `python3`, an npm script's `node`, a test runner's `perl`), looked for on
+/// the child's PATH.
+pub const PATH_INTERPRETERS: &[&str] = &[
+    "python3", "python", "pip3", "pip", "node", "npm", "npx", "ruby", "perl",
+];
+
+/// The interpreters of [`PATH_INTERPRETERS`] that the child's PATH resolves
+/// to a directory no exec grant covers (`covered` says which do): a
+/// virtualenv's or pyenv's `python3`, an nvm `node`. Each is added as the
+/// top-level command's own `#!` interpreter is — the file, its symlink
+/// target, and its install prefix, never one in a place the child can
+/// write, no prefix for one under a grant of the policy — so that
+/// `capsule exec -- make test` runs the `python3` that `capsule exec --
+/// python3` runs. The planner grants them under `filesystem.system` only.
+///
+/// Only directories of the PATH that no grant covers are searched: on a
+/// PATH of system directories alone this reads nothing.
+pub fn path_interpreters(ctx: &Context<'_>, covered: impl Fn(&Path) -> bool) -> ResolvedCommand {
+    let mut out = ResolvedCommand::default();
+    let dirs: Vec<&str> = ctx.path_env.split(':').collect();
+    let uncovered = |d: &str| {
+        let d = Path::new(d);
+        d.is_absolute() && !covered(d)
+    };
+    if !dirs.iter().any(|d| uncovered(d)) {
+        return out;
+    }
+    for name in PATH_INTERPRETERS {
+        // The first hit on the PATH is what the child's lookup finds.
+        let Ok(found) = find_on_path(name, ctx.path_env) else {
+            continue;
+        };
+        let Some(dir) = found.parent() else { continue };
+        if !uncovered(&dir.to_string_lossy()) {
+            continue;
+        }
+        let why = format!("{name} on the run's PATH");
+        let tainted = ctx.granted(&found).is_some();
+        add_helper(&mut out, &found, &why, tainted, ctx);
+    }
+    out
+}
+
 fn add_file(out: &mut ResolvedCommand, p: &Path, why: &str) {
     if !out.files.iter().any(|f| f.path == p) {
         out.files.push(Added {
@@ -372,6 +416,47 @@ mod tests {
         .unwrap();
         assert!(r.files.iter().any(|f| f.path.ends_with("env")));
         assert!(r.files.iter().any(|f| f.path.ends_with("sh")));
+    }
+
+    #[test]
+    fn path_interpreters_only_where_no_grant_covers_and_never_written() {
+        let t = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(t.path()).unwrap();
+        let venv = root.join("venv/bin");
+        std::fs::create_dir_all(&venv).unwrap();
+        std::os::unix::fs::symlink("/bin/sh", venv.join("python3")).unwrap();
+        let covered = |d: &Path| d.starts_with("/usr") || d.starts_with("/bin");
+        // A PATH of covered directories alone: nothing looked up.
+        let c = ctx("/usr/bin:/bin", Path::new("/h"), &[]);
+        let r = path_interpreters(&c, covered);
+        assert!(r.files.is_empty() && r.prefixes.is_empty(), "{r:?}");
+        // The venv first: its python3, the link's target and its prefix.
+        let path = format!("{}:/usr/bin:/bin", venv.display());
+        let c = ctx(&path, Path::new("/h"), &[]);
+        let r = path_interpreters(&c, covered);
+        assert!(
+            r.files.iter().any(|f| f.path == venv.join("python3")),
+            "{r:?}"
+        );
+        assert!(
+            r.prefixes.iter().any(|p| p.path == root.join("venv")),
+            "{r:?}"
+        );
+        // The venv after the system's: the child's lookup finds /usr/bin's.
+        let path = format!("/usr/bin:/bin:{}", venv.display());
+        let c = ctx(&path, Path::new("/h"), &[]);
+        let r = path_interpreters(&c, covered);
+        assert!(
+            !r.files.iter().any(|f| f.path == venv.join("python3")),
+            "{r:?}"
+        );
+        // A venv the child can write is never granted.
+        let path = format!("{}:/usr/bin:/bin", venv.display());
+        let w = [root.join("venv")];
+        let c = ctx(&path, Path::new("/h"), &w);
+        let r = path_interpreters(&c, covered);
+        assert!(r.files.is_empty() && r.prefixes.is_empty(), "{r:?}");
+        assert!(!r.skipped.is_empty(), "{r:?}");
     }
 
     #[test]
