@@ -81,21 +81,50 @@ def test_installed_wheel_ships_man_pages_and_completions():
         assert needle in path.read_text(), f"{path} lacks {needle!r}"
 
 
+def _readme_link_line() -> str:
+    """The README's line that puts capsule (and only capsule) on PATH."""
+    root = Path(os.environ.get("CAPSULE_TEST_ROOT") or Path(__file__).resolve().parents[3])
+    lines = [
+        ln.strip()
+        for ln in (root / "README.md").read_text(encoding="utf-8").splitlines()
+        if ln.startswith("    mkdir -p ~/.local/bin")
+    ]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
 @pytest.mark.skipif(not INSTALLED, reason="runs against the installed wheel (scripts/test)")
-def test_with_the_venv_on_path_capsule_and_man_capsule_work(tmp_path):
-    """The README's install line, then `export PATH=<venv>/bin:$PATH`: `capsule`
-    runs by name and `man capsule` finds the wheel's page (man-db maps each
-    PATH entry's ../share/man), with EXAMPLES and EXIT STATUS (issue 25)."""
+def test_the_readme_link_line_exposes_capsule_man_and_completion_but_not_the_venv(tmp_path):
+    """The README's install line, then its link line (issue 39): `capsule` runs
+    by name from ~/.local/bin, `man capsule` finds the wheel's page (man-db maps
+    ~/.local/bin to ~/.local/share/man), bash-completion's own loader (2.11 on
+    Debian 12) finds the completion by name, and `python3` stays the user's:
+    the virtualenv's bin/ is not on PATH."""
     import shutil
 
-    bindir = str(Path(sys.prefix) / "bin")
-    env = {"PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8"}
+    home = tmp_path / "home"
+    home.mkdir()
+    line = _readme_link_line().replace("~/.venvs/capsule", sys.prefix).replace("~/", f"{home}/")
+    env = {"PATH": f"{home}/.local/bin:/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8"}
+    done = subprocess.run(["sh", "-c", line], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
     done = subprocess.run(["capsule", "--version"], env=env, capture_output=True, text=True, timeout=30)
     assert done.returncode == 0 and done.stdout.startswith("capsule "), done.stdout + done.stderr
+    py = subprocess.run(["sh", "-c", "command -v python3"], env=env, capture_output=True, text=True, timeout=30)
+    assert not py.stdout.strip().startswith(sys.prefix), py.stdout
     if shutil.which("man") is None:
         pytest.skip("no man(1) on this machine (apt-get install man-db)")
     where = subprocess.run(["man", "-w", "capsule"], env=env, capture_output=True, text=True, timeout=30)
     assert where.returncode == 0, where.stderr
-    assert where.stdout.strip() == str(Path(sys.prefix) / "share" / "man" / "man1" / "capsule.1"), where.stdout
-    page = (Path(sys.prefix) / "share" / "man" / "man1" / "capsule.1").read_text()
+    # man-db prints the link's target: the wheel's page, found through the link.
+    page_path = Path(sys.prefix) / "share" / "man" / "man1" / "capsule.1"
+    assert Path(where.stdout.strip()).resolve() == page_path.resolve(), where.stdout
+    assert (home / ".local/share/man/man1/capsule.1").resolve() == page_path.resolve()
+    page = Path(where.stdout.strip()).read_text()
     assert ".SH EXAMPLES" in page and '.SH "EXIT STATUS"' in page and "capsule\\-help" not in page
+    loader = Path("/usr/share/bash-completion/bash_completion")
+    if not loader.is_file():
+        pytest.skip("no bash-completion on this machine (apt-get install bash-completion)")
+    probe = f". {loader}; __load_completion capsule && complete -p capsule"
+    comp = subprocess.run(["bash", "-c", probe], env=env, capture_output=True, text=True, timeout=30)
+    assert comp.returncode == 0 and "capsule" in comp.stdout, comp.stdout + comp.stderr

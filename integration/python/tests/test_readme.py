@@ -50,8 +50,11 @@ RUN_ELSEWHERE = {
     'podman run --rm --user 65534 -v "$(command -v capsule)":/usr/local/bin/capsule:ro IMAGE capsule exec -- '
     "python3 -c 'print(\"hello from the sandbox\")'": "scripts/test-containers (scripts/test section 5: the static "
     "binary mounted read-only at /usr/local/bin/capsule of a debootstrap image, run as 65534 in the pod shapes)",
-    "export PATH=~/.venvs/capsule/bin:$PATH": "test_install.py (the wheel's venv bin/ on PATH: capsule and man capsule "
-    "by name)",
+    "mkdir -p ~/.local/bin ~/.local/share/man/man1 ~/.local/share/bash-completion/completions && ln -sf "
+    "~/.venvs/capsule/bin/capsule ~/.local/bin/capsule && ln -sf ~/.venvs/capsule/share/man/man1/capsule*.1 "
+    "~/.local/share/man/man1/ && ~/.venvs/capsule/bin/capsule completions bash > "
+    "~/.local/share/bash-completion/completions/capsule": "test_install.py (capsule, man capsule and the bash "
+    "completion by name; python3 stays the user's)",
     "python3 integration/python/examples/agent_demo.py": "test_example.py",
     "python3 -m pytest integration/python/tests -q": "scripts/test, section 2",
     # The kernel matrix boots distribution kernels under qemu: minutes per kernel.
@@ -73,7 +76,7 @@ RUN_ELSEWHERE = {
     "sudo scripts/bench-phases": "not run by the suite (a benchmark; needs perf uprobes)",
 }
 
-_STARTS = ("capsule ", "scripts/", "sudo ", "cargo ", "python3 ", "pip ", "~/", "/tmp/", ".ci/", "export ")
+_STARTS = ("capsule ", "scripts/", "sudo ", "cargo ", "python3 ", "pip ", "~/", "/tmp/", ".ci/", "export ", "mkdir ")
 
 
 def _strip_comment(line: str) -> str:
