@@ -75,7 +75,7 @@ mod tests {
         let base = Path::new("/");
         let lp = load_str(get("ci-build").unwrap(), "ci-build.yaml", None, base).unwrap();
         assert_eq!(lp.line_of("network.allow_hosts[6]"), Some(37));
-        assert_eq!(lp.line_of("limits.timeout_seconds"), Some(45));
+        assert_eq!(lp.line_of("limits.timeout_seconds"), Some(49));
         let lp = load_str(
             get("python-agent").unwrap(),
             "python-agent.yaml",
