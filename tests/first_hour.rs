@@ -808,3 +808,51 @@ fn a_makefiles_python3_on_a_venv_path_runs() {
     assert_ne!(run.code, Some(0), "{}", run.ctx());
     assert!(!run.stdout.contains("s3cret"), "{}", run.ctx());
 }
+
+/// A project under the host's /tmp whose `.env` the starter policy carves
+/// out (issue 39): the run keeps the host's /tmp to hold the carve-out, so
+/// its HOME and TMPDIR are its own directory rather than `/tmp`; the run
+/// says so, and says nothing when there is no `.env`.
+#[test]
+fn a_carve_out_beneath_tmp_that_changes_home_is_said() {
+    let sb = Sandbox::new();
+    let dir = tempfile::Builder::new()
+        .prefix("capsule-first-hour-env-")
+        .tempdir_in("/tmp")
+        .expect("tempdir in /tmp");
+    let proj = std::fs::canonicalize(dir.path()).expect("canonical");
+    let policy = repo_root().join("policy/python-agent.yaml");
+    std::fs::copy(&policy, proj.join("agent.yaml")).expect("copy the starter policy");
+    let args = [
+        "exec",
+        "-p",
+        "agent.yaml",
+        "--",
+        "/bin/sh",
+        "-c",
+        "echo $HOME",
+    ];
+    let run = sb.run_in(&args, &proj, b"");
+    run.assert_code(0);
+    assert!(
+        !run.stderr.contains("is carved out of the grant"),
+        "{}",
+        run.ctx()
+    );
+
+    std::fs::write(proj.join(".env"), "TOKEN=x\n").expect("write .env");
+    let run = sb.run_in(&args, &proj, b"");
+    run.assert_code(0);
+    let home = run.stdout.trim().to_string();
+    assert!(
+        run.stderr.contains(&format!(
+            "{}/.env is carved out of the grant {} beneath /tmp",
+            proj.display(),
+            proj.display()
+        )) && run
+            .stderr
+            .contains(&format!("HOME and TMPDIR are {home}, not /tmp")),
+        "{}",
+        run.ctx()
+    );
+}

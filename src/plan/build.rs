@@ -177,6 +177,15 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
     .map_err(|e| locate_env_error(&loaded, e))?;
     let tools = host_tools(&loaded, &grants, host_path.as_deref())?;
 
+    let fs = FsPlan {
+        grants,
+        deny,
+        proc_self: policy.filesystem.system,
+        mounts,
+    };
+    if let Some(n) = super::notices::host_tmp_kept(&fs, tmpdir.as_deref()) {
+        notices.push(n);
+    }
     Ok(Plan {
         run_id,
         program: cmd.program,
@@ -187,12 +196,7 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         command_notes,
         fs_notes,
         notices,
-        fs: FsPlan {
-            grants,
-            deny,
-            proc_self: policy.filesystem.system,
-            mounts,
-        },
+        fs,
         net: net(policy),
         limits: limits(policy, &ov),
         best_effort,

@@ -14,7 +14,7 @@ pub mod notices;
 pub mod system;
 pub mod tools;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::policy::NetMode;
@@ -110,6 +110,42 @@ pub struct FsPlan {
     pub proc_self: bool,
     /// Binds of the view (`mounts:`, `--mount`): a source seen at a destination.
     pub mounts: Vec<Bind>,
+}
+
+impl FsPlan {
+    /// The grants beneath the host's `/tmp` (not `/tmp` itself, not the
+    /// run's TMPDIR `tmpdir`, not a mount's source): the view binds them
+    /// again inside its private `/tmp`.
+    pub fn grants_beneath_tmp<'a>(
+        &'a self,
+        tmpdir: Option<&'a Path>,
+    ) -> impl Iterator<Item = &'a FsGrant> + 'a {
+        let tmp = Path::new("/tmp");
+        self.grants
+            .iter()
+            .filter(|g| !self.mounts.iter().any(|m| m.src == g.path))
+            .filter(move |g| {
+                g.path.starts_with(tmp)
+                    && g.path != tmp
+                    && !tmpdir.is_some_and(|t| g.path.starts_with(t))
+            })
+    }
+
+    /// A carve-out beneath a grant beneath the host's `/tmp`, and that
+    /// grant: Landlock rights are inherited along the mount hierarchy, so
+    /// inside a private `/tmp` the carve-out would be lost, and the view
+    /// keeps the host's `/tmp` instead (see `sandbox::view`).
+    pub fn carved_beneath_tmp<'a>(
+        &'a self,
+        tmpdir: Option<&'a Path>,
+    ) -> Option<(&'a FsDeny, &'a FsGrant)> {
+        self.grants_beneath_tmp(tmpdir).find_map(|g| {
+            self.deny
+                .iter()
+                .find(|d| d.path.starts_with(&g.path))
+                .map(|d| (d, g))
+        })
+    }
 }
 
 /// One bind of the run's view (`mounts:`, `--mount`, and the view's own

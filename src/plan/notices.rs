@@ -235,3 +235,25 @@ mod tests {
         assert!(not_implied(Path::new("/home/u/project"), home).is_none());
     }
 }
+
+/// A carve-out beneath a grant under the host's /tmp (the starter
+/// policies' `./.env?` of a project in /tmp): where the run has its view,
+/// it keeps the host's /tmp under Landlock rather than a private one, so
+/// that the carve-out holds, and HOME and TMPDIR are then the run's own
+/// directory rather than `/tmp`. Said at the run (issue 39: whether the
+/// project has a `.env` changed them without a word).
+pub fn host_tmp_kept(fs: &super::FsPlan, tmpdir: Option<&Path>) -> Option<Notice> {
+    let tmpdir = tmpdir?;
+    let (deny, grant) = fs.carved_beneath_tmp(Some(tmpdir))?;
+    Some(Notice {
+        text: format!(
+            "{} is carved out of the grant {} beneath /tmp — {} — so the run's view keeps the host's /tmp \
+             under Landlock rather than a private /tmp, to keep it unreadable: HOME and TMPDIR are {}, not /tmp",
+            deny.path.display(),
+            grant.path.display(),
+            deny.origin,
+            tmpdir.display()
+        ),
+        on_exec: true,
+    })
+}

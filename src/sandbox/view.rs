@@ -246,7 +246,6 @@ fn under_tmpdir(plan: &Plan, p: &Path) -> bool {
 /// and whether /tmp is private at all.
 fn tmp_layout(plan: &Plan) -> (Vec<&crate::plan::FsGrant>, bool) {
     let tmp = Path::new("/tmp");
-    let mounts = &plan.fs.mounts;
     let under_tmpdir = |p: &Path| under_tmpdir(plan, p);
     // /tmp is the run's private TMPDIR, and a grant that lies under the
     // host's /tmp is bound again at its own path inside it. Landlock
@@ -258,18 +257,9 @@ fn tmp_layout(plan: &Plan) -> (Vec<&crate::plan::FsGrant>, bool) {
     // grant to carry it, the host's /tmp stays instead, under Landlock as
     // everything else. (A mount's source does not count: it is seen at
     // its destination only.)
-    let tmp_grants: Vec<&crate::plan::FsGrant> = plan
-        .fs
-        .grants
-        .iter()
-        .filter(|g| !mounts.iter().any(|m| m.src == g.path))
-        .filter(|g| g.path.starts_with(tmp) && g.path != tmp && !under_tmpdir(&g.path))
-        .collect();
-    let carved = plan
-        .fs
-        .deny
-        .iter()
-        .any(|d| tmp_grants.iter().any(|g| d.path.starts_with(&g.path)));
+    let tmp_grants: Vec<&crate::plan::FsGrant> =
+        plan.fs.grants_beneath_tmp(plan.tmpdir.as_deref()).collect();
+    let carved = plan.fs.carved_beneath_tmp(plan.tmpdir.as_deref()).is_some();
     let cwd_lost = plan.cwd.starts_with(tmp)
         && !under_tmpdir(&plan.cwd)
         && !tmp_grants.iter().any(|g| plan.cwd.starts_with(&g.path));
