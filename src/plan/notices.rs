@@ -219,23 +219,6 @@ pub fn policy_notices(loaded: &LoadedPolicy, home: &Path, mode: NetMode) -> Vec<
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_home_the_root_and_the_temp_dir_are_never_implied() {
-        let home = Path::new("/home/u");
-        assert!(not_implied(Path::new("/"), home).is_some());
-        assert!(not_implied(home, home).is_some());
-        assert!(not_implied(Path::new("/home"), home).is_some());
-        assert!(not_implied(Path::new("/proc/self"), home).is_some());
-        assert!(not_implied(Path::new("/home/u/.ssh"), home).is_some());
-        assert!(not_implied(Path::new("/home/u/.ssh/keys"), home).is_some());
-        assert!(not_implied(Path::new("/home/u/project"), home).is_none());
-    }
-}
-
 /// A carve-out beneath a grant under the host's /tmp (the starter
 /// policies' `./.env?` of a project in /tmp): where the run has its view,
 /// it keeps the host's /tmp under Landlock rather than a private one, so
@@ -256,4 +239,21 @@ pub fn host_tmp_kept(fs: &super::FsPlan, tmpdir: Option<&Path>) -> Option<Notice
         ),
         on_exec: true,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_home_the_root_and_the_temp_dir_are_never_implied() {
+        let home = Path::new("/home/u");
+        assert!(not_implied(Path::new("/"), home).is_some());
+        assert!(not_implied(home, home).is_some());
+        assert!(not_implied(Path::new("/home"), home).is_some());
+        assert!(not_implied(Path::new("/proc/self"), home).is_some());
+        assert!(not_implied(Path::new("/home/u/.ssh"), home).is_some());
+        assert!(not_implied(Path::new("/home/u/.ssh/keys"), home).is_some());
+        assert!(not_implied(Path::new("/home/u/project"), home).is_none());
+    }
 }
