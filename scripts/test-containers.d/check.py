@@ -283,6 +283,14 @@ def main(argv):
         else:
             j.fail(name, f"not given and the reason not named by capsule: {lims}")
 
+    # The pod's own processes, outside capsule: the Localhost profile gives
+    # capsule its namespaces through clone only, never unshare (EPERM = 1).
+    if shape in ("pod-localhost", "pod-runtimedefault"):
+        uo = rec.get("userns_outside", {"rc": -1, "out": {}, "err": ""})["out"]
+        j.check(uo.get("rc") == -1 and uo.get("errno") == 1,
+                tag + "unshare(CLONE_NEWUSER) outside capsule", "EPERM",
+                f"the profile lets any process of the pod make a user namespace by unshare: {uo}")
+
     pe = rec.get("proc_environ", {"rc": -1, "out": {}, "err": ""})
     leaked = "ct-secret-4711" in json.dumps(pe["out"])
     j.check(not leaked and pe["rc"] == 0, tag + "/proc/<pid>/environ of the agent host beside the run",

@@ -52,6 +52,14 @@ wait "$host_pid" 2>/dev/null
 record proc_self "$CAP" exec --json --no-audit -- /bin/sh -c \
     'head -n 1 /proc/self/status && ls /proc/self/fd >/dev/null && echo self-ok'
 
+# What the pod's seccomp profile lets any process of the pod do, outside
+# capsule: unshare(CLONE_NEWUSER) (capsule makes its namespaces by clone
+# only, so the Localhost profile refuses every namespace flag to unshare).
+record userns_outside python3 -c 'import ctypes, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+rc = libc.unshare(0x10000000)
+print(json.dumps({"rc": rc, "errno": ctypes.get_errno()}))'
+
 # The audit record with the shape's own home (unwritable in a pod): the
 # default must work, and `--audit-log -` writes the record to stderr.
 record audit_default "$CAP" exec --json -- /bin/echo audited
