@@ -180,7 +180,7 @@ pub fn state_dir() -> PathBuf {
 }
 
 /// Proxy counters as they appear in the record.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
 pub struct ProxyCounts {
     pub allowed: u64,
     pub denied: u64,
@@ -189,8 +189,18 @@ pub struct ProxyCounts {
     pub refused_at_capacity: u64,
 }
 
-/// One audit line.
-#[derive(Debug, Clone, Serialize)]
+/// The JSON Schema of one audit line (`capsule schema audit`).
+pub fn schema_json() -> String {
+    let schema = schemars::schema_for!(Record);
+    let mut s = serde_json::to_string_pretty(&schema).unwrap_or_default();
+    s.push('\n');
+    s
+}
+
+/// One audit line (contract section 6; its JSON Schema is `capsule schema
+/// audit`, `schemas/audit.schema.json`).
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(title = "capsule audit record")]
 pub struct Record {
     pub time: String,
     pub run_id: String,

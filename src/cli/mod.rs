@@ -14,6 +14,7 @@ mod man;
 mod policy_cmd;
 mod report;
 mod rpc_cmd;
+mod schema;
 mod serve;
 mod version;
 mod volume;
@@ -60,6 +61,8 @@ enum Command {
     Policy(policy_cmd::PolicyCmd),
     /// Inside a sandbox: call the parent's RPC broker (METHOD and JSON params).
     Rpc(rpc_cmd::RpcArgs),
+    /// Print the JSON Schema of a policy, the `--json` result or an audit record.
+    Schema(schema::SchemaArgs),
     /// Named directories capsule owns, usable as mount sources (like `docker volume`).
     #[command(subcommand)]
     Volume(volume::VolumeCmd),
@@ -102,6 +105,7 @@ pub fn main() -> i32 {
         Command::Doctor(a) => doctor::run(a),
         Command::Policy(c) => policy_cmd::run(c),
         Command::Rpc(a) => rpc_cmd::run(a),
+        Command::Schema(a) => schema::run(a),
         Command::Volume(c) => volume::run(c),
         Command::Completions(a) => completions::run(a),
         Command::Man(a) => man::run(a),

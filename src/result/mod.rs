@@ -27,7 +27,7 @@ pub mod exit {
 
 /// Why the run ended, coarsely: the result's `termination_reason`
 /// ([`Reason::termination`] maps the fine codes onto it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Termination {
     Exited,
@@ -38,7 +38,7 @@ pub enum Termination {
 }
 
 /// Which layer enforced what, on this kernel, for this run.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
 pub struct Enforcement {
     /// Landlock ABI in force (0: none).
     pub landlock_abi: u32,
@@ -73,7 +73,7 @@ pub struct Enforcement {
     pub missing: Vec<String>,
     /// What works differently on this kernel without weakening a
     /// protection (e.g. no cross-directory rename on Landlock ABI 1).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub limitations: Vec<String>,
     /// The run's private view of the host (mount, IPC and network
     /// namespaces); null on the no-namespace path.
@@ -81,7 +81,7 @@ pub struct Enforcement {
 }
 
 /// What the view gave this run.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
 pub struct ViewReport {
     pub mount_namespace: bool,
     pub ipc_namespace: bool,
@@ -109,9 +109,13 @@ pub struct Captured {
     pub truncated: bool,
 }
 
-/// The result object printed by `--json`.
-#[derive(Debug, Clone, Serialize)]
+/// The result object printed by `--json` (contract section 4; its JSON
+/// Schema is `capsule schema result`, `schemas/result.schema.json`).
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(title = "capsule.result/1")]
 pub struct RunResult {
+    /// Always `capsule.result/1`.
+    #[schemars(extend("const" = "capsule.result/1"))]
     pub schema: &'static str,
     pub run_id: String,
     pub termination_reason: Termination,
@@ -143,7 +147,7 @@ pub struct RunResult {
     /// What capsule could not remove after the run (the child's remains in
     /// the private TMPDIR): one `PATH: error` line each, the first 16, then
     /// `... and N more`. Absent when everything was removed.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub left_behind: Vec<String>,
     /// `exec --explain`: every access the sandbox refused, deduplicated,
     /// each with `why`'s answer (absent without --explain).
@@ -153,6 +157,14 @@ pub struct RunResult {
     /// file accesses were observed, `why_not`, `dropped`: denials not kept).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub explain: Option<serde_json::Value>,
+}
+
+/// The JSON Schema of the `--json` result (`capsule schema result`).
+pub fn schema_json() -> String {
+    let schema = schemars::schema_for!(RunResult);
+    let mut s = serde_json::to_string_pretty(&schema).unwrap_or_default();
+    s.push('\n');
+    s
 }
 
 impl RunResult {

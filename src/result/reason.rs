@@ -155,6 +155,21 @@ impl FromStr for Reason {
     }
 }
 
+impl schemars::JsonSchema for Reason {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Reason".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let codes: Vec<&str> = Reason::ALL.iter().map(|r| r.as_str()).collect();
+        schemars::json_schema!({
+            "description": "Why the run ended: a fixed code, never free text.",
+            "type": "string",
+            "enum": codes,
+        })
+    }
+}
+
 impl Serialize for Reason {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(self.as_str())
