@@ -145,7 +145,7 @@ pub fn write_stderr(record: &Record) -> Result<(), AuditError> {
     };
     let mut line = serde_json::to_vec(record).map_err(|e| err(std::io::Error::other(e)))?;
     line.push(b'\n');
-    std::io::stderr().lock().write_all(&line).map_err(err)
+    crate::sys::stdio::write_all(crate::sys::stdio::Own::Stderr, &line).map_err(err)
 }
 
 /// `path` made absolute against the current directory (lexically: `..` and

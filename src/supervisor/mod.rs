@@ -108,10 +108,10 @@ pub fn run(plan: &Plan, opts: ExecOptions) -> Finished {
         };
         for m in &layers.missing {
             if plan.best_effort {
-                eprintln!("capsule: warning: not enforced (--best-effort): {m}");
+                crate::say!("capsule: warning: not enforced (--best-effort): {m}");
             } else if m == sandbox::ROOT_NO_VIEW_GAP {
                 // The one gap of the no-namespace path that reaches the whole host.
-                eprintln!("capsule: warning: not enforced on this host: {m}");
+                crate::say!("capsule: warning: not enforced on this host: {m}");
             } else {
                 tracing::warn!("not enforced on this host: {m}");
             }
@@ -224,12 +224,12 @@ fn remove_tmpdir(plan: &Plan) -> Vec<String> {
     if lines.is_empty() {
         return lines;
     }
-    eprintln!(
+    crate::say!(
         "capsule: warning: the private TMPDIR {} could not be removed entirely; left behind:",
         t.display()
     );
     for l in &lines {
-        eprintln!("capsule:   {l}");
+        crate::say!("capsule:   {l}");
     }
     lines
 }
