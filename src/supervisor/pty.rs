@@ -5,7 +5,8 @@
 //! `script` give one: capsule keeps the master, the slave is the child's
 //! controlling terminal and, per descriptor, its stdio:
 //! * fd 0 is the slave when capsule's stdin is a terminal (else capsule's
-//!   stdin is inherited as before: `data | capsule exec -- cmd` reads data);
+//!   stdin as for pipes: an anonymous pipe inherited, `data | capsule exec
+//!   -- cmd`, anything else relayed through a pipe, see [`file_stdin`]);
 //! * fds 1 and 2 are the slave when capsule's stdout is a terminal (else the
 //!   capture pipes). There stderr merges into stdout, as with `ssh -t`: the
 //!   pty has one output stream, which goes to capsule's stdout and counts as
@@ -78,7 +79,7 @@ pub enum Terminal {
     /// capsule's stdin is not a terminal and no pty is wanted: as before.
     Plain,
     /// capsule's stdin is a terminal but no pty is wanted (`--json`,
-    /// `--no-tty`), or it is a file or device (see [`file_stdin`]): the
+    /// `--no-tty`), or it is a file, device or socket (see [`file_stdin`]): the
     /// child reads it through this pipe.
     StdinPipe {
         child_end: Option<OwnedFd>,
@@ -529,29 +530,41 @@ async fn restore_on_signal(host: Arc<HostTerminal>) {
     host.restore();
 }
 
-/// capsule's stdin when it is an object on a file system — a regular file,
-/// a directory, a device (`/dev/null`: `capsule serve`'s steps, a CI job's
-/// stdin) — rather than a pipe, a socket or a terminal: a pipe for the
-/// child instead (its read end, and the write end for [`feed_stdin_pipe`];
-/// none for a character device of /dev/null's numbers, which reads as
-/// empty). Handed on as it is, the child would hold a description opened
-/// on the host's writable mount, outside the view's read-only clone and
-/// outside every Landlock hook, and could change its mode, times and xattrs
-/// with `fchmod`/`futimens`/`fsetxattr` (as root: `fchmod(0, 0)` of the
-/// host's /dev/null). The child reads the same bytes; it cannot seek them.
+/// capsule's stdin when it is anything but an anonymous pipe or a
+/// terminal: a pipe for the child instead (its read end, and the write end
+/// for [`feed_stdin_pipe`]; none for a character device of /dev/null's
+/// numbers, which reads as empty). The run gets stdin's bytes, never the
+/// object:
+/// - a regular file, a directory, a device, a named FIFO (`/dev/null`:
+///   `capsule serve`'s steps, a CI job's stdin) lies on the host's writable
+///   mount, outside the view's read-only clone and outside every Landlock
+///   hook: the child could change its mode, times and xattrs with
+///   `fchmod`/`futimens`/`fsetxattr` (as root: `fchmod(0, 0)` of the host's
+///   /dev/null);
+/// - a socket lives in the host's network namespace whatever the run's
+///   `network.mode` (issue 37): on a connected one the run could write to
+///   the peer past capture and the `--json` framing (inetd, socat: the
+///   client would read a forged result first), on a listening one `accept`
+///   the host's connections (systemd socket activation with `Accept=no`),
+///   on a UDP one `sendto` any address.
+///
+/// The child reads the same bytes; it cannot seek them, and capsule may
+/// read ahead of what it consumed. An anonymous pipe (`data | capsule exec`)
+/// is handed on: it has no name, no owner worth changing and no network.
 fn file_stdin() -> Result<Option<(OwnedFd, Option<OwnedFd>)>, PtyError> {
     use nix::sys::stat::{fstat, SFlag};
     let Ok(st) = fstat(std::io::stdin().as_fd()) else {
         return Ok(None);
     };
     let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
-    // An anonymous pipe or a socket has no inode on a file system; a named
-    // FIFO (`< /run/fifo`) does, so it is relayed too.
+    // An anonymous pipe has no inode on a file system; a named FIFO
+    // (`< /run/fifo`) does, so it is relayed too. Without /proc to tell,
+    // relayed as well.
     let anonymous = || {
         std::fs::read_link("/proc/self/fd/0")
             .is_ok_and(|l| l.as_os_str().as_encoded_bytes().starts_with(b"pipe:["))
     };
-    if kind == SFlag::S_IFSOCK || (kind == SFlag::S_IFIFO && anonymous()) {
+    if kind == SFlag::S_IFIFO && anonymous() {
         return Ok(None);
     }
     let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(PtyError::StdinPipe)?;
@@ -562,7 +575,7 @@ fn file_stdin() -> Result<Option<(OwnedFd, Option<OwnedFd>)>, PtyError> {
 /// Copy capsule's stdin into the child's stdin pipe from a thread of its
 /// own: `--json`/`--no-tty` with a terminal stdin (`terminal`: blocking
 /// reads of a cooked terminal, only while capsule is in the foreground), or
-/// a file or device stdin ([`file_stdin`]). The thread ends with
+/// a file, device or socket stdin ([`file_stdin`]). The thread ends with
 /// end-of-file, with the child's end closed, or with capsule.
 fn feed_stdin_pipe(w: OwnedFd, terminal: bool) {
     let spawned = std::thread::Builder::new()
@@ -581,6 +594,18 @@ fn feed_stdin_pipe(w: OwnedFd, terminal: bool) {
                     Ok(0) => return,
                     Ok(n) => n,
                     Err(Errno::EINTR) => continue,
+                    // A non-blocking description (a socketpair from Node's
+                    // child_process, say): wait for data, not end-of-file.
+                    Err(Errno::EAGAIN) => {
+                        let mut p = [nix::poll::PollFd::new(
+                            stdin.as_fd(),
+                            nix::poll::PollFlags::POLLIN,
+                        )];
+                        match nix::poll::poll(&mut p, nix::poll::PollTimeout::NONE) {
+                            Ok(_) | Err(Errno::EINTR) => continue,
+                            Err(_) => return,
+                        }
+                    }
                     Err(_) => return,
                 };
                 let mut data = &buf[..n];
