@@ -208,6 +208,12 @@ pub struct Record {
     pub tool_refusals_by_reason: serde_json::Value,
     pub llm: serde_json::Value,
     pub proxy: ProxyCounts,
+    /// Streaming: capsule's stdout (stderr) reader went away and the run's
+    /// stream was closed in turn (as in the result; absent when false).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub stdout_closed_by_reader: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub stderr_closed_by_reader: bool,
     /// `exec --explain`: the refused accesses, as in the result.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub denials: Option<Vec<serde_json::Value>>,
@@ -258,6 +264,8 @@ impl Record {
                     .and_then(|v| v.as_u64())
                     .unwrap_or(0),
             },
+            stdout_closed_by_reader: r.stdout_closed_by_reader,
+            stderr_closed_by_reader: r.stderr_closed_by_reader,
             denials: r.denials.clone(),
         }
     }

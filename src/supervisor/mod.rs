@@ -299,7 +299,11 @@ fn run_prepared(
     tracing::debug!("supervisor: child gone, output drained");
     let usage = rt.block_on(services.finish());
     tracing::debug!("supervisor: services finished");
-    drop(rt);
+    // Not `drop(rt)`, which waits for every blocking task: a write to
+    // capsule's own stdout whose reader stays but never reads again (`| sleep
+    // 1000`, a terminal stopped with ^S) would hold capsule, its result and
+    // its audit record, for as long as that reader lives.
+    rt.shutdown_timeout(Duration::from_secs(2));
     if spawned.tree == TreeMode::PidNamespace {
         // Init reported the command's status and exits right after (or was
         // killed at the timeout): reap it, so no zombie outlives capsule.

@@ -51,12 +51,13 @@ use nix::errno::Errno;
 use nix::sys::termios::{self, SetArg, SpecialCharacterIndices};
 use thiserror::Error;
 use tokio::io::unix::AsyncFd;
-use tokio::io::{AsyncWriteExt, Interest};
+use tokio::io::Interest;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::task::JoinHandle;
 
 use super::capture::{Captured, Sink, TRUNCATION_MARKER};
 use crate::sandbox::child::ChildSpec;
+use crate::sys::stdio::{self, Own};
 use crate::sys::term;
 
 #[derive(Debug, Error)]
@@ -260,16 +261,28 @@ impl Terminal {
                     }
                 };
                 let sink = if p.stdout { Sink::Stdout } else { Sink::Stderr };
+                // Set when capsule's own stream went away (see `pump`): every
+                // task lets go of the master, whose last close hangs up the run's pty.
+                let (gone_tx, gone) = tokio::sync::watch::channel(false);
                 relay.output = Some((
                     sink,
-                    tokio::spawn(pump(master.clone(), sink, limit, relay.run_over.clone())),
+                    tokio::spawn(pump(
+                        master.clone(),
+                        sink,
+                        limit,
+                        relay.run_over.clone(),
+                        gone_tx,
+                    )),
                 ));
-                relay
-                    .others
-                    .push(tokio::spawn(follow_size(p.size_source, master.clone())));
+                relay.others.push(tokio::spawn(until_gone(
+                    follow_size(p.size_source, master.clone()),
+                    gone.clone(),
+                )));
                 if let Some(host) = &p.host {
                     match host.tty.try_clone().map(term::watch_tty) {
-                        Ok(Ok(keys)) => relay.others.push(tokio::spawn(keys_in(keys, master))),
+                        Ok(Ok(keys)) => relay
+                            .others
+                            .push(tokio::spawn(until_gone(keys_in(keys, master), gone))),
                         Ok(Err(e)) | Err(e) => tracing::warn!("cannot relay the keyboard: {e}"),
                     }
                     relay
@@ -310,6 +323,7 @@ impl Relay {
             let into = if sink == Sink::Stdout { stdout } else { stderr };
             into.total += got.total;
             into.truncated |= got.truncated;
+            into.closed |= got.closed;
         }
         if let Some(h) = self.host {
             h.restore();
@@ -383,29 +397,39 @@ impl Drop for HostTerminal {
 /// The pty's output to capsule's stdout or stderr, counted as that stream:
 /// at most `limit` bytes pass, then the truncation marker, and the rest is
 /// read and dropped so the child never blocks. Ends when no process of the
-/// run holds the slave any more (EIO).
+/// run holds the slave any more (EIO), or when capsule's own stream goes
+/// away (its terminal hung up, its reader gone: EIO, EPIPE): then, as a
+/// terminal that closes does to its session, the run's pty is hung up (the
+/// master's last close: SIGHUP to the run's session, EIO on its writes),
+/// rather than read on into nothing until the wall-clock limit.
 async fn pump(
     master: Arc<AsyncFd<OwnedFd>>,
     sink: Sink,
     limit: u64,
     run_over: Arc<AtomicBool>,
+    gone_tx: tokio::sync::watch::Sender<bool>,
 ) -> Captured {
     let mut out = Captured::default();
+    let mut gone = gone_tx.subscribe();
     // A pty hands out a few KiB per read; one write to capsule's stdout per
     // read (a round trip to tokio's blocking pool each) held the child to
     // about 2 MB/s. The writer task batches whatever has piled up meanwhile,
     // while this loop goes on draining the pty.
     let (tx, rx) = tokio::sync::mpsc::channel::<Vec<u8>>(32);
-    let writer = tokio::spawn(write_out(rx, sink));
+    let writer = tokio::spawn(write_out(rx, sink, gone_tx));
     let mut buf = vec![0u8; 64 * 1024];
     let mut kept: u64 = 0;
     loop {
-        let n = match master
-            .async_io(Interest::READABLE, |fd| {
+        let read = tokio::select! {
+            r = master.async_io(Interest::READABLE, |fd| {
                 nix::unistd::read(fd, &mut buf).map_err(std::io::Error::from)
-            })
-            .await
-        {
+            }) => r,
+            _ = until_set(&mut gone) => {
+                out.closed = true;
+                break;
+            }
+        };
+        let n = match read {
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -441,13 +465,36 @@ async fn pump(
     out
 }
 
+/// Resolves once `gone` is set; never when its sender is dropped unset.
+async fn until_set(gone: &mut tokio::sync::watch::Receiver<bool>) {
+    if gone.wait_for(|g| *g).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Run `task` until capsule's own output stream is gone (see [`pump`]).
+async fn until_gone(
+    task: impl std::future::Future<Output = ()>,
+    mut gone: tokio::sync::watch::Receiver<bool>,
+) {
+    tokio::select! {
+        _ = task => {}
+        _ = until_set(&mut gone) => {}
+    }
+}
+
 /// Write the pty's output to capsule's stdout or stderr, in batches of what
-/// has arrived; once that fails (capsule's reader went away), keep taking
-/// chunks so the reading side never blocks.
-async fn write_out(mut rx: tokio::sync::mpsc::Receiver<Vec<u8>>, sink: Sink) {
-    let mut w: Box<dyn tokio::io::AsyncWrite + Unpin + Send> = match sink {
-        Sink::Stderr => Box::new(tokio::io::stderr()),
-        _ => Box::new(tokio::io::stdout()),
+/// has arrived. When capsule's stream is gone (EPIPE, or EIO from a terminal
+/// that hung up), say so on `gone`; after any failure, keep taking chunks so
+/// the reading side never blocks.
+async fn write_out(
+    mut rx: tokio::sync::mpsc::Receiver<Vec<u8>>,
+    sink: Sink,
+    gone: tokio::sync::watch::Sender<bool>,
+) {
+    let to = match sink {
+        Sink::Stderr => Own::Stderr,
+        _ => Own::Stdout,
     };
     let mut ok = true;
     while let Some(mut batch) = rx.recv().await {
@@ -457,8 +504,19 @@ async fn write_out(mut rx: tokio::sync::mpsc::Receiver<Vec<u8>>, sink: Sink) {
                 Err(_) => break,
             }
         }
-        if ok && (w.write_all(&batch).await.is_err() || w.flush().await.is_err()) {
+        if !ok {
+            continue;
+        }
+        let written = tokio::task::spawn_blocking(move || stdio::write_all(to, &batch))
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+        if let Err(e) = written {
             ok = false;
+            if matches!(e.raw_os_error(), Some(libc::EPIPE | libc::EIO)) {
+                let _ = gone.send(true);
+            } else {
+                tracing::debug!("capsule's own {to:?} failed: {e}; the run's output is dropped");
+            }
         }
     }
 }
