@@ -145,7 +145,7 @@ pub fn write_stderr(record: &Record) -> Result<(), AuditError> {
     };
     let mut line = serde_json::to_vec(record).map_err(|e| err(std::io::Error::other(e)))?;
     line.push(b'\n');
-    std::io::stderr().lock().write_all(&line).map_err(err)
+    crate::sys::stdio::write_all(crate::sys::stdio::Own::Stderr, &line).map_err(err)
 }
 
 /// `path` made absolute against the current directory (lexically: `..` and
@@ -218,6 +218,12 @@ pub struct Record {
     pub tool_refusals_by_reason: serde_json::Value,
     pub llm: serde_json::Value,
     pub proxy: ProxyCounts,
+    /// Streaming: capsule's stdout (stderr) reader went away and the run's
+    /// stream was closed in turn (as in the result; absent when false).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub stdout_closed_by_reader: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub stderr_closed_by_reader: bool,
     /// `exec --explain`: the refused accesses, as in the result.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub denials: Option<Vec<serde_json::Value>>,
@@ -268,6 +274,8 @@ impl Record {
                     .and_then(|v| v.as_u64())
                     .unwrap_or(0),
             },
+            stdout_closed_by_reader: r.stdout_closed_by_reader,
+            stderr_closed_by_reader: r.stderr_closed_by_reader,
             denials: r.denials.clone(),
         }
     }

@@ -236,7 +236,7 @@ pub fn print(denials: &[Value], info: Option<&Value>) {
             "capsule: --explain: file accesses were not observed ({why}); only the proxy's, the broker's and the signal guard's refusals are explained\n"
         ));
     }
-    eprint!("{out}");
+    crate::sys::stdio::err_text(&out);
 }
 
 #[cfg(test)]

@@ -99,7 +99,7 @@ See docs/learn.md.";
 
 /// One line of learn's own on stderr.
 fn say(msg: impl std::fmt::Display) {
-    eprintln!("capsule learn: {msg}");
+    crate::say!("capsule learn: {msg}");
 }
 
 pub fn run(a: LearnArgs) -> i32 {
@@ -431,10 +431,8 @@ fn plan_round(a: &LearnArgs, loaded: LoadedPolicy) -> Result<(Plan, usize), Stri
 
 /// The command's own output, on stderr (stdout carries the draft).
 fn replay(r: &RunResult) {
-    use std::io::Write;
-    let mut err = std::io::stderr().lock();
-    let _ = err.write_all(r.stdout.as_bytes());
-    let _ = err.write_all(r.stderr.as_bytes());
+    crate::sys::stdio::err_text(&r.stdout);
+    crate::sys::stdio::err_text(&r.stderr);
 }
 
 /// Answer what one round was refused; learn what may be granted. Returns

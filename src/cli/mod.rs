@@ -241,12 +241,14 @@ fn init_logging(verbose: u8) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        // A closed stderr loses log lines, never the run (issue 37).
+        .with_writer(|| crate::sys::stdio::SoftStderr)
+        .log_internal_errors(false)
         .with_target(false)
         .try_init();
 }
 
 /// Print one error line for the user.
 pub(crate) fn error_line(msg: impl std::fmt::Display) {
-    eprintln!("capsule: {msg}");
+    crate::say!("capsule: {msg}");
 }

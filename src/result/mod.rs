@@ -107,6 +107,9 @@ pub struct Captured {
     /// Every byte the child wrote.
     pub total: u64,
     pub truncated: bool,
+    /// Streaming: the reader of capsule's own stream went away (EPIPE), and
+    /// capsule closed the run's stream in turn.
+    pub closed: bool,
 }
 
 /// The result object printed by `--json` (contract section 4; its JSON
@@ -128,6 +131,14 @@ pub struct RunResult {
     pub stderr_bytes: u64,
     pub stdout_truncated: bool,
     pub stderr_truncated: bool,
+    /// Streaming: the reader of capsule's stdout (stderr) went away during
+    /// the run, and capsule closed the run's stdout (stderr) in turn, so that
+    /// the run got EPIPE/SIGPIPE as it would without capsule (`| head`).
+    /// Absent when false; never true with `--json`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub stdout_closed_by_reader: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub stderr_closed_by_reader: bool,
     pub duration_seconds: f64,
     pub killed: bool,
     pub kill_reason: Option<String>,
@@ -196,6 +207,8 @@ impl RunResult {
             stderr_bytes: 0,
             stdout_truncated: false,
             stderr_truncated: false,
+            stdout_closed_by_reader: false,
+            stderr_closed_by_reader: false,
             duration_seconds: 0.0,
             killed: false,
             kill_reason: None,
@@ -225,6 +238,8 @@ impl RunResult {
         self.stderr_bytes = err.total;
         self.stdout_truncated = out.truncated;
         self.stderr_truncated = err.truncated;
+        self.stdout_closed_by_reader = out.closed;
+        self.stderr_closed_by_reader = err.closed;
     }
 
     /// Write the result as one JSON line, streamed (no copy of the output in
@@ -273,11 +288,13 @@ mod tests {
             data: b"ok\n".to_vec(),
             total: 3,
             truncated: false,
+            closed: false,
         };
         let mut err = Captured {
             data: b"a\xffb".to_vec(),
             total: 10,
             truncated: true,
+            closed: false,
         };
         r.set_streams(&mut out, &mut err);
         assert_eq!((r.stdout.as_str(), r.stdout_bytes), ("ok\n", 3));

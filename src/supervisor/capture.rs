@@ -5,11 +5,14 @@
 //! blocks on a full pipe and capsule's memory stays bounded (at most the
 //! limit per stream, plus one read buffer). With `--json` the kept bytes go
 //! into the result; otherwise they are written live to capsule's own
-//! stdout/stderr.
+//! stdout/stderr, and a reader of those that goes away closes the run's
+//! stream too (see [`pump`]).
 
 use std::os::fd::OwnedFd;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
+
+use crate::sys::stdio::{self, Own};
 
 /// The exact marker that ends a truncated stream.
 pub const TRUNCATION_MARKER: &str = "\n[...output truncated at byte limit]\n";
@@ -31,6 +34,16 @@ pub enum Sink {
 pub use crate::result::Captured;
 
 /// Read `fd` to end-of-file, keeping at most `limit` bytes.
+///
+/// Streaming (`Sink::Stdout`/`Sink::Stderr`): when the reader of capsule's
+/// own stream goes away (EPIPE: `capsule exec -- yes | head -3`; EIO: a
+/// terminal that hung up), capsule stops reading and closes its read end,
+/// the pipe's last one. The run then
+/// meets what it would meet without capsule: EPIPE, and SIGPIPE, on its next
+/// write, and ends by itself with its own status; `closed` says so in the
+/// result. (Draining on instead kept `yes` running to the wall-clock limit on
+/// a full core.) Any other failure of capsule's stream (a full disk under
+/// `> file`) only stops the copy: the run is drained, as before.
 pub async fn pump(fd: OwnedFd, sink: Sink, limit: u64) -> Captured {
     let mut out = Captured::default();
     let mut rx = match tokio::net::unix::pipe::Receiver::from_owned_fd(fd) {
@@ -40,10 +53,10 @@ pub async fn pump(fd: OwnedFd, sink: Sink, limit: u64) -> Captured {
             return out;
         }
     };
-    let mut writer: Option<Box<dyn tokio::io::AsyncWrite + Unpin + Send>> = match sink {
+    let mut writer = match sink {
         Sink::Capture => None,
-        Sink::Stdout => Some(Box::new(tokio::io::stdout())),
-        Sink::Stderr => Some(Box::new(tokio::io::stderr())),
+        Sink::Stdout => Some(Own::Stdout),
+        Sink::Stderr => Some(Own::Stderr),
     };
     // Not zeroed: a read touches only the pages it fills (most runs write
     // a few bytes, and zeroing 64 pages per stream was most of a step's
@@ -69,39 +82,65 @@ pub async fn pump(fd: OwnedFd, sink: Sink, limit: u64) -> Captured {
         }
         let room = limit.saturating_sub(kept) as usize;
         let take = n.min(room);
-        let slice = &buf[..take];
         kept += take as u64;
-        match writer.as_mut() {
+        buf.truncate(take);
+        if take < n {
+            out.truncated = true;
+        }
+        match writer {
             None => {
                 if out.data.capacity() == 0 && limit <= (16 << 20) {
                     // One allocation of exactly what can be kept, not a doubling series.
                     out.data
                         .reserve_exact(limit as usize + TRUNCATION_MARKER.len());
                 }
-                out.data.extend_from_slice(slice)
+                out.data.extend_from_slice(&buf);
+                if out.truncated {
+                    out.data.extend_from_slice(TRUNCATION_MARKER.as_bytes());
+                }
             }
-            Some(w) => {
-                if w.write_all(slice).await.is_err() {
-                    // capsule's own stdout went away: keep draining so the child is not blocked.
-                    writer = None;
+            Some(to) => {
+                if out.truncated {
+                    buf.extend_from_slice(TRUNCATION_MARKER.as_bytes());
+                }
+                let (back, written) = write_own(to, buf).await;
+                buf = back;
+                match written {
+                    Ok(()) => {}
+                    // The reader went away (EPIPE), or capsule's terminal
+                    // hung up (EIO): so does the run's stream.
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::EPIPE | libc::EIO)) => {
+                        out.closed = true;
+                        drop(rx);
+                        return out;
+                    }
+                    Err(e) => {
+                        // Keep draining so the child is not blocked.
+                        tracing::debug!(
+                            "capsule's own {to:?} failed: {e}; the run's output is dropped"
+                        );
+                        writer = None;
+                    }
                 }
             }
         }
-        if take < n {
-            out.truncated = true;
-            match writer.as_mut() {
-                None => out.data.extend_from_slice(TRUNCATION_MARKER.as_bytes()),
-                Some(w) => {
-                    let _ = w.write_all(TRUNCATION_MARKER.as_bytes()).await;
-                    let _ = w.flush().await;
-                }
-            }
-        }
-    }
-    if let Some(w) = writer.as_mut() {
-        let _ = w.flush().await;
     }
     out
+}
+
+/// Write `buf` to capsule's own stream from tokio's blocking pool (a
+/// terminal or a pipe to a slow reader blocks), handing the buffer back.
+async fn write_own(to: Own, buf: Vec<u8>) -> (Vec<u8>, std::io::Result<()>) {
+    let len = buf.capacity();
+    match tokio::task::spawn_blocking(move || {
+        let r = stdio::write_all(to, &buf);
+        (buf, r)
+    })
+    .await
+    {
+        Ok(x) => x,
+        Err(e) => (Vec::with_capacity(len), Err(std::io::Error::other(e))),
+    }
 }
 
 /// Drain the pipe to end-of-file by splicing it into /dev/null (no copy

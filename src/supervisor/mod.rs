@@ -108,10 +108,10 @@ pub fn run(plan: &Plan, opts: ExecOptions) -> Finished {
         };
         for m in &layers.missing {
             if plan.best_effort {
-                eprintln!("capsule: warning: not enforced (--best-effort): {m}");
+                crate::say!("capsule: warning: not enforced (--best-effort): {m}");
             } else if m == sandbox::ROOT_NO_VIEW_GAP {
                 // The one gap of the no-namespace path that reaches the whole host.
-                eprintln!("capsule: warning: not enforced on this host: {m}");
+                crate::say!("capsule: warning: not enforced on this host: {m}");
             } else {
                 tracing::warn!("not enforced on this host: {m}");
             }
@@ -224,12 +224,12 @@ fn remove_tmpdir(plan: &Plan) -> Vec<String> {
     if lines.is_empty() {
         return lines;
     }
-    eprintln!(
+    crate::say!(
         "capsule: warning: the private TMPDIR {} could not be removed entirely; left behind:",
         t.display()
     );
     for l in &lines {
-        eprintln!("capsule:   {l}");
+        crate::say!("capsule:   {l}");
     }
     lines
 }
@@ -299,7 +299,11 @@ fn run_prepared(
     tracing::debug!("supervisor: child gone, output drained");
     let usage = rt.block_on(services.finish());
     tracing::debug!("supervisor: services finished");
-    drop(rt);
+    // Not `drop(rt)`, which waits for every blocking task: a write to
+    // capsule's own stdout whose reader stays but never reads again (`| sleep
+    // 1000`, a terminal stopped with ^S) would hold capsule, its result and
+    // its audit record, for as long as that reader lives.
+    rt.shutdown_timeout(Duration::from_secs(2));
     if spawned.tree == TreeMode::PidNamespace {
         // Init reported the command's status and exits right after (or was
         // killed at the timeout): reap it, so no zombie outlives capsule.

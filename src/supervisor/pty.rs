@@ -5,7 +5,8 @@
 //! `script` give one: capsule keeps the master, the slave is the child's
 //! controlling terminal and, per descriptor, its stdio:
 //! * fd 0 is the slave when capsule's stdin is a terminal (else capsule's
-//!   stdin is inherited as before: `data | capsule exec -- cmd` reads data);
+//!   stdin as for pipes: an anonymous pipe inherited, `data | capsule exec
+//!   -- cmd`, anything else relayed through a pipe, see [`file_stdin`]);
 //! * fds 1 and 2 are the slave when capsule's stdout is a terminal (else the
 //!   capture pipes). There stderr merges into stdout, as with `ssh -t`: the
 //!   pty has one output stream, which goes to capsule's stdout and counts as
@@ -50,12 +51,13 @@ use nix::errno::Errno;
 use nix::sys::termios::{self, SetArg, SpecialCharacterIndices};
 use thiserror::Error;
 use tokio::io::unix::AsyncFd;
-use tokio::io::{AsyncWriteExt, Interest};
+use tokio::io::Interest;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::task::JoinHandle;
 
 use super::capture::{Captured, Sink, TRUNCATION_MARKER};
 use crate::sandbox::child::ChildSpec;
+use crate::sys::stdio::{self, Own};
 use crate::sys::term;
 
 #[derive(Debug, Error)]
@@ -78,7 +80,7 @@ pub enum Terminal {
     /// capsule's stdin is not a terminal and no pty is wanted: as before.
     Plain,
     /// capsule's stdin is a terminal but no pty is wanted (`--json`,
-    /// `--no-tty`), or it is a file or device (see [`file_stdin`]): the
+    /// `--no-tty`), or it is a file, device or socket (see [`file_stdin`]): the
     /// child reads it through this pipe.
     StdinPipe {
         child_end: Option<OwnedFd>,
@@ -259,16 +261,28 @@ impl Terminal {
                     }
                 };
                 let sink = if p.stdout { Sink::Stdout } else { Sink::Stderr };
+                // Set when capsule's own stream went away (see `pump`): every
+                // task lets go of the master, whose last close hangs up the run's pty.
+                let (gone_tx, gone) = tokio::sync::watch::channel(false);
                 relay.output = Some((
                     sink,
-                    tokio::spawn(pump(master.clone(), sink, limit, relay.run_over.clone())),
+                    tokio::spawn(pump(
+                        master.clone(),
+                        sink,
+                        limit,
+                        relay.run_over.clone(),
+                        gone_tx,
+                    )),
                 ));
-                relay
-                    .others
-                    .push(tokio::spawn(follow_size(p.size_source, master.clone())));
+                relay.others.push(tokio::spawn(until_gone(
+                    follow_size(p.size_source, master.clone()),
+                    gone.clone(),
+                )));
                 if let Some(host) = &p.host {
                     match host.tty.try_clone().map(term::watch_tty) {
-                        Ok(Ok(keys)) => relay.others.push(tokio::spawn(keys_in(keys, master))),
+                        Ok(Ok(keys)) => relay
+                            .others
+                            .push(tokio::spawn(until_gone(keys_in(keys, master), gone))),
                         Ok(Err(e)) | Err(e) => tracing::warn!("cannot relay the keyboard: {e}"),
                     }
                     relay
@@ -309,6 +323,7 @@ impl Relay {
             let into = if sink == Sink::Stdout { stdout } else { stderr };
             into.total += got.total;
             into.truncated |= got.truncated;
+            into.closed |= got.closed;
         }
         if let Some(h) = self.host {
             h.restore();
@@ -382,29 +397,39 @@ impl Drop for HostTerminal {
 /// The pty's output to capsule's stdout or stderr, counted as that stream:
 /// at most `limit` bytes pass, then the truncation marker, and the rest is
 /// read and dropped so the child never blocks. Ends when no process of the
-/// run holds the slave any more (EIO).
+/// run holds the slave any more (EIO), or when capsule's own stream goes
+/// away (its terminal hung up, its reader gone: EIO, EPIPE): then, as a
+/// terminal that closes does to its session, the run's pty is hung up (the
+/// master's last close: SIGHUP to the run's session, EIO on its writes),
+/// rather than read on into nothing until the wall-clock limit.
 async fn pump(
     master: Arc<AsyncFd<OwnedFd>>,
     sink: Sink,
     limit: u64,
     run_over: Arc<AtomicBool>,
+    gone_tx: tokio::sync::watch::Sender<bool>,
 ) -> Captured {
     let mut out = Captured::default();
+    let mut gone = gone_tx.subscribe();
     // A pty hands out a few KiB per read; one write to capsule's stdout per
     // read (a round trip to tokio's blocking pool each) held the child to
     // about 2 MB/s. The writer task batches whatever has piled up meanwhile,
     // while this loop goes on draining the pty.
     let (tx, rx) = tokio::sync::mpsc::channel::<Vec<u8>>(32);
-    let writer = tokio::spawn(write_out(rx, sink));
+    let writer = tokio::spawn(write_out(rx, sink, gone_tx));
     let mut buf = vec![0u8; 64 * 1024];
     let mut kept: u64 = 0;
     loop {
-        let n = match master
-            .async_io(Interest::READABLE, |fd| {
+        let read = tokio::select! {
+            r = master.async_io(Interest::READABLE, |fd| {
                 nix::unistd::read(fd, &mut buf).map_err(std::io::Error::from)
-            })
-            .await
-        {
+            }) => r,
+            _ = until_set(&mut gone) => {
+                out.closed = true;
+                break;
+            }
+        };
+        let n = match read {
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -440,13 +465,36 @@ async fn pump(
     out
 }
 
+/// Resolves once `gone` is set; never when its sender is dropped unset.
+async fn until_set(gone: &mut tokio::sync::watch::Receiver<bool>) {
+    if gone.wait_for(|g| *g).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Run `task` until capsule's own output stream is gone (see [`pump`]).
+async fn until_gone(
+    task: impl std::future::Future<Output = ()>,
+    mut gone: tokio::sync::watch::Receiver<bool>,
+) {
+    tokio::select! {
+        _ = task => {}
+        _ = until_set(&mut gone) => {}
+    }
+}
+
 /// Write the pty's output to capsule's stdout or stderr, in batches of what
-/// has arrived; once that fails (capsule's reader went away), keep taking
-/// chunks so the reading side never blocks.
-async fn write_out(mut rx: tokio::sync::mpsc::Receiver<Vec<u8>>, sink: Sink) {
-    let mut w: Box<dyn tokio::io::AsyncWrite + Unpin + Send> = match sink {
-        Sink::Stderr => Box::new(tokio::io::stderr()),
-        _ => Box::new(tokio::io::stdout()),
+/// has arrived. When capsule's stream is gone (EPIPE, or EIO from a terminal
+/// that hung up), say so on `gone`; after any failure, keep taking chunks so
+/// the reading side never blocks.
+async fn write_out(
+    mut rx: tokio::sync::mpsc::Receiver<Vec<u8>>,
+    sink: Sink,
+    gone: tokio::sync::watch::Sender<bool>,
+) {
+    let to = match sink {
+        Sink::Stderr => Own::Stderr,
+        _ => Own::Stdout,
     };
     let mut ok = true;
     while let Some(mut batch) = rx.recv().await {
@@ -456,8 +504,19 @@ async fn write_out(mut rx: tokio::sync::mpsc::Receiver<Vec<u8>>, sink: Sink) {
                 Err(_) => break,
             }
         }
-        if ok && (w.write_all(&batch).await.is_err() || w.flush().await.is_err()) {
+        if !ok {
+            continue;
+        }
+        let written = tokio::task::spawn_blocking(move || stdio::write_all(to, &batch))
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+        if let Err(e) = written {
             ok = false;
+            if matches!(e.raw_os_error(), Some(libc::EPIPE | libc::EIO)) {
+                let _ = gone.send(true);
+            } else {
+                tracing::debug!("capsule's own {to:?} failed: {e}; the run's output is dropped");
+            }
         }
     }
 }
@@ -529,29 +588,41 @@ async fn restore_on_signal(host: Arc<HostTerminal>) {
     host.restore();
 }
 
-/// capsule's stdin when it is an object on a file system — a regular file,
-/// a directory, a device (`/dev/null`: `capsule serve`'s steps, a CI job's
-/// stdin) — rather than a pipe, a socket or a terminal: a pipe for the
-/// child instead (its read end, and the write end for [`feed_stdin_pipe`];
-/// none for a character device of /dev/null's numbers, which reads as
-/// empty). Handed on as it is, the child would hold a description opened
-/// on the host's writable mount, outside the view's read-only clone and
-/// outside every Landlock hook, and could change its mode, times and xattrs
-/// with `fchmod`/`futimens`/`fsetxattr` (as root: `fchmod(0, 0)` of the
-/// host's /dev/null). The child reads the same bytes; it cannot seek them.
+/// capsule's stdin when it is anything but an anonymous pipe or a
+/// terminal: a pipe for the child instead (its read end, and the write end
+/// for [`feed_stdin_pipe`]; none for a character device of /dev/null's
+/// numbers, which reads as empty). The run gets stdin's bytes, never the
+/// object:
+/// - a regular file, a directory, a device, a named FIFO (`/dev/null`:
+///   `capsule serve`'s steps, a CI job's stdin) lies on the host's writable
+///   mount, outside the view's read-only clone and outside every Landlock
+///   hook: the child could change its mode, times and xattrs with
+///   `fchmod`/`futimens`/`fsetxattr` (as root: `fchmod(0, 0)` of the host's
+///   /dev/null);
+/// - a socket lives in the host's network namespace whatever the run's
+///   `network.mode` (issue 37): on a connected one the run could write to
+///   the peer past capture and the `--json` framing (inetd, socat: the
+///   client would read a forged result first), on a listening one `accept`
+///   the host's connections (systemd socket activation with `Accept=no`),
+///   on a UDP one `sendto` any address.
+///
+/// The child reads the same bytes; it cannot seek them, and capsule may
+/// read ahead of what it consumed. An anonymous pipe (`data | capsule exec`)
+/// is handed on: it has no name, no owner worth changing and no network.
 fn file_stdin() -> Result<Option<(OwnedFd, Option<OwnedFd>)>, PtyError> {
     use nix::sys::stat::{fstat, SFlag};
     let Ok(st) = fstat(std::io::stdin().as_fd()) else {
         return Ok(None);
     };
     let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
-    // An anonymous pipe or a socket has no inode on a file system; a named
-    // FIFO (`< /run/fifo`) does, so it is relayed too.
+    // An anonymous pipe has no inode on a file system; a named FIFO
+    // (`< /run/fifo`) does, so it is relayed too. Without /proc to tell,
+    // relayed as well.
     let anonymous = || {
         std::fs::read_link("/proc/self/fd/0")
             .is_ok_and(|l| l.as_os_str().as_encoded_bytes().starts_with(b"pipe:["))
     };
-    if kind == SFlag::S_IFSOCK || (kind == SFlag::S_IFIFO && anonymous()) {
+    if kind == SFlag::S_IFIFO && anonymous() {
         return Ok(None);
     }
     let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(PtyError::StdinPipe)?;
@@ -562,7 +633,7 @@ fn file_stdin() -> Result<Option<(OwnedFd, Option<OwnedFd>)>, PtyError> {
 /// Copy capsule's stdin into the child's stdin pipe from a thread of its
 /// own: `--json`/`--no-tty` with a terminal stdin (`terminal`: blocking
 /// reads of a cooked terminal, only while capsule is in the foreground), or
-/// a file or device stdin ([`file_stdin`]). The thread ends with
+/// a file, device or socket stdin ([`file_stdin`]). The thread ends with
 /// end-of-file, with the child's end closed, or with capsule.
 fn feed_stdin_pipe(w: OwnedFd, terminal: bool) {
     let spawned = std::thread::Builder::new()
@@ -581,6 +652,18 @@ fn feed_stdin_pipe(w: OwnedFd, terminal: bool) {
                     Ok(0) => return,
                     Ok(n) => n,
                     Err(Errno::EINTR) => continue,
+                    // A non-blocking description (a socketpair from Node's
+                    // child_process, say): wait for data, not end-of-file.
+                    Err(Errno::EAGAIN) => {
+                        let mut p = [nix::poll::PollFd::new(
+                            stdin.as_fd(),
+                            nix::poll::PollFlags::POLLIN,
+                        )];
+                        match nix::poll::poll(&mut p, nix::poll::PollTimeout::NONE) {
+                            Ok(_) | Err(Errno::EINTR) => continue,
+                            Err(_) => return,
+                        }
+                    }
                     Err(_) => return,
                 };
                 let mut data = &buf[..n];

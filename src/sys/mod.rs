@@ -8,6 +8,7 @@ pub mod notify;
 pub mod raw;
 pub mod serve;
 pub mod stage;
+pub mod stdio;
 pub mod term;
 
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
