@@ -593,3 +593,224 @@ fn sigterm_during_start_up_leaves_nothing_behind() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------
+// Issue 37, item 1: a deep chain of processes outlives the kill.
+//
+// Without a pid namespace, capsule's sweep after a kill took one level of
+// the tree a round, for 64 rounds: a chain of more than 64 processes, each
+// the child of the one before, one of them in a session of its own and all
+// ignoring SIGTERM, kept running the run's code after capsule returned 124.
+// With a pid namespace the kernel takes the whole namespace down; the same
+// attack must fail on both paths.
+
+/// The chain: each level writes its pid, ignores SIGTERM and starts the next
+/// as its child (not by exec: every level stays); level SETSID moves the rest
+/// to a session of their own; the deepest appends to `grow` for ever.
+const CHAIN: &str = r#"trap '' TERM
+n=$1 dir=$2
+echo $$ >> "$dir/pids"
+if [ "$n" -le 0 ]; then
+  while :; do echo x >> "$dir/grow"; sleep 0.05; done
+elif [ "$n" -eq "$4" ]; then
+  setsid /bin/sh -c "$0" "$0" $((n - 1)) "$dir" "$3" "$4"; n=0
+else
+  /bin/sh -c "$0" "$0" $((n - 1)) "$dir" "$3" "$4"; n=0
+fi
+"#;
+
+/// How deep the chain is (the old sweep gave up after 64 levels).
+const CHAIN_DEPTH: usize = 130;
+
+/// `capsule exec --json --allow-write DIR EXTRA -- sh -c CHAIN ...`: the
+/// arguments, with the chain writing to `sb`'s `chain/`.
+fn chain_args(sb: &Sandbox, tok: &str, extra: &[&str]) -> Vec<String> {
+    sb.mkdir("chain");
+    let mut args: Vec<String> = vec!["exec".into(), "--json".into(), "--allow-write".into()];
+    args.push(sb.p("chain"));
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args.push("--".into());
+    args.extend(
+        [
+            "/bin/sh",
+            "-c",
+            CHAIN,
+            CHAIN,
+            &CHAIN_DEPTH.to_string(),
+            &sb.p("chain"),
+            tok,
+            &(CHAIN_DEPTH - 3).to_string(),
+        ]
+        .map(String::from),
+    );
+    args
+}
+
+/// Kills every process carrying `tok` when dropped (a failed test leaves
+/// nothing running).
+struct KillToken(String);
+
+impl Drop for KillToken {
+    fn drop(&mut self) {
+        for p in with_token(&self.0) {
+            // SAFETY: kill(2) on a process of this test's run (its token).
+            unsafe {
+                libc::kill(p, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+/// Wait until the deepest level of the chain appends (the chain is whole).
+fn wait_chain_built(sb: &Sandbox, bound: Duration) -> bool {
+    let deadline = Instant::now() + bound;
+    while Instant::now() < deadline {
+        if std::fs::metadata(sb.path("chain/grow")).is_ok_and(|m| m.len() > 0) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// After capsule returned: the chain was whole, no process of it is left
+/// (none carries the token), the file it appended to stops growing, and the
+/// result does not say the tree is gone while it is not.
+fn assert_chain_gone(sb: &Sandbox, tok: &str, what: &str, result: &serde_json::Value) {
+    let alive = with_token(tok);
+    let levels = sb.read("chain/pids").lines().count();
+    assert!(
+        levels > CHAIN_DEPTH,
+        "{what}: the chain was not built ({levels} of {} levels)",
+        CHAIN_DEPTH + 1
+    );
+    let grown = |p: &std::path::Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    let before = grown(&sb.path("chain/grow"));
+    std::thread::sleep(Duration::from_millis(600));
+    let after = grown(&sb.path("chain/grow"));
+    let later = with_token(tok);
+    if !alive.is_empty() || !later.is_empty() {
+        // The result must say so at least (never claim a gone tree).
+        eprintln!("left_behind: {}", result["left_behind"]);
+    }
+    assert!(
+        alive.is_empty() && later.is_empty(),
+        "ESCAPE ({what}): {} of the chain's {} processes still ran after capsule returned \
+         ({} 0.6 s later); the file in the write grant grew {before} -> {after} bytes",
+        alive.len(),
+        CHAIN_DEPTH + 1,
+        later.len()
+    );
+    assert_eq!(before, after, "ESCAPE ({what}): the chain's file still grows");
+}
+
+fn chain_survives_timeout(no_namespaces: bool) {
+    let mut sb = Sandbox::new();
+    if no_namespaces {
+        sb.set_env("CAPSULE_NO_NAMESPACES", "1");
+    }
+    let tok = token("chain-timeout");
+    let _kill = KillToken(tok.clone());
+    let args = chain_args(&sb, &tok, &["--timeout", "4"]);
+    let run = sb.run(&args);
+    run.assert_code(124);
+    let j = run.json();
+    assert_eq!(j["termination_reason"], "timeout", "{}", run.ctx());
+    let what = format!("timeout, tree_kill {}", j["enforcement"]["tree_kill"]);
+    assert_chain_gone(&sb, &tok, &what, &j);
+    assert!(
+        j.get("left_behind").is_none(),
+        "left_behind although the tree is gone: {}",
+        j["left_behind"]
+    );
+}
+
+#[test]
+fn deep_chain_is_gone_after_timeout() {
+    chain_survives_timeout(no_namespaces_env());
+}
+
+#[test]
+fn without_namespaces_deep_chain_is_gone_after_timeout() {
+    chain_survives_timeout(true);
+}
+
+fn chain_survives_sigterm_to_capsule(no_namespaces: bool) {
+    let mut sb = Sandbox::new();
+    if no_namespaces {
+        sb.set_env("CAPSULE_NO_NAMESPACES", "1");
+    }
+    let tok = token("chain-sigterm");
+    let _kill = KillToken(tok.clone());
+    let args = chain_args(&sb, &tok, &["--timeout", "120"]);
+    let (mut capsule, _guard) = spawn_capsule(&sb, &args);
+    let built = wait_chain_built(&sb, Duration::from_secs(30));
+    // SAFETY: kill(2) on the capsule process this test started.
+    unsafe {
+        libc::kill(capsule.id() as i32, libc::SIGTERM);
+    }
+    let sent = Instant::now();
+    let status = loop {
+        if let Some(st) = capsule.try_wait().expect("wait") {
+            break Some(st);
+        }
+        if sent.elapsed() > Duration::from_secs(20) {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let status = status.expect("capsule did not end within 20 s of SIGTERM");
+    assert!(built, "the chain was never built");
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM));
+    let out = capsule.wait_with_output().expect("output");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let j: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap_or("{}"))
+        .unwrap_or_else(|e| panic!("no JSON result ({e}): {stdout}"));
+    let what = format!("SIGTERM, tree_kill {}", j["enforcement"]["tree_kill"]);
+    assert_chain_gone(&sb, &tok, &what, &j);
+}
+
+#[test]
+fn deep_chain_is_gone_after_sigterm_to_capsule() {
+    chain_survives_sigterm_to_capsule(no_namespaces_env());
+}
+
+#[test]
+fn without_namespaces_deep_chain_is_gone_after_sigterm_to_capsule() {
+    chain_survives_sigterm_to_capsule(true);
+}
+
+/// The memory watchdog (memory_mb with no cgroup to hold it) kills the run
+/// the same way: the deepest level allocates past the limit.
+#[test]
+fn without_namespaces_deep_chain_is_gone_after_the_memory_watchdog() {
+    let mut sb = Sandbox::new();
+    sb.set_env("CAPSULE_NO_NAMESPACES", "1");
+    sb.set_env("CAPSULE_NO_CGROUPS", "1");
+    let tok = token("chain-memory");
+    let _kill = KillToken(tok.clone());
+    let pol = sb.policy("version: 1\nlimits:\n  memory_mb: 400\n");
+    let mut args = chain_args(&sb, &tok, &["--best-effort", "--policy", &pol, "--timeout", "60"]);
+    // The deepest level: append in the background, then three processes
+    // hold 250 MiB each (RLIMIT_DATA bounds each one, not their sum).
+    let deepest = CHAIN.replace(
+        "while :; do echo x >> \"$dir/grow\"; sleep 0.05; done",
+        "(while :; do echo x >> \"$dir/grow\"; sleep 0.05; done) & sleep 1; \
+         for i in 1 2 3; do python3 -c 'import time; b = b\"x\" * (250 << 20); time.sleep(60)' \"$3\" & done; wait",
+    );
+    assert_ne!(deepest, CHAIN);
+    let at = args.iter().position(|a| a == CHAIN).expect("chain script");
+    args[at] = deepest.clone();
+    args[at + 1] = deepest;
+    let run = sb.run(&args);
+    let j = run.json();
+    assert!(
+        j["kill_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("memory watchdog")),
+        "{}",
+        run.ctx()
+    );
+    let what = format!("memory watchdog, tree_kill {}", j["enforcement"]["tree_kill"]);
+    assert_chain_gone(&sb, &tok, &what, &j);
+}
