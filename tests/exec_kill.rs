@@ -701,7 +701,10 @@ fn assert_chain_gone(sb: &Sandbox, tok: &str, what: &str, result: &serde_json::V
         CHAIN_DEPTH + 1,
         later.len()
     );
-    assert_eq!(before, after, "ESCAPE ({what}): the chain's file still grows");
+    assert_eq!(
+        before, after,
+        "ESCAPE ({what}): the chain's file still grows"
+    );
 }
 
 fn chain_survives_timeout(no_namespaces: bool) {
@@ -790,7 +793,11 @@ fn without_namespaces_deep_chain_is_gone_after_the_memory_watchdog() {
     let tok = token("chain-memory");
     let _kill = KillToken(tok.clone());
     let pol = sb.policy("version: 1\nlimits:\n  memory_mb: 400\n");
-    let mut args = chain_args(&sb, &tok, &["--best-effort", "--policy", &pol, "--timeout", "60"]);
+    let mut args = chain_args(
+        &sb,
+        &tok,
+        &["--best-effort", "--policy", &pol, "--timeout", "60"],
+    );
     // The deepest level: append in the background, then three processes
     // hold 250 MiB each (RLIMIT_DATA bounds each one, not their sum).
     let deepest = CHAIN.replace(
@@ -811,6 +818,108 @@ fn without_namespaces_deep_chain_is_gone_after_the_memory_watchdog() {
         "{}",
         run.ctx()
     );
-    let what = format!("memory watchdog, tree_kill {}", j["enforcement"]["tree_kill"]);
+    let what = format!(
+        "memory watchdog, tree_kill {}",
+        j["enforcement"]["tree_kill"]
+    );
     assert_chain_gone(&sb, &tok, &what, &j);
+}
+
+/// Issue 37, item 1, the suspicion: without a pid namespace the keeper
+/// reaps the command first and then kills what it left, and capsule used to
+/// signal the command's pid and process group by number afterwards (after
+/// every run; and at a timeout, the watchdog or a stop signal firing in that
+/// window). Once reaped, that pid may be anyone's. Here the command exits
+/// leaving a deep chain in a session of its own (so the keeper's kill takes
+/// a while), and the test, as root, takes the freed pid for a process of its
+/// own (clone3 with set_tid) that leads a process group: capsule must not
+/// signal it.
+const TAKE_FREED_PID: &str = r#"
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+class CloneArgs(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint64) for n in (
+        "flags", "pidfd", "child_tid", "parent_tid", "exit_signal", "stack",
+        "stack_size", "tls", "set_tid", "set_tid_size", "cgroup")]
+path, = sys.argv[1:]
+deadline = time.time() + 60
+pid = None
+while pid is None and time.time() < deadline:
+    try:
+        pid = int(open(path).read().strip())
+    except (OSError, ValueError):
+        time.sleep(0.01)
+if pid is None:
+    print("no command pid"); sys.exit(0)
+while time.time() < deadline:
+    if os.path.exists(f"/proc/{pid}"):
+        continue
+    tid = (ctypes.c_int32 * 1)(pid)
+    args = CloneArgs(exit_signal=17, set_tid=ctypes.addressof(tid), set_tid_size=1)
+    r = libc.syscall(435, ctypes.byref(args), ctypes.c_size_t(ctypes.sizeof(args)))
+    if r == 0:
+        os.setsid()
+        time.sleep(4)
+        os._exit(0)
+    if r < 0:
+        if ctypes.get_errno() == 17:  # EEXIST: still someone's pid or group
+            continue
+        print(f"clone3 errno {ctypes.get_errno()}"); sys.exit(0)
+    _, st = os.waitpid(r, 0)
+    if os.WIFSIGNALED(st):
+        print(f"victim {r}: signal {os.WTERMSIG(st)}")
+    else:
+        print(f"victim {r}: exit {os.WEXITSTATUS(st)}")
+    sys.exit(0)
+print("the command's pid was never freed")
+"#;
+
+#[test]
+fn without_namespaces_a_reaped_commands_pid_is_never_signalled() {
+    if !is_root() {
+        return skip("taking a given pid (clone3 set_tid) needs root in the host's pid namespace");
+    }
+    let mut sb = Sandbox::new();
+    sb.set_env("CAPSULE_NO_NAMESPACES", "1");
+    sb.mkdir("chain");
+    let tok = token("freed-pid");
+    let _kill = KillToken(tok.clone());
+    let cmdfile = sb.path("chain/cmd");
+    let helper = std::process::Command::new(python())
+        .args(["-c", TAKE_FREED_PID])
+        .arg(&cmdfile)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python");
+    let script = "echo $$ > \"$1/cmd\"; setsid /bin/sh -c \"$2\" \"$2\" 400 \"$1\" \"$3\" 9999 & \
+                  sleep 1.5; exit 0";
+    let run = sb.run(&[
+        "exec",
+        "--json",
+        "--allow-write",
+        &sb.p("chain"),
+        "--timeout",
+        "60",
+        "--",
+        "/bin/sh",
+        "-c",
+        script,
+        "sh",
+        &sb.p("chain"),
+        CHAIN,
+        &tok,
+    ]);
+    let out = helper.wait_with_output().expect("helper");
+    let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    run.assert_code(0);
+    assert!(
+        said.starts_with("victim"),
+        "the test could not take the command's freed pid: {said}"
+    );
+    assert!(
+        said.ends_with("exit 0"),
+        "capsule signalled a pid it had no claim on any more (the command's, reaped by the \
+         keeper and taken by another process): {said}"
+    );
 }
