@@ -652,11 +652,19 @@ struct KillToken(String);
 
 impl Drop for KillToken {
     fn drop(&mut self) {
-        for p in with_token(&self.0) {
-            // SAFETY: kill(2) on a process of this test's run (its token).
-            unsafe {
-                libc::kill(p, libc::SIGKILL);
+        // Rounds: a process that forks and exits moves on to a new pid.
+        for _ in 0..50 {
+            let left = with_token(&self.0);
+            if left.is_empty() {
+                return;
             }
+            for p in left {
+                // SAFETY: kill(2) on a process of this test's run (its token).
+                unsafe {
+                    libc::kill(p, libc::SIGKILL);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 }
@@ -921,5 +929,177 @@ fn without_namespaces_a_reaped_commands_pid_is_never_signalled() {
         said.ends_with("exit 0"),
         "capsule signalled a pid it had no claim on any more (the command's, reaped by the \
          keeper and taken by another process): {said}"
+    );
+}
+
+/// A process that forks and exits at once, for ever (for at most 15 s): each
+/// generation lives a fork's time, and a kill that lists processes and then
+/// signals them can lose the race to it.
+const WORM_C: &str = r#"
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+int main(void) {
+    time_t end = time(NULL) + 15;
+    signal(SIGTERM, SIG_IGN);
+    while (time(NULL) < end) {
+        pid_t p = fork();
+        if (p > 0) _exit(0);
+        if (p < 0) usleep(1000);
+    }
+    return 0;
+}
+"#;
+
+/// Issue 37, item 1: whatever the tree kill cannot end within its bound, the
+/// result must say so. A fork-and-exit worm races the kill; either it is
+/// gone when capsule returns (and `left_behind` names no process), or
+/// `left_behind` names what is left. Never a result that says the tree is
+/// gone while a process of the run still runs.
+fn worm_is_reported_if_left(no_namespaces: bool) {
+    let mut sb = Sandbox::new();
+    if no_namespaces {
+        sb.set_env("CAPSULE_NO_NAMESPACES", "1");
+    }
+    let Some(worm) = sb.compile_c("bin", "worm", WORM_C) else {
+        return;
+    };
+    let tok = token("worm");
+    let _kill = KillToken(tok.clone());
+    let run = sb.run(&[
+        "exec",
+        "--json",
+        "--allow-exec",
+        &sb.p("bin"),
+        "--timeout",
+        "1",
+        "--",
+        "/bin/sh",
+        "-c",
+        "\"$1\" \"$2\"; sleep 60",
+        "sh",
+        &worm.to_string_lossy(),
+        &tok,
+    ]);
+    let alive = with_token(&tok);
+    // The worm's last generations, reaped by their parents: a second look.
+    let still = if alive.is_empty() {
+        std::thread::sleep(Duration::from_millis(200));
+        with_token(&tok)
+    } else {
+        alive
+    };
+    run.assert_code(124);
+    let j = run.json();
+    let named = j["left_behind"].as_array().is_some_and(|l| {
+        l.iter()
+            .any(|x| x.as_str().is_some_and(|s| s.starts_with("process ")))
+    });
+    eprintln!(
+        "tree_kill {}: {} left, left_behind {}",
+        j["enforcement"]["tree_kill"],
+        still.len(),
+        j["left_behind"]
+    );
+    if still.is_empty() {
+        assert!(
+            !named,
+            "left_behind names a process although none is left: {}",
+            j["left_behind"]
+        );
+    } else {
+        assert!(
+            named,
+            "ESCAPE: the worm still runs ({still:?}) and the result does not say so: {}",
+            run.ctx()
+        );
+    }
+}
+
+#[test]
+fn a_worm_racing_the_kill_is_reported_if_left() {
+    worm_is_reported_if_left(no_namespaces_env());
+}
+
+#[test]
+fn without_namespaces_a_worm_racing_the_kill_is_reported_if_left() {
+    worm_is_reported_if_left(true);
+}
+
+/// Issue 37, item 1: a process of the run that SIGKILL cannot end within the
+/// tree kill's bound is named in the result's `left_behind`, never passed
+/// over. As root the test holds one in a cgroup v1 freezer of its own (a
+/// frozen task there does not die of SIGKILL until thawed), then thaws it.
+#[test]
+fn without_namespaces_a_process_the_kill_cannot_end_is_left_behind() {
+    let freezer = std::path::Path::new("/sys/fs/cgroup/freezer");
+    if !is_root() || !freezer.join("cgroup.procs").exists() {
+        return skip("needs root and a cgroup v1 freezer hierarchy to hold a process unkillable");
+    }
+    let mut sb = Sandbox::new();
+    sb.set_env("CAPSULE_NO_NAMESPACES", "1");
+    sb.mkdir("out");
+    let tok = token("frozen");
+    let cg = freezer.join(&tok);
+    std::fs::create_dir(&cg).expect("freezer cgroup");
+    struct Thaw(std::path::PathBuf);
+    impl Drop for Thaw {
+        fn drop(&mut self) {
+            let _ = std::fs::write(self.0.join("freezer.state"), "THAWED");
+            for _ in 0..100 {
+                if std::fs::remove_dir(&self.0).is_ok() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+    let thaw = Thaw(cg.clone());
+    let _kill = KillToken(tok.clone());
+    let pidfile = sb.path("out/frozen");
+    let freeze = {
+        let (cg, pidfile) = (cg.clone(), pidfile.clone());
+        std::thread::spawn(move || {
+            let pid = read_pid(&pidfile, Duration::from_secs(20))?;
+            std::fs::write(cg.join("cgroup.procs"), pid.to_string()).ok()?;
+            std::fs::write(cg.join("freezer.state"), "FROZEN").ok()?;
+            Some(pid)
+        })
+    };
+    let run = sb.run(&[
+        "exec",
+        "--json",
+        "--allow-write",
+        &sb.p("out"),
+        "--timeout",
+        "2",
+        "--",
+        "/bin/sh",
+        "-c",
+        "/bin/sh -c 'sleep 60; :' \"$2\" & echo $! > \"$1/frozen\"; wait",
+        "sh",
+        &sb.p("out"),
+        &tok,
+    ]);
+    let pid = freeze.join().expect("freezer thread");
+    let pid = pid.expect("the test could not freeze the run's process");
+    let frozen_then = pid_alive(pid, Some(&tok));
+    run.assert_code(124);
+    let j = run.json();
+    let left = j["left_behind"].to_string();
+    drop(thaw);
+    assert!(
+        frozen_then,
+        "the frozen process {pid} did not outlive the kill"
+    );
+    assert!(
+        left.contains(&format!("process {pid} ")),
+        "ESCAPE: process {pid} of the run outlived the tree kill and the result does not \
+         name it: left_behind {left}\n{}",
+        run.ctx()
+    );
+    assert!(
+        wait_gone(pid, Some(&tok), Duration::from_secs(5)),
+        "thawed, the killed process {pid} should end"
     );
 }

@@ -29,8 +29,10 @@
 //! so the run's orphans are reparented to it; when the command ends, or when
 //! capsule dies (PR_SET_PDEATHSIG, even a SIGKILLed capsule), it kills every
 //! process of the run it holds, round after round. capsule is a child
-//! subreaper too, and kills every descendant it can find, should the keeper
-//! be gone; the result reports `subreaper` for this mode. Root without
+//! subreaper too: when it ends a running run (timeout, watchdog, a stop
+//! signal) it kills the keeper and every process below it itself, until none
+//! is left or a time bound (`treekill`); the result reports `subreaper` for
+//! this mode. Root without
 //! CAP_SYS_ADMIN (a container's root) gets a user namespace too, mapping root
 //! to itself. A refusal of clone() itself, of the uid map, or of a set-up step
 //! of init (reported before its `Ready`) is a [`SpawnError::Refused`]: the
