@@ -272,6 +272,16 @@ fn run_prepared(
         Ok(rt) => rt,
         Err(e) => {
             sys::signal(spawned.pid, libc::SIGKILL);
+            sys::wait_blocking(spawned.pid);
+            if spawned.tree == TreeMode::Subreaper {
+                // The command may have started already: what it started is
+                // reparented to capsule with the keeper gone.
+                treekill::sweep(
+                    &spawned.inherited,
+                    spawned.cgroup_kill.as_deref(),
+                    treekill::SWEEP_BOUND,
+                );
+            }
             return setup_failed(plan, "starting the supervisor's event loop", &e);
         }
     };
