@@ -884,6 +884,16 @@ impl RunCgroup {
         Ok(())
     }
 
+    /// The run's v2 cgroup's `cgroup.kill` (Linux 5.14+), where it has one:
+    /// writing `1` SIGKILLs every process in it, and no fork races that (the
+    /// tree kill without a pid namespace starts there, `supervisor::treekill`).
+    /// A v1 hierarchy has none; its `pids.max` bounds a fork racing the kill.
+    pub fn kill_file(&self) -> Option<PathBuf> {
+        let d = self.dirs.iter().find(|d| !self.v1_dirs.contains(d))?;
+        let f = d.join("cgroup.kill");
+        f.exists().then_some(f)
+    }
+
     /// Whether the kernel's OOM killer acted in the run's memory cgroup.
     pub fn oom_killed(&self) -> bool {
         let Some((dir, v2)) = &self.memory_dir else {

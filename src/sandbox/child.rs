@@ -613,12 +613,28 @@ fn tie_to_parent(spec: &ChildSpec) {
         // Created by the keeper: capsule (a child subreaper too) or init is
         // its parent only if the keeper died before PR_SET_PDEATHSIG took
         // effect. Then capsule learns the command's pid, the first word on
-        // the channel from this stage.
+        // the channel from this stage, with a pidfd of this process: the
+        // keeper reaps the command, after which its pid may be anyone's, so
+        // capsule signals the command through that descriptor only
+        // (`supervisor::event_loop::signal_run`). Where pidfd_open is
+        // refused (an outer seccomp profile), the pid comes alone.
         let parent = raw::getppid();
         if parent == spec.parent_pid || parent == 1 {
             raw::exit_group(125);
         }
-        report(spec.chan, Msg::Command { pid: raw::getpid() });
+        let me = raw::getpid();
+        let word = Msg::Command { pid: me }.encode();
+        match raw::pidfd_open(me) {
+            Ok(fd) => {
+                if raw::send_with_fd(spec.chan, &word, fd).is_err() {
+                    let _ = raw::send(spec.chan, &word);
+                }
+                raw::close(fd);
+            }
+            Err(_) => {
+                let _ = raw::send(spec.chan, &word);
+            }
+        }
     } else if spec.parent_pid != 0 && raw::getppid() != spec.parent_pid {
         // The supervisor may have died before PR_SET_PDEATHSIG took effect.
         raw::exit_group(125);

@@ -54,30 +54,48 @@ pub fn release_stop_signals() {
 }
 
 /// Send `sig` to every process of the run.
+///
+/// Without a pid namespace every process of the run is a descendant of the
+/// keeper (a child subreaper), and each gets `sig` through a pidfd
+/// (`treekill::signal_below`), as init passes a signal to every process of
+/// its namespace. Never by a pid: the keeper reaps the command when it ends
+/// and then kills what is left before it reports and exits, and a timeout,
+/// the watchdog or a stop signal firing in that window used to signal the
+/// command's pid and process group after they were freed (as root, possibly
+/// an unrelated process that got the pid). The pidfd the command stage sent
+/// with its pid (`Spawned::command_fd`) reaches the command alone should the
+/// walk find nothing (no /proc to list children). Where pidfds are refused (an outer seccomp profile), a
+/// signal other than the final SIGKILL ([`kill_run`]) does not reach the run
+/// on this path.
 pub fn signal_run(sp: &Spawned, sig: libc::c_int) {
     match sp.tree {
+        // init is capsule's child, not reaped before the loop is over.
         TreeMode::PidNamespace => sys::signal(sp.pid, sig),
         TreeMode::Subreaper => {
             // Not reported yet: the command has not exec'd; kill_run's
             // SIGKILL of the keeper still takes it down (PR_SET_PDEATHSIG).
-            let command = sp.command.get();
-            if command > 0 {
-                sys::signal(-command, sig);
-                sys::signal(command, sig);
+            // The keeper is capsule's child, not reaped before the loop is over.
+            if super::treekill::signal_below(sp.pid, sig) == 0 {
+                // No list of the keeper's children (no /proc): the command.
+                if let Some(fd) = sp.command_fd.get() {
+                    use std::os::fd::AsFd;
+                    let _ = sys::pidfd_signal(fd.as_fd(), sig);
+                }
             }
         }
     }
 }
 
 /// Kill every process of the run now. In a pid namespace the kernel takes
-/// the whole namespace down with its init; a subreaper also kills the
-/// orphans that were reparented to it.
+/// the whole namespace down with its init; without one, capsule kills the
+/// keeper and every process below it at once (`treekill::kill_tree`: the
+/// run's cgroup where it has `cgroup.kill`, then each process through its
+/// pidfd), and the sweep after the loop (`treekill::sweep`) repeats that and
+/// reaps until none is left.
 pub fn kill_run(sp: &Spawned) {
-    signal_run(sp, libc::SIGKILL);
-    if sp.tree == TreeMode::Subreaper {
-        for k in super::treekill::own_children_except(&sp.inherited) {
-            sys::signal(k, libc::SIGKILL);
-        }
+    match sp.tree {
+        TreeMode::PidNamespace => sys::signal(sp.pid, libc::SIGKILL),
+        TreeMode::Subreaper => super::treekill::kill_tree(&sp.inherited, sp.cgroup_kill.as_deref()),
     }
 }
 

@@ -135,12 +135,16 @@ pub fn run(plan: &Plan, opts: ExecOptions) -> Finished {
                 // A serve step moves a TMPDIR of empty entries aside and
                 // removes it after its report (tmpdir_aside), when no process
                 // of the run can be left: its pid namespace is gone with init.
-                let tree_gone =
-                    finished.result.enforcement.tree_kill == spawn::TreeMode::PidNamespace.as_str();
+                let tree_gone = finished.result.enforcement.tree_kill
+                    == spawn::TreeMode::PidNamespace.as_str()
+                    && finished.result.left_behind.is_empty();
                 let aside =
                     tree_gone && plan.tmpdir.as_deref().is_some_and(tmpdir_aside::move_aside);
                 if !aside {
-                    finished.result.left_behind = remove_tmpdir(plan);
+                    // After any process of the run the tree kill left (its
+                    // lines come first; `treekill::sweep`).
+                    let tmp = remove_tmpdir(plan);
+                    finished.result.left_behind.extend(tmp);
                 }
                 return finished;
             }
@@ -268,6 +272,16 @@ fn run_prepared(
         Ok(rt) => rt,
         Err(e) => {
             sys::signal(spawned.pid, libc::SIGKILL);
+            sys::wait_blocking(spawned.pid);
+            if spawned.tree == TreeMode::Subreaper {
+                // The command may have started already: what it started is
+                // reparented to capsule with the keeper gone.
+                treekill::sweep(
+                    &spawned.inherited,
+                    spawned.cgroup_kill.as_deref(),
+                    treekill::SWEEP_BOUND,
+                );
+            }
             return setup_failed(plan, "starting the supervisor's event loop", &e);
         }
     };
@@ -312,7 +326,8 @@ fn run_prepared(
     if services.starts_processes() {
         // Tool calls may still have run after the command ended (requests
         // already sent): whatever they left behind is a child of capsule now.
-        treekill::kill_children(&spawned.inherited, 64);
+        let left = treekill::sweep(&spawned.inherited, None, treekill::SWEEP_BOUND);
+        sup.left_running.extend(left);
     }
     let ended = Ended {
         sup,
@@ -438,7 +453,11 @@ fn start_child(
         if let Err(e) = spawn::await_command(&spawned) {
             sys::signal(spawned.pid, libc::SIGKILL);
             sys::wait_blocking(spawned.pid);
-            treekill::kill_children(&spawned.inherited, 64);
+            treekill::sweep(
+                &spawned.inherited,
+                spawned.cgroup_kill.as_deref(),
+                treekill::SWEEP_BOUND,
+            );
             return fail("starting the run", &e);
         }
     }
@@ -607,6 +626,7 @@ fn judge(
     } = ended;
     let mut r = RunResult::new(plan.run_id.clone(), Termination::Exited, 0);
     r.set_streams(&mut sup.stdout, &mut sup.stderr);
+    r.left_behind = std::mem::take(&mut sup.left_running);
     r.duration_seconds = duration.as_secs_f64();
     r.enforcement = enforcement(
         plan,
@@ -702,6 +722,9 @@ fn spawn_child(
         services.close_child_ends();
     }
     let mut spawned = spawned?;
+    if spawned.tree == TreeMode::Subreaper {
+        spawned.cgroup_kill = layers.cgroup.kill_file();
+    }
     spawned.inherited = if sweeps {
         inherited
     } else if spawned.tree == TreeMode::Subreaper {
@@ -851,6 +874,9 @@ struct Supervised {
     ended: event_loop::Ended,
     /// The guards' CPU budget (`notify_loop::cpu_budget`).
     guard_budget: Duration,
+    /// Processes of the run the tree kill could not end within its bound
+    /// (`treekill::sweep`): the first lines of the result's `left_behind`.
+    left_running: Vec<String>,
 }
 
 impl Supervised {
@@ -865,6 +891,7 @@ impl Supervised {
             setup_failed: None,
             ended: event_loop::Ended::default(),
             guard_budget: notify_loop::cpu_budget(plan.limits.timeout, plan.limits.cpu_seconds),
+            left_running: Vec::new(),
         }
     }
 
@@ -957,7 +984,12 @@ async fn supervise(
             }
             // The command stage's first word under the keeper (unless
             // `await_command` read it already): whom signals go to.
-            Msg::Command { pid } if pid > 0 && sp.command.get() == 0 => sp.command.set(pid),
+            Msg::Command { pid } if pid > 0 && sp.command.get() == 0 => {
+                sp.command.set(pid);
+                if let Some(fd) = fd {
+                    let _ = sp.command_fd.set(fd);
+                }
+            }
             Msg::Command { pid } => {
                 tracing::warn!("an unexpected command pid {pid} reported; ignored")
             }
@@ -979,9 +1011,14 @@ async fn supervise(
     if sp.tree == TreeMode::Subreaper {
         state.status = state.status.or(init_status);
         // The keeper killed whatever the command left behind; should it be
-        // gone, what it held was reparented to capsule and goes now.
-        let command = sp.command.get();
-        treekill::kill_descendants((command > 0).then_some(command), &sp.inherited, 64);
+        // gone (killed with the run), what it held was reparented to capsule
+        // and goes now, until nothing is left or the sweep's time bound.
+        // Nothing is signalled by the command's pid: the keeper reaped it.
+        state.left_running = treekill::sweep(
+            &sp.inherited,
+            sp.cgroup_kill.as_deref(),
+            treekill::SWEEP_BOUND,
+        );
     }
     if let Some(g) = guard {
         g.stop();

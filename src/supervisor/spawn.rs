@@ -29,8 +29,10 @@
 //! so the run's orphans are reparented to it; when the command ends, or when
 //! capsule dies (PR_SET_PDEATHSIG, even a SIGKILLed capsule), it kills every
 //! process of the run it holds, round after round. capsule is a child
-//! subreaper too, and kills every descendant it can find, should the keeper
-//! be gone; the result reports `subreaper` for this mode. Root without
+//! subreaper too: when it ends a running run (timeout, watchdog, a stop
+//! signal) it kills the keeper and every process below it itself, until none
+//! is left or a time bound (`treekill`); the result reports `subreaper` for
+//! this mode. Root without
 //! CAP_SYS_ADMIN (a container's root) gets a user namespace too, mapping root
 //! to itself. A refusal of clone() itself, of the uid map, or of a set-up step
 //! of init (reported before its `Ready`) is a [`SpawnError::Refused`]: the
@@ -120,6 +122,14 @@ pub struct Spawned {
     /// capsule never waits for it unless a guard needs it before the run
     /// starts: the no-namespace path costs no more start-up than a clone.
     pub command: std::cell::Cell<libc::pid_t>,
+    /// Under the keeper, a pidfd of the command stage, sent with its pid:
+    /// the keeper reaps the command, and its pid may then be anyone's
+    /// (even another user's, as root), so capsule signals the command
+    /// through this and never by its pid (`event_loop::signal_run`).
+    pub command_fd: std::cell::OnceCell<OwnedFd>,
+    /// The run's v2 cgroup's `cgroup.kill` (Linux 5.14+), where the run has
+    /// such a cgroup: the tree kill starts there (`treekill`).
+    pub cgroup_kill: Option<std::path::PathBuf>,
     pub tree: TreeMode,
     pub netns: bool,
     /// Supervisor's end of the typed channel.
@@ -353,6 +363,8 @@ fn start(c: Cloned, ours: Channel, before_go: BeforeGo<'_>) -> Result<Spawned, S
     Ok(Spawned {
         pid,
         command: std::cell::Cell::new(command),
+        command_fd: std::cell::OnceCell::new(),
+        cgroup_kill: None,
         tree,
         netns: flags & libc::CLONE_NEWNET != 0,
         chan: ours,
@@ -403,8 +415,11 @@ pub fn await_command(sp: &Spawned) -> Result<libc::pid_t, SpawnError> {
         Err(e) => return Err(SpawnError::NoCommand(e.to_string())),
     }
     match chan.recv() {
-        Ok(Some((Some(sys::channel::Msg::Command { pid }), _))) if pid > 0 => {
+        Ok(Some((Some(sys::channel::Msg::Command { pid }), fd))) if pid > 0 => {
             sp.command.set(pid);
+            if let Some(fd) = fd {
+                let _ = sp.command_fd.set(fd);
+            }
             Ok(pid)
         }
         Ok(Some((Some(sys::channel::Msg::SetupFailed { stage, errno }), _))) => {

@@ -246,6 +246,28 @@ pub fn pidfd_open(pid: libc::pid_t) -> Result<OwnedFd, Errno> {
     Ok(unsafe { OwnedFd::from_raw_fd(ret as RawFd) })
 }
 
+/// `pidfd_send_signal(fd, sig, NULL, 0)`: `sig` to exactly the process `fd`
+/// refers to (ESRCH once it has been reaped, whatever now has its pid).
+/// Signal 0 only asks whether it still exists (a zombie does).
+pub fn pidfd_signal(fd: std::os::fd::BorrowedFd<'_>, sig: libc::c_int) -> Result<(), Errno> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a descriptor we hold, a signal number, a null siginfo (the
+    // kernel fills in one as kill(2) would) and no flags.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            fd.as_raw_fd(),
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    if ret < 0 {
+        return Err(Errno::last());
+    }
+    Ok(())
+}
+
 /// Block or unblock every signal of this thread; returns the previous mask.
 pub fn block_all_signals() -> libc::sigset_t {
     // SAFETY: sigset_t is plain data; sigfillset/sigprocmask only write into it.

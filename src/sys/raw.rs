@@ -72,6 +72,14 @@ pub fn getpid() -> c_int {
         .unwrap_or(0)
 }
 
+/// `pidfd_open(pid, 0)`: a descriptor of exactly this process (the command
+/// stage sends one of itself to the supervisor, which then signals the
+/// command through it and never by a pid that may have been freed).
+pub fn pidfd_open(pid: c_int) -> Result<c_int, i32> {
+    // SAFETY: integers only; on success the kernel returns a new descriptor.
+    map(unsafe { syscall!(Sysno::pidfd_open, pid, 0) }).map(|fd| fd as c_int)
+}
+
 pub fn getppid() -> c_int {
     // SAFETY: no arguments; getppid cannot fail.
     unsafe { syscall!(Sysno::getppid) }
