@@ -238,12 +238,12 @@ fn left_behind(keep: &[libc::pid_t], bound: Duration) -> Vec<String> {
     if pids.len() > LISTED {
         lines.push(format!("... and {} more processes", pids.len() - LISTED));
     }
-    eprintln!(
+    crate::say!(
         "capsule: warning: {} process(es) of the run could not be killed within {secs} s; left behind:",
         pids.len()
     );
     for l in &lines {
-        eprintln!("capsule:   {l}");
+        crate::say!("capsule:   {l}");
     }
     lines
 }
