@@ -258,3 +258,87 @@ fn a_file_heavy_run_is_not_killed_for_being_observed() {
         skip_part("the observer did not spend its CPU budget within 20 s on this machine");
     }
 }
+
+/// Successful writes in the run's private places are not refusals (issue
+/// 39): `tempfile.mkdtemp()` and a file in it, a nested directory under
+/// HOME (the TMPDIR: /tmp inside the view, the run's own TMPDIR without
+/// namespaces) and under /dev/shm, read back, listed, removed. `--explain`
+/// listed each path two levels below the private /tmp as refused (and a
+/// pytest run's `tmp_path` as "add \"/\" to filesystem.write"). On the
+/// default path and without namespaces; no denial may propose `/`.
+#[test]
+fn writes_in_the_runs_private_places_are_not_refusals() {
+    let code = r#"
+import os, tempfile, shutil
+d = tempfile.mkdtemp()
+open(d + "/f", "w").write("x")
+assert open(d + "/f").read() == "x"
+os.makedirs(d + "/a/b/c")
+open(d + "/a/b/c/g", "w").write("y")
+os.listdir(d + "/a/b")
+h = os.path.join(os.environ["HOME"], ".cache", "tool", "deep")
+os.makedirs(h)
+open(h + "/cfg", "w").write("z")
+assert open(h + "/cfg").read() == "z"
+t = os.environ.get("TMPDIR", "/tmp")
+os.makedirs(t + "/pytest-of-x/pytest-0/test_a0")
+open(t + "/pytest-of-x/pytest-0/test_a0/f", "w").write("w")
+os.symlink(t + "/pytest-of-x/pytest-0", t + "/pytest-of-x/pytest-current")
+if os.environ.get("SHM") == "1":
+    s = "/dev/shm/capsule-explain-%d" % os.getpid()
+    os.makedirs(s + "/x/y")
+    open(s + "/x/y/z", "w").write("s")
+    shutil.rmtree(s)
+shutil.rmtree(d)
+print("done")
+"#;
+    for no_ns in [false, true] {
+        let mut sb = Sandbox::new();
+        if no_ns {
+            sb.env.push(("CAPSULE_NO_NAMESPACES".into(), "1".into()));
+        }
+        let work = sb.mkdir("work");
+        let policy = sb.policy(&format!(
+            "version: 1\nfilesystem:\n  write: [\"{}\"]\n",
+            work.display()
+        ));
+        // The run's own /dev/shm is the view's (without namespaces the
+        // host's, not granted).
+        let shm = if !no_ns && view_expected() { "1" } else { "0" };
+        let policy = sb.policy_named(
+            "shm.yaml",
+            &format!(
+                "{}env:\n  set: {{SHM: \"{shm}\"}}\n",
+                std::fs::read_to_string(&policy).unwrap()
+            ),
+        );
+        let r = sb.exec_json(
+            &[
+                "--explain",
+                "--no-audit",
+                "-p",
+                &policy,
+                "--cwd",
+                &work.to_string_lossy(),
+            ],
+            &[&python(), "-c", code],
+        );
+        r.assert_ran();
+        assert!(r.child_stdout().contains("done"), "{}", r.ctx());
+        if !files_observed(&r) {
+            return;
+        }
+        let d = denials(&r);
+        for x in &d {
+            let change = x["change"].as_str().unwrap_or_default();
+            assert!(
+                !change.contains("\"/\" to"),
+                "no_ns={no_ns}: proposes the whole host: {x:#}"
+            );
+        }
+        assert!(
+            d.is_empty(),
+            "no_ns={no_ns}: successful writes in the run's own places listed as refused: {d:#?}"
+        );
+    }
+}

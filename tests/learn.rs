@@ -607,3 +607,71 @@ fn without_namespaces_the_hosts_dev_shm_is_not_learnt() {
         r.ctx()
     );
 }
+
+/// What a command makes in its private places (a nested directory under
+/// /tmp and under HOME, a `tempfile.mkdtemp()`, as `make test` or pytest's
+/// `tmp_path` do) is its own: learn neither grants it nor lists it as
+/// refused. It printed `not granted: write /tmp: is / (the whole host)`
+/// and refusals for every nested path (issue 39). On the default path and
+/// without namespaces.
+#[test]
+fn learn_grants_nothing_for_the_runs_own_private_places() {
+    let code = r#"
+import os, tempfile
+d = tempfile.mkdtemp()
+os.makedirs(d + "/a/b")
+open(d + "/a/b/f", "w").write("x")
+assert open(d + "/a/b/f").read() == "x"
+os.makedirs("/tmp/capsule-learn-nest/x/y", exist_ok=True) if os.environ.get("TMPDIR") == "/tmp" else None
+h = os.path.join(os.environ["HOME"], ".cache", "q", "r")
+os.makedirs(h)
+open(h + "/s", "w").write("y")
+try:
+    os.makedirs("/tmp")
+except OSError:
+    pass
+print("done")
+"#;
+    for no_ns in [false, true] {
+        let mut sb = sandbox();
+        if no_ns {
+            sb.env.push(("CAPSULE_NO_NAMESPACES".into(), "1".into()));
+        }
+        let proj = sb.mkdir("proj");
+        let py = python();
+        let draft = sb.path("draft.yaml");
+        let r = learn(
+            &sb,
+            &proj,
+            &["-o", draft.to_str().unwrap(), "--", py.as_str(), "-c", code],
+        );
+        if !observed(&r) {
+            return;
+        }
+        assert_learnt(&r);
+        assert!(r.stderr.contains("done"), "no_ns={no_ns}{}", r.ctx());
+        // Without namespaces /tmp is the host's: `mkdir /tmp` is refused
+        // there (and said so); the paths the run made are its TMPDIR's.
+        let not_granted: Vec<&str> = r
+            .stderr
+            .lines()
+            .filter(|l| l.contains("not granted"))
+            .filter(|l| {
+                !no_ns || l.contains("the whole host") || l.contains("/a/b") || l.contains(".cache")
+            })
+            .collect();
+        assert!(
+            not_granted.is_empty(),
+            "no_ns={no_ns}: the run's own places listed as refused: {not_granted:#?}{}",
+            r.ctx()
+        );
+        let d = parse(&draft);
+        assert_safe(&d, &sb);
+        let g = grants(&d, &sb.home);
+        assert!(
+            !g.iter()
+                .any(|(_, p)| p.starts_with("/tmp") && !p.starts_with(&sb.root)),
+            "no_ns={no_ns}: a grant in /tmp: {d:#}"
+        );
+    }
+}

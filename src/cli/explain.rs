@@ -88,12 +88,12 @@ fn observed(
     let until = std::time::Instant::now() + SURVEY_BUDGET;
     let accesses = seen.accesses();
     let mut unanswered = 0u64;
-    for (i, (path, access)) in accesses.iter().enumerate() {
+    for (i, (path, access, present)) in accesses.iter().enumerate() {
         if std::time::Instant::now() > until {
             unanswered = (accesses.len() - i) as u64;
             break;
         }
-        let a = survey.path(path, *access);
+        let a = survey.observed(path, *access, *present);
         if !a.allowed {
             answers.push(a);
         }

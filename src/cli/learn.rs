@@ -479,8 +479,8 @@ fn study_files(
             seen.why_not.as_deref().unwrap_or("unknown")
         ));
     }
-    for (path, access, comm, call) in seen.accesses_by() {
-        let answer = survey.path(&path, access);
+    for (path, access, present, comm, call) in seen.accesses_by() {
+        let answer = survey.observed(&path, access, present);
         if answer.allowed {
             continue;
         }
