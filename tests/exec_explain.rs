@@ -342,3 +342,56 @@ print("done")
         );
     }
 }
+
+/// The end-of-run summary's "run again with `capsule exec --explain`" hint
+/// is for a run without it (issue 39): with `--explain` the refusals are
+/// listed right below, and the hint told the user to do what they did.
+#[test]
+fn the_explain_hint_is_not_given_to_a_run_with_explain() {
+    let sb = Sandbox::new();
+    let py = r#"
+import os, socket, urllib.parse
+u = urllib.parse.urlparse(os.environ["HTTP_PROXY"])
+s = socket.create_connection((u.hostname, u.port), timeout=20)
+s.sendall(b"CONNECT not-listed.invalid:443 HTTP/1.1\r\nHost: not-listed.invalid:443\r\n\r\n")
+print(s.recv(100).split(b"\r\n")[0].decode())
+"#;
+    let hint = "run again with `capsule exec --explain`";
+    for explain in [false, true] {
+        let mut args = vec![
+            "exec",
+            "--no-audit",
+            "--net",
+            "proxy",
+            "--allow-host",
+            "127.0.0.1",
+        ];
+        if explain {
+            args.push("--explain");
+        }
+        let p = python();
+        args.extend(["--", p.as_str(), "-c", py]);
+        let r = sb.run(&args);
+        assert_eq!(r.code, Some(0), "{}", r.ctx());
+        assert!(r.stdout.contains("403"), "{}", r.ctx());
+        assert!(
+            r.stderr
+                .contains("proxy connection(s) to hosts not in allow_hosts"),
+            "explain={explain}: no summary line{}",
+            r.ctx()
+        );
+        assert_eq!(
+            r.stderr.contains(hint),
+            !explain,
+            "explain={explain}: the hint{}",
+            r.ctx()
+        );
+        if explain {
+            assert!(
+                r.stderr.contains("connect not-listed.invalid"),
+                "{}",
+                r.ctx()
+            );
+        }
+    }
+}
