@@ -476,22 +476,47 @@ fn hosts_are_learnt_only_with_learn_hosts() {
             .is_none_or(|a| a.is_empty()),
         "hosts learnt without --learn-hosts: {d:#}"
     );
+    // With --learn-hosts: a loopback literal is never proposed (issue 37),
+    // it is listed with the reason; a user who means it names it, and the
+    // draft with it runs.
     let mut args = vec!["--learn-hosts", "-o", draft.to_str().unwrap(), "--"];
     args.extend(cmd);
     let r = learn(&sb, &proj, &args);
     assert_learnt(&r);
     let d = parse(&draft);
-    assert_eq!(d["network"]["mode"], "proxy", "{d:#}");
+    assert!(
+        d["network"]["allow_hosts"]
+            .as_array()
+            .is_none_or(|a| a.is_empty()),
+        "a loopback literal learnt: {d:#}"
+    );
+    assert!(
+        r.stderr
+            .contains("not granted: connect 127.0.0.1: 127.0.0.1 is a loopback address"),
+        "{}",
+        r.ctx()
+    );
+    let base = sb.policy(&format!(
+        "version: 1\nfilesystem:\n  write: [\"{}\"]\nnetwork:\n  mode: proxy\n  allow_hosts: [\"127.0.0.1\"]\n",
+        proj.display()
+    ));
+    let mut args = vec![
+        "--learn-hosts",
+        "--policy",
+        base.as_str(),
+        "-o",
+        draft.to_str().unwrap(),
+        "--",
+    ];
+    args.extend(cmd);
+    let r = learn(&sb, &proj, &args);
+    assert_learnt(&r);
+    let d = parse(&draft);
     let hosts: Vec<&str> = d["network"]["allow_hosts"]
         .as_array()
         .map(|a| a.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
     assert_eq!(hosts, vec!["127.0.0.1"], "{d:#}");
-    let text = std::fs::read_to_string(&draft).unwrap();
-    assert!(
-        text.contains("# reached by"),
-        "no comment on the host: {text}"
-    );
     let e = exec_draft(&sb, &proj, &draft, &cmd);
     assert_eq!(e.code, Some(0), "{}", e.ctx());
     assert!(e.stdout.contains("origin"), "{}", e.ctx());
@@ -673,5 +698,83 @@ print("done")
                 .any(|(_, p)| p.starts_with("/tmp") && !p.starts_with(&sb.root)),
             "no_ns={no_ns}: a grant in /tmp: {d:#}"
         );
+    }
+}
+
+/// `learn --learn-hosts` never proposes an internal address (issue 37): the
+/// proxy reaches loopback, private, CGNAT and unique-local addresses only
+/// when a person names the literal, so learn lists them as refusals with
+/// the reason and proposes only the public name. Each target is asked of
+/// the proxy by CONNECT and refused by the allowlist before any
+/// connection: nothing leaves this machine.
+#[test]
+fn learn_hosts_never_proposes_an_internal_address() {
+    let sb = sandbox();
+    let proj = sb.mkdir("proj");
+    let targets = [
+        "pkg.example:443",
+        "127.0.0.1:8080",
+        "localhost:8080",
+        "10.1.2.3:80",
+        "192.168.7.7:5432",
+        "100.64.1.1:80",
+        "[fd00::1]:80",
+        "[::1]:80",
+    ];
+    let code = format!(
+        r#"
+import os, socket, urllib.parse
+u = urllib.parse.urlparse(os.environ["HTTP_PROXY"])
+for t in {targets:?}:
+    s = socket.create_connection((u.hostname, u.port), timeout=20)
+    s.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (t, t)).encode())
+    print(t, s.recv(100).split(b"\r\n")[0].decode())
+    s.close()
+"#
+    );
+    let draft = sb.path("draft.yaml");
+    let py = python();
+    let r = learn(
+        &sb,
+        &proj,
+        &[
+            "--learn-hosts",
+            "--iterations",
+            "1",
+            "-o",
+            draft.to_str().unwrap(),
+            "--",
+            py.as_str(),
+            "-c",
+            &code,
+        ],
+    );
+    assert_learnt(&r);
+    let d = parse(&draft);
+    let hosts: Vec<&str> = d["network"]["allow_hosts"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    assert_eq!(hosts, vec!["pkg.example"], "{d:#}{}", r.ctx());
+    let text = std::fs::read_to_string(&draft).unwrap();
+    assert!(
+        text.contains("\"pkg.example\"  # reached by"),
+        "no comment on the host: {text}"
+    );
+    for (host, why) in [
+        ("127.0.0.1", "loopback"),
+        ("localhost", "loopback"),
+        ("10.1.2.3", "private"),
+        ("192.168.7.7", "private"),
+        ("100.64.1.1", "carrier-grade NAT"),
+        ("[fd00::1]", "unique-local"),
+        ("[::1]", "loopback"),
+    ] {
+        let line = r
+            .stderr
+            .lines()
+            .find(|l| l.contains("not granted: connect") && l.contains(&format!(" {host}:")))
+            .unwrap_or_else(|| panic!("{host} is not listed as refused{}", r.ctx()));
+        assert!(line.contains(why), "{host}: {line}");
     }
 }

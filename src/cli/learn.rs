@@ -528,6 +528,8 @@ fn study_hosts(survey: &crate::why::Survey<'_>, r: &RunResult, learn_hosts: bool
         if !learn_hosts {
             st.refused
                 .push(refuse("not learnt (pass --learn-hosts)".into()));
+        } else if let Some(why) = learn::internal_host(host) {
+            st.refused.push(refuse(why));
         } else if let Some(why) = answer.no_change.clone() {
             st.refused.push(refuse(why));
         } else if !st.hosts.iter().any(|h| &h.host == host) {
