@@ -778,3 +778,124 @@ for t in {targets:?}:
         assert!(line.contains(why), "{host}: {line}");
     }
 }
+
+/// A throwaway account (useradd) whose home holds an SSH key root can read
+/// without capabilities (mode 644: the run holds none, as root too);
+/// removed (userdel) when dropped.
+struct OtherAccount {
+    name: String,
+    home: PathBuf,
+}
+
+impl OtherAccount {
+    fn new(sb: &Sandbox) -> Option<OtherAccount> {
+        let name = format!("capsule-t{}", std::process::id() % 100_000);
+        let home = sb.root.join("homes").join(&name);
+        let ok = std::process::Command::new("useradd")
+            .args(["-M", "-d"])
+            .arg(&home)
+            .args(["-s", "/usr/sbin/nologin", &name])
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            return None;
+        }
+        let acct = OtherAccount { name, home };
+        std::fs::create_dir_all(acct.home.join(".ssh")).unwrap();
+        std::fs::write(acct.home.join(".ssh/id_ed25519"), "OTHER-ACCOUNT-KEY\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(
+            acct.home.join(".ssh/id_ed25519"),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
+        Some(acct)
+    }
+
+    fn key(&self) -> PathBuf {
+        self.home.join(".ssh/id_ed25519")
+    }
+}
+
+impl Drop for OtherAccount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("userdel")
+            .arg(&self.name)
+            .status();
+    }
+}
+
+/// `learn` run as root: another account's credential store is a credential
+/// store too (issue 37, item 6). The carve-outs were built for the invoking
+/// user's home only, so a key of another account root can read (without
+/// capabilities: mode 644) was learnt as a read grant and read by the next
+/// round, and `exec` with a grant above that home read it as well. Every
+/// home of the password database is covered when capsule runs as root.
+#[test]
+fn as_root_another_accounts_keys_are_carved_out_and_never_learnt() {
+    if !is_root() {
+        skip("needs root: useradd, and root's reach into every home");
+        return;
+    }
+    let sb = Sandbox::visible();
+    let Some(other) = OtherAccount::new(&sb) else {
+        skip("useradd is not available here");
+        return;
+    };
+    let key = other.key();
+    let homes = sb.root.join("homes");
+    // exec: a grant above the other home does not reach its key.
+    let r = sb.run(&[
+        "exec",
+        "--no-audit",
+        "--allow-read",
+        &homes.to_string_lossy(),
+        "--",
+        "/bin/cat",
+        &key.to_string_lossy(),
+    ]);
+    assert!(
+        !r.stdout.contains("OTHER-ACCOUNT-KEY"),
+        "exec read another account's key through a grant of its parent{}",
+        r.ctx()
+    );
+    // learn: the key is refused as a credential store, never granted, never
+    // read by a later round.
+    let proj = sb.mkdir("proj");
+    let draft = sb.path("draft.yaml");
+    let r = learn(
+        &sb,
+        &proj,
+        &[
+            "--iterations",
+            "3",
+            "-o",
+            draft.to_str().unwrap(),
+            "--",
+            "/bin/cat",
+            &key.to_string_lossy(),
+        ],
+    );
+    if !observed(&r) {
+        return;
+    }
+    assert_learnt(&r);
+    assert!(
+        !r.stderr.contains("OTHER-ACCOUNT-KEY"),
+        "a round of learn read another account's key{}",
+        r.ctx()
+    );
+    let d = parse(&draft);
+    assert!(
+        !grants(&d, &sb.home)
+            .iter()
+            .any(|(_, p)| key.starts_with(p) && p.starts_with(&other.home)),
+        "another account's key granted: {d:#}"
+    );
+    let line = r
+        .stderr
+        .lines()
+        .find(|l| l.contains("not granted") && l.contains(&*key.to_string_lossy()))
+        .unwrap_or_else(|| panic!("the key's refusal is not listed{}", r.ctx()));
+    assert!(line.contains("credential store"), "{line}");
+}
