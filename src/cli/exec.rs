@@ -681,6 +681,7 @@ pub fn streaming_summary(r: &RunResult, limit: u64, explained: bool) -> Vec<Stri
             refused.join("; ")
         ));
     }
+    out.extend(super::explain::network_off_line(r));
     out
 }
 

@@ -132,6 +132,9 @@ pub struct Spawned {
     /// proxy's endpoint), with their tags: the supervisor hands them to the
     /// services once they run.
     pub early_fds: Vec<(i32, Option<OwnedFd>)>,
+    /// The run's network namespace's counters of failed attempts to reach
+    /// the network (`net_counters`), where it has one of its own.
+    pub net_counters: Option<super::net_counters::NetCounters>,
 }
 
 /// Something to do between clone and "go" (e.g. joining a cgroup); told
@@ -323,8 +326,10 @@ fn start(c: Cloned, ours: Channel, before_go: BeforeGo<'_>) -> Result<Spawned, S
             });
         }
     }
+    let mut net_counters = None;
     if flags & libc::CLONE_NEWNET != 0 {
         super::ns_hold::NET.keep(pid);
+        net_counters = super::net_counters::NetCounters::open(pid);
     }
     if flags & libc::CLONE_NEWNS != 0 {
         super::ns_hold::MNT.keep(pid);
@@ -358,6 +363,7 @@ fn start(c: Cloned, ours: Channel, before_go: BeforeGo<'_>) -> Result<Spawned, S
         chan: ours,
         inherited: Vec::new(),
         early_fds,
+        net_counters,
     })
 }
 

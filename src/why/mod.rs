@@ -1470,6 +1470,34 @@ impl<'a> Survey<'a> {
         self.through_proxy(a, host, port, &direct.1)
     }
 
+    /// `network.mode: none`, and the run tried to reach the network (`what`:
+    /// how capsule knows); `--explain` lists it, the host being unknown.
+    pub fn network_off(&self, what: &str) -> Answer {
+        let mut a = Answer::new("connect (the network)".into());
+        a.key = Some("network.mode".into());
+        a.line = self.line("network.mode");
+        (a.layer, a.layer_detail) = if self.netns {
+            (
+                "netns",
+                "the run's own network namespace (no route out)".to_string(),
+            )
+        } else if self.seccomp {
+            (
+                "seccomp",
+                "seccomp (IP sockets refused on the host's network)".to_string(),
+            )
+        } else {
+            ("landlock", self.landlock())
+        };
+        a.because = format!("network.mode is none: no connection leaves the run ({what})");
+        a.change = Some(
+            "network.mode: proxy with network.allow_hosts: [\"HOST\"] (or --net proxy --allow-host HOST); the run \
+             then reaches HOST through capsule's proxy (HTTP(S)_PROXY)"
+                .into(),
+        );
+        a
+    }
+
     /// Proxy mode: only through the proxy, and only what its own decision
     /// function allows (`direct`: the layer that refuses a direct connection).
     fn through_proxy(&self, mut a: Answer, host: &str, port: u16, direct: &str) -> Answer {
