@@ -1046,12 +1046,20 @@ impl<'a> Survey<'a> {
             .ancestors()
             .take_while(|d| *d != base)
             .find(|d| std::fs::symlink_metadata(d).is_ok());
-        if matches!(access, FsAccess::Exec) {
-            out.allowed = false;
-            out.because = format!("{what}: writable but not executable");
-            out.change = Some("exec a file from an exec grant instead (filesystem.exec)".into());
-            return Some(out);
-        }
+        // What the view hides of the host's, and the grant that binds it in:
+        // a link (a venv's `bin/python`) needs only to be seen, its target
+        // is judged where it points; a file to execute, an exec grant.
+        let hidden_grant = |h: &Path| -> (PathBuf, GrantKind) {
+            if writes {
+                (h.to_path_buf(), GrantKind::Write)
+            } else if matches!(access, FsAccess::Exec) && h == p && h.is_symlink() {
+                (h.parent().unwrap_or(base).to_path_buf(), GrantKind::Read)
+            } else if matches!(access, FsAccess::Exec) && h == p {
+                (h.to_path_buf(), GrantKind::Exec)
+            } else {
+                (h.to_path_buf(), GrantKind::Read)
+            }
+        };
         if skeleton {
             let t = top.as_deref().unwrap_or(base);
             if leads && !writes {
@@ -1080,7 +1088,8 @@ impl<'a> Survey<'a> {
                     t.display(),
                     p.display()
                 );
-                self.propose(&mut out, p, base, GrantKind::Read);
+                let (g, kind) = hidden_grant(p);
+                self.propose(&mut out, &g, base, kind);
             }
             return Some(out);
         }
@@ -1101,12 +1110,14 @@ impl<'a> Survey<'a> {
                 h.display(),
                 p.display()
             );
-            let kind = if writes {
-                GrantKind::Write
-            } else {
-                GrantKind::Read
-            };
-            self.propose(&mut out, h, base, kind);
+            let (g, kind) = hidden_grant(h);
+            self.propose(&mut out, &g, base, kind);
+            return Some(out);
+        }
+        if matches!(access, FsAccess::Exec) {
+            out.allowed = false;
+            out.because = format!("{what}: writable but not executable");
+            out.change = Some("exec a file from an exec grant instead (filesystem.exec)".into());
             return Some(out);
         }
         out.allowed = true;
