@@ -10,7 +10,8 @@
 //! of the run's own loopback where nothing listens counts `Tcp:
 //! AttemptFails`; a datagram to a closed port there (a name server on
 //! 127.0.0.53) counts `Udp: NoPorts` (`Udp6NoPorts`). The kernel keeps them
-//! per namespace, at no cost to the run. capsule opens
+//! per namespace, at no cost to the run. In mode none with the run's own
+//! loopback (nowhere else: two opens and two reads a run) capsule opens
 //! `/proc/PID/net/snmp` and `snmp6` of the run's first process right after
 //! the clone (as `ns_hold` opens its namespaces: later init is
 //! non-dumpable); an open file of `/proc/net` holds its namespace, so the

@@ -225,6 +225,7 @@ pub fn spawn(
                 dumpable,
                 uid,
                 gid,
+                count_net: spec.loopback_up,
             };
             start(cloned, ours, before_go)
         }
@@ -289,6 +290,9 @@ struct Cloned {
     dumpable: bool,
     uid: nix::unistd::Uid,
     gid: nix::unistd::Gid,
+    /// Count the run's failed attempts to reach the network (mode none
+    /// with its own loopback: `net_counters`).
+    count_net: bool,
 }
 
 /// In the parent, after the clone: the user namespace's maps, `before_go`,
@@ -304,6 +308,7 @@ fn start(c: Cloned, ours: Channel, before_go: BeforeGo<'_>) -> Result<Spawned, S
         dumpable,
         uid,
         gid,
+        count_net,
     } = c;
     let kill = || {
         sys::signal(pid, libc::SIGKILL);
@@ -329,7 +334,9 @@ fn start(c: Cloned, ours: Channel, before_go: BeforeGo<'_>) -> Result<Spawned, S
     let mut net_counters = None;
     if flags & libc::CLONE_NEWNET != 0 {
         super::ns_hold::NET.keep(pid);
-        net_counters = super::net_counters::NetCounters::open(pid);
+        if count_net {
+            net_counters = super::net_counters::NetCounters::open(pid);
+        }
     }
     if flags & libc::CLONE_NEWNS != 0 {
         super::ns_hold::MNT.keep(pid);
