@@ -50,6 +50,13 @@ impl Q {
             op: "create",
         }
     }
+    fn mkdir(p: String) -> Q {
+        Q {
+            flag: "write",
+            path: p,
+            op: "mkdir",
+        }
+    }
     fn exec(p: String) -> Q {
         Q {
             flag: "exec",
@@ -936,4 +943,90 @@ fn without_namespaces_the_hosts_shared_places_are_never_proposed() {
             .is_some_and(|c| c.contains(&*own.to_string_lossy())),
         "{mine}"
     );
+}
+
+/// Nested paths in the run's private places (issue 39): /tmp and /dev/shm
+/// are the run's own at any depth, so a directory the run makes there and
+/// what it creates in it are its own too. `why` judged a path two levels
+/// below the private /tmp against the host's /tmp ("refused", with `/` or
+/// the host's directory as the grant to add) while a confined `mkdir
+/// /tmp/foo && echo hi > /tmp/foo/bar` succeeded. Asked before the run, of
+/// paths the probe then creates in order: both must agree, on the default
+/// path and on the no-namespace path (where /tmp and /dev/shm are the
+/// host's, under Landlock, and nothing there may be created). With a
+/// grant beneath /tmp (the read-only directories leading to it) and
+/// without one. `/` is never the change proposed.
+#[test]
+fn nested_and_created_paths_in_the_private_places_agree_with_exec() {
+    let base = format!("capsule-why-nest-{}", std::process::id());
+    let shm = std::path::Path::new("/dev/shm").is_dir();
+    for no_ns in [false, true] {
+        let mut sb = Sandbox::new();
+        if no_ns {
+            sb.env.push(("CAPSULE_NO_NAMESPACES".into(), "1".into()));
+        }
+        // A read grant beneath /tmp (when the sandbox lies there): the view
+        // binds it inside the private /tmp, behind read-only directories.
+        sb.write("granted/f", "x");
+        let granted = sb.p("granted");
+        let pols = [
+            sb.policy("version: 1\n"),
+            sb.policy_named(
+                "with-grant.yaml",
+                &format!("version: 1\nfilesystem:\n  read: [{granted}]\n"),
+            ),
+        ];
+        for (i, pol) in pols.iter().enumerate() {
+            let mut qs = Vec::new();
+            let mut places = vec!["/tmp".to_string()];
+            if shm {
+                places.push("/dev/shm".into());
+            }
+            for place in &places {
+                let top = format!("{place}/{base}-{no_ns}-{i}");
+                qs.extend([
+                    Q::list(place.clone()),
+                    Q::mkdir(top.clone()),
+                    Q::mkdir(format!("{top}/a")),
+                    Q::mkdir(format!("{top}/a/b")),
+                    Q::create(format!("{top}/a/b/f")),
+                    Q::append(format!("{top}/a/b/f")),
+                    Q::read(format!("{top}/a/b/f")),
+                    Q::list(format!("{top}/a")),
+                    Q::truncate(format!("{top}/a/b/f")),
+                ]);
+            }
+            if i == 1 {
+                // Beside the grant: a read-only directory leading to it.
+                qs.push(Q::create(sb.p("new-beside")));
+                qs.push(Q::read(format!("{granted}/f")));
+                qs.push(Q::list(sb.p("")));
+            }
+            let ctx = format!("nested private paths, no_ns={no_ns}, policy {i}");
+            let a = agree_with(&sb, pol, &["--no-audit"], &qs, &ctx);
+            for (q, x) in &a {
+                let change = x["change"].as_str().unwrap_or_default();
+                assert!(
+                    !change.contains("\"/\" to")
+                        && !change.contains("--allow-write / ")
+                        && !change.ends_with("--allow-write /)"),
+                    "{q} ({ctx}): proposes the whole host: {x:#}"
+                );
+            }
+            if view_expected() && !no_ns {
+                let top = format!("/tmp/{base}-{no_ns}-{i}");
+                for q in [
+                    format!("write {top}/a/b"),
+                    format!("write {top}/a/b/f"),
+                    format!("read {top}/a/b/f"),
+                ] {
+                    assert_eq!(a[&q]["allowed"], true, "{q} ({ctx}): {:#}", a[&q]);
+                    assert_eq!(a[&q]["layer"], "view", "{q} ({ctx}): {:#}", a[&q]);
+                }
+            }
+            for place in &places {
+                let _ = std::fs::remove_dir_all(format!("{place}/{base}-{no_ns}-{i}"));
+            }
+        }
+    }
 }

@@ -593,7 +593,8 @@ fn run_plan(
         }
     }
     if !json {
-        for line in streaming_summary(&f.result, plan.limits.max_output_bytes) {
+        let explained = f.result.denials.is_some();
+        for line in streaming_summary(&f.result, plan.limits.max_output_bytes, explained) {
             error_line(line);
         }
         if let Some(d) = &f.result.denials {
@@ -607,8 +608,9 @@ fn run_plan(
 /// stderr after the run: output dropped at the byte limit, and what
 /// capsule itself refused (proxy connections, tool and LLM calls). With
 /// `--json` the result carries both (`*_truncated`, `*_bytes`,
-/// `denied_hosts`, `usage`).
-pub fn streaming_summary(r: &RunResult, limit: u64) -> Vec<String> {
+/// `denied_hosts`, `usage`). `explained`: the run was `--explain`ed (its
+/// refusals are listed next, so the hint to run again with it is not given).
+pub fn streaming_summary(r: &RunResult, limit: u64, explained: bool) -> Vec<String> {
     let mut out = Vec::new();
     for (name, cut, total) in [
         ("stdout", r.stdout_truncated, r.stdout_bytes),
@@ -666,7 +668,12 @@ pub fn streaming_summary(r: &RunResult, limit: u64) -> Vec<String> {
     if llm_refused > 0 {
         refused.push(format!("{llm_refused} LLM request(s)"));
     }
-    if !refused.is_empty() {
+    if !refused.is_empty() && explained {
+        out.push(format!(
+            "the sandbox refused {} during this run; `--json` has the details (denied_hosts, usage)",
+            refused.join("; ")
+        ));
+    } else if !refused.is_empty() {
         out.push(format!(
             "the sandbox refused {} during this run; `--json` has the details (denied_hosts, usage); \
              run again with `capsule exec --explain` to list every refusal, file accesses too, with its layer, \
@@ -674,6 +681,7 @@ pub fn streaming_summary(r: &RunResult, limit: u64) -> Vec<String> {
             refused.join("; ")
         ));
     }
+    out.extend(super::explain::network_off_line(r));
     out
 }
 

@@ -54,6 +54,25 @@ pub fn explain(
         }
     }
     brokered(&survey, r, &mut answers);
+    // network.mode none: the run tried the network (its namespace's
+    // counters), or asked the resolver (the observer saw /etc/resolv.conf
+    // read: the one sign of a lookup where no namespace counts).
+    let lookup = plan.net.mode == crate::policy::NetMode::None
+        && observer.is_some_and(|o| {
+            let seen = o.seen.lock().unwrap_or_else(|p| p.into_inner());
+            seen.pairs
+                .iter()
+                .any(|(p, a)| *a == 0 && p.as_path() == std::path::Path::new("/etc/resolv.conf"))
+        });
+    let tried = network_attempts(r);
+    if tried > 0 || lookup {
+        let what = if tried > 0 {
+            format!("{tried} failed attempt(s) to resolve a name or connect, counted in its network namespace")
+        } else {
+            "it read /etc/resolv.conf to look a name up".to_string()
+        };
+        answers.push(survey.network_off(&what));
+    }
     // The signal guard's refusals, by the target's pid.
     for pid in &signals {
         answers.push(survey.signal(*pid));
@@ -71,7 +90,45 @@ pub fn explain(
         "why_not": if files { None } else { why_not },
         "dropped": dropped,
         "not_observed": not_kept,
+        "name_lookup": lookup,
     }));
+}
+
+/// The failed attempts to reach the network of a run in `network.mode:
+/// none` with a namespace of its own (`usage.network.failed_attempts`).
+fn network_attempts(r: &RunResult) -> u64 {
+    r.usage
+        .as_ref()
+        .and_then(|u| u.pointer("/network/failed_attempts"))
+        .and_then(Value::as_u64)
+        .unwrap_or(0)
+}
+
+/// The end-of-run line of a run in `network.mode: none` that tried to
+/// reach the network (issue 39): the program itself shows a DNS failure or
+/// "Connection refused", never why. Known from the run's namespace's
+/// counters (`supervisor::net_counters`), or under `--explain` from the
+/// resolver's read of /etc/resolv.conf; None when neither says so.
+pub fn network_off_line(r: &RunResult) -> Option<String> {
+    let tried = network_attempts(r);
+    let lookup = r
+        .explain
+        .as_ref()
+        .and_then(|e| e.get("name_lookup"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    if tried == 0 && !lookup {
+        return None;
+    }
+    let what = if tried > 0 {
+        format!("{tried} failed attempt(s) to resolve a name or connect")
+    } else {
+        "a name lookup".to_string()
+    };
+    Some(format!(
+        "the network is off (network.mode: none) and the run tried to reach it ({what}); to let it reach a host: \
+         `--net proxy --allow-host HOST` (network.mode: proxy with network.allow_hosts)"
+    ))
 }
 
 /// The observer's file accesses the plan refuses, answered until
@@ -88,12 +145,12 @@ fn observed(
     let until = std::time::Instant::now() + SURVEY_BUDGET;
     let accesses = seen.accesses();
     let mut unanswered = 0u64;
-    for (i, (path, access)) in accesses.iter().enumerate() {
+    for (i, (path, access, present)) in accesses.iter().enumerate() {
         if std::time::Instant::now() > until {
             unanswered = (accesses.len() - i) as u64;
             break;
         }
-        let a = survey.path(path, *access);
+        let a = survey.observed(path, *access, *present);
         if !a.allowed {
             answers.push(a);
         }

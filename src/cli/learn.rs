@@ -477,8 +477,8 @@ fn study_files(
             seen.why_not.as_deref().unwrap_or("unknown")
         ));
     }
-    for (path, access, comm, call) in seen.accesses_by() {
-        let answer = survey.path(&path, access);
+    for (path, access, present, comm, call) in seen.accesses_by() {
+        let answer = survey.observed(&path, access, present);
         if answer.allowed {
             continue;
         }
@@ -526,6 +526,8 @@ fn study_hosts(survey: &crate::why::Survey<'_>, r: &RunResult, learn_hosts: bool
         if !learn_hosts {
             st.refused
                 .push(refuse("not learnt (pass --learn-hosts)".into()));
+        } else if let Some(why) = learn::internal_host(host) {
+            st.refused.push(refuse(why));
         } else if let Some(why) = answer.no_change.clone() {
             st.refused.push(refuse(why));
         } else if !st.hosts.iter().any(|h| &h.host == host) {

@@ -46,6 +46,11 @@ pub struct Seen {
     /// (`/proc/TID/comm`) and the call (`capsule learn` comments its grants
     /// with them).
     pub origins: Vec<(String, &'static str)>,
+    /// Whether each kept pair's path was there in the caller's view when
+    /// it asked, by index: in the run's private places (/tmp, /dev/shm)
+    /// what was there is the run's own whatever the host holds at that
+    /// path after the run; what was not, and is on the host, the view hid.
+    pub present: Vec<bool>,
     known: std::collections::HashSet<(PathBuf, u8)>,
     bytes: usize,
     /// Pairs not kept (over [`MAX_SEEN`] or [`MAX_SEEN_BYTES`], or a path
@@ -66,22 +71,31 @@ pub struct Seen {
 }
 
 impl Seen {
-    /// The kept pairs with their access.
-    pub fn accesses(&self) -> Vec<(PathBuf, FsAccess)> {
-        self.pairs
-            .iter()
-            .map(|(p, a)| (p.clone(), access_of(*a)))
-            .collect()
-    }
-
-    /// The kept pairs with their access and who asked (command name, call).
-    pub fn accesses_by(&self) -> Vec<(PathBuf, FsAccess, String, &'static str)> {
+    /// The kept pairs with their access, and whether the path was there in
+    /// the run's view.
+    pub fn accesses(&self) -> Vec<(PathBuf, FsAccess, bool)> {
         self.pairs
             .iter()
             .enumerate()
             .map(|(i, (p, a))| {
+                (
+                    p.clone(),
+                    access_of(*a),
+                    self.present.get(i).copied().unwrap_or(true),
+                )
+            })
+            .collect()
+    }
+
+    /// The kept pairs with their access, whether the path was there in the
+    /// run's view, and who asked (command name, call).
+    pub fn accesses_by(&self) -> Vec<(PathBuf, FsAccess, bool, String, &'static str)> {
+        self.accesses()
+            .into_iter()
+            .enumerate()
+            .map(|(i, (p, a, present))| {
                 let (comm, call) = self.origins.get(i).cloned().unwrap_or_default();
-                (p.clone(), access_of(*a), comm, call)
+                (p, a, present, comm, call)
             })
             .collect()
     }
@@ -127,10 +141,10 @@ impl Observer {
 
     /// Record what the call asks for; always CONTINUE.
     pub fn serve(&self, listener: &Listener, n: &Notification) -> Reply {
-        if let Some((path, access, call)) = self.read_call(n) {
+        if let Some((path, access, present, call)) = self.read_call(n) {
             // Only what the caller still waits for was read truthfully.
             if listener.id_valid(n.id) {
-                self.record(path, access, || comm(n.pid as libc::pid_t), call);
+                self.record(path, access, present, || comm(n.pid as libc::pid_t), call);
             }
         }
         Reply::Continue
@@ -219,6 +233,7 @@ impl Observer {
         &self,
         path: PathBuf,
         access: FsAccess,
+        present: bool,
         comm: impl FnOnce() -> String,
         call: &'static str,
     ) {
@@ -238,12 +253,13 @@ impl Observer {
             s.known.insert(key.clone());
             s.pairs.push(key);
             s.origins.push((comm(), call));
+            s.present.push(present);
         }
     }
 
     /// The path (absolute, as the caller sees it), the access and the name
     /// of one call.
-    fn read_call(&self, n: &Notification) -> Option<(PathBuf, FsAccess, &'static str)> {
+    fn read_call(&self, n: &Notification) -> Option<(PathBuf, FsAccess, bool, &'static str)> {
         let name: &'static str = OBSERVED
             .iter()
             .find(|x| nr(x) == i64::from(n.nr))
@@ -294,16 +310,14 @@ impl Observer {
         };
         if let Some((d2, p2)) = second {
             if let Some(p) = resolve(tid, d2, p2) {
-                if relevant(tid, &p, FsAccess::Write) {
-                    self.record(p, FsAccess::Write, || comm(tid), name);
+                if let Some(present) = relevant(tid, &p, FsAccess::Write) {
+                    self.record(p, FsAccess::Write, present, || comm(tid), name);
                 }
             }
         }
         let p = resolve(tid, dirfd, ptr)?;
-        if !relevant(tid, &p, access) {
-            return None;
-        }
-        Some((p, access, name))
+        let present = relevant(tid, &p, access)?;
+        Some((p, access, present, name))
     }
 }
 
@@ -314,16 +328,20 @@ fn comm(tid: libc::pid_t) -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
-/// A read or exec of what does not exist is refused by no layer (ENOENT):
-/// not a denial. Existence is asked in the caller's own view, and on the
-/// host (what exists there but not in the view is hidden by the view: the
-/// Survey says so).
-fn relevant(tid: libc::pid_t, p: &Path, access: FsAccess) -> bool {
-    if matches!(access, FsAccess::Write) {
-        return true;
-    }
+/// Whether the path is worth keeping, and if so whether it is there in the
+/// caller's own view (`Some(present)`). A read or exec of what does not
+/// exist is refused by no layer (ENOENT): not a denial. Existence is asked
+/// in the caller's own view, and on the host (what exists there but not in
+/// the view is hidden by the view: the Survey says so). A write is always
+/// kept (whether it may create the path is the question).
+fn relevant(tid: libc::pid_t, p: &Path, access: FsAccess) -> Option<bool> {
     let rel = p.strip_prefix("/").unwrap_or(p);
-    Path::new(&format!("/proc/{tid}/root")).join(rel).exists() || p.exists()
+    let in_view = Path::new(&format!("/proc/{tid}/root")).join(rel).exists();
+    if matches!(access, FsAccess::Write) || in_view || p.exists() {
+        Some(in_view)
+    } else {
+        None
+    }
 }
 
 /// The absolute path the caller named: `ptr` read from its memory, relative
@@ -389,6 +407,7 @@ mod tests {
             o.record(
                 format!("/p/{i}").into(),
                 crate::why::FsAccess::Read,
+                true,
                 || "t".into(),
                 "open",
             );
@@ -396,6 +415,7 @@ mod tests {
         o.record(
             "/p/0".into(),
             crate::why::FsAccess::Read,
+            true,
             || "t".into(),
             "open",
         );
@@ -409,6 +429,7 @@ mod tests {
             o.record(
                 format!("/{long}/{i}").into(),
                 crate::why::FsAccess::Write,
+                true,
                 || "t".into(),
                 "open",
             );
@@ -428,6 +449,7 @@ mod tests {
         o.record(
             deep.into(),
             crate::why::FsAccess::Write,
+            true,
             || "t".into(),
             "open",
         );
@@ -435,6 +457,7 @@ mod tests {
         o.record(
             ok.into(),
             crate::why::FsAccess::Write,
+            true,
             || "t".into(),
             "open",
         );

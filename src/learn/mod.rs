@@ -288,6 +288,31 @@ fn kind_of(c: u8) -> GrantKind {
     }
 }
 
+/// Why learn never proposes the host `host` (as the proxy recorded it), or
+/// None: a loopback, private (RFC 1918), carrier-grade NAT or unique-local
+/// address, or `localhost`. The proxy reaches those only when a person
+/// names the literal (a name resolving to one is refused as DNS rebinding):
+/// a command asking for one is asking for this host's or this network's
+/// internal services, which only you may list.
+pub fn internal_host(host: &str) -> Option<String> {
+    use crate::proxy::allow_hosts::TargetHost;
+    use crate::proxy::destination::classify_ip;
+    let t = TargetHost::parse(host)?;
+    let what = match &t {
+        TargetHost::Name(n) if n == "localhost" || n.ends_with(".localhost") => {
+            "a loopback name (this host's own services)".to_string()
+        }
+        TargetHost::Ip(ip) if classify_ip(*ip).internal() => {
+            format!("{} (an internal service)", classify_ip(*ip).describe())
+        }
+        _ => return None,
+    };
+    Some(format!(
+        "{host} is {what}: the proxy reaches internal addresses only when you name the literal in \
+         network.allow_hosts yourself, so learn never proposes one"
+    ))
+}
+
 /// A host the run reached (or was refused) through the proxy while learning.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostGrant {

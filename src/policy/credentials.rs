@@ -243,13 +243,26 @@ pub fn patterns(home: &Path, extra: &[(PathBuf, &'static str)]) -> Vec<Location>
             homes.push(dir);
         }
     }
-    for h in homes.clone() {
-        if let Ok(c) = std::fs::canonicalize(&h) {
-            if !homes.contains(&c) {
-                homes.push(c);
+    // As root, every account's home: root's reach goes into each of them
+    // (the run's, without capabilities, wherever a mode lets anyone read),
+    // so another account's `~/.ssh` is a credential store as much as the
+    // invoking user's (issue 37: `learn` as root learnt one as a read grant
+    // and read it in its next round; `exec` read it through a grant of
+    // its parent).
+    let mut others: Vec<PathBuf> = Vec::new();
+    if nix::unistd::geteuid().is_root() {
+        others = super::home::all_account_homes();
+    }
+    for list in [&mut homes, &mut others] {
+        for h in list.clone() {
+            if let Ok(c) = std::fs::canonicalize(&h) {
+                if !list.contains(&c) {
+                    list.push(c);
+                }
             }
         }
     }
+    others.retain(|h| !homes.contains(h));
     let mut v: Vec<Location> = homes
         .iter()
         .flat_map(|h| {
@@ -259,6 +272,19 @@ pub fn patterns(home: &Path, extra: &[(PathBuf, &'static str)]) -> Vec<Location>
             })
         })
         .collect();
+    // Another account's capsule directories are carved out where they
+    // exist, but never made ([`make_own_dirs`] makes only the invoking
+    // user's): capsule must not put root's directories in their homes.
+    v.extend(others.iter().flat_map(|h| {
+        LOCATIONS.iter().map(move |(rel, what)| Location {
+            path: h.join(rel),
+            what: if what.starts_with("capsule's") {
+                "another account's capsule directory (its config, audit log or volumes)"
+            } else {
+                what
+            },
+        })
+    }));
     for (var, sub, what) in [
         ("XDG_CONFIG_HOME", "capsule", "capsule's own config"),
         ("XDG_STATE_HOME", "capsule", "capsule's own audit log"),

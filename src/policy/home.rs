@@ -1,6 +1,6 @@
 //! Whose home `~` means: the invoking user's (`$HOME`, else the account's).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The invoking user's home: `$HOME` if set and absolute, else the passwd
 /// entry of the real uid, else `/nonexistent` (so `~` grants fail as missing).
@@ -33,6 +33,27 @@ fn lookup_account_home() -> Option<PathBuf> {
     }
     let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
     passwd_home(&passwd, uid.as_raw())
+}
+
+/// The home of every account in the password database (`/etc/passwd`; a
+/// directory service's accounts are not listed there), absolute, not `/`,
+/// and existing as a directory.
+pub fn all_account_homes() -> Vec<PathBuf> {
+    let Ok(passwd) = std::fs::read_to_string("/etc/passwd") else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = Vec::new();
+    for l in passwd.lines() {
+        let f: Vec<&str> = l.split(':').collect();
+        if f.len() < 7 {
+            continue;
+        }
+        let p = PathBuf::from(f[5]);
+        if p.is_absolute() && p != Path::new("/") && p.is_dir() && !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    out
 }
 
 /// The home field of `uid`'s line in a passwd(5) text.

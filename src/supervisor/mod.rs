@@ -12,6 +12,7 @@ pub mod capture;
 pub mod cleanup;
 pub mod event_loop;
 pub mod memwatch;
+pub mod net_counters;
 pub mod ns_hold;
 pub mod pty;
 pub mod services;
@@ -329,12 +330,18 @@ fn run_prepared(
         let left = treekill::sweep(&spawned.inherited, None, treekill::SWEEP_BOUND);
         sup.left_running.extend(left);
     }
+    // network.mode none: how often the run tried the network (its own
+    // namespace's counters, see `net_counters`).
+    let net_attempts = (plan.net.mode == crate::policy::NetMode::None)
+        .then(|| spawned.net_counters.as_ref().and_then(|c| c.failed()))
+        .flatten();
     let ended = Ended {
         sup,
         duration,
         usage,
         cgroup_missing,
         view_summary,
+        net_attempts,
     };
     Attempt::Finished(Box::new(judge(
         plan, grace, layers, services, &spawned, ended,
@@ -605,6 +612,9 @@ struct Ended {
     usage: services::Usage,
     cgroup_missing: Vec<String>,
     view_summary: Option<ViewSummary>,
+    /// network.mode none with the run's own namespace: its failed attempts
+    /// to reach the network.
+    net_attempts: Option<u64>,
 }
 
 /// The run's result: its streams, enforcement and usage, and how it ended
@@ -623,6 +633,7 @@ fn judge(
         usage,
         cgroup_missing,
         view_summary,
+        net_attempts,
     } = ended;
     let mut r = RunResult::new(plan.run_id.clone(), Termination::Exited, 0);
     r.set_streams(&mut sup.stdout, &mut sup.stderr);
@@ -638,6 +649,15 @@ fn judge(
     );
     r.policy_sha256 = plan.policy_sha256.clone();
     usage.apply(&mut r);
+    if let Some(n) = net_attempts {
+        let network = serde_json::json!({"failed_attempts": n});
+        match r.usage.as_mut().and_then(serde_json::Value::as_object_mut) {
+            Some(u) => {
+                u.insert("network".into(), network);
+            }
+            None => r.usage = Some(serde_json::json!({ "network": network })),
+        }
+    }
     let context = result::Context {
         program: &plan.program,
         timeout: plan.limits.timeout,

@@ -142,6 +142,9 @@ pub struct Spawned {
     /// proxy's endpoint), with their tags: the supervisor hands them to the
     /// services once they run.
     pub early_fds: Vec<(i32, Option<OwnedFd>)>,
+    /// The run's network namespace's counters of failed attempts to reach
+    /// the network (`net_counters`), where it has one of its own.
+    pub net_counters: Option<super::net_counters::NetCounters>,
 }
 
 /// Something to do between clone and "go" (e.g. joining a cgroup); told
@@ -232,6 +235,7 @@ pub fn spawn(
                 dumpable,
                 uid,
                 gid,
+                count_net: spec.loopback_up,
             };
             start(cloned, ours, before_go)
         }
@@ -296,6 +300,9 @@ struct Cloned {
     dumpable: bool,
     uid: nix::unistd::Uid,
     gid: nix::unistd::Gid,
+    /// Count the run's failed attempts to reach the network (mode none
+    /// with its own loopback: `net_counters`).
+    count_net: bool,
 }
 
 /// In the parent, after the clone: the user namespace's maps, `before_go`,
@@ -311,6 +318,7 @@ fn start(c: Cloned, ours: Channel, before_go: BeforeGo<'_>) -> Result<Spawned, S
         dumpable,
         uid,
         gid,
+        count_net,
     } = c;
     let kill = || {
         sys::signal(pid, libc::SIGKILL);
@@ -333,8 +341,12 @@ fn start(c: Cloned, ours: Channel, before_go: BeforeGo<'_>) -> Result<Spawned, S
             });
         }
     }
+    let mut net_counters = None;
     if flags & libc::CLONE_NEWNET != 0 {
         super::ns_hold::NET.keep(pid);
+        if count_net {
+            net_counters = super::net_counters::NetCounters::open(pid);
+        }
     }
     if flags & libc::CLONE_NEWNS != 0 {
         super::ns_hold::MNT.keep(pid);
@@ -370,6 +382,7 @@ fn start(c: Cloned, ours: Channel, before_go: BeforeGo<'_>) -> Result<Spawned, S
         chan: ours,
         inherited: Vec::new(),
         early_fds,
+        net_counters,
     })
 }
 

@@ -328,11 +328,25 @@ impl<'a> Survey<'a> {
     /// May the run do `access` on `path` (absolute; symlinks are followed as
     /// the kernel would)?
     pub fn path(&self, path: &Path, access: FsAccess) -> Answer {
+        self.path_asked(path, access, Asked::Now)
+    }
+
+    /// [`Survey::path`] for an access the run made (`exec --explain`,
+    /// `learn`): `present` says whether the path was there in the run's
+    /// view when it asked (the path observer looks). In the run's private
+    /// places (/tmp, /dev/shm) what was there is the run's own, whatever the
+    /// host holds at that path; what was not there, but is on the host, is
+    /// hidden by the view.
+    pub fn observed(&self, path: &Path, access: FsAccess, present: bool) -> Answer {
+        self.path_asked(path, access, Asked::InRun { present })
+    }
+
+    fn path_asked(&self, path: &Path, access: FsAccess, asked: Asked) -> Answer {
         // A link beneath a mount's destination is followed in the run's
         // view (an absolute target is a place of the view, `..` climbs it),
         // not on the host from the mount's source.
         if let Some(seen) = self.resolve_in_view(path) {
-            let mut a = self.path_as_seen(&seen, access);
+            let mut a = self.path_as_seen(&seen, access, asked);
             a.notes.insert(
                 0,
                 format!(
@@ -344,11 +358,11 @@ impl<'a> Survey<'a> {
             a.question = format!("{} {}", access.as_str(), path.display());
             return a;
         }
-        self.path_as_seen(path, access)
+        self.path_as_seen(path, access, asked)
     }
 
     /// [`Survey::path`] for a path whose links beneath mounts are followed.
-    fn path_as_seen(&self, path: &Path, access: FsAccess) -> Answer {
+    fn path_as_seen(&self, path: &Path, access: FsAccess, asked: Asked) -> Answer {
         let mut a = Answer::new(format!("{} {}", access.as_str(), path.display()));
         // Beneath a mount's destination the run reaches the mount's source:
         // judged there, by its grant (the view's own places do not apply).
@@ -384,6 +398,15 @@ impl<'a> Survey<'a> {
             }
         }
         let path = mounted.as_ref().map_or(path, |(src, _)| src.as_path());
+        // A path in one of the view's private places (/tmp, /dev/shm, and
+        // HOME, which is /tmp there) is judged as the view gives it, at any
+        // depth, before anything of the host's is looked at: the host's
+        // /tmp/x is not the run's /tmp/x (nor its links).
+        if mounted.is_none() {
+            if let Some(done) = self.private_place(&a, &lexical(path), access, asked) {
+                return done;
+            }
+        }
         let (real, exists) = canonical(path);
         if real != path {
             a.notes.push(format!(
@@ -409,7 +432,7 @@ impl<'a> Survey<'a> {
             if let Some(done) = self.link_outside_view(&a, path, &real) {
                 return done;
             }
-            if let Some(done) = self.view_special(&mut a, &real, access) {
+            if let Some(done) = self.view_special(&mut a, &real, access, asked) {
                 return done;
             }
         }
@@ -704,6 +727,16 @@ impl<'a> Survey<'a> {
             a.no_change = Some(why);
             return;
         }
+        // Never the whole host: the nearest existing place is `/` only for
+        // a path whose first component the host lacks.
+        if target == Path::new("/") {
+            a.no_change = Some(format!(
+                "nothing on the way to {} exists on the host but / (the whole host), which capsule never \
+                 proposes: create the directory first and grant it, or grant a directory of your own",
+                real.display()
+            ));
+            return;
+        }
         match validate::check_grant(&target, kind) {
             Ok(()) => {
                 a.change = Some(format!(
@@ -794,11 +827,14 @@ impl<'a> Survey<'a> {
             link.display()
         );
         let dir = link.parent().unwrap_or(Path::new("/")).to_path_buf();
-        out.change = Some(format!(
-            "add {} to filesystem.read (a grant under /tmp is bound into the private /tmp), or use the target's path",
-            yq(&dir.display().to_string())
-        ));
-        out.grant = Some((dir, GrantKind::Read));
+        self.propose(&mut out, &dir, Path::new("/tmp"), GrantKind::Read);
+        match &mut out.change {
+            Some(c) => c.push_str(", or use the target's path"),
+            None => {
+                out.no_change = None;
+                out.change = Some(format!("use the target's path ({})", real.display()));
+            }
+        }
         Some(out)
     }
 
@@ -901,7 +937,13 @@ impl<'a> Survey<'a> {
 
     /// The view's own places: the private /tmp, /proc, /dev/shm and the
     /// covered secrets of /etc. None: Landlock's rules decide.
-    fn view_special(&self, a: &mut Answer, real: &Path, access: FsAccess) -> Option<Answer> {
+    fn view_special(
+        &self,
+        a: &mut Answer,
+        real: &Path,
+        access: FsAccess,
+        asked: Asked,
+    ) -> Option<Answer> {
         let v = self.view.as_ref()?;
         let writes = matches!(
             access,
@@ -910,7 +952,8 @@ impl<'a> Survey<'a> {
         if let Some(out) = self.covered_secret(a, v, real, writes) {
             return Some(out);
         }
-        if let Some(out) = self.private_tmp(a, v, real, access, writes) {
+        // Reached through a link of the host: the target's place in the view.
+        if let Some(out) = self.private_place(a, real, access, asked) {
             return Some(out);
         }
         if v.private_proc && real.starts_with("/proc") {
@@ -925,39 +968,201 @@ impl<'a> Survey<'a> {
             }
             return Some(out);
         }
-        if v.private_shm && real.starts_with("/dev/shm") {
-            let shm = Path::new("/dev/shm");
-            let grants = || {
-                self.plan
-                    .fs
-                    .grants
-                    .iter()
-                    .filter(|g| crate::sandbox::view::beneath_shm(&g.path))
-            };
-            // A grant beneath /dev/shm is bound again inside the private
-            // one: there its own rules decide (a read grant's bind is
-            // read-only).
-            if grants().any(|g| real.starts_with(&g.path)) {
-                return None;
-            }
-            let parent = real.parent().unwrap_or(shm);
-            let skeleton = parent != shm && grants().any(|g| g.path.starts_with(parent));
-            let mut out = a.clone();
-            out.layer = "view";
-            out.layer_detail = "the run's view (a private /dev/shm)".into();
-            if skeleton && writes {
-                out.allowed = false;
-                out.because = format!(
-                    "/dev/shm is the run's own tmpfs: {} is only a read-only directory leading to a grant bound inside it",
-                    parent.display()
-                );
+        None
+    }
+
+    /// A path in one of the view's private places, the private /tmp (the
+    /// run's TMPDIR, also its HOME) or /dev/shm (a tmpfs of its own), as the
+    /// view gives it at any depth (`p` lexical, nothing of the host
+    /// followed). None: not in such a place, or beneath a bind of the view
+    /// there (a grant bound again at its own path, a mount), whose own rules
+    /// decide.
+    ///
+    /// The view attaches each bind beneath the place at its destination; a
+    /// destination two or more levels down is reached through a small
+    /// read-only tmpfs at the place's first component holding only the
+    /// directories that lead to the binds (`sandbox::view`'s skeleton).
+    /// Everything else in the place is the run's own: it may make, write,
+    /// read and remove anything there, at any depth, and execute nothing.
+    fn private_place(
+        &self,
+        a: &Answer,
+        p: &Path,
+        access: FsAccess,
+        asked: Asked,
+    ) -> Option<Answer> {
+        let v = self.view.as_ref()?;
+        let (base, what) = if v.private_tmp && p.starts_with("/tmp") {
+            (
+                Path::new("/tmp"),
+                "/tmp is the run's private TMPDIR (its HOME too)",
+            )
+        } else if v.private_shm && p.starts_with("/dev/shm") {
+            (Path::new("/dev/shm"), "/dev/shm is the run's own tmpfs")
+        } else {
+            return None;
+        };
+        let binds: Vec<&PathBuf> = v
+            .binds
+            .iter()
+            .map(|b| &b.dst)
+            .filter(|d| d.starts_with(base) && d.as_path() != base)
+            .collect();
+        if binds.iter().any(|d| p.starts_with(d)) {
+            return None;
+        }
+        let mut out = a.clone();
+        out.layer = "view";
+        out.layer_detail = if base == Path::new("/tmp") {
+            "the run's view (mount namespace)".into()
+        } else {
+            "the run's view (a private /dev/shm)".into()
+        };
+        if base == Path::new("/tmp") {
+            out.key = Some("filesystem.tmp".into());
+            out.line = self.line("filesystem.tmp");
+        }
+        // The place's first component below it, and whether the view made
+        // it a read-only skeleton leading to a bind deeper down.
+        let top = p
+            .strip_prefix(base)
+            .ok()
+            .and_then(|r| r.components().next())
+            .map(|c| base.join(c));
+        let skeleton = top.as_ref().is_some_and(|t| {
+            binds
+                .iter()
+                .any(|d| d.starts_with(t) && d.components().count() > t.components().count())
+        });
+        let leads = binds.iter().any(|d| d.starts_with(p) && d.as_path() != p);
+        let writes = matches!(
+            access,
+            FsAccess::Write | FsAccess::Truncate | FsAccess::Chmod
+        );
+        // The deepest of `p` and its ancestors below the place that the
+        // host holds: asked now, that is the host's, which the run does not
+        // see (in the run it is there only once the run makes its own).
+        let on_host = p
+            .ancestors()
+            .take_while(|d| *d != base)
+            .find(|d| std::fs::symlink_metadata(d).is_ok());
+        // What the view hides of the host's, and the grant that binds it in:
+        // a link (a venv's `bin/python`) needs only to be seen, its target
+        // is judged where it points; a file to execute, an exec grant.
+        let hidden_grant = |h: &Path| -> (PathBuf, GrantKind) {
+            if writes {
+                (h.to_path_buf(), GrantKind::Write)
+            } else if matches!(access, FsAccess::Exec) && h == p && h.is_symlink() {
+                (h.parent().unwrap_or(base).to_path_buf(), GrantKind::Read)
+            } else if matches!(access, FsAccess::Exec) && h == p {
+                (h.to_path_buf(), GrantKind::Exec)
             } else {
-                out.allowed = !matches!(access, FsAccess::Exec);
-                out.because = "/dev/shm is the run's own tmpfs (noexec)".into();
+                (h.to_path_buf(), GrantKind::Read)
+            }
+        };
+        if skeleton {
+            let t = top.as_deref().unwrap_or(base);
+            if leads && !writes {
+                out.allowed = true;
+                out.because = format!(
+                    "{what}, and {} is only a read-only directory leading to a grant bound inside it: it \
+                     lists that way and nothing else of the host's",
+                    p.display()
+                );
+                return Some(out);
+            }
+            out.allowed = false;
+            if writes {
+                let dir = if leads { p } else { p.parent().unwrap_or(base) };
+                out.because = format!(
+                    "{what}, but {} lies in a read-only directory the view made to lead to a grant bound \
+                     inside it (beneath {}): nothing can be made or changed there",
+                    p.display(),
+                    t.display()
+                );
+                self.propose(&mut out, dir, base, GrantKind::Write);
+            } else {
+                out.because = format!(
+                    "{what}: beneath {} it shows only the directories leading to a grant bound inside it; the \
+                     host's {} is not in the view",
+                    t.display(),
+                    p.display()
+                );
+                let (g, kind) = hidden_grant(p);
+                self.propose(&mut out, &g, base, kind);
             }
             return Some(out);
         }
-        None
+        // The run's own: what it makes there, at any depth.
+        // Asked now, a path the host holds there means the host's, which the
+        // run does not see; observed, a write made what it wrote, and a
+        // read found what the run had made (or nothing, where the view hid
+        // the host's).
+        let hidden = on_host.filter(|h| match asked {
+            Asked::Now => true,
+            Asked::InRun { present } => !writes && !present && *h == p,
+        });
+        if let Some(h) = hidden {
+            out.allowed = false;
+            out.because = format!(
+                "{what}: the host's {} is not in the view (the run finds there only what it made itself, \
+                 and may make its own {} there)",
+                h.display(),
+                p.display()
+            );
+            let (g, kind) = hidden_grant(h);
+            self.propose(&mut out, &g, base, kind);
+            return Some(out);
+        }
+        if matches!(access, FsAccess::Exec) {
+            out.allowed = false;
+            out.because = format!("{what}: writable but not executable");
+            out.change = Some("exec a file from an exec grant instead (filesystem.exec)".into());
+            return Some(out);
+        }
+        out.allowed = true;
+        out.because = if p == base {
+            format!("{what}: the run makes, reads and removes what it likes there (deleted after the run)")
+        } else {
+            format!(
+                "{what}: {} is the run's own at any depth (deleted after the run), not the host's",
+                p.display()
+            )
+        };
+        Some(out)
+    }
+
+    /// A grant of `target` as the change, or why none is proposed: never
+    /// `/` nor the private place `base` itself (granting the host's /tmp
+    /// would take the private one away), and only what exists on the host.
+    fn propose(&self, a: &mut Answer, target: &Path, base: &Path, kind: GrantKind) {
+        if target == Path::new("/") || target == base || !target.starts_with(base) {
+            a.no_change = Some(format!(
+                "{} is the run's own place, not the host's: no grant is narrower than the whole of it, \
+                 and capsule does not propose one",
+                base.display()
+            ));
+            return;
+        }
+        if std::fs::symlink_metadata(target).is_err() {
+            a.no_change = Some(format!(
+                "{} does not exist on the host: there is nothing of the host's to grant there",
+                target.display()
+            ));
+            return;
+        }
+        match validate::check_grant(target, kind) {
+            Ok(()) => {
+                a.change = Some(format!(
+                    "add {} to filesystem.{} (a grant under {} is bound into the run's private one)",
+                    yq(&target.display().to_string()),
+                    kind.as_str(),
+                    base.display()
+                ));
+                a.grant = Some((target.to_path_buf(), kind));
+            }
+            Err(why) => a.no_change = Some(why),
+        }
     }
 
     /// A covered /etc secret of the view (/dev/null or an empty mode-000
@@ -1005,125 +1210,6 @@ impl<'a> Survey<'a> {
             Err(why) => out.no_change = Some(why),
         }
         Some(out)
-    }
-
-    /// The run's private /tmp (its TMPDIR, and read-only directories
-    /// leading to grants bound inside it), where no grant is bound over
-    /// `real`.
-    fn private_tmp(
-        &self,
-        a: &Answer,
-        v: &ViewSummary,
-        real: &Path,
-        access: FsAccess,
-        writes: bool,
-    ) -> Option<Answer> {
-        let tmp = Path::new("/tmp");
-        let rebound = self.plan.fs.grants.iter().any(|g| {
-            g.path.starts_with(tmp)
-                && g.path != tmp
-                && real.starts_with(&g.path)
-                && !self
-                    .plan
-                    .tmpdir
-                    .as_ref()
-                    .is_some_and(|t| g.path.starts_with(t))
-        });
-        if !(v.private_tmp && real.starts_with(tmp) && !rebound) {
-            return None;
-        }
-        let mut out = a.clone();
-        out.layer = "view";
-        out.layer_detail = "the run's view (mount namespace)".into();
-        out.key = Some("filesystem.tmp".into());
-        out.line = self.line("filesystem.tmp");
-        if matches!(access, FsAccess::Exec) {
-            out.allowed = false;
-            out.because = "/tmp is the run's private TMPDIR, writable but not executable; the host's /tmp is not in the view".into();
-            out.change = Some("exec a file from an exec grant instead (filesystem.exec)".into());
-        } else if writes {
-            self.private_tmp_write(&mut out, real);
-        } else {
-            self.private_tmp_read(&mut out, real);
-        }
-        Some(out)
-    }
-
-    /// A write in the private /tmp: allowed directly in it (the TMPDIR),
-    /// not in a directory of the host's /tmp or a read-only directory
-    /// leading to a grant bound inside it.
-    fn private_tmp_write(&self, a: &mut Answer, real: &Path) {
-        let tmp = Path::new("/tmp");
-        // The private /tmp holds the TMPDIR's content and, as a read-only
-        // skeleton, the directories leading to grants bound inside it.
-        let parent = real.parent().unwrap_or(tmp);
-        let skeleton = self
-            .plan
-            .fs
-            .grants
-            .iter()
-            .any(|g| g.path.starts_with(parent) && g.path != parent);
-        a.allowed = parent == tmp;
-        a.because = if a.allowed {
-            "/tmp is the run's private TMPDIR (deleted after the run): the write lands there, not in the host's /tmp".into()
-        } else if skeleton {
-            format!(
-                "/tmp is the run's private TMPDIR: {} is only a read-only directory leading to a grant bound inside it",
-                parent.display()
-            )
-        } else {
-            format!(
-                "/tmp is the run's private TMPDIR: the host's {} is not in the view, so nothing can be created in it",
-                parent.display()
-            )
-        };
-        if !a.allowed {
-            a.change = Some(format!(
-                "add {} to filesystem.write (a grant under /tmp is bound into the private /tmp)",
-                yq(&parent.display().to_string())
-            ));
-            a.grant = Some((parent.to_path_buf(), GrantKind::Write));
-        }
-    }
-
-    /// A read in the private /tmp: /tmp itself, or a read-only directory
-    /// leading to a grant bound inside it; nothing else of the host's /tmp.
-    fn private_tmp_read(&self, a: &mut Answer, real: &Path) {
-        let tmp = Path::new("/tmp");
-        // A directory leading to a grant bound inside the private
-        // /tmp is there (a read-only skeleton showing only that way).
-        let skeleton = real.is_dir()
-            && self.plan.fs.grants.iter().any(|g| {
-                g.path.starts_with(real)
-                    && g.path != real
-                    && !self
-                        .plan
-                        .tmpdir
-                        .as_ref()
-                        .is_some_and(|t| g.path.starts_with(t))
-            });
-        a.allowed = real == tmp || skeleton;
-        a.because = if real == tmp {
-            "/tmp is the run's private TMPDIR".into()
-        } else if skeleton {
-            format!(
-                "/tmp is the run's private TMPDIR, and {} is only a read-only directory leading to a grant \
-                 bound inside it: it lists that way and nothing else of the host's",
-                real.display()
-            )
-        } else {
-            format!(
-                "/tmp is the run's private TMPDIR: the host's {} is not in the view",
-                real.display()
-            )
-        };
-        if !a.allowed {
-            a.change = Some(format!(
-                "add {} to filesystem.read (a grant under /tmp is bound into the private /tmp)",
-                yq(&real.display().to_string())
-            ));
-            a.grant = Some((real.to_path_buf(), GrantKind::Read));
-        }
     }
 
     /// The write grant whose writable bind holds `real` in the view (the
@@ -1395,6 +1481,34 @@ impl<'a> Survey<'a> {
         self.through_proxy(a, host, port, &direct.1)
     }
 
+    /// `network.mode: none`, and the run tried to reach the network (`what`:
+    /// how capsule knows); `--explain` lists it, the host being unknown.
+    pub fn network_off(&self, what: &str) -> Answer {
+        let mut a = Answer::new("connect (the network)".into());
+        a.key = Some("network.mode".into());
+        a.line = self.line("network.mode");
+        (a.layer, a.layer_detail) = if self.netns {
+            (
+                "netns",
+                "the run's own network namespace (no route out)".to_string(),
+            )
+        } else if self.seccomp {
+            (
+                "seccomp",
+                "seccomp (IP sockets refused on the host's network)".to_string(),
+            )
+        } else {
+            ("landlock", self.landlock())
+        };
+        a.because = format!("network.mode is none: no connection leaves the run ({what})");
+        a.change = Some(
+            "network.mode: proxy with network.allow_hosts: [\"HOST\"] (or --net proxy --allow-host HOST); the run \
+             then reaches HOST through capsule's proxy (HTTP(S)_PROXY)"
+                .into(),
+        );
+        a
+    }
+
     /// Proxy mode: only through the proxy, and only what its own decision
     /// function allows (`direct`: the layer that refuses a direct connection).
     fn through_proxy(&self, mut a: Answer, host: &str, port: u16, direct: &str) -> Answer {
@@ -1639,6 +1753,35 @@ impl<'a> Survey<'a> {
     fn plan_policy_env_set(&self, name: &str) -> bool {
         self.env_policy.set.contains_key(name)
     }
+}
+
+/// Who asks about a path: a person, of what the run would meet (`why`), or
+/// the path observer, of an access the run made (`--explain`, `learn`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Asked {
+    Now,
+    /// `present`: the path was there in the run's view when it asked.
+    InRun {
+        present: bool,
+    },
+}
+
+/// `p` with `.` and `..` taken away lexically (as the observer records
+/// paths; a path in a private place is judged in the view, where the
+/// host's links there do not exist).
+fn lexical(p: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::from("/");
+    for c in p.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(n) => out.push(n),
+            _ => {}
+        }
+    }
+    out
 }
 
 /// A path question, resolved: the canonical path, whether it exists and

@@ -55,3 +55,22 @@ def test_run_carries_the_denials_too(make_provider, tmp_path_factory):
         pytest.skip(f"capsule cannot observe file accesses here: {r.raw.get('explain')}")
     assert any(d.get("question") == f"read {secret}" for d in r.denials), r.denials
     assert str(secret) in r.error, r.error
+
+
+def test_writes_in_the_runs_own_tmp_are_not_denials(make_provider):
+    # Issue 39: a directory made in the run's private /tmp (tempfile, as
+    # pytest's tmp_path) and a file in it were listed as refused, with "/"
+    # as the grant to add.
+    provider = make_provider(explain=True)
+    code = (
+        "import os, tempfile\n"
+        "d = tempfile.mkdtemp()\n"
+        "os.makedirs(d + '/a/b')\n"
+        "open(d + '/a/b/f', 'w').write('x')\n"
+        "print(open(d + '/a/b/f').read())\n"
+    )
+    r = provider.run_once("agent-explain-tmp", code).result
+    assert r is not None and r.success, r
+    if not r.raw.get("explain", {}).get("files"):
+        pytest.skip(f"capsule cannot observe file accesses here: {r.raw.get('explain')}")
+    assert r.denials == [], r.denials
