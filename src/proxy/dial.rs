@@ -76,7 +76,8 @@ pub async fn connect(
         tracing::debug!(host = %target, port, error = %e, "proxy could not resolve");
         DialError::Upstream(UpstreamFailure::Resolve)
     })?;
-    let addrs = filter_resolved(target, &addrs).map_err(|r| refused(stats, r, port))?;
+    let addrs = filter_resolved(target, &owned_by_this_host, &addrs)
+        .map_err(|r| refused(stats, r, port))?;
     if addrs.is_empty() {
         return Err(DialError::Upstream(UpstreamFailure::Resolve));
     }
@@ -97,6 +98,28 @@ pub async fn connect(
         tracing::debug!(host = %target, port, error = %e, "proxy could not connect upstream");
     }
     Err(DialError::Upstream(UpstreamFailure::Connect))
+}
+
+/// Does this host own `ip` — would Linux deliver a connection to it through `lo`?
+/// Asked of the kernel's routing table at every decision, so an address added to an
+/// interface a moment ago counts (no cache to go stale). When the kernel cannot be
+/// asked, the answer is yes: the address is refused rather than guessed at.
+fn owned_by_this_host(ip: IpAddr) -> bool {
+    match crate::sys::route::is_local_destination(ip) {
+        Ok(local) => local,
+        Err(e) => {
+            static WARNED: std::sync::atomic::AtomicBool =
+                std::sync::atomic::AtomicBool::new(false);
+            if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::warn!(
+                    address = %ip,
+                    error = %e,
+                    "proxy: cannot ask the kernel whether an address is this host's own; refusing it (and any other it cannot check)"
+                );
+            }
+            true
+        }
+    }
 }
 
 /// Resolve with the system resolver; `localhost` is loopback by definition (RFC 6761)
