@@ -132,11 +132,45 @@ async fn resolve(target: &TargetHost, port: u16) -> io::Result<Vec<SocketAddr>> 
             SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), port),
         ]),
         TargetHost::Name(n) => {
-            let lookup = tokio::net::lookup_host((n.as_str(), port));
+            let lookup = lookup_bounded(n.clone(), port);
             match tokio::time::timeout(RESOLVE_TIMEOUT, lookup).await {
-                Ok(r) => Ok(r?.collect()),
+                Ok(r) => r,
                 Err(_) => Err(io::Error::from(io::ErrorKind::TimedOut)),
             }
         }
     }
+}
+
+/// Name lookups running at once, for every run's proxy in this process.
+/// getaddrinfo blocks, so each runs on tokio's blocking pool, which the output relay
+/// (stdout writes) uses too; a lookup the proxy gave up on (the timeout above)
+/// keeps its thread until the resolver itself gives up (up to attempts × timeout ×
+/// name servers in resolv.conf). Without a bound, a child asking for names whose
+/// lookups hang could fill the pool (512 threads) and stall capsule's own output.
+const MAX_LOOKUPS: usize = 16;
+
+/// getaddrinfo on the blocking pool, at most [`MAX_LOOKUPS`] at once: the permit is
+/// held by the blocking call itself, so a lookup abandoned by its caller still
+/// counts until it returns. Waiting for a permit counts against the caller's timeout.
+async fn lookup_bounded(name: String, port: u16) -> io::Result<Vec<SocketAddr>> {
+    static LOOKUPS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_LOOKUPS);
+    let permit = LOOKUPS
+        .acquire()
+        .await
+        .map_err(|_| io::Error::other("lookup semaphore closed"))?;
+    // Hand the permit to the thread: it comes back when getaddrinfo returns (or
+    // when the closure is dropped unrun, at runtime shutdown).
+    permit.forget();
+    struct Release;
+    impl Drop for Release {
+        fn drop(&mut self) {
+            LOOKUPS.add_permits(1);
+        }
+    }
+    let release = Release;
+    let task = tokio::task::spawn_blocking(move || {
+        let _release = release;
+        std::net::ToSocketAddrs::to_socket_addrs(&(name.as_str(), port)).map(|a| a.collect())
+    });
+    task.await.map_err(io::Error::other)?
 }
