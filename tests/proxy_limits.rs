@@ -630,3 +630,81 @@ fn hanging_name_lookups_take_a_bounded_number_of_threads() {
         );
     }
 }
+
+/// An origin on the host's loopback: accepts one connection, collects what arrives
+/// for up to 5 s (until 8 bytes), answers "reply", prints what it got.
+const URGENT_ORIGIN_PY: &str = r#"
+import socket, sys
+l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(5)
+print(l.getsockname()[1], flush=True)
+c, _ = l.accept()
+c.setsockopt(socket.SOL_SOCKET, socket.SO_OOBINLINE, 1)
+c.settimeout(5)
+got = b""
+try:
+    while len(got) < 8:
+        b = c.recv(100)
+        if not b:
+            break
+        got += b
+except socket.timeout:
+    pass
+c.sendall(b"reply")
+print(repr(got), flush=True)
+"#;
+
+/// Through a tunnel: "abc", one byte of TCP urgent data ("X", MSG_OOB), "defgh".
+const URGENT_CLIENT_PY: &str = r#"
+import os, socket, sys, time
+from urllib.parse import urlsplit
+p = urlsplit(os.environ["HTTP_PROXY"])
+s = socket.create_connection((p.hostname, p.port))
+s.sendall(b"CONNECT localhost:%s HTTP/1.1\r\n\r\n" % sys.argv[1].encode())
+assert s.recv(100).startswith(b"HTTP/1.1 200")
+s.sendall(b"abc"); time.sleep(0.2)
+s.send(b"X", socket.MSG_OOB); time.sleep(0.2)
+s.sendall(b"defgh")
+s.settimeout(10)
+print(s.recv(100).decode())
+"#;
+
+/// Issue 37, item 4 (suspected, confirmed): splice(2) stops at TCP urgent data's
+/// mark and says "try again" while the bytes wait, so one byte sent with MSG_OOB
+/// stalled that direction of a tunnel for good (the origin got "abc", never the
+/// rest). The urgent byte is now relayed in line, and the rest after it.
+#[test]
+fn urgent_data_does_not_stall_a_tunnel() {
+    for v in PATHS {
+        if !runnable(v) {
+            continue;
+        }
+        let dir = shared_tempdir("capsule-proxy-urgent-");
+        let script = write(dir.path(), "urgent.py", URGENT_CLIENT_PY);
+        let mut origin = StdCommand::new(PYTHON)
+            .args(["-c", URGENT_ORIGIN_PY])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("origin");
+        let mut out = std::io::BufReader::new(origin.stdout.take().expect("stdout"));
+        let mut port = String::new();
+        std::io::BufRead::read_line(&mut out, &mut port).expect("port");
+        let r = exec(
+            v,
+            &[
+                "--net",
+                "proxy",
+                "--allow-host",
+                "localhost",
+                "--allow-read",
+                &dir.path().display().to_string(),
+            ],
+            &[PYTHON, &script, port.trim()],
+        );
+        let mut got = String::new();
+        std::io::BufRead::read_line(&mut out, &mut got).expect("origin's line");
+        let _ = origin.wait();
+        r.on_path(v);
+        assert_eq!(got.trim(), "b'abcXdefgh'", "{v:?}: {}", r.describe());
+        assert_eq!(r.stdout(), "reply\n", "{}", r.describe());
+    }
+}
