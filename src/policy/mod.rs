@@ -190,8 +190,8 @@ pub struct Network {
 impl Network {
     /// `max_connections` when the policy leaves it out.
     pub const DEFAULT_MAX_CONNECTIONS: u32 = 256;
-    /// The largest `max_connections` accepted (each connection may hold ~128 KiB of
-    /// the supervisor's memory while its request head is read).
+    /// The largest `max_connections` accepted (each connection may hold up to
+    /// 192 KiB of the supervisor's memory, see `proxy::bounds`: 768 MiB at this cap).
     pub const MAX_MAX_CONNECTIONS: u32 = 4096;
 
     /// The cap in force.

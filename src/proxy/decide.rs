@@ -4,15 +4,16 @@
 //! 1. [`check_target`]: the host as the request named it — metadata names and
 //!    forbidden IP literals are refused whatever the list says, then the allowlist.
 //! 2. [`filter_resolved`]: the addresses the proxy resolved — always-refused classes
-//!    are dropped; internal ones (loopback, private, CGNAT, unique-local) are kept only
-//!    when the target is the IP literal itself (which step 1 let through only if the
-//!    list names it literally) or, for loopback, `localhost`. A name that resolves to
-//!    an internal address is refused: DNS rebinding. Nothing survives → refused.
+//!    are dropped; internal ones (loopback, private, CGNAT, unique-local, and any
+//!    other address this host owns, which the caller says through `owned`) are kept
+//!    only when the target is the IP literal itself (which step 1 let through only if
+//!    the list names it literally) or, for loopback, `localhost`. A name that resolves
+//!    to an internal address is refused: DNS rebinding. Nothing survives → refused.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use super::allow_hosts::{Allowlist, TargetHost};
-use super::destination::{classify_ip, is_metadata_name, DestClass};
+use super::destination::{classify_for_connect, classify_ip, is_metadata_name, DestClass};
 use super::refusal::Refusal;
 
 /// The longest host name we keep in a refusal (DNS names are at most 253 bytes).
@@ -59,9 +60,12 @@ pub fn check_target(allow: &Allowlist, host: &str, port: u16) -> Result<TargetHo
 }
 
 /// Step 2: of the addresses `target` resolved to, which may the proxy connect to?
+/// `owned` tells whether this host owns an (otherwise ordinary) address: the
+/// kernel's routing table at decision time in the proxy, made-up sets in tests.
 /// An empty input gives an empty output (a resolution failure, not a refusal).
 pub fn filter_resolved(
     target: &TargetHost,
+    owned: &dyn Fn(IpAddr) -> bool,
     addrs: &[SocketAddr],
 ) -> Result<Vec<SocketAddr>, Refusal> {
     let literal = matches!(target, TargetHost::Ip(_));
@@ -69,7 +73,7 @@ pub fn filter_resolved(
     let mut first_refusal = None;
     let mut kept = Vec::with_capacity(addrs.len());
     for addr in addrs {
-        let class = classify_ip(addr.ip());
+        let class = classify_for_connect(addr.ip(), owned);
         let refusal = if class.always_refused() {
             Some(Refusal::Forbidden {
                 host: target.to_string(),
@@ -109,6 +113,9 @@ mod tests {
         Allowlist::parse(&v).expect("valid allowlist")
     }
 
+    /// A host that owns no ordinary address.
+    const NONE: &dyn Fn(IpAddr) -> bool = &|_| false;
+
     fn sa(s: &str) -> SocketAddr {
         s.parse().expect("test socket address")
     }
@@ -117,7 +124,7 @@ mod tests {
     fn listed_host_with_ordinary_address_is_allowed() {
         let a = list(&["api.example.com"]);
         let t = check_target(&a, "API.example.com.", 443).expect("allowed");
-        let kept = filter_resolved(&t, &[sa("93.184.216.34:443")]).expect("allowed");
+        let kept = filter_resolved(&t, NONE, &[sa("93.184.216.34:443")]).expect("allowed");
         assert_eq!(kept, vec![sa("93.184.216.34:443")]);
     }
 
@@ -155,7 +162,7 @@ mod tests {
             "0.0.0.0:80",
             "[::]:80",
         ] {
-            let r = filter_resolved(&t, &[sa(bad)]).expect_err(bad);
+            let r = filter_resolved(&t, NONE, &[sa(bad)]).expect_err(bad);
             assert!(matches!(r, Refusal::Forbidden { .. }), "{bad}: {r:?}");
         }
     }
@@ -164,8 +171,12 @@ mod tests {
     fn forbidden_addresses_are_dropped_from_a_mixed_answer() {
         let a = list(&["mixed.example.com"]);
         let t = check_target(&a, "mixed.example.com", 80).expect("listed");
-        let kept = filter_resolved(&t, &[sa("169.254.169.254:80"), sa("93.184.216.34:80")])
-            .expect("one good address");
+        let kept = filter_resolved(
+            &t,
+            NONE,
+            &[sa("169.254.169.254:80"), sa("93.184.216.34:80")],
+        )
+        .expect("one good address");
         assert_eq!(kept, vec![sa("93.184.216.34:80")]);
     }
 
@@ -202,18 +213,18 @@ mod tests {
         let a = list(&["rebind.example.com", "localhost"]);
         let t = check_target(&a, "rebind.example.com", 80).expect("listed");
         assert!(matches!(
-            filter_resolved(&t, &[sa("127.0.0.1:80")]),
+            filter_resolved(&t, NONE, &[sa("127.0.0.1:80")]),
             Err(Refusal::LoopbackNotExplicit { .. })
         ));
         // localhost listed: allowed to loopback.
         let t = check_target(&a, "localhost", 80).expect("listed");
-        assert!(filter_resolved(&t, &[sa("127.0.0.1:80"), sa("[::1]:80")]).is_ok());
+        assert!(filter_resolved(&t, NONE, &[sa("127.0.0.1:80"), sa("[::1]:80")]).is_ok());
         // A loopback literal listed literally.
         let b = list(&["127.0.0.1:8080", "[::1]"]);
         let t = check_target(&b, "127.0.0.1", 8080).expect("listed");
-        assert!(filter_resolved(&t, &[sa("127.0.0.1:8080")]).is_ok());
+        assert!(filter_resolved(&t, NONE, &[sa("127.0.0.1:8080")]).is_ok());
         let t = check_target(&b, "[::1]", 9).expect("listed");
-        assert!(filter_resolved(&t, &[sa("[::1]:9")]).is_ok());
+        assert!(filter_resolved(&t, NONE, &[sa("[::1]:9")]).is_ok());
         // Not listed: refused before resolution.
         assert!(check_target(&b, "localhost", 8080).is_err());
         assert!(check_target(&b, "127.0.0.2", 8080).is_err());
@@ -221,7 +232,7 @@ mod tests {
         let w = list(&["*.localhost", "*.example.com"]);
         assert!(check_target(&w, "localhost", 80).is_err());
         let t = check_target(&w, "x.localhost", 80).expect("wildcard match");
-        assert!(filter_resolved(&t, &[sa("127.0.0.1:80")]).is_err());
+        assert!(filter_resolved(&t, NONE, &[sa("127.0.0.1:80")]).is_err());
     }
 
     /// Every internal class, reached through a listed name (exact or wildcard) in
@@ -264,7 +275,7 @@ mod tests {
         for host in ["api.example.com", "x.attacker.example"] {
             let t = check_target(&a, host, 443).expect("listed");
             for (addr, class) in cases {
-                let r = filter_resolved(&t, &[sa(addr)]).expect_err(addr);
+                let r = filter_resolved(&t, NONE, &[sa(addr)]).expect_err(addr);
                 assert_eq!(r.host(), host, "{addr}");
                 let msg = r.to_string();
                 assert!(
@@ -286,6 +297,7 @@ mod tests {
             // A public address among internal ones: only the public one is used.
             let kept = filter_resolved(
                 &t,
+                NONE,
                 &[
                     sa("10.0.0.5:443"),
                     sa("93.184.216.34:443"),
@@ -309,7 +321,7 @@ mod tests {
         ] {
             let t = check_target(&a, host, port).expect(host);
             assert_eq!(
-                filter_resolved(&t, &[sa(addr)]),
+                filter_resolved(&t, NONE, &[sa(addr)]),
                 Ok(vec![sa(addr)]),
                 "{host}"
             );
@@ -326,7 +338,7 @@ mod tests {
         let b = list(&["10.0.0.5", "internal.example.com"]);
         let t = check_target(&b, "internal.example.com", 443).expect("listed");
         assert!(matches!(
-            filter_resolved(&t, &[sa("10.0.0.5:443")]),
+            filter_resolved(&t, NONE, &[sa("10.0.0.5:443")]),
             Err(Refusal::InternalAddress {
                 class: DestClass::Private,
                 ..
@@ -344,11 +356,59 @@ mod tests {
         ));
     }
 
+    /// An ordinary address this host owns (the address of one of its interfaces,
+    /// in any spelling that carries it) is loopback by another name: a name that
+    /// resolves to it is refused, naming the class; listed literally, it is reached.
+    #[test]
+    fn the_hosts_own_addresses_are_reached_only_through_a_listed_literal() {
+        let owned: &dyn Fn(IpAddr) -> bool = &|ip| {
+            ip == "203.0.113.5".parse::<IpAddr>().unwrap()
+                || ip == "2001:db8::5".parse::<IpAddr>().unwrap()
+        };
+        let a = list(&["*.example.com", "203.0.113.5:8080", "[2001:db8::5]"]);
+        let t = check_target(&a, "self.example.com", 443).expect("listed");
+        for addr in [
+            "203.0.113.5:443",
+            "[2001:db8::5]:443",
+            "[::ffff:203.0.113.5]:443",
+            "[64:ff9b::203.0.113.5]:443",
+            "[64:ff9b:1::203.0.113.5]:443",
+            "[2002:cb00:7105::1]:443",
+        ] {
+            let r = filter_resolved(&t, owned, &[sa(addr)]).expect_err(addr);
+            assert!(
+                matches!(
+                    r,
+                    Refusal::InternalAddress {
+                        class: DestClass::ThisHost,
+                        ..
+                    }
+                ),
+                "{addr}: {r:?}"
+            );
+            let msg = r.to_string();
+            assert!(msg.contains("an address of this host"), "{msg}");
+            // Without the host owning it, the same address is ordinary.
+            assert!(filter_resolved(&t, NONE, &[sa(addr)]).is_ok(), "{addr}");
+        }
+        // Mixed with an address the host does not own: that one is used.
+        let kept = filter_resolved(&t, owned, &[sa("203.0.113.5:443"), sa("203.0.113.6:443")])
+            .expect("one foreign address");
+        assert_eq!(kept, vec![sa("203.0.113.6:443")]);
+        // Listed literally: reached (as a loopback literal would be).
+        let t = check_target(&a, "203.0.113.5", 8080).expect("listed");
+        assert!(filter_resolved(&t, owned, &[sa("203.0.113.5:8080")]).is_ok());
+        let t = check_target(&a, "[2001:db8::5]", 22).expect("listed");
+        assert!(filter_resolved(&t, owned, &[sa("[2001:db8::5]:22")]).is_ok());
+        // Another spelling of it is another literal: not listed.
+        assert!(check_target(&a, "[::ffff:203.0.113.5]", 8080).is_err());
+    }
+
     #[test]
     fn empty_resolution_is_not_a_refusal() {
         let a = list(&["x.example.com"]);
         let t = check_target(&a, "x.example.com", 80).expect("listed");
-        assert_eq!(filter_resolved(&t, &[]), Ok(vec![]));
+        assert_eq!(filter_resolved(&t, NONE, &[]), Ok(vec![]));
     }
 
     #[test]

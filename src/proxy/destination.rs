@@ -4,14 +4,18 @@
 //! (169.254.0.0/16, fe80::/10), cloud metadata services (169.254.169.254,
 //! fd00:ec2::254, 100.100.100.200, metadata.google.internal, ...), the unspecified
 //! addresses and 0.0.0.0/8 (which Linux routes to the local host), multicast and
-//! broadcast. IPv4 addresses embedded in IPv6 (mapped `::ffff:a.b.c.d`, the deprecated
-//! compatible `::a.b.c.d`, NAT64 `64:ff9b::/96`) are classified as the IPv4 address
-//! they carry. Internal destinations — loopback, private (RFC 1918), carrier-grade NAT
-//! (100.64.0.0/10) and unique-local IPv6 (fc00::/7, and the deprecated site-local
-//! fec0::/10) — are reached only through an IP literal the allowlist names (or
-//! `localhost` for loopback), never through a name: a listed name, or a wildcard over a
-//! domain the child controls, could otherwise be pointed at internal services (DNS
-//! rebinding; see `decide`).
+//! broadcast. IPv4 addresses embedded in IPv6 are classified as the IPv4 address they
+//! carry: mapped `::ffff:a.b.c.d`, the deprecated compatible `::a.b.c.d`, NAT64's
+//! well-known `64:ff9b::/96`, NAT64's local-use `64:ff9b:1::/48` (where the operator
+//! chooses where the IPv4 address sits: every RFC 6052 position that fits is read,
+//! and the strictest class wins) and 6to4 `2002::/16`. Internal destinations —
+//! loopback, private (RFC 1918), carrier-grade NAT (100.64.0.0/10), unique-local IPv6
+//! (fc00::/7, and the deprecated site-local fec0::/10) and any other address this
+//! host owns ([`DestClass::ThisHost`], asked of the kernel at decision time, see
+//! [`classify_for_connect`]) — are reached only through an IP literal the allowlist
+//! names (or `localhost` for loopback), never through a name: a listed name, or a
+//! wildcard over a domain the child controls, could otherwise be pointed at internal
+//! services (DNS rebinding; see `decide`).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -29,6 +33,11 @@ pub enum DestClass {
     /// fc00::/7 (RFC 4193) and the deprecated site-local fec0::/10; fd00:ec2::254 is
     /// `Metadata`.
     UniqueLocal,
+    /// An otherwise ordinary address this host owns (a public IPv4 or global IPv6
+    /// address of one of its interfaces, or a prefix routed to `lo`): Linux delivers
+    /// a connection to it through loopback, to whatever listens on `0.0.0.0`/`::`.
+    /// Never returned by [`classify_ip`], only by [`classify_for_connect`].
+    ThisHost,
     /// 169.254.0.0/16, fe80::/10 (metadata addresses inside it are `Metadata`).
     LinkLocal,
     /// A cloud instance-metadata endpoint.
@@ -52,7 +61,11 @@ impl DestClass {
     pub fn internal(self) -> bool {
         matches!(
             self,
-            DestClass::Loopback | DestClass::Private | DestClass::Cgnat | DestClass::UniqueLocal
+            DestClass::Loopback
+                | DestClass::Private
+                | DestClass::Cgnat
+                | DestClass::UniqueLocal
+                | DestClass::ThisHost
         )
     }
 
@@ -64,6 +77,7 @@ impl DestClass {
             DestClass::Private => "a private (RFC 1918) address",
             DestClass::Cgnat => "a carrier-grade NAT (100.64.0.0/10) address",
             DestClass::UniqueLocal => "a unique-local (fc00::/7) or site-local IPv6 address",
+            DestClass::ThisHost => "an address of this host (delivered through loopback)",
             DestClass::LinkLocal => "a link-local address",
             DestClass::Metadata => "a cloud metadata address",
             DestClass::Unspecified => "an unspecified address",
@@ -104,14 +118,63 @@ pub fn is_metadata_name(name: &str) -> bool {
 }
 
 /// Classify an IP address (IPv4 embedded in IPv6 is classified as the IPv4 it carries).
+/// Pure: whether the host owns the address is [`classify_for_connect`]'s question.
 pub fn classify_ip(ip: IpAddr) -> DestClass {
     match ip {
         IpAddr::V4(v4) => classify_v4(v4),
-        IpAddr::V6(v6) => match embedded_v4(v6) {
-            Some(v4) => classify_v4(v4),
-            None => classify_v6(v6),
-        },
+        IpAddr::V6(v6) => {
+            let carried = embedded_v4(v6);
+            if carried.is_empty() {
+                classify_v6(v6)
+            } else {
+                strictest(carried.iter().map(|v4| classify_v4(*v4)))
+            }
+        }
     }
+}
+
+/// The class of a destination the proxy is about to connect to: [`classify_ip`], and
+/// an otherwise ordinary address for which `owned` (the kernel's routing table at
+/// decision time, see `crate::sys::route`) says this host would deliver it to itself
+/// — the address, or an IPv4 address it carries — is [`DestClass::ThisHost`].
+pub fn classify_for_connect(ip: IpAddr, owned: &dyn Fn(IpAddr) -> bool) -> DestClass {
+    let class = classify_ip(ip);
+    if class != DestClass::Ok {
+        return class;
+    }
+    let carried = match ip {
+        IpAddr::V6(v6) => embedded_v4(v6),
+        IpAddr::V4(_) => Vec::new(),
+    };
+    if owned(ip) || carried.into_iter().any(|v4| owned(IpAddr::V4(v4))) {
+        DestClass::ThisHost
+    } else {
+        DestClass::Ok
+    }
+}
+
+/// The most restrictive of several classes: refused whatever the list says, then
+/// internal, then ordinary (the first of equals).
+fn strictest(classes: impl Iterator<Item = DestClass>) -> DestClass {
+    let rank = |c: DestClass| {
+        if c.always_refused() {
+            2
+        } else if c.internal() {
+            1
+        } else {
+            0
+        }
+    };
+    classes.fold(
+        DestClass::Ok,
+        |worst, c| {
+            if rank(c) > rank(worst) {
+                c
+            } else {
+                worst
+            }
+        },
+    )
 }
 
 fn classify_v4(ip: Ipv4Addr) -> DestClass {
@@ -156,21 +219,45 @@ fn classify_v6(ip: Ipv6Addr) -> DestClass {
     }
 }
 
-/// The IPv4 address carried by an IPv4-mapped (`::ffff:0:0/96`), IPv4-compatible
-/// (`::/96`, excluding `::` and `::1`) or NAT64 (`64:ff9b::/96`) address.
-fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
+/// The IPv4 addresses an IPv6 address may carry (empty: none):
+/// * IPv4-mapped `::ffff:0:0/96`, IPv4-compatible `::/96` (excluding `::` and `::1`)
+///   and NAT64's well-known prefix `64:ff9b::/96` (RFC 6052): the last 32 bits;
+/// * NAT64's local-use prefix `64:ff9b:1::/48` (RFC 8215): the operator picks a
+///   prefix of 48, 56, 64 or 96 bits inside it, which puts the IPv4 address at a
+///   different place (RFC 6052 section 2.2, skipping bits 64..71): every reading
+///   outside 0.0.0.0/8 (or the /96 one when all fall in it);
+/// * 6to4 `2002::/16` (RFC 3056): bits 16..47.
+fn embedded_v4(ip: Ipv6Addr) -> Vec<Ipv4Addr> {
     let s = ip.segments();
-    let tail = Ipv4Addr::new(
-        (s[6] >> 8) as u8,
-        (s[6] & 0xff) as u8,
-        (s[7] >> 8) as u8,
-        (s[7] & 0xff) as u8,
-    );
+    let o = ip.octets();
+    let v4 = |a: usize, b: usize, c: usize, d: usize| Ipv4Addr::new(o[a], o[b], o[c], o[d]);
     match s {
-        [0, 0, 0, 0, 0, 0xffff, _, _] => Some(tail),
-        [0x64, 0xff9b, 0, 0, 0, 0, _, _] => Some(tail),
-        [0, 0, 0, 0, 0, 0, hi, lo] if hi != 0 || lo > 1 => Some(tail),
-        _ => None,
+        [0, 0, 0, 0, 0, 0xffff, _, _] | [0x64, 0xff9b, 0, 0, 0, 0, _, _] => {
+            vec![v4(12, 13, 14, 15)]
+        }
+        [0, 0, 0, 0, 0, 0, hi, lo] if hi != 0 || lo > 1 => vec![v4(12, 13, 14, 15)],
+        [0x64, 0xff9b, 1, ..] => {
+            let readings = [
+                v4(6, 7, 9, 10),
+                v4(7, 9, 10, 11),
+                v4(9, 10, 11, 12),
+                v4(12, 13, 14, 15),
+            ];
+            // Bits a format does not use are zero, so most readings of a real
+            // address fall in 0.0.0.0/8: such a reading says nothing, unless all do.
+            let told: Vec<Ipv4Addr> = readings
+                .iter()
+                .copied()
+                .filter(|a| a.octets()[0] != 0)
+                .collect();
+            if told.is_empty() {
+                vec![readings[3]]
+            } else {
+                told
+            }
+        }
+        [0x2002, ..] => vec![v4(2, 3, 4, 5)],
+        _ => Vec::new(),
     }
 }
 
@@ -325,6 +412,7 @@ mod tests {
             DestClass::Private,
             DestClass::Cgnat,
             DestClass::UniqueLocal,
+            DestClass::ThisHost,
         ] {
             assert!(!k.always_refused() && k.internal(), "{k:?}");
         }
@@ -337,6 +425,68 @@ mod tests {
         ] {
             assert!(k.always_refused() && !k.internal(), "{k:?}");
         }
+    }
+
+    /// 6to4 (2002:AABB:CCDD::/48) carries the IPv4 address AA.BB.CC.DD.
+    #[test]
+    fn six_to_four_is_the_ipv4_it_carries() {
+        assert_eq!(c("2002:0a00:0001::1"), DestClass::Private);
+        assert_eq!(c("2002:7f00:0001::"), DestClass::Loopback);
+        assert_eq!(c("2002:a9fe:a9fe::1"), DestClass::Metadata);
+        assert_eq!(c("2002:6440:0101:1::9"), DestClass::Cgnat);
+        assert_eq!(c("2002:0000:0000::1"), DestClass::Unspecified);
+        assert_eq!(c("2002:e000:0001::1"), DestClass::Multicast);
+        assert_eq!(c("2002:5db8:d822::1"), DestClass::Ok); // 93.184.216.34
+    }
+
+    /// NAT64's local-use prefix: the IPv4 address sits where the operator's prefix
+    /// length puts it (48, 56, 64 or 96 bits); each reading counts, the strictest wins.
+    #[test]
+    fn nat64_local_use_prefix_in_every_position() {
+        // /96: the last 32 bits.
+        assert_eq!(c("64:ff9b:1::10.1.2.3"), DestClass::Private);
+        assert_eq!(c("64:ff9b:1::127.0.0.1"), DestClass::Loopback);
+        assert_eq!(c("64:ff9b:1::169.254.169.254"), DestClass::Metadata);
+        // /64: octets 9..12 (octet 8 is the reserved `u` octet).
+        assert_eq!(c("64:ff9b:1:0:000a:0102:0300::"), DestClass::Private);
+        // /56: octets 7, 9, 10, 11.
+        assert_eq!(c("64:ff9b:1:000a:0001:0203::"), DestClass::Private);
+        // /48: octets 6, 7, 9, 10.
+        assert_eq!(c("64:ff9b:1:a9fe:00a9:fe00::"), DestClass::Metadata);
+        // A refused reading beats an internal one, which beats an ordinary one.
+        assert_eq!(c("64:ff9b:1::5db8:d822"), DestClass::Ok); // 93.184.216.34 at /96
+        assert_eq!(c("64:ff9b:1:a9fe:a9:fe00:a00:1"), DestClass::Metadata);
+        // Outside the /48: not NAT64.
+        assert_eq!(c("64:ff9b:2::10.1.2.3"), DestClass::Ok);
+    }
+
+    /// The host's own (otherwise ordinary) addresses, in every spelling that
+    /// carries them, are `ThisHost`; internal and refused classes keep theirs.
+    #[test]
+    fn addresses_this_host_owns() {
+        let owned: &dyn Fn(IpAddr) -> bool = &|ip| {
+            ["203.0.113.5", "2001:db8::5", "127.0.0.1", "10.0.0.5"]
+                .iter()
+                .any(|a| a.parse::<IpAddr>().unwrap() == ip)
+        };
+        let k = |s: &str| classify_for_connect(s.parse().unwrap(), owned);
+        for a in [
+            "203.0.113.5",
+            "2001:db8::5",
+            "::ffff:203.0.113.5",
+            "::203.0.113.5",
+            "64:ff9b::203.0.113.5",
+            "64:ff9b:1::203.0.113.5",
+            "2002:cb00:7105::1",
+        ] {
+            assert_eq!(k(a), DestClass::ThisHost, "{a}");
+            assert!(k(a).internal() && !k(a).always_refused(), "{a}");
+        }
+        assert_eq!(k("127.0.0.1"), DestClass::Loopback);
+        assert_eq!(k("10.0.0.5"), DestClass::Private);
+        assert_eq!(k("203.0.113.6"), DestClass::Ok);
+        assert_eq!(k("2001:db8::6"), DestClass::Ok);
+        assert_eq!(k("169.254.169.254"), DestClass::Metadata);
     }
 
     #[test]

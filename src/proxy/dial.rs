@@ -76,7 +76,8 @@ pub async fn connect(
         tracing::debug!(host = %target, port, error = %e, "proxy could not resolve");
         DialError::Upstream(UpstreamFailure::Resolve)
     })?;
-    let addrs = filter_resolved(target, &addrs).map_err(|r| refused(stats, r, port))?;
+    let addrs = filter_resolved(target, &owned_by_this_host, &addrs)
+        .map_err(|r| refused(stats, r, port))?;
     if addrs.is_empty() {
         return Err(DialError::Upstream(UpstreamFailure::Resolve));
     }
@@ -99,6 +100,28 @@ pub async fn connect(
     Err(DialError::Upstream(UpstreamFailure::Connect))
 }
 
+/// Does this host own `ip` — would Linux deliver a connection to it through `lo`?
+/// Asked of the kernel's routing table at every decision, so an address added to an
+/// interface a moment ago counts (no cache to go stale). When the kernel cannot be
+/// asked, the answer is yes: the address is refused rather than guessed at.
+fn owned_by_this_host(ip: IpAddr) -> bool {
+    match crate::sys::route::is_local_destination(ip) {
+        Ok(local) => local,
+        Err(e) => {
+            static WARNED: std::sync::atomic::AtomicBool =
+                std::sync::atomic::AtomicBool::new(false);
+            if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::warn!(
+                    address = %ip,
+                    error = %e,
+                    "proxy: cannot ask the kernel whether an address is this host's own; refusing it (and any other it cannot check)"
+                );
+            }
+            true
+        }
+    }
+}
+
 /// Resolve with the system resolver; `localhost` is loopback by definition (RFC 6761)
 /// and IP literals are not resolved at all.
 async fn resolve(target: &TargetHost, port: u16) -> io::Result<Vec<SocketAddr>> {
@@ -109,11 +132,45 @@ async fn resolve(target: &TargetHost, port: u16) -> io::Result<Vec<SocketAddr>> 
             SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), port),
         ]),
         TargetHost::Name(n) => {
-            let lookup = tokio::net::lookup_host((n.as_str(), port));
+            let lookup = lookup_bounded(n.clone(), port);
             match tokio::time::timeout(RESOLVE_TIMEOUT, lookup).await {
-                Ok(r) => Ok(r?.collect()),
+                Ok(r) => r,
                 Err(_) => Err(io::Error::from(io::ErrorKind::TimedOut)),
             }
         }
     }
+}
+
+/// Name lookups running at once, for every run's proxy in this process.
+/// getaddrinfo blocks, so each runs on tokio's blocking pool, which the output relay
+/// (stdout writes) uses too; a lookup the proxy gave up on (the timeout above)
+/// keeps its thread until the resolver itself gives up (up to attempts × timeout ×
+/// name servers in resolv.conf). Without a bound, a child asking for names whose
+/// lookups hang could fill the pool (512 threads) and stall capsule's own output.
+const MAX_LOOKUPS: usize = 16;
+
+/// getaddrinfo on the blocking pool, at most [`MAX_LOOKUPS`] at once: the permit is
+/// held by the blocking call itself, so a lookup abandoned by its caller still
+/// counts until it returns. Waiting for a permit counts against the caller's timeout.
+async fn lookup_bounded(name: String, port: u16) -> io::Result<Vec<SocketAddr>> {
+    static LOOKUPS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_LOOKUPS);
+    let permit = LOOKUPS
+        .acquire()
+        .await
+        .map_err(|_| io::Error::other("lookup semaphore closed"))?;
+    // Hand the permit to the thread: it comes back when getaddrinfo returns (or
+    // when the closure is dropped unrun, at runtime shutdown).
+    permit.forget();
+    struct Release;
+    impl Drop for Release {
+        fn drop(&mut self) {
+            LOOKUPS.add_permits(1);
+        }
+    }
+    let release = Release;
+    let task = tokio::task::spawn_blocking(move || {
+        let _release = release;
+        std::net::ToSocketAddrs::to_socket_addrs(&(name.as_str(), port)).map(|a| a.collect())
+    });
+    task.await.map_err(io::Error::other)?
 }

@@ -5,7 +5,8 @@
 //! intercepted) and absolute-form plain HTTP forwarding, both subject to
 //! `network.allow_hosts`. The proxy resolves names itself and connects to the address
 //! it resolved; link-local, metadata, multicast and unspecified destinations are
-//! refused whatever the list says; loopback, private, CGNAT and unique-local ones only
+//! refused whatever the list says; loopback, private, CGNAT and unique-local ones, and
+//! any other address this host owns (the kernel's routing table says `local`), only
 //! through an IP literal the list names (or `localhost` for loopback), never through a
 //! name that resolves to them (DNS rebinding). At most `network.max_connections`
 //! connections at once, a deadline and a size bound for request heads: the

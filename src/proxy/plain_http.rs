@@ -114,6 +114,7 @@ async fn open(
         .map_err(|e| e.response(&shown, port))?;
     let (sender, conn) = hyper::client::conn::http1::Builder::new()
         .max_buf_size(MAX_BUF)
+        .writev(false) // see server.rs: no queue of slices pinning read buffers
         .handshake(TokioIo::new(stream))
         .await
         .map_err(|e| {

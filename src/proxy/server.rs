@@ -109,6 +109,9 @@ async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
         .header_read_timeout(HEAD_TIMEOUT)
         .max_header_size(MAX_HEAD)
         .max_buf_size(MAX_BUF)
+        // Copy body chunks into one flat write buffer (bounded by MAX_BUF) instead of
+        // queueing the slices: a queued slice keeps its whole read buffer alive.
+        .writev(false)
         .keep_alive(true)
         .serve_connection(TokioIo::new(stream), service)
         .with_upgrades();

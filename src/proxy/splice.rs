@@ -46,7 +46,15 @@ async fn one_way(src: &TcpStream, dst: &TcpStream, pipe: &Pipe) -> io::Result<u6
                 crate::sys::splice_out(src.as_raw_fd(), pipe.w.as_raw_fd(), CHUNK)
             }) {
                 Ok(n) => break n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    // splice stops at TCP urgent data's mark and says "again" while
+                    // bytes wait: read past the mark (the urgent byte comes in line,
+                    // SO_OOBINLINE) and pass it on, else this direction stalls.
+                    if queued(src) > 0 {
+                        total += copy_once(src, dst).await?;
+                    }
+                    continue;
+                }
                 Err(e) => return Err(e),
             }
         };
@@ -70,11 +78,48 @@ async fn one_way(src: &TcpStream, dst: &TcpStream, pipe: &Pipe) -> io::Result<u6
     }
 }
 
+/// Bytes waiting in `s`'s receive queue (0 when it cannot be asked).
+fn queued(s: &TcpStream) -> usize {
+    use std::os::fd::AsFd;
+    crate::sys::socket_queued(s.as_fd()).unwrap_or(0)
+}
+
+/// One plain read from `src` (through an urgent mark) written whole to `dst`. Called
+/// only with this direction's pipe empty, so the order of bytes is kept.
+async fn copy_once(src: &TcpStream, dst: &TcpStream) -> io::Result<u64> {
+    let mut buf = [0u8; 4096];
+    // Straight to the socket: tokio's readiness was just cleared by the splice.
+    let flags = nix::sys::socket::MsgFlags::MSG_DONTWAIT;
+    let n = match nix::sys::socket::recv(src.as_raw_fd(), &mut buf, flags) {
+        Ok(n) => n,
+        Err(nix::errno::Errno::EAGAIN) => return Ok(0),
+        Err(e) => return Err(e.into()),
+    };
+    let mut left = &buf[..n];
+    while !left.is_empty() {
+        dst.writable().await?;
+        match dst.try_write(left) {
+            Ok(m) => left = &left[m..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n as u64)
+}
+
+/// Urgent data arrives in line: relayed as ordinary bytes, in order (a tunnel cannot
+/// keep its urgency), instead of being held out of the stream.
+fn urgent_in_line(s: &TcpStream) {
+    let _ = nix::sys::socket::setsockopt(s, nix::sys::socket::sockopt::OobInline, &true);
+}
+
 /// Relay both ways until both directions reached end-of-file (or one failed).
 /// `Err` before any byte moved when the pipes cannot be made (descriptor limits):
 /// the caller then copies through user space instead.
 pub async fn relay(a: &TcpStream, b: &TcpStream, pipes: (Pipe, Pipe)) -> io::Result<(u64, u64)> {
     let (ab, ba) = pipes;
+    urgent_in_line(a);
+    urgent_in_line(b);
     tokio::try_join!(one_way(a, b, &ab), one_way(b, a, &ba))
 }
 

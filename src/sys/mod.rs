@@ -6,6 +6,7 @@ pub mod channel;
 pub mod meta;
 pub mod notify;
 pub mod raw;
+pub mod route;
 pub mod serve;
 pub mod stage;
 pub mod stdio;
