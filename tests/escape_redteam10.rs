@@ -1,0 +1,124 @@
+//! Red team, round 10: the tree kill without a pid namespace and the stdio
+//! relay. Each test is an attack by the run (or by what the run can make
+//! happen) on a bound capsule promises: the wall-clock limit ends the run and
+//! capsule returns 124 within it, plus the grace and the sweep's bound.
+
+mod common;
+
+use common::*;
+use std::time::{Duration, Instant};
+
+/// Pids of every process whose command line contains `tok`.
+fn with_token(tok: &str) -> Vec<i32> {
+    let mut out = vec![];
+    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        if let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() {
+            if pid_alive(pid, Some(tok)) {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+/// Kills every process carrying the token when dropped (rounds: a process
+/// that forks and exits moves on to a new pid).
+struct KillToken(String);
+
+impl Drop for KillToken {
+    fn drop(&mut self) {
+        for _ in 0..100 {
+            let left = with_token(&self.0);
+            if left.is_empty() {
+                return;
+            }
+            for p in left {
+                // SAFETY: kill(2) on a process of this test's run (its token).
+                unsafe {
+                    libc::kill(p, libc::SIGKILL);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Many fork-and-exit chains at once, each generation living a fork's time,
+/// for at most 40 s (argv[1] carries the test's token, so every generation
+/// can be found and killed by the test).
+const CHAINS_C: &str = r#"
+#include <signal.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    (void)argc; (void)argv;
+    time_t end = time(NULL) + 40;
+    signal(SIGTERM, SIG_IGN);
+    for (int i = 1; i < 128; i++) if (fork() == 0) break;
+    while (time(NULL) < end) {
+        pid_t p = fork();
+        if (p > 0) _exit(0);
+        if (p < 0) usleep(1000);
+    }
+    return 0;
+}
+"#;
+
+/// Without a pid namespace the walk of the run's tree listed each process's
+/// children from /proc/PID/task/*/children and, when that failed for one
+/// process (it had exited meanwhile, as every generation of a fork-and-exit
+/// chain does), scanned all of /proc for its children instead: a scan of the
+/// whole host per vanished process, on the event loop's thread. A run of 128
+/// such chains kept the SIGTERM walk at the timeout going for as long as the
+/// chains ran (here 40 s): no grace, no SIGKILL, no 124 at the wall-clock
+/// limit. capsule must return within timeout + grace + the sweep's 5 s bound
+/// (and say in `left_behind` what it could not end).
+#[test]
+fn without_namespaces_fork_chains_cannot_hold_the_timeout() {
+    let mut sb = Sandbox::new();
+    sb.set_env("CAPSULE_NO_NAMESPACES", "1");
+    let Some(chains) = sb.compile_c("bin", "chains", CHAINS_C) else {
+        return;
+    };
+    let tok = token("chains");
+    let _kill = KillToken(tok.clone());
+    let start = Instant::now();
+    let run = sb.run(&[
+        "exec",
+        "--json",
+        "--allow-exec",
+        &sb.p("bin"),
+        "--timeout",
+        "2",
+        "--",
+        "/bin/sh",
+        "-c",
+        "\"$1\" \"$2\"; sleep 60",
+        "sh",
+        &chains.to_string_lossy(),
+        &tok,
+    ]);
+    let took = start.elapsed();
+    run.assert_code(124);
+    assert!(
+        took < Duration::from_secs(12),
+        "ESCAPE: a 2 s run of fork-and-exit chains held capsule for {took:?} \
+         (timeout 2 s + grace + sweep bound 5 s): {}",
+        run.ctx()
+    );
+    // And never a result that says the tree is gone while it is not.
+    std::thread::sleep(Duration::from_millis(200));
+    let alive = with_token(&tok);
+    let j = run.json();
+    let named = j["left_behind"].as_array().is_some_and(|l| {
+        l.iter()
+            .any(|x| x.as_str().is_some_and(|s| s.starts_with("process ")))
+    });
+    assert!(
+        alive.is_empty() || named,
+        "ESCAPE: {} chain processes still run and the result does not say so: {}",
+        alive.len(),
+        run.ctx()
+    );
+}
