@@ -122,3 +122,80 @@ fn without_namespaces_fork_chains_cannot_hold_the_timeout() {
         run.ctx()
     );
 }
+
+/// The run fills capsule's stderr, a pipe whose reader is still there but
+/// does not read (a harness that reads stdout to its end first, `2>&1 |` a
+/// stalled consumer). capsule's own last line ("capsule: killed: timeout
+/// ...") was written with a blocking wait for room, so capsule, its run long
+/// dead and its audit record written, stayed blocked past every bound, for as
+/// long as the reader did not read: its 124 never came. capsule's own
+/// messages must fail soft on a pipe that stays full too.
+fn a_stalled_stderr_reader_cannot_hold_capsule(no_namespaces: bool) {
+    use std::os::fd::AsRawFd;
+    use std::process::Stdio;
+    let mut sb = Sandbox::new();
+    if no_namespaces {
+        sb.set_env("CAPSULE_NO_NAMESPACES", "1");
+    }
+    // A pipe the test holds the read end of and never reads.
+    let (rd, wr) = nix::unistd::pipe().expect("pipe");
+    let mut child = sb
+        .std_command([
+            "exec",
+            "--no-audit",
+            "--timeout",
+            "2",
+            "--",
+            "/bin/sh",
+            "-c",
+            "yes 'the run fills stderr' >&2",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(std::os::fd::OwnedFd::from(wr)))
+        .spawn()
+        .expect("spawn capsule");
+    let _guard = KillOnDrop {
+        pid: child.id() as i32,
+        token: None,
+    };
+    let start = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break Some(st);
+        }
+        if start.elapsed() > Duration::from_secs(20) {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let _ = rd.as_raw_fd();
+    assert!(
+        status.is_some(),
+        "HANG: capsule (timeout 2 s) had not returned after {:?}: its stderr's reader \
+         does not read, and capsule's own message waits for room for ever",
+        start.elapsed()
+    );
+    assert_eq!(
+        status.unwrap().code(),
+        Some(124),
+        "took {:?}",
+        start.elapsed()
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(12),
+        "capsule returned after {:?}",
+        start.elapsed()
+    );
+    drop(rd);
+}
+
+#[test]
+fn a_stalled_stderr_reader_cannot_hold_capsule_past_its_timeout() {
+    a_stalled_stderr_reader_cannot_hold_capsule(no_namespaces_env());
+}
+
+#[test]
+fn without_namespaces_a_stalled_stderr_reader_cannot_hold_capsule_past_its_timeout() {
+    a_stalled_stderr_reader_cannot_hold_capsule(true);
+}
