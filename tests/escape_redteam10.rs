@@ -133,6 +133,12 @@ fn without_namespaces_fork_chains_cannot_hold_the_timeout() {
 fn a_stalled_stderr_reader_cannot_hold_capsule(no_namespaces: bool) {
     use std::os::fd::AsRawFd;
     use std::process::Stdio;
+    if via_serve() {
+        // The shim replays a serve step's stderr after the run: a stalled
+        // reader holds the shim, never capsule's own descriptors.
+        eprintln!("CAPSULE-SKIP capsule's own stderr; serve steps write into the server's pipes");
+        return;
+    }
     let mut sb = Sandbox::new();
     if no_namespaces {
         sb.set_env("CAPSULE_NO_NAMESPACES", "1");
