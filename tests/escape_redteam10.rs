@@ -158,7 +158,7 @@ fn a_stalled_stderr_reader_cannot_hold_capsule(no_namespaces: bool) {
         ])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::from(std::os::fd::OwnedFd::from(wr)))
+        .stderr(Stdio::from(wr))
         .spawn()
         .expect("spawn capsule");
     let _guard = KillOnDrop {
