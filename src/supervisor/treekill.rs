@@ -35,10 +35,18 @@ pub const SWEEP_BOUND: Duration = Duration::from_secs(5);
 const LISTED: usize = 16;
 
 /// Pids whose parent is `parent`: from /proc/PID/task/*/children when the
-/// kernel has it (cheap), else by scanning /proc/*/stat.
+/// kernel has those files (cheap), else by scanning /proc/*/stat.
+///
+/// Which of the two is decided once, for the kernel, never per process: a
+/// process of the run that has exited (every generation of a fork-and-exit
+/// chain does so within a fork's time) has no task files to read, and has no
+/// children either. Falling back to a scan of all of /proc for each such
+/// process made the walk cost a scan of the whole host per vanished process,
+/// on the event loop's thread: a run of fork-and-exit chains held the walk,
+/// and with it the grace, the SIGKILL and the 124, for as long as it liked.
 pub fn children_of(parent: libc::pid_t) -> Vec<libc::pid_t> {
-    if let Some(kids) = children_from_task_files(parent) {
-        return kids;
+    if children_files() {
+        return children_from_task_files(parent);
     }
     let mut out = Vec::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -257,17 +265,31 @@ pub fn own_children_except(keep: &[libc::pid_t]) -> Vec<libc::pid_t> {
         .collect()
 }
 
-fn children_from_task_files(parent: libc::pid_t) -> Option<Vec<libc::pid_t>> {
+/// Whether this kernel has /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN),
+/// asked once, of capsule's own main thread.
+fn children_files() -> bool {
+    static HAVE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAVE.get_or_init(|| {
+        let me = nix::unistd::getpid().as_raw();
+        std::path::Path::new(&format!("/proc/{me}/task/{me}/children")).exists()
+    })
+}
+
+/// The children listed in `parent`'s task files; none for a process (or a
+/// thread) that is gone meanwhile: it has no children any more.
+fn children_from_task_files(parent: libc::pid_t) -> Vec<libc::pid_t> {
     let mut out = Vec::new();
-    for task in std::fs::read_dir(format!("/proc/{parent}/task"))
-        .ok()?
-        .flatten()
-    {
-        let text = std::fs::read_to_string(task.path().join("children")).ok()?;
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{parent}/task")) else {
+        return out;
+    };
+    for task in tasks.flatten() {
+        let Ok(text) = std::fs::read_to_string(task.path().join("children")) else {
+            continue;
+        };
         out.extend(
             text.split_whitespace()
                 .filter_map(|p| p.parse::<libc::pid_t>().ok()),
         );
     }
-    Some(out)
+    out
 }

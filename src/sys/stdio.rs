@@ -3,11 +3,16 @@
 //! fails (a reader that went away, a full non-blocking pipe), and a panic
 //! after the run starts would skip the reaping, the result and the audit
 //! record. Every message capsule prints once a run is under way goes
-//! through [`err_line`] (the `say!` macro) or [`err_text`]; the run's own
-//! output goes through [`write_all`], whose error the caller acts on.
+//! through [`err_line`] (the `say!` macro) or [`err_text`], which also give
+//! up on a stderr that has no room for a while (a reader that stays but does
+//! not read); the run's own output goes through [`write_all`], whose error
+//! the caller acts on (from tokio's blocking pool, which capsule does not
+//! wait for at its end).
 
 use std::io::{self, Write};
 use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -56,16 +61,60 @@ pub fn write_all(to: Own, mut data: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// One line on capsule's stderr; a failure is dropped.
+/// How long one of capsule's own messages may wait for room on its stream.
+const OWN_WAIT: Duration = Duration::from_secs(2);
+
+/// Set once a message of capsule's own found no room on stderr within
+/// [`OWN_WAIT`]: the later ones are dropped at once.
+static STDERR_STALLED: AtomicBool = AtomicBool::new(false);
+
+/// Write `data`, one of capsule's own messages, to capsule's stderr, waiting
+/// at most [`OWN_WAIT`] for room, then dropping the rest (and every later
+/// message). A reader that stays but never reads (`2>&1 |` a stalled
+/// consumer, a harness that reads stdout to its end first) filled by the run
+/// otherwise held capsule, its run over and its audit record written, in a
+/// blocking write for as long as that reader lived: past every bound. Each
+/// write is at most PIPE_BUF bytes, after poll said there is room: a pipe
+/// with room for one page takes that much without blocking.
+fn write_soft(mut data: &[u8]) {
+    if STDERR_STALLED.load(Ordering::Relaxed) {
+        return;
+    }
+    let fd = Own::Stderr.fd();
+    let deadline = Instant::now() + OWN_WAIT;
+    while !data.is_empty() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let wait = PollTimeout::try_from(left).unwrap_or(PollTimeout::ZERO);
+        let mut p = [PollFd::new(fd, PollFlags::POLLOUT)];
+        match poll(&mut p, wait) {
+            Ok(0) => {
+                STDERR_STALLED.store(true, Ordering::Relaxed);
+                return;
+            }
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(_) => return,
+        }
+        let chunk = &data[..data.len().min(libc::PIPE_BUF)];
+        match nix::unistd::write(fd, chunk) {
+            Ok(0) => return,
+            Ok(n) => data = &data[n..],
+            Err(Errno::EINTR | Errno::EAGAIN) => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// One line on capsule's stderr; a failure, or no room within a bound, drops it.
 pub fn err_line(args: std::fmt::Arguments<'_>) {
     let mut s = args.to_string();
     s.push('\n');
-    let _ = write_all(Own::Stderr, s.as_bytes());
+    write_soft(s.as_bytes());
 }
 
-/// Text on capsule's stderr as it is (no newline added); a failure is dropped.
+/// Text on capsule's stderr as it is (no newline added); a failure, or no
+/// room within a bound, drops it.
 pub fn err_text(s: &str) {
-    let _ = write_all(Own::Stderr, s.as_bytes());
+    write_soft(s.as_bytes());
 }
 
 /// `eprintln!` that never panics: for every message of capsule's own.
@@ -83,7 +132,7 @@ pub struct SoftStderr;
 
 impl Write for SoftStderr {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let _ = write_all(Own::Stderr, buf);
+        write_soft(buf);
         Ok(buf.len())
     }
 
