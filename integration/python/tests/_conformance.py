@@ -36,6 +36,21 @@ AGT_REQUIREMENTS = [
     f"agent-governance-toolkit-core=={AGT_PINNED}",
     f"agent-governance-toolkit-cli=={AGT_PINNED}",
 ]
+# AutoGen (issue 48): capsule's CodeExecutor against the pinned AutoGen, and
+# autogen-ext's own Docker executor tests (its sdist) pointed at it; those
+# tests use pytest-asyncio and aiofiles (pinned too).
+AUTOGEN_PINNED = "0.7.5"
+AUTOGEN_REQUIREMENTS = [
+    f"autogen-agentchat=={AUTOGEN_PINNED}",
+    f"autogen-core=={AUTOGEN_PINNED}",
+    f"autogen-ext=={AUTOGEN_PINNED}",
+    "pytest-asyncio==1.5.0",
+    "aiofiles==25.1.0",
+]
+# smolagents (issue 48): capsule's remote Python executor against the pinned release.
+SMOLAGENTS_PINNED = "1.26.0"
+SMOLAGENTS_REQUIREMENTS = [f"smolagents=={SMOLAGENTS_PINNED}"]
+
 # agentnode's host LLM broker calls the provider through the ``openai``
 # client (not an agentnode dependency); the e2e test points it at a fake
 # provider on loopback.
