@@ -47,9 +47,11 @@ AUTOGEN_REQUIREMENTS = [
     "pytest-asyncio==1.5.0",
     "aiofiles==25.1.0",
 ]
-# smolagents (issue 48): capsule's remote Python executor against the pinned release.
+# smolagents (issue 48): capsule's remote Python executor against the pinned
+# release, and smolagents' own remote-executor checks from its sdist: that test
+# file imports docker (its Docker executor's client) and runs numpy code.
 SMOLAGENTS_PINNED = "1.26.0"
-SMOLAGENTS_REQUIREMENTS = [f"smolagents=={SMOLAGENTS_PINNED}"]
+SMOLAGENTS_REQUIREMENTS = [f"smolagents=={SMOLAGENTS_PINNED}", "docker==7.2.0", "numpy==2.4.6"]
 
 # agentnode's host LLM broker calls the provider through the ``openai``
 # client (not an agentnode dependency); the e2e test points it at a fake

@@ -59,8 +59,9 @@ class CapsuleDocker(CapsuleCommandLineCodeExecutor):
     component_provider_override = "autogen_docker_plugin.CapsuleDocker"
 
     def __init__(self, *args, **kwargs):
-        for name in _CONTAINER_ONLY[: len(args)]:
-            pass
+        # Docker's positional arguments are image and container_name: dropped.
+        if len(args) > 2:
+            raise TypeError("DockerCommandLineCodeExecutor takes at most 2 positional arguments")
         for name in _CONTAINER_ONLY:
             kwargs.pop(name, None)
         kwargs.setdefault("audit_log", False)
