@@ -31,11 +31,10 @@ import shlex
 import shutil
 import sys
 import tempfile
-import uuid
 import warnings
 from hashlib import sha256
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, ClassVar, Dict, List, Mapping, Optional, Sequence, Union
 
 from autogen_core import CancellationToken, Component
 from autogen_core.code_executor import CodeBlock, CodeExecutor, FunctionWithRequirements

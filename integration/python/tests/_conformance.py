@@ -53,6 +53,13 @@ AUTOGEN_REQUIREMENTS = [
 SMOLAGENTS_PINNED = "1.26.0"
 SMOLAGENTS_REQUIREMENTS = [f"smolagents=={SMOLAGENTS_PINNED}", "docker==7.2.0", "numpy==2.4.6"]
 
+# CrewAI (issue 48): crewai 1.x dropped crewai-tools' CodeInterpreterTool;
+# capsule's tool is a crewai BaseTool, tested against the pinned crewai. Its
+# install is ~1 GB and ~4 minutes per user (lancedb, pyarrow, onnxruntime,
+# chromadb...), so it runs only with CAPSULE_CONFORMANCE_CREWAI=1.
+CREWAI_PINNED = "1.15.30"
+CREWAI_REQUIREMENTS = [f"crewai=={CREWAI_PINNED}"]
+
 # agentnode's host LLM broker calls the provider through the ``openai``
 # client (not an agentnode dependency); the e2e test points it at a fake
 # provider on loopback.
