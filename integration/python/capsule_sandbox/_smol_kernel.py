@@ -20,7 +20,10 @@ import os
 import sys
 import traceback
 
-MAX_LOG_CHARS = int(os.environ.get("CAPSULE_KERNEL_MAX_LOG_CHARS") or 1_000_000)
+# The host reads at most 4 MiB a line: a step's logs and result are cut
+# well below that (JSON escapes a character in at most 6 bytes... or 12).
+MAX_LOG_CHARS = 200_000
+MAX_RESULT_CHARS = 100_000
 
 
 def main():
@@ -49,7 +52,10 @@ def main():
                 last = ast.Expression(tree.body.pop().value)
             exec(compile(tree, name, "exec"), namespace)
             value = eval(compile(last, name, "eval"), namespace) if last is not None else None
-            reply["result"] = None if value is None else repr(value)
+            text = None if value is None else repr(value)
+            if text is not None and len(text) > MAX_RESULT_CHARS:
+                text = text[:MAX_RESULT_CHARS] + "...[truncated]"
+            reply["result"] = text
         except BaseException as exc:  # noqa: B036 - the agent's code may raise anything, even SystemExit
             tb = exc.__traceback__
             while tb is not None and tb.tb_frame.f_code.co_filename == __file__:

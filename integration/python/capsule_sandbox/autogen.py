@@ -31,6 +31,7 @@ import shlex
 import shutil
 import sys
 import tempfile
+import threading
 import warnings
 from hashlib import sha256
 from pathlib import Path
@@ -168,6 +169,7 @@ class CapsuleCommandLineCodeExecutor(CodeExecutor, Component[CapsuleCommandLineC
         self._explain = bool(explain)
         self._temp_dir: Optional[tempfile.TemporaryDirectory[str]] = None
         self._serve: Optional[ServeClient] = None
+        self._serve_lock = threading.Lock()
         self._running = False
         self._warm = os.environ.get("CAPSULE_SANDBOX_WARM", "1") != "0"
 
@@ -310,6 +312,18 @@ class CapsuleCommandLineCodeExecutor(CodeExecutor, Component[CapsuleCommandLineC
         code_file = str(files[0]) if files else None
         return CommandLineCodeResult(exit_code=last_exit_code, output="".join(outputs), code_file=code_file)
 
+    def _live_serve(self) -> ServeClient:
+        """The executor's ``capsule serve``; a new one when it died (the blocks
+        it was running failed with it)."""
+        with self._serve_lock:
+            serve = self._serve
+            if serve is None:
+                raise OSError("the executor was stopped")
+            if not serve.alive:
+                serve.close()
+                serve = self._serve = ServeClient(self._binary())
+            return serve
+
     def _binary(self) -> str:
         avail = self._availability.get()
         if not avail.available or avail.binary is None:
@@ -349,14 +363,7 @@ class CapsuleCommandLineCodeExecutor(CodeExecutor, Component[CapsuleCommandLineC
         policy_path: Optional[str] = None
         run: Union[CapsuleRun, ServeRun]
         if self._serve is not None:
-            serve = self._serve
-
-            def client() -> ServeClient:
-                if not serve.alive:
-                    raise OSError("capsule serve is not running (restart() starts a new one)")
-                return serve
-
-            run = ServeRun(client, self._flags(), command, policy_text=_policy.dumps(policy),
+            run = ServeRun(self._live_serve, self._flags(), command, policy_text=_policy.dumps(policy),
                            cwd=str(self.work_dir.resolve()), timeout_seconds=float(self._timeout))
         else:
             fd, policy_path = tempfile.mkstemp(prefix="capsule-autogen-", suffix=".json")

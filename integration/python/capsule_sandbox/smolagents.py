@@ -26,12 +26,15 @@ are lost; the next step starts a fresh one, and says so).
 
 from __future__ import annotations
 
+import io
 import os
+import queue
 import re
 import shutil
 import sys
 import tempfile
 import uuid
+import weakref
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
 
@@ -43,11 +46,45 @@ from smolagents.utils import AgentError
 
 from capsule_sandbox import _policy, _validate
 from capsule_sandbox._binary import AvailabilityCache
+from capsule_sandbox._cleanup import remove_tree
 from capsule_sandbox.backend import CapsuleAgentSession
 from capsule_sandbox.types import SandboxConfig
 
 _KERNEL = Path(__file__).with_name("_smol_kernel.py")
 _START_SECONDS = 30.0
+# What the host holds of the interpreter's answers: a line over _MAX_LINE
+# bytes is dropped (the step fails, saying so), and at most _MAX_QUEUED lines
+# wait to be read (then the interpreter blocks on its pipe): the confined
+# code can write anything on that pipe, the host's memory stays bounded.
+_MAX_LINE = 4 << 20
+_MAX_QUEUED = 8
+_OVERSIZE = b'{"capsule_oversize": true}\n'
+
+
+class _BoundedSession(CapsuleAgentSession):
+    """``CapsuleAgentSession`` with bounded lines and a bounded queue."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "_lines":  # the base class makes an unbounded one before its reader starts
+            value = queue.Queue(_MAX_QUEUED)
+        super().__setattr__(name, value)
+
+    def _pump_out(self) -> None:
+        assert self._proc.stdout is not None
+        # The pipe is unbuffered (bufsize=0): readline on it reads a byte per
+        # system call. Buffered, a 4 MiB line takes ms, not ~10 s.
+        stream = io.BufferedReader(self._proc.stdout, 1 << 16)  # type: ignore[arg-type]
+        while True:
+            line = stream.readline(_MAX_LINE + 1)
+            if not line:
+                break
+            if len(line) > _MAX_LINE or not line.endswith(b"\n"):
+                if len(line) > _MAX_LINE:
+                    while line and not line.endswith(b"\n"):  # skip the rest of it
+                        line = stream.readline(1 << 16)
+                    line = _OVERSIZE
+            self._lines.put(line)
+        self._lines.put(None)
 
 
 class CapsuleExecutor(RemotePythonExecutor):
@@ -109,6 +146,11 @@ class CapsuleExecutor(RemotePythonExecutor):
             else Path(work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self._session: Optional[CapsuleAgentSession] = None
+        # An executor dropped without cleanup(): its interpreter and private
+        # directories go when it is collected, or at exit.
+        self._live: list = [None]
+        self._finalizer = weakref.finalize(self, _finish, self._live, self._private,
+                                           self.work_dir if self._owns_work_dir else None)
         self._lost_state = False
         self._missing: set[str] = set()
         self._soften = False
@@ -147,7 +189,7 @@ class CapsuleExecutor(RemotePythonExecutor):
         return argv + ["--", self._python, "-u", str(self._private / "kernel.py")]
 
     def _start(self) -> None:
-        session = CapsuleAgentSession(self._argv())
+        session = _BoundedSession(self._argv())
         try:
             hello = session.recv(_START_SECONDS)
         except TimeoutError:
@@ -158,9 +200,11 @@ class CapsuleExecutor(RemotePythonExecutor):
                 f"the capsule interpreter did not start (exit {session.returncode}): {session.stderr.strip()[-1500:]}"
             )
         self._session = session
+        self._live[0] = session
 
     def _stop(self) -> None:
         session, self._session = self._session, None
+        self._live[0] = None
         if session is not None:
             session.close(2.0)
 
@@ -212,6 +256,8 @@ class CapsuleExecutor(RemotePythonExecutor):
                 raise AgentError(
                     f"the confined interpreter ended during the step (exit {status}; killed by a limit, or the "
                     f"code exited): {tail}", self.logger)
+            if reply.get("capsule_oversize"):
+                raise AgentError(f"the step's answer was longer than {_MAX_LINE} bytes: dropped", self.logger)
             if reply.get("id") == rid:
                 break
         logs = str(reply.get("logs") or "")
@@ -272,9 +318,7 @@ class CapsuleExecutor(RemotePythonExecutor):
         """Stop the interpreter; remove the private directory, and the work dir
         when the executor made it."""
         self._stop()
-        shutil.rmtree(self._private, ignore_errors=True)
-        if self._owns_work_dir:
-            shutil.rmtree(self.work_dir, ignore_errors=True)
+        self._finalizer()
 
     def delete(self) -> None:
         self.cleanup()
@@ -284,6 +328,15 @@ class CapsuleExecutor(RemotePythonExecutor):
 
     def __exit__(self, *exc: Any) -> None:
         self.cleanup()
+
+
+def _finish(live: list, private: Path, work_dir: Optional[Path]) -> None:
+    session, live[0] = live[0], None
+    if session is not None:
+        session.close(2.0)
+    remove_tree(str(private))
+    if work_dir is not None:
+        remove_tree(str(work_dir))
 
 
 _IMPORT_NAMES = {"pillow": "PIL", "Pillow": "PIL", "beautifulsoup4": "bs4", "scikit-learn": "sklearn"}

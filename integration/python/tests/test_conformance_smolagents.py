@@ -48,5 +48,5 @@ def test_smolagents_executor_conformance(smolagents_python, capsule_bin, tmp_pat
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-6000:]
     summary = done.stdout.strip().splitlines()[-1]
-    # 9 of smolagents' own (CommonDockerExecutorIntegration), 10 of capsule's.
-    assert "19 passed" in summary and "skipped" not in summary and "failed" not in summary, out[-6000:]
+    # 9 of smolagents' own (CommonDockerExecutorIntegration), 12 of capsule's.
+    assert "21 passed" in summary and "skipped" not in summary and "failed" not in summary, out[-6000:]

@@ -303,3 +303,21 @@ def test_code_executor_agent_with_a_scripted_model_end_to_end(tmp_path):
             done = await terminal.run(task=TextMessage(content="```python\nprint(6 * 7)\n```", source="user"))
             assert done.messages[-1].content.strip() == "42"
     run(go())
+
+
+def test_a_dead_capsule_serve_is_replaced(tmp_path):
+    async def go():
+        async with make(tmp_path) as ex:
+            first = await ex.execute_code_blocks([CodeBlock(code="print('one')", language="python")],
+                                                 CancellationToken())
+            assert first.exit_code == 0
+            serve = ex._serve
+            if serve is None:  # CAPSULE_SANDBOX_WARM=0: a fresh capsule exec per block, nothing to replace
+                return
+            os.kill(serve.pid, 9)
+            serve._proc.wait()
+            second = await ex.execute_code_blocks([CodeBlock(code="print('two')", language="python")],
+                                                  CancellationToken())
+            assert second.exit_code == 0 and "two" in second.output, second
+            assert ex._serve is not serve and ex._serve.alive
+    run(go())

@@ -219,3 +219,44 @@ def test_code_agent_with_a_scripted_model_end_to_end(tmp_path):
         assert sorted(os.listdir(home)) == before
     finally:
         agent.cleanup()
+
+
+def test_the_confined_code_cannot_flood_the_hosts_memory(tmp_path):
+    # The code may write anything on the kernel's answer pipe: a line over the
+    # host's bound fails the step (the interpreter goes on), and a flood of
+    # lines waits in the pipe, not in the host's memory.
+    import resource
+
+    find = ("import os, stat\n"
+            "def fifo(fd):\n"
+            "    try:\n"
+            "        return stat.S_ISFIFO(os.fstat(fd).st_mode)\n"
+            "    except OSError:\n"
+            "        return False\n"
+            "channel = next(fd for fd in range(3, 256) if fifo(fd))\n")
+    executor = make(work_dir=tmp_path / "work", timeout=30)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(AgentError, match="longer than"):
+        executor(find + "os.write(channel, b'{' + b'a' * (6 << 20) + b'}\\n')")
+    assert executor("'still here'").output == "'still here'"
+    out = executor(find + "for _ in range(20000): os.write(channel, b'{}\\n')\n'flooded'")
+    assert out.output == "'flooded'"
+    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    executor.cleanup()
+    assert grown_mib < 64, grown_mib
+
+
+def test_an_executor_dropped_without_cleanup_leaves_nothing(tmp_path):
+    import gc
+    import time
+
+    ex = make()  # its own temporary work dir
+    ex("import os\nos.makedirs('d/e')\nopen('d/e/f', 'w').write('x')\nos.chmod('d', 0)")  # not removable as is
+    proc, private, work = ex._session._proc, ex._private, ex.work_dir
+    del ex
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert proc.poll() is not None, "the interpreter's capsule is still running"
+    assert not private.exists() and not work.exists()
