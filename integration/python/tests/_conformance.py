@@ -199,3 +199,33 @@ def run_pytest(python: Path, args: list[str], *, capsule_bin: str, env: dict | N
         cwd=str(cwd or tempfile.gettempdir()),
         timeout=timeout,
     )
+
+
+def example(name: str) -> Path:
+    """``examples/code-executors/NAME`` of the checkout (or of
+    ``$CAPSULE_TEST_ROOT``); skips when this copy of the tests has none."""
+    roots = [HERE.parents[2]]
+    if os.environ.get("CAPSULE_TEST_ROOT"):
+        roots.insert(0, Path(os.environ["CAPSULE_TEST_ROOT"]))
+    for root in roots:
+        candidate = root / "examples" / "code-executors" / name
+        if candidate.is_file():
+            return candidate
+    msg = f"examples/code-executors/{name} is not in this copy of the tests"
+    print(f"SKIP: {msg}")
+    pytest.skip(msg)
+
+
+def run_example(python: Path, path: Path, *, capsule_bin: str, cwd: Path) -> subprocess.CompletedProcess:
+    """An example as a user runs it: the venv's python, capsule_sandbox importable."""
+    env = dict(os.environ, CAPSULE_BIN=capsule_bin, PYTHONPATH=str(PACKAGE_ROOT), PYTHONDONTWRITEBYTECODE="1")
+    return subprocess.run([str(python), str(path)], capture_output=True, text=True, env=env, cwd=str(cwd),
+                          timeout=600)
+
+
+def check_example(done: subprocess.CompletedProcess) -> None:
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-6000:]
+    for row in ("task ", "read home ", "write outside ", "network "):
+        assert any(line.startswith(row) for line in done.stdout.splitlines()), done.stdout
+    assert done.stdout.rstrip().endswith("all escapes failed, the task ran"), done.stdout

@@ -22,7 +22,17 @@ import subprocess
 
 import pytest
 
-from _conformance import AUTOGEN_PINNED, AUTOGEN_REQUIREMENTS, CONFORMANCE, run_pytest, sdist, venv
+from _conformance import (
+    AUTOGEN_PINNED,
+    AUTOGEN_REQUIREMENTS,
+    CONFORMANCE,
+    check_example,
+    example,
+    run_example,
+    run_pytest,
+    sdist,
+    venv,
+)
 
 
 @pytest.fixture(scope="module")
@@ -66,3 +76,8 @@ def test_autogen_shipped_docker_executor_tests_with_capsule(autogen_python, caps
 def test_autogen_executor_conformance(autogen_python, capsule_bin, tmp_path):
     done = run_pytest(autogen_python, [str(CONFORMANCE / "autogen_check.py")], capsule_bin=capsule_bin, cwd=tmp_path)
     _check(done, 12)
+
+
+def test_the_example_runs(capsule_bin, autogen_python, tmp_path):
+    """examples/code-executors/autogen_agent.py: the task runs, every escape fails."""
+    check_example(run_example(autogen_python, example("autogen_agent.py"), capsule_bin=capsule_bin, cwd=tmp_path))

@@ -21,7 +21,16 @@ import subprocess
 
 import pytest
 
-from _conformance import CONFORMANCE, CREWAI_PINNED, CREWAI_REQUIREMENTS, run_pytest, venv
+from _conformance import (
+    CONFORMANCE,
+    CREWAI_PINNED,
+    CREWAI_REQUIREMENTS,
+    check_example,
+    example,
+    run_example,
+    run_pytest,
+    venv,
+)
 
 
 @pytest.fixture(scope="module")
@@ -50,3 +59,8 @@ def test_crewai_code_interpreter_conformance(crewai_python, capsule_bin, tmp_pat
     assert done.returncode == 0, out[-6000:]
     summary = done.stdout.strip().splitlines()[-1]
     assert "5 passed" in summary and "skipped" not in summary and "failed" not in summary, out[-6000:]
+
+
+def test_the_example_runs(capsule_bin, crewai_python, tmp_path):
+    """examples/code-executors/crewai_agent.py: the task runs, every escape fails."""
+    check_example(run_example(crewai_python, example("crewai_agent.py"), capsule_bin=capsule_bin, cwd=tmp_path))

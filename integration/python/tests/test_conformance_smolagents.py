@@ -17,7 +17,17 @@ import subprocess
 
 import pytest
 
-from _conformance import CONFORMANCE, SMOLAGENTS_PINNED, SMOLAGENTS_REQUIREMENTS, run_pytest, sdist, venv
+from _conformance import (
+    CONFORMANCE,
+    SMOLAGENTS_PINNED,
+    SMOLAGENTS_REQUIREMENTS,
+    check_example,
+    example,
+    run_example,
+    run_pytest,
+    sdist,
+    venv,
+)
 
 
 @pytest.fixture(scope="module")
@@ -50,3 +60,8 @@ def test_smolagents_executor_conformance(smolagents_python, capsule_bin, tmp_pat
     summary = done.stdout.strip().splitlines()[-1]
     # 9 of smolagents' own (CommonDockerExecutorIntegration), 12 of capsule's.
     assert "21 passed" in summary and "skipped" not in summary and "failed" not in summary, out[-6000:]
+
+
+def test_the_example_runs(capsule_bin, smolagents_python, tmp_path):
+    """examples/code-executors/smolagents_agent.py: the task runs, every escape fails."""
+    check_example(run_example(smolagents_python, example("smolagents_agent.py"), capsule_bin=capsule_bin, cwd=tmp_path))
