@@ -36,6 +36,30 @@ AGT_REQUIREMENTS = [
     f"agent-governance-toolkit-core=={AGT_PINNED}",
     f"agent-governance-toolkit-cli=={AGT_PINNED}",
 ]
+# AutoGen (issue 48): capsule's CodeExecutor against the pinned AutoGen, and
+# autogen-ext's own Docker executor tests (its sdist) pointed at it; those
+# tests use pytest-asyncio and aiofiles (pinned too).
+AUTOGEN_PINNED = "0.7.5"
+AUTOGEN_REQUIREMENTS = [
+    f"autogen-agentchat=={AUTOGEN_PINNED}",
+    f"autogen-core=={AUTOGEN_PINNED}",
+    f"autogen-ext=={AUTOGEN_PINNED}",
+    "pytest-asyncio==1.5.0",
+    "aiofiles==25.1.0",
+]
+# smolagents (issue 48): capsule's remote Python executor against the pinned
+# release, and smolagents' own remote-executor checks from its sdist: that test
+# file imports docker (its Docker executor's client) and runs numpy code.
+SMOLAGENTS_PINNED = "1.26.0"
+SMOLAGENTS_REQUIREMENTS = [f"smolagents=={SMOLAGENTS_PINNED}", "docker==7.2.0", "numpy==2.4.6"]
+
+# CrewAI (issue 48): crewai 1.x dropped crewai-tools' CodeInterpreterTool;
+# capsule's tool is a crewai BaseTool, tested against the pinned crewai. Its
+# install is ~1 GB and ~4 minutes per user (lancedb, pyarrow, onnxruntime,
+# chromadb...), so it runs only with CAPSULE_CONFORMANCE_CREWAI=1.
+CREWAI_PINNED = "1.15.30"
+CREWAI_REQUIREMENTS = [f"crewai=={CREWAI_PINNED}"]
+
 # agentnode's host LLM broker calls the provider through the ``openai``
 # client (not an agentnode dependency); the e2e test points it at a fake
 # provider on loopback.
@@ -175,3 +199,33 @@ def run_pytest(python: Path, args: list[str], *, capsule_bin: str, env: dict | N
         cwd=str(cwd or tempfile.gettempdir()),
         timeout=timeout,
     )
+
+
+def example(name: str) -> Path:
+    """``examples/code-executors/NAME`` of the checkout (or of
+    ``$CAPSULE_TEST_ROOT``); skips when this copy of the tests has none."""
+    roots = [HERE.parents[2]]
+    if os.environ.get("CAPSULE_TEST_ROOT"):
+        roots.insert(0, Path(os.environ["CAPSULE_TEST_ROOT"]))
+    for root in roots:
+        candidate = root / "examples" / "code-executors" / name
+        if candidate.is_file():
+            return candidate
+    msg = f"examples/code-executors/{name} is not in this copy of the tests"
+    print(f"SKIP: {msg}")
+    pytest.skip(msg)
+
+
+def run_example(python: Path, path: Path, *, capsule_bin: str, cwd: Path) -> subprocess.CompletedProcess:
+    """An example as a user runs it: the venv's python, capsule_sandbox importable."""
+    env = dict(os.environ, CAPSULE_BIN=capsule_bin, PYTHONPATH=str(PACKAGE_ROOT), PYTHONDONTWRITEBYTECODE="1")
+    return subprocess.run([str(python), str(path)], capture_output=True, text=True, env=env, cwd=str(cwd),
+                          timeout=600)
+
+
+def check_example(done: subprocess.CompletedProcess) -> None:
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-6000:]
+    for row in ("task ", "read home ", "write outside ", "network "):
+        assert any(line.startswith(row) for line in done.stdout.splitlines()), done.stdout
+    assert done.stdout.rstrip().endswith("all escapes failed, the task ran"), done.stdout

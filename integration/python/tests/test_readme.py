@@ -183,15 +183,40 @@ def test_commands_run_elsewhere_are_still_in_a_readme(cmd):
 NEEDS_PACKAGE = {
     "agent_sandbox": "tests/test_conformance_agt.py (the real agt-sandbox from PyPI)",
     "agentnode_sdk": "tests/test_conformance_agentnode.py (the real agentnode-sdk from PyPI)",
+    "autogen_agentchat": "tests/test_conformance_autogen.py (the real AutoGen from PyPI)",
+    "smolagents": "tests/test_conformance_smolagents.py (the real smolagents from PyPI)",
+    "crewai": "tests/test_conformance_crewai.py (the real crewai from PyPI; with CAPSULE_CONFORMANCE_CREWAI=1)",
 }
 
 
 def _package_python(name: str) -> str:
     """The interpreter of the conformance venv that has ``name``."""
-    from _conformance import AGENTNODE_PINNED, AGT_PINNED, AGT_REQUIREMENTS, agentnode_requirements, venv
+    from _conformance import (
+        AGENTNODE_PINNED,
+        AGT_PINNED,
+        AGT_REQUIREMENTS,
+        AUTOGEN_PINNED,
+        AUTOGEN_REQUIREMENTS,
+        CREWAI_PINNED,
+        CREWAI_REQUIREMENTS,
+        SMOLAGENTS_PINNED,
+        SMOLAGENTS_REQUIREMENTS,
+        agentnode_requirements,
+        venv,
+    )
 
     if name == "agent_sandbox":
         return str(venv(f"agt-{AGT_PINNED}", AGT_REQUIREMENTS))
+    if name == "autogen_agentchat":
+        return str(venv(f"autogen-{AUTOGEN_PINNED}", AUTOGEN_REQUIREMENTS))
+    if name == "smolagents":
+        return str(venv(f"smolagents-{SMOLAGENTS_PINNED}", SMOLAGENTS_REQUIREMENTS))
+    if name == "crewai":
+        if os.environ.get("CAPSULE_CONFORMANCE_CREWAI", "") != "1":
+            reason = f"crewai=={CREWAI_PINNED} installs ~1 GB: set CAPSULE_CONFORMANCE_CREWAI=1 to run this example"
+            print(f"SKIP: {reason}")
+            pytest.skip(reason)
+        return str(venv(f"crewai-{CREWAI_PINNED}", CREWAI_REQUIREMENTS))
     return str(venv(f"agentnode-{AGENTNODE_PINNED}", agentnode_requirements(AGENTNODE_PINNED)))
 
 
