@@ -35,9 +35,19 @@ fn lookup_account_home() -> Option<PathBuf> {
     passwd_home(&passwd, uid.as_raw())
 }
 
+/// System directories some accounts name as their home (`bin`: `/bin`,
+/// `daemon`: `/usr/sbin`, `games`: `/usr/games`): they hold the system's
+/// programs, not an account's credential stores, and listing them for the
+/// credential patterns (`.*_history`, `.yarnrc*`) read all of `/usr/bin` on
+/// every run as root.
+const SYSTEM_HOMES: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+];
+
 /// The home of every account in the password database (`/etc/passwd`; a
 /// directory service's accounts are not listed there), absolute, not `/`,
-/// and existing as a directory.
+/// not beneath a system directory ([`SYSTEM_HOMES`]), and existing as a
+/// directory.
 pub fn all_account_homes() -> Vec<PathBuf> {
     let Ok(passwd) = std::fs::read_to_string("/etc/passwd") else {
         return Vec::new();
@@ -49,7 +59,8 @@ pub fn all_account_homes() -> Vec<PathBuf> {
             continue;
         }
         let p = PathBuf::from(f[5]);
-        if p.is_absolute() && p != Path::new("/") && p.is_dir() && !out.contains(&p) {
+        let system = SYSTEM_HOMES.iter().any(|d| p.starts_with(d));
+        if p.is_absolute() && p != Path::new("/") && !system && p.is_dir() && !out.contains(&p) {
             out.push(p);
         }
     }
