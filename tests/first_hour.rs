@@ -856,3 +856,50 @@ fn a_carve_out_beneath_tmp_that_changes_home_is_said() {
         run.ctx()
     );
 }
+
+/// The ci-build starter as its comment says to use it (`capsule policy init
+/// ci-build` at the checkout's root), with the system's pytest (issue 39):
+/// the read-only checkout gets no bytecode and pytest no cache warning.
+#[test]
+fn the_ci_build_starter_runs_pytest_without_warnings_or_bytecode() {
+    let py = "/usr/bin/python3";
+    let has_pytest = std::process::Command::new(py)
+        .args(["-c", "import pytest"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_pytest {
+        skip("the system Python has no pytest (apt-get install python3-pytest)");
+        return;
+    }
+    let sb = Sandbox::visible();
+    let proj = sb.mkdir("proj");
+    sb.write(
+        "proj/tests/test_a.py",
+        "import helper\n\ndef test_ok():\n    assert helper.TWO == 2\n",
+    );
+    sb.write("proj/helper.py", "TWO = 2\n");
+    let policy = repo_root().join("policy/ci-build.yaml");
+    std::fs::copy(&policy, proj.join("capsule-ci.yaml")).expect("copy the starter");
+    let run = sb.run_in(
+        &[
+            "exec",
+            "-p",
+            "capsule-ci.yaml",
+            "--",
+            py,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:randomly",
+            "tests",
+        ],
+        &proj,
+        b"",
+    );
+    run.assert_code(0);
+    assert!(run.stdout.contains("1 passed"), "{}", run.ctx());
+    assert!(!run.stdout.contains("warning"), "{}", run.ctx());
+    assert!(!proj.join("__pycache__").exists(), "{}", run.ctx());
+    assert!(!proj.join(".pytest_cache").exists(), "{}", run.ctx());
+}
