@@ -705,7 +705,8 @@ print("done")
 /// `learn --learn-hosts` never proposes an internal address (issue 37): the
 /// proxy reaches loopback, private, CGNAT and unique-local addresses only
 /// when a person names the literal, so learn lists them as refusals with
-/// the reason and proposes only the public name. Each target is asked of
+/// the reason and proposes only the public name, with the ports the run
+/// used (`host:port`, never every port). Each target is asked of
 /// the proxy by CONNECT and refused by the allowlist before any
 /// connection: nothing leaves this machine.
 #[test]
@@ -714,6 +715,7 @@ fn learn_hosts_never_proposes_an_internal_address() {
     let proj = sb.mkdir("proj");
     let targets = [
         "pkg.example:443",
+        "pkg.example:8443",
         "127.0.0.1:8080",
         "localhost:8080",
         "10.1.2.3:80",
@@ -756,10 +758,16 @@ for t in {targets:?}:
         .as_array()
         .map(|a| a.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
-    assert_eq!(hosts, vec!["pkg.example"], "{d:#}{}", r.ctx());
+    // The ports the run used, each as `host:port` (issue 37): not every port.
+    assert_eq!(
+        hosts,
+        vec!["pkg.example:443", "pkg.example:8443"],
+        "{d:#}{}",
+        r.ctx()
+    );
     let text = std::fs::read_to_string(&draft).unwrap();
     assert!(
-        text.contains("\"pkg.example\"  # reached by"),
+        text.contains("\"pkg.example:443\"  # reached by"),
         "no comment on the host: {text}"
     );
     for (host, why) in [

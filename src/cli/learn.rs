@@ -511,13 +511,37 @@ fn study_files(
     files
 }
 
-/// The hosts the proxy refused: learnt with `--learn-hosts`, else reported.
+/// The `host:port` pairs the proxy refused for `host` (`usage.proxy.
+/// denied_targets`): a draft allows the port the run used, not every port.
+/// None when the proxy kept no pair for it (past its bound).
+fn denied_ports(r: &RunResult, host: &str) -> Vec<u16> {
+    let targets = r
+        .usage
+        .as_ref()
+        .and_then(|u| u.pointer("/proxy/denied_targets"))
+        .and_then(serde_json::Value::as_array);
+    let mut ports: Vec<u16> = targets
+        .into_iter()
+        .flatten()
+        .filter_map(serde_json::Value::as_str)
+        .filter_map(|t| {
+            let (h, p) = t.rsplit_once(':')?;
+            (h == host).then(|| p.parse().ok()).flatten()
+        })
+        .collect();
+    ports.dedup();
+    ports
+}
+
+/// The hosts the proxy refused: learnt with `--learn-hosts` (as `host:port`
+/// for each port the run used), else reported.
 fn study_hosts(survey: &crate::why::Survey<'_>, r: &RunResult, learn_hosts: bool, st: &mut State) {
     for host in &r.denied_hosts {
         if host == learn::PLACEHOLDER_HOST {
             continue;
         }
-        let answer = survey.connect(host, 443);
+        let ports = denied_ports(r, host);
+        let answer = survey.connect(host, ports.first().copied().unwrap_or(443));
         let refuse = |reason: String| Refused {
             what: host.clone(),
             access: "connect".into(),
@@ -530,11 +554,21 @@ fn study_hosts(survey: &crate::why::Survey<'_>, r: &RunResult, learn_hosts: bool
             st.refused.push(refuse(why));
         } else if let Some(why) = answer.no_change.clone() {
             st.refused.push(refuse(why));
-        } else if !st.hosts.iter().any(|h| &h.host == host) {
-            st.hosts.push(HostGrant {
-                host: host.clone(),
-                why: "reached by: the command, through capsule's proxy while learning".into(),
-            });
+        } else {
+            let entries: Vec<String> = if ports.is_empty() {
+                vec![host.clone()]
+            } else {
+                ports.iter().map(|p| format!("{host}:{p}")).collect()
+            };
+            for entry in entries {
+                if !st.hosts.iter().any(|h| h.host == entry) {
+                    st.hosts.push(HostGrant {
+                        host: entry,
+                        why: "reached by: the command, through capsule's proxy while learning"
+                            .into(),
+                    });
+                }
+            }
         }
     }
 }

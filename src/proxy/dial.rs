@@ -56,7 +56,7 @@ pub fn authorize(
 }
 
 fn refused(stats: &ProxyStats, r: Refusal, port: u16) -> DialError {
-    stats.record_denied(r.host());
+    stats.record_denied(r.host(), port);
     tracing::info!(
         host = r.host(),
         port,

@@ -17,6 +17,7 @@ pub struct ProxyStats {
     allowed: AtomicU64,
     denied: AtomicU64,
     denied_hosts: Mutex<Vec<String>>,
+    denied_targets: Mutex<Vec<String>>,
     refused_at_capacity: AtomicU64,
     peak_connections: AtomicU64,
     head_timeouts: AtomicU64,
@@ -29,6 +30,10 @@ pub struct ProxyReport {
     pub allowed: u64,
     pub denied: u64,
     pub denied_hosts: Vec<String>,
+    /// The distinct denied `host:port` pairs (`[v6]:port` for an IPv6
+    /// literal), the first [`MAX_DENIED_HOSTS`]: what `learn --learn-hosts`
+    /// proposes, so that a draft allows the port the run used, not every port.
+    pub denied_targets: Vec<String>,
     /// Connections refused (503) because `network.max_connections` were open.
     pub refused_at_capacity: u64,
     /// The most client connections open at once.
@@ -45,13 +50,28 @@ impl ProxyStats {
         self.allowed.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// One connection was refused; `host` is remembered once.
-    pub fn record_denied(&self, host: &str) {
+    /// One connection to `host` on `port` was refused; the host, and the
+    /// pair, are remembered once each.
+    pub fn record_denied(&self, host: &str, port: u16) {
         self.denied.fetch_add(1, Ordering::Relaxed);
         // A poisoned lock only means another thread panicked mid-push; the Vec is intact.
         let mut hosts = self.denied_hosts.lock().unwrap_or_else(|p| p.into_inner());
         if hosts.len() < MAX_DENIED_HOSTS && !hosts.iter().any(|h| h == host) {
             hosts.push(host.to_string());
+        }
+        drop(hosts);
+        // An IPv6 literal is shown bracketed already (`TargetHost`'s Display).
+        let target = if host.contains(':') && !host.starts_with('[') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        };
+        let mut targets = self
+            .denied_targets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if targets.len() < MAX_DENIED_HOSTS && !targets.iter().any(|t| *t == target) {
+            targets.push(target);
         }
     }
 
@@ -78,10 +98,15 @@ impl ProxyStats {
 
     pub fn snapshot(&self) -> ProxyReport {
         let hosts = self.denied_hosts.lock().unwrap_or_else(|p| p.into_inner());
+        let targets = self
+            .denied_targets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         ProxyReport {
             allowed: self.allowed.load(Ordering::Relaxed),
             denied: self.denied.load(Ordering::Relaxed),
             denied_hosts: hosts.clone(),
+            denied_targets: targets.clone(),
             refused_at_capacity: self.refused_at_capacity.load(Ordering::Relaxed),
             peak_connections: self.peak_connections.load(Ordering::Relaxed),
             head_timeouts: self.head_timeouts.load(Ordering::Relaxed),
@@ -98,10 +123,10 @@ mod tests {
     fn counts_and_distinct_bounded_hosts() {
         let s = ProxyStats::default();
         s.record_allowed();
-        s.record_denied("a.com");
-        s.record_denied("a.com");
+        s.record_denied("a.com", 443);
+        s.record_denied("a.com", 443);
         for i in 0..200 {
-            s.record_denied(&format!("h{i}.com"));
+            s.record_denied(&format!("h{i}.com"), 443);
         }
         let r = s.snapshot();
         assert_eq!(r.allowed, 1);
@@ -109,6 +134,17 @@ mod tests {
         assert_eq!(r.denied_hosts.len(), MAX_DENIED_HOSTS);
         assert_eq!(r.denied_hosts[0], "a.com");
         assert_eq!(r.denied_hosts[1], "h0.com");
+        assert_eq!(r.denied_targets[0], "a.com:443");
+        assert_eq!(r.denied_targets.len(), MAX_DENIED_HOSTS);
+        let s = ProxyStats::default();
+        s.record_denied("a.com", 443);
+        s.record_denied("a.com", 8443);
+        s.record_denied("[2001:db8::1]", 443);
+        assert_eq!(
+            s.snapshot().denied_targets,
+            ["a.com:443", "a.com:8443", "[2001:db8::1]:443"]
+        );
+        assert_eq!(s.snapshot().denied_hosts, ["a.com", "[2001:db8::1]"]);
         let json = serde_json::to_value(&r).expect("serialize");
         assert_eq!(json["allowed"], 1);
         assert_eq!(json["refused_at_capacity"], 0);
