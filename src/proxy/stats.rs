@@ -70,7 +70,7 @@ impl ProxyStats {
             .denied_targets
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        if targets.len() < MAX_DENIED_HOSTS && !targets.iter().any(|t| *t == target) {
+        if targets.len() < MAX_DENIED_HOSTS && !targets.contains(&target) {
             targets.push(target);
         }
     }
