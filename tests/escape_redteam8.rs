@@ -214,14 +214,21 @@ fn learn_lets_no_round_send_what_it_learnt_to_read() {
         "a round of learn sent the files it learnt to read to the host it learnt: {got:?}{}",
         r.ctx()
     );
-    // Learning still works: the draft names the reads and the host for review.
+    // Learning still works: the draft names the reads for review, and the
+    // host is listed as refused: a loopback literal is never proposed (issue
+    // 37), only named by a person.
     assert_eq!(r.code, Some(0), "{}", r.ctx());
     let text = std::fs::read_to_string(&draft).unwrap_or_default();
     assert!(
         text.contains("notes.env") || text.contains("other-project"),
         "{text}"
     );
-    assert!(text.contains("\"127.0.0.1\""), "{text}");
+    assert!(!text.contains("\"127.0.0.1"), "{text}");
+    assert!(
+        r.stderr.contains("not granted: connect 127.0.0.1"),
+        "{}",
+        r.ctx()
+    );
 }
 
 /// Until capsule can hold those connects, every run with

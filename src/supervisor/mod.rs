@@ -266,25 +266,9 @@ fn run_prepared(
         Ok(s) => s,
         Err(attempt) => return attempt,
     };
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let rt = match event_loop_or_kill(plan, &spawned) {
         Ok(rt) => rt,
-        Err(e) => {
-            sys::signal(spawned.pid, libc::SIGKILL);
-            sys::wait_blocking(spawned.pid);
-            if spawned.tree == TreeMode::Subreaper {
-                // The command may have started already: what it started is
-                // reparented to capsule with the keeper gone.
-                treekill::sweep(
-                    &spawned.inherited,
-                    spawned.cgroup_kill.as_deref(),
-                    treekill::SWEEP_BOUND,
-                );
-            }
-            return setup_failed(plan, "starting the supervisor's event loop", &e);
-        }
+        Err(attempt) => return attempt,
     };
     let relay = {
         let _in_runtime = rt.enter();
@@ -346,6 +330,28 @@ fn run_prepared(
     Attempt::Finished(Box::new(judge(
         plan, grace, layers, services, &spawned, ended,
     )))
+}
+
+/// The supervisor's event loop; where it cannot be had, the run started
+/// already is killed, reaped and swept, and the attempt is a set-up failure.
+fn event_loop_or_kill(plan: &Plan, spawned: &Spawned) -> Result<tokio::runtime::Runtime, Attempt> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            sys::signal(spawned.pid, libc::SIGKILL);
+            sys::wait_blocking(spawned.pid);
+            if spawned.tree == TreeMode::Subreaper {
+                // The command may have started already: what it started is
+                // reparented to capsule with the keeper gone.
+                treekill::sweep(
+                    &spawned.inherited,
+                    spawned.cgroup_kill.as_deref(),
+                    treekill::SWEEP_BOUND,
+                );
+            }
+            setup_failed(plan, "starting the supervisor's event loop", &e)
+        })
 }
 
 /// A set-up step that failed before the command ran.
@@ -1023,6 +1029,20 @@ async fn supervise(
     .await;
     drop(watchdog);
     tracing::debug!("supervisor: child exited");
+    after_the_child(sp, &mut state, init_status);
+    if let Some(g) = guard {
+        g.stop();
+    }
+    // Every writer is gone now; the pipes reach end-of-file promptly.
+    let drain = Duration::from_secs(2);
+    state.stdout = drained(drain, out_task).await;
+    state.stderr = drained(drain, err_task).await;
+    state
+}
+
+/// The child (init, or the keeper) is gone: the run's status as far as it
+/// is known, and without a pid namespace the sweep of what is left.
+fn after_the_child(sp: &Spawned, state: &mut Supervised, init_status: Option<i32>) {
     if state.ended.memory.is_some() && state.status.is_none() {
         // The watchdog SIGKILLed the run (in a pid namespace: its init,
         // which could report nothing): the run ended by that signal.
@@ -1040,14 +1060,6 @@ async fn supervise(
             treekill::SWEEP_BOUND,
         );
     }
-    if let Some(g) = guard {
-        g.stop();
-    }
-    // Every writer is gone now; the pipes reach end-of-file promptly.
-    let drain = Duration::from_secs(2);
-    state.stdout = drained(drain, out_task).await;
-    state.stderr = drained(drain, err_task).await;
-    state
 }
 
 /// The run's listener arrived: start the guard thread with the parts wanted.

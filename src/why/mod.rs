@@ -382,19 +382,7 @@ impl<'a> Survey<'a> {
                 access,
                 FsAccess::Write | FsAccess::Truncate | FsAccess::Chmod
             ) {
-                a.allowed = false;
-                a.layer = "view";
-                a.layer_detail = "the run's view (mount namespace)".into();
-                a.because = format!(
-                    "{} is mounted read-only at {} (EROFS)",
-                    b.src.display(),
-                    b.dst.display()
-                );
-                a.change = Some(format!(
-                    "mount it read-write: --mount {} (or read_only: false in mounts:)",
-                    shq(&format!("{}:{}:rw", mount_source(&b.src), b.dst.display()))
-                ));
-                return a;
+                return refused_by_read_only_mount(a, b);
             }
         }
         let path = mounted.as_ref().map_or(path, |(src, _)| src.as_path());
@@ -1046,20 +1034,7 @@ impl<'a> Survey<'a> {
             .ancestors()
             .take_while(|d| *d != base)
             .find(|d| std::fs::symlink_metadata(d).is_ok());
-        // What the view hides of the host's, and the grant that binds it in:
-        // a link (a venv's `bin/python`) needs only to be seen, its target
-        // is judged where it points; a file to execute, an exec grant.
-        let hidden_grant = |h: &Path| -> (PathBuf, GrantKind) {
-            if writes {
-                (h.to_path_buf(), GrantKind::Write)
-            } else if matches!(access, FsAccess::Exec) && h == p && h.is_symlink() {
-                (h.parent().unwrap_or(base).to_path_buf(), GrantKind::Read)
-            } else if matches!(access, FsAccess::Exec) && h == p {
-                (h.to_path_buf(), GrantKind::Exec)
-            } else {
-                (h.to_path_buf(), GrantKind::Read)
-            }
-        };
+        let hidden_grant = |h: &Path| hidden_grant(h, p, base, access);
         if skeleton {
             let t = top.as_deref().unwrap_or(base);
             if leads && !writes {
@@ -1093,7 +1068,23 @@ impl<'a> Survey<'a> {
             }
             return Some(out);
         }
-        // The run's own: what it makes there, at any depth.
+        Some(self.own_place(out, (p, base, what), on_host, access, asked))
+    }
+
+    /// The answer for `p` in the run's own part of a private place
+    /// (`base`, described by `what`): what the run makes there, at any depth.
+    fn own_place(
+        &self,
+        mut out: Answer,
+        (p, base, what): (&Path, &Path, &str),
+        on_host: Option<&Path>,
+        access: FsAccess,
+        asked: Asked,
+    ) -> Answer {
+        let writes = matches!(
+            access,
+            FsAccess::Write | FsAccess::Truncate | FsAccess::Chmod
+        );
         // Asked now, a path the host holds there means the host's, which the
         // run does not see; observed, a write made what it wrote, and a
         // read found what the run had made (or nothing, where the view hid
@@ -1110,15 +1101,15 @@ impl<'a> Survey<'a> {
                 h.display(),
                 p.display()
             );
-            let (g, kind) = hidden_grant(h);
+            let (g, kind) = hidden_grant(h, p, base, access);
             self.propose(&mut out, &g, base, kind);
-            return Some(out);
+            return out;
         }
         if matches!(access, FsAccess::Exec) {
             out.allowed = false;
             out.because = format!("{what}: writable but not executable");
             out.change = Some("exec a file from an exec grant instead (filesystem.exec)".into());
-            return Some(out);
+            return out;
         }
         out.allowed = true;
         out.because = if p == base {
@@ -1129,7 +1120,7 @@ impl<'a> Survey<'a> {
                 p.display()
             )
         };
-        Some(out)
+        out
     }
 
     /// A grant of `target` as the change, or why none is proposed: never
@@ -1752,6 +1743,40 @@ impl<'a> Survey<'a> {
 
     fn plan_policy_env_set(&self, name: &str) -> bool {
         self.env_policy.set.contains_key(name)
+    }
+}
+
+/// A write beneath a read-only mount: EROFS from the view, whatever the grants.
+fn refused_by_read_only_mount(mut a: Answer, b: &crate::plan::Bind) -> Answer {
+    a.allowed = false;
+    a.layer = "view";
+    a.layer_detail = "the run's view (mount namespace)".into();
+    a.because = format!(
+        "{} is mounted read-only at {} (EROFS)",
+        b.src.display(),
+        b.dst.display()
+    );
+    a.change = Some(format!(
+        "mount it read-write: --mount {} (or read_only: false in mounts:)",
+        shq(&format!("{}:{}:rw", mount_source(&b.src), b.dst.display()))
+    ));
+    a
+}
+
+/// What the view hides of the host's at `h` (asked about `p`, in the private
+/// place `base`), and the grant that binds it in: a link (a venv's
+/// `bin/python`) needs only to be seen, its target is judged where it
+/// points; a file to execute, an exec grant; a write, a write grant.
+fn hidden_grant(h: &Path, p: &Path, base: &Path, access: FsAccess) -> (PathBuf, GrantKind) {
+    match access {
+        FsAccess::Write | FsAccess::Truncate | FsAccess::Chmod => {
+            (h.to_path_buf(), GrantKind::Write)
+        }
+        FsAccess::Exec if h == p && h.is_symlink() => {
+            (h.parent().unwrap_or(base).to_path_buf(), GrantKind::Read)
+        }
+        FsAccess::Exec if h == p => (h.to_path_buf(), GrantKind::Exec),
+        _ => (h.to_path_buf(), GrantKind::Read),
     }
 }
 
