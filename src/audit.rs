@@ -220,9 +220,9 @@ pub struct Record {
     pub proxy: ProxyCounts,
     /// Streaming: capsule's stdout (stderr) reader went away and the run's
     /// stream was closed in turn (as in the result; absent when false).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stdout_closed_by_reader: bool,
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stderr_closed_by_reader: bool,
     /// `exec --explain`: the refused accesses, as in the result.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -135,9 +135,9 @@ pub struct RunResult {
     /// the run, and capsule closed the run's stdout (stderr) in turn, so that
     /// the run got EPIPE/SIGPIPE as it would without capsule (`| head`).
     /// Absent when false; never true with `--json`.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stdout_closed_by_reader: bool,
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stderr_closed_by_reader: bool,
     pub duration_seconds: f64,
     pub killed: bool,
