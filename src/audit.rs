@@ -191,10 +191,7 @@ pub struct ProxyCounts {
 
 /// The JSON Schema of one audit line (`capsule schema audit`).
 pub fn schema_json() -> String {
-    let schema = schemars::schema_for!(Record);
-    let mut s = serde_json::to_string_pretty(&schema).unwrap_or_default();
-    s.push('\n');
-    s
+    crate::policy::schema_json_of::<Record>()
 }
 
 /// One audit line (contract section 6; its JSON Schema is `capsule schema

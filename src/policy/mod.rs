@@ -28,7 +28,13 @@ pub use parse::{load_file, load_str, PolicyError};
 /// The policy's JSON Schema (draft 2020-12), pretty-printed with a trailing
 /// newline: what `capsule policy schema` prints and `policy/schema.json` holds.
 pub fn schema_json() -> String {
-    let schema = schemars::schema_for!(Policy);
+    schema_json_of::<Policy>()
+}
+
+/// The JSON Schema of `T`, pretty-printed with a final newline, as
+/// `capsule schema` prints it and `policy/schema.json`, `schemas/` ship it.
+pub fn schema_json_of<T: JsonSchema>() -> String {
+    let schema = schemars::schema_for!(T);
     let mut s = serde_json::to_string_pretty(&schema).unwrap_or_default();
     s.push('\n');
     s

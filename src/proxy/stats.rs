@@ -11,6 +11,15 @@ use serde::Serialize;
 /// How many distinct denied host names are kept.
 pub const MAX_DENIED_HOSTS: usize = 100;
 
+/// Add `item` to `list` once, while it holds fewer than [`MAX_DENIED_HOSTS`].
+fn remember(list: &Mutex<Vec<String>>, item: String) {
+    // A poisoned lock only means another thread panicked mid-push; the Vec is intact.
+    let mut list = list.lock().unwrap_or_else(|p| p.into_inner());
+    if list.len() < MAX_DENIED_HOSTS && !list.contains(&item) {
+        list.push(item);
+    }
+}
+
 /// Shared between the proxy's connection tasks and the supervisor.
 #[derive(Debug, Default)]
 pub struct ProxyStats {
@@ -54,25 +63,14 @@ impl ProxyStats {
     /// pair, are remembered once each.
     pub fn record_denied(&self, host: &str, port: u16) {
         self.denied.fetch_add(1, Ordering::Relaxed);
-        // A poisoned lock only means another thread panicked mid-push; the Vec is intact.
-        let mut hosts = self.denied_hosts.lock().unwrap_or_else(|p| p.into_inner());
-        if hosts.len() < MAX_DENIED_HOSTS && !hosts.iter().any(|h| h == host) {
-            hosts.push(host.to_string());
-        }
-        drop(hosts);
+        remember(&self.denied_hosts, host.to_string());
         // An IPv6 literal is shown bracketed already (`TargetHost`'s Display).
         let target = if host.contains(':') && !host.starts_with('[') {
             format!("[{host}]:{port}")
         } else {
             format!("{host}:{port}")
         };
-        let mut targets = self
-            .denied_targets
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if targets.len() < MAX_DENIED_HOSTS && !targets.contains(&target) {
-            targets.push(target);
-        }
+        remember(&self.denied_targets, target);
     }
 
     /// A new connection found every slot taken; returns the count before this one.

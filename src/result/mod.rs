@@ -172,10 +172,7 @@ pub struct RunResult {
 
 /// The JSON Schema of the `--json` result (`capsule schema result`).
 pub fn schema_json() -> String {
-    let schema = schemars::schema_for!(RunResult);
-    let mut s = serde_json::to_string_pretty(&schema).unwrap_or_default();
-    s.push('\n');
-    s
+    crate::policy::schema_json_of::<RunResult>()
 }
 
 impl RunResult {

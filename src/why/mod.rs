@@ -46,6 +46,11 @@ impl FsAccess {
             FsAccess::Chmod => "chmod",
         }
     }
+
+    /// Whether the access changes the file (its data or its metadata).
+    pub fn changes(self) -> bool {
+        matches!(self, FsAccess::Write | FsAccess::Truncate | FsAccess::Chmod)
+    }
 }
 
 /// One answer.
@@ -378,10 +383,7 @@ impl<'a> Survey<'a> {
             ));
         }
         if let Some((_, b)) = mounted.as_ref().filter(|(_, b)| b.read_only) {
-            if matches!(
-                access,
-                FsAccess::Write | FsAccess::Truncate | FsAccess::Chmod
-            ) {
+            if access.changes() {
                 return refused_by_read_only_mount(a, b);
             }
         }
@@ -933,10 +935,7 @@ impl<'a> Survey<'a> {
         asked: Asked,
     ) -> Option<Answer> {
         let v = self.view.as_ref()?;
-        let writes = matches!(
-            access,
-            FsAccess::Write | FsAccess::Truncate | FsAccess::Chmod
-        );
+        let writes = access.changes();
         if let Some(out) = self.covered_secret(a, v, real, writes) {
             return Some(out);
         }
@@ -1023,10 +1022,7 @@ impl<'a> Survey<'a> {
                 .any(|d| d.starts_with(t) && d.components().count() > t.components().count())
         });
         let leads = binds.iter().any(|d| d.starts_with(p) && d.as_path() != p);
-        let writes = matches!(
-            access,
-            FsAccess::Write | FsAccess::Truncate | FsAccess::Chmod
-        );
+        let writes = access.changes();
         // The deepest of `p` and its ancestors below the place that the
         // host holds: asked now, that is the host's, which the run does not
         // see (in the run it is there only once the run makes its own).
@@ -1081,10 +1077,7 @@ impl<'a> Survey<'a> {
         access: FsAccess,
         asked: Asked,
     ) -> Answer {
-        let writes = matches!(
-            access,
-            FsAccess::Write | FsAccess::Truncate | FsAccess::Chmod
-        );
+        let writes = access.changes();
         // Asked now, a path the host holds there means the host's, which the
         // run does not see; observed, a write made what it wrote, and a
         // read found what the run had made (or nothing, where the view hid
