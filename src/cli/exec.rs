@@ -37,6 +37,9 @@ pub struct ExecArgs {
     /// Add a proxy allowlist entry (repeatable).
     #[arg(long, value_name = "HOST")]
     pub allow_host: Vec<String>,
+    /// Give HOST a bearer token from capsule's variable VAR, injected by the proxy; the run's VAR holds only a placeholder (repeatable; implies --allow-host HOST and proxy mode).
+    #[arg(long, value_name = "VAR@HOST")]
+    pub credential: Vec<String>,
     /// Wall-clock limit in seconds (overrides the policy).
     #[arg(long, value_name = "SECONDS")]
     pub timeout: Option<f64>,
@@ -500,6 +503,7 @@ fn make_plan(
             allow_exec: a.allow_exec,
             net: a.net,
             allow_hosts: a.allow_host,
+            credentials: a.credential,
             timeout: a.timeout,
             max_output: a.max_output,
             workspace: a.workspace,

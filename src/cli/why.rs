@@ -65,6 +65,9 @@ pub struct WhyArgs {
     /// As `exec --allow-host` (repeatable).
     #[arg(long, value_name = "HOST")]
     pub allow_host: Vec<String>,
+    /// As exec: a bearer token from capsule's variable VAR for HOST (repeatable).
+    #[arg(long, value_name = "VAR@HOST")]
+    pub credential: Vec<String>,
     /// As `exec --workspace`.
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
@@ -137,6 +140,7 @@ fn plan_for(a: &WhyArgs) -> Result<(LoadedPolicy, Plan), String> {
         allow_exec: a.allow_exec.clone(),
         net: a.net,
         allow_hosts: a.allow_host.clone(),
+        credentials: a.credential.clone(),
         workspace: a.workspace.clone(),
         cwd: a.cwd.clone(),
         mounts: a.mounts.clone(),

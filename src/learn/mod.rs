@@ -509,7 +509,16 @@ fn render_network(y: &mut String, base: &Policy, draft: &Draft) {
     } else {
         y.push_str("  allow_hosts:\n");
         for h in &n.allow_hosts {
-            y.push_str(&format!("    - {}\n", q(h)));
+            match h {
+                crate::policy::egress::AllowHost::Host(h) => {
+                    y.push_str(&format!("    - {}\n", q(h)))
+                }
+                // A map entry as a flow map (JSON is YAML).
+                rules => y.push_str(&format!(
+                    "    - {}\n",
+                    serde_json::to_string(rules).unwrap_or_default()
+                )),
+            }
         }
         for h in hosts {
             y.push_str(&format!("    - {}  # {}\n", q(&h.host), comment(&h.why)));

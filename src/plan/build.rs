@@ -81,6 +81,8 @@ pub struct Overrides {
     pub allow_exec: Vec<String>,
     pub net: Option<NetMode>,
     pub allow_hosts: Vec<String>,
+    /// `--credential VAR@HOST`, as written.
+    pub credentials: Vec<String>,
     pub timeout: Option<f64>,
     pub max_output: Option<u64>,
     pub workspace: Option<PathBuf>,
@@ -197,7 +199,7 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         fs_notes,
         notices,
         fs,
-        net: net(policy),
+        net: net(policy, &loaded.base_dir),
         limits: limits(policy, &ov),
         best_effort,
         policy_sha256: loaded.sha256.clone(),
@@ -209,13 +211,19 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
 }
 
 /// The network plan: the policy's, as overridden.
-fn net(policy: &crate::policy::Policy) -> NetPlan {
+fn net(policy: &crate::policy::Policy, base: &Path) -> NetPlan {
+    let n = &policy.network;
     NetPlan {
-        mode: policy.network.mode,
-        allow_hosts: policy.network.allow_hosts.clone(),
-        allow_unix_sockets: policy.network.allow_unix_sockets,
-        loopback: policy.network.loopback,
-        max_connections: policy.network.max_connections(),
+        mode: n.mode,
+        allow_hosts: n.allow_hosts.iter().map(|h| h.host().to_string()).collect(),
+        allow_unix_sockets: n.allow_unix_sockets,
+        loopback: n.loopback,
+        max_connections: n.max_connections(),
+        host_rules: (n.allow_hosts.iter().enumerate())
+            .filter_map(|(i, h)| h.rules().map(|r| (i, r.clone())))
+            .collect(),
+        credentials: super::egress::credentials(policy, base),
+        upstream_ca: n.upstream_ca.as_ref().map(|p| base.join(p)),
     }
 }
 
@@ -243,6 +251,7 @@ fn apply_overrides(loaded: &mut LoadedPolicy, ov: &Overrides) -> Result<(), Plan
         if mode == NetMode::Proxy
             && loaded.policy.network.allow_hosts.is_empty()
             && ov.allow_hosts.is_empty()
+            && ov.credentials.is_empty()
         {
             return Err(PlanError::ProxyWithoutHosts);
         }
@@ -251,7 +260,16 @@ fn apply_overrides(loaded: &mut LoadedPolicy, ov: &Overrides) -> Result<(), Plan
         .policy
         .network
         .allow_hosts
-        .extend(ov.allow_hosts.iter().cloned());
+        .extend(ov.allow_hosts.iter().map(|h| h.as_str().into()));
+    for c in &ov.credentials {
+        super::egress::apply_flag(&mut loaded.policy, c, ov.net.is_some()).map_err(|why| {
+            PlanError::Flag {
+                flag: "--credential",
+                path: c.clone(),
+                why,
+            }
+        })?;
+    }
     if let Some(t) = ov.timeout {
         if !(t > 0.0 && t.is_finite()) {
             return Err(PlanError::Timeout(t));

@@ -8,6 +8,7 @@
 
 pub mod build;
 pub mod command;
+pub mod egress;
 pub mod env;
 pub mod mounts;
 pub mod notices;
@@ -168,6 +169,28 @@ pub struct NetPlan {
     pub loopback: Option<bool>,
     /// Proxy mode: concurrent connections the proxy holds (`network.max_connections`).
     pub max_connections: u32,
+    /// The map entries of `allow_hosts`: (index in `allow_hosts`, rules).
+    pub host_rules: Vec<(usize, crate::policy::egress::HostRules)>,
+    /// `credentials:`, checked, file sources made absolute.
+    pub credentials: Vec<CredentialPlan>,
+    /// `network.upstream_ca`, absolute.
+    pub upstream_ca: Option<PathBuf>,
+}
+
+/// One credential as the supervisor reads and the proxy injects it. Holds
+/// where the value is, never the value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CredentialPlan {
+    pub name: String,
+    pub source: crate::policy::egress::SourceForm,
+    pub hosts: Vec<String>,
+    pub methods: Option<Vec<String>>,
+    pub paths: Option<Vec<String>>,
+    pub inject: crate::policy::egress::InjectForm,
+    pub placeholder_env: Vec<String>,
+    pub allow_plaintext: bool,
+    /// Its key in the policy (`credentials[0]`), or the flag that made it.
+    pub key: String,
 }
 
 /// Limits, as numbers the kernel takes.

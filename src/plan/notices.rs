@@ -210,7 +210,11 @@ pub fn policy_notices(loaded: &LoadedPolicy, home: &Path, mode: NetMode) -> Vec<
             text: format!(
                 "network.allow_hosts ({}) does nothing under network.mode {}: {effect}; \
                  the list applies in proxy mode only (mode: proxy, or --net proxy)",
-                hosts.join(", "),
+                hosts
+                    .iter()
+                    .map(|h| h.host())
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 mode.as_str()
             ),
             on_exec: true,

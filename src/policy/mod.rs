@@ -7,9 +7,10 @@
 
 pub mod access;
 pub mod credentials;
+pub mod egress;
 pub mod error;
 pub mod home;
-mod hosts;
+pub mod hosts;
 mod lines;
 pub mod parse;
 pub mod resolve;
@@ -69,6 +70,10 @@ pub struct Policy {
     /// LLM calls brokered by the parent (off unless `enabled: true`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub llm_access: Option<LlmAccess>,
+    /// Credentials the proxy injects into requests to their hosts; the run
+    /// sees only a per-run placeholder (contract section 8).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub credentials: Vec<egress::Credential>,
 }
 
 /// Filesystem grants, enforced by Landlock.
@@ -171,9 +176,15 @@ pub struct Network {
     /// `none` (default) | `proxy` | `unrestricted`.
     #[serde(default)]
     pub mode: NetMode,
-    /// Proxy allowlist: `host`, `*.domain` (subdomains only), optionally `:port`.
+    /// Proxy allowlist: `host`, `*.domain` (subdomains only), optionally `:port`;
+    /// or a map `{host, methods, paths, max_requests, max_upload_bytes}`, whose
+    /// host the proxy TLS-terminates so that the rules apply (contract section 8).
     #[serde(default)]
-    pub allow_hosts: Vec<String>,
+    pub allow_hosts: Vec<egress::AllowHost>,
+    /// Proxy mode: a PEM file of extra CA certificates the proxy trusts upstream,
+    /// beside the host's (relative to the policy's directory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_ca: Option<PathBuf>,
     /// Allow `socket(AF_UNIX)` and AF_UNIX datagram pairs; stream and seqpacket
     /// `socketpair`s are always allowed.
     #[serde(default)]

@@ -571,7 +571,7 @@ llm_access:
             "{\n  \"version\": 1,\n  \"network\": {\"mode\": \"none\", \"allow_host\": []}\n}\n";
         let e = parse_str(text, "p.json", None).unwrap_err().to_string();
         assert!(e.starts_with("p.json:3:"), "{e}");
-        assert!(e.contains("network.allow_host: unknown key (expected one of mode, allow_hosts, allow_unix_sockets, loopback, max_connections)"), "{e}");
+        assert!(e.contains("network.allow_host: unknown key (expected one of mode, allow_hosts, upstream_ca, allow_unix_sockets, loopback, max_connections)"), "{e}");
         let e = parse_str(
             "{\"version\": 1, \"limits\": {\"memory_mb\": -1}}",
             "p.json",

@@ -5,6 +5,8 @@
 //! exposed as [`check_grant`] so grants added on the command line get the same
 //! treatment.
 
+mod egress_checks;
+
 use std::collections::BTreeSet;
 use std::path::Path;
 
@@ -202,8 +204,13 @@ impl Validator<'_> {
             ));
         }
         for (i, h) in n.allow_hosts.iter().enumerate() {
-            check_allow_host(h).map_err(|e| self.err(&format!("network.allow_hosts[{i}]"), e))?;
+            let key = format!("network.allow_hosts[{i}]");
+            match h.rules() {
+                None => check_allow_host(h.host()).map_err(|e| self.err(&key, e))?,
+                Some(r) => self.host_rules(&key, r)?,
+            }
         }
+        self.credentials(p)?;
         if let Some(m) = n.max_connections {
             if m == 0 || m > Network::MAX_MAX_CONNECTIONS {
                 return Err(self.err(

@@ -229,6 +229,19 @@ impl Allowlist {
         }
     }
 
+    /// Does the list hold the wildcard `*.suffix` (as written, lower-case) for
+    /// `port` (any port when `None`: only an entry without a port)?
+    pub fn lists_wildcard(&self, wildcard: &str, port: Option<u16>) -> bool {
+        let Some(suffix) = wildcard.strip_prefix("*.") else {
+            return false;
+        };
+        let suffix = suffix.strip_suffix('.').unwrap_or(suffix);
+        self.entries.iter().any(|e| {
+            matches!(&e.host, HostPattern::Wildcard(s) if s == suffix)
+                && (e.port.is_none() || e.port == port)
+        })
+    }
+
     /// Does the list allow `target`, an already-normalised host, on `port`?
     pub fn permits_target(&self, target: &TargetHost, port: u16) -> bool {
         self.entries.iter().any(|e| {
