@@ -1,5 +1,8 @@
 //! CONNECT tunnels: authorise and connect upstream before answering 200, then relay
 //! bytes end to end (never inspected) once hyper hands over the upgraded connection.
+//! A host the egress engine terminates is not connected here: after the 200 the
+//! tunnel goes to `egress::terminate` (TLS with the run's CA, rules, credentials),
+//! which connects upstream per request.
 
 use std::sync::Arc;
 
@@ -11,15 +14,21 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use super::dial::{self, Shared};
+use super::egress::terminate::{self, Terminated};
 use super::refusal::{bad_request, empty, ProxyBody};
 
 /// Relay buffer per direction: large enough for bulk throughput on loopback.
 const RELAY_BUF: usize = 64 * 1024;
 
 /// A tunnel waiting for hyper to finish the 200 response and release the connection.
-pub struct PendingTunnel {
-    pub on_upgrade: OnUpgrade,
-    pub upstream: TcpStream,
+pub enum PendingTunnel {
+    /// Relayed end to end.
+    Splice {
+        on_upgrade: OnUpgrade,
+        upstream: TcpStream,
+    },
+    /// TLS-terminated by the egress engine.
+    Terminated(Terminated),
 }
 
 /// Answer a CONNECT request. On success the tunnel is parked in `slot`; the connection
@@ -40,13 +49,28 @@ pub async fn handle(
         Ok(t) => t,
         Err(e) => return e.response(host, port),
     };
+    if let Some(engine) = shared
+        .egress
+        .as_ref()
+        .filter(|e| e.terminates(&target, port))
+    {
+        let pending = PendingTunnel::Terminated(Terminated {
+            on_upgrade: hyper::upgrade::on(&mut req),
+            target,
+            port,
+            engine: engine.clone(),
+            stats: shared.stats.clone(),
+        });
+        *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(pending);
+        return Response::new(empty());
+    }
     let upstream = match dial::connect(&target, port, &shared.stats).await {
         Ok(s) => s,
         Err(e) => return e.response(&target.to_string(), port),
     };
     let on_upgrade = hyper::upgrade::on(&mut req);
     let mut guard = slot.lock().unwrap_or_else(|p| p.into_inner());
-    *guard = Some(PendingTunnel {
+    *guard = Some(PendingTunnel::Splice {
         on_upgrade,
         upstream,
     });
@@ -55,10 +79,13 @@ pub async fn handle(
 
 /// Run a parked tunnel to completion.
 pub async fn run(pending: PendingTunnel) {
-    let PendingTunnel {
-        on_upgrade,
-        upstream,
-    } = pending;
+    let (on_upgrade, upstream) = match pending {
+        PendingTunnel::Splice {
+            on_upgrade,
+            upstream,
+        } => (on_upgrade, upstream),
+        PendingTunnel::Terminated(t) => return terminate::run(t).await,
+    };
     let upgraded = match on_upgrade.await {
         Ok(u) => u,
         Err(e) => {

@@ -13,6 +13,7 @@ use tokio::net::TcpStream;
 
 use super::allow_hosts::{Allowlist, TargetHost};
 use super::decide::{check_target, filter_resolved};
+use super::egress::Engine;
 use super::refusal::{bad_gateway, ProxyBody, Refusal, UpstreamFailure};
 use super::stats::ProxyStats;
 
@@ -26,6 +27,8 @@ const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Shared {
     pub allow: Arc<Allowlist>,
     pub stats: Arc<ProxyStats>,
+    /// The TLS-terminating engine, when some host is terminated.
+    pub egress: Option<Arc<Engine>>,
 }
 
 /// Why no upstream stream: answered with 403 or 502.

@@ -26,7 +26,10 @@ use thiserror::Error;
 use tokio::task::JoinHandle;
 
 use super::bounds::Limits;
-use super::{listener_from_fd, serve, Allowlist, AllowlistError, ProxyReport, ProxyStats};
+use super::egress::{Egress, EgressError, Engine};
+use super::{
+    listener_from_fd, serve_with_egress, Allowlist, AllowlistError, ProxyReport, ProxyStats,
+};
 use crate::sys::{self, raw};
 
 /// The `Msg::Fd` tag of the listening socket the run's init sends from its network
@@ -43,6 +46,8 @@ pub enum ProxyServiceError {
     Allowlist(#[from] AllowlistError),
     #[error("binding the proxy's listener on 127.0.0.1: {0}")]
     Bind(std::io::Error),
+    #[error(transparent)]
+    Egress(#[from] EgressError),
 }
 
 /// How the child reaches the proxy.
@@ -81,6 +86,7 @@ pub struct ProxyService {
     allow: Arc<Allowlist>,
     stats: Arc<ProxyStats>,
     limits: Limits,
+    egress: Option<Arc<Engine>>,
     port: u16,
     want_netns: bool,
     path: Option<ProxyPath>,
@@ -96,7 +102,20 @@ impl ProxyService {
         max_connections: u32,
         want_netns: bool,
     ) -> Result<ProxyService, ProxyServiceError> {
+        ProxyService::prepare_with_egress(allow_hosts, max_connections, want_netns, None)
+    }
+
+    /// [`ProxyService::prepare`], with the hosts `egress` names TLS-terminated (its
+    /// patterns and `upstream_ca` checked here: an error is a start-up error).
+    /// `allow_hosts` must hold every entry, the maps' hosts too.
+    pub fn prepare_with_egress(
+        allow_hosts: &[String],
+        max_connections: u32,
+        want_netns: bool,
+        egress: Option<Arc<Egress>>,
+    ) -> Result<ProxyService, ProxyServiceError> {
         let allow = Allowlist::parse(allow_hosts)?;
+        let egress = egress.map(Engine::new).transpose()?.map(Arc::new);
         let host = listen_host_loopback(0).map_err(ProxyServiceError::Bind)?;
         let port = host.local_addr().map_err(ProxyServiceError::Bind)?.port();
         Ok(ProxyService {
@@ -105,6 +124,7 @@ impl ProxyService {
             limits: Limits {
                 max_connections: (max_connections as usize).max(1),
             },
+            egress,
             port,
             want_netns,
             path: None,
@@ -181,11 +201,12 @@ impl ProxyService {
     }
 
     fn serve(&mut self, listener: tokio::net::TcpListener) {
-        self.task = Some(tokio::spawn(serve(
+        self.task = Some(tokio::spawn(serve_with_egress(
             listener,
             self.allow.clone(),
             self.stats.clone(),
             self.limits,
+            self.egress.clone(),
         )));
     }
 

@@ -1,7 +1,8 @@
 //! Absolute-form plain HTTP forwarding (`GET http://host/path`): the request is sent
 //! upstream in origin-form with hop-by-hop headers removed and bodies streamed both
 //! ways (never buffered whole). One upstream connection is kept per client connection
-//! and reused while the client keeps asking the same host:port.
+//! and reused while the client keeps asking the same host:port. A host the egress
+//! engine terminates gets its rules and credentials (`egress::gate`).
 
 use std::sync::Arc;
 
@@ -17,6 +18,7 @@ use tokio::task::JoinHandle;
 use super::allow_hosts::TargetHost;
 use super::bounds::MAX_BUF;
 use super::dial::{self, Shared};
+use super::egress::gate;
 use super::headers::{add_via, strip_hop_by_hop};
 use super::refusal::{bad_gateway, bad_request, ProxyBody, UpstreamFailure};
 
@@ -24,7 +26,7 @@ use super::refusal::{bad_gateway, bad_request, ProxyBody, UpstreamFailure};
 pub struct Upstream {
     target: TargetHost,
     port: u16,
-    sender: SendRequest<Incoming>,
+    sender: SendRequest<ProxyBody>,
     driver: JoinHandle<()>,
 }
 
@@ -37,7 +39,9 @@ impl Drop for Upstream {
 /// The per-client-connection cache of one upstream connection.
 pub type UpstreamSlot = Arc<tokio::sync::Mutex<Option<Upstream>>>;
 
-/// Forward one absolute-form request.
+/// Forward one absolute-form request. To a host the egress engine terminates, the
+/// request is decided by its rules and credentials first (`http://`: a credential
+/// only where `allow_plaintext` says so).
 pub async fn handle(
     req: Request<Incoming>,
     shared: Arc<Shared>,
@@ -58,11 +62,55 @@ pub async fn handle(
         Ok(t) => t,
         Err(e) => return e.response(host, port),
     };
+    let (mut parts, body) = req.into_parts();
+    let engine = shared
+        .egress
+        .as_ref()
+        .filter(|e| e.terminates(&target, port));
+    let (body, admitted) = match engine {
+        Some(engine) => {
+            match gate::admit(engine, &shared.stats, &target, port, false, &mut parts) {
+                Ok(a) => (gate::request_body(engine, &a, body), Some((engine, a))),
+                Err(resp) => return resp,
+            }
+        }
+        None => (body.map_err(Into::into).boxed(), None),
+    };
+    let req = Request::from_parts(parts, body);
+    let shown = target.to_string();
+    let result = match send(req, &target, port, &shared, &slot).await {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
+    match result {
+        Ok(resp) => match admitted {
+            Some((engine, a)) => gate::response(engine, &a, resp),
+            None => {
+                let (mut parts, body) = resp.into_parts();
+                strip_hop_by_hop(&mut parts.headers);
+                add_via(&mut parts.headers);
+                Response::from_parts(parts, body.map_err(Into::into).boxed())
+            }
+        },
+        Err(e) => {
+            tracing::debug!(host = %shown, port, error = %e, "proxy: upstream request failed");
+            bad_gateway(&shown, port, UpstreamFailure::Request)
+        }
+    }
+}
 
-    // Reuse the cached connection when it goes to the same place and is still open.
+/// Send over the cached connection when it goes to the same place and is still
+/// open, else over a new one (cached for the next request).
+async fn send(
+    req: Request<ProxyBody>,
+    target: &TargetHost,
+    port: u16,
+    shared: &Shared,
+    slot: &UpstreamSlot,
+) -> Result<hyper::Result<Response<Incoming>>, Response<ProxyBody>> {
     let mut cache = slot.lock().await;
     let reuse = match cache.take() {
-        Some(mut up) if up.target == target && up.port == port => {
+        Some(mut up) if up.target == *target && up.port == port => {
             if up.sender.ready().await.is_ok() {
                 Some(up)
             } else {
@@ -76,31 +124,14 @@ pub async fn handle(
             shared.stats.record_allowed();
             up
         }
-        None => match open(&target, port, &shared).await {
-            Ok(up) => up,
-            Err(resp) => return resp,
-        },
+        None => open(target, port, shared).await?,
     };
-
-    let out = match upstream_request(req, &target, port) {
-        Ok(r) => r,
-        Err(_) => return bad_request("invalid host"),
-    };
+    let out = upstream_request(req, target, port).map_err(|_| bad_request("invalid host"))?;
     let result = upstream.sender.send_request(out).await;
-    let shown = target.to_string();
-    match result {
-        Ok(resp) => {
-            *cache = Some(upstream);
-            let (mut parts, body) = resp.into_parts();
-            strip_hop_by_hop(&mut parts.headers);
-            add_via(&mut parts.headers);
-            Response::from_parts(parts, body.boxed())
-        }
-        Err(e) => {
-            tracing::debug!(host = %shown, port, error = %e, "proxy: upstream request failed");
-            bad_gateway(&shown, port, UpstreamFailure::Request)
-        }
+    if result.is_ok() {
+        *cache = Some(upstream);
     }
+    Ok(result)
 }
 
 async fn open(
@@ -138,10 +169,10 @@ async fn open(
 /// absolute URI (RFC 9112 3.2.2), no hop-by-hop headers, no `Expect` (hyper already
 /// answered `100 Continue` downstream when we started reading the body).
 fn upstream_request(
-    req: Request<Incoming>,
+    req: Request<ProxyBody>,
     target: &TargetHost,
     port: u16,
-) -> Result<Request<Incoming>, hyper::header::InvalidHeaderValue> {
+) -> Result<Request<ProxyBody>, hyper::header::InvalidHeaderValue> {
     let (mut parts, body) = req.into_parts();
     let path = parts
         .uri

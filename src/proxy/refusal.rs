@@ -7,8 +7,12 @@ use hyper::{header, Response, StatusCode};
 
 use super::DestClass;
 
-/// The body type every proxy response uses.
-pub type ProxyBody = BoxBody<Bytes, hyper::Error>;
+/// The error of a body the proxy relays: hyper's, or the proxy's own (an upload
+/// past its budget).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The body type every proxy response (and forwarded request) uses.
+pub type ProxyBody = BoxBody<Bytes, BoxError>;
 
 /// A policy refusal (answered with 403).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -77,6 +81,57 @@ pub fn bad_gateway(host: &str, port: u16, what: UpstreamFailure) -> Response<Pro
     text(
         StatusCode::BAD_GATEWAY,
         format!("capsule proxy: {verb} {host}:{port}\n"),
+    )
+}
+
+/// A request to a terminated host refused by a rule (403), a budget (429) or a
+/// credential's binding (403): the `X-Capsule-Refused` header names the rule, the JSON
+/// body says what was refused and the smallest change that would allow it. Never
+/// given a credential's value (its placeholder may appear in `path`).
+pub struct RuleRefusal<'a> {
+    pub status: StatusCode,
+    pub host: &'a str,
+    pub method: &'a str,
+    pub path: &'a str,
+    /// `network.allow_hosts[2]`, `credentials[github]`, ...
+    pub rule: &'a str,
+    pub hint: &'a str,
+}
+
+impl RuleRefusal<'_> {
+    pub fn response(&self) -> Response<ProxyBody> {
+        let body = serde_json::json!({
+            "capsule": "refused",
+            "host": self.host,
+            "method": self.method,
+            "path": self.path,
+            "rule": self.rule,
+            "hint": self.hint,
+        });
+        let mut text = body.to_string();
+        text.push('\n');
+        let mut resp = Response::new(full(Bytes::from(text)));
+        *resp.status_mut() = self.status;
+        let h = resp.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("application/json"),
+        );
+        // Header values must be visible ASCII: a rule name always is (policy keys).
+        if let Ok(v) = header::HeaderValue::from_str(self.rule) {
+            h.insert("x-capsule-refused", v);
+        }
+        resp
+    }
+}
+
+/// The 502 for a terminated host whose TLS (or HTTP) upstream failed, with the reason
+/// (`certificate not trusted`, ...): the run can tell a policy refusal from a broken
+/// or impersonated upstream.
+pub fn upstream_tls_failed(host: &str, port: u16, reason: &str) -> Response<ProxyBody> {
+    text(
+        StatusCode::BAD_GATEWAY,
+        format!("capsule proxy: TLS to {host}:{port} failed: {reason}\n"),
     )
 }
 

@@ -20,22 +20,39 @@ use super::allow_hosts::Allowlist;
 use super::bounds::{Limits, HEAD_TIMEOUT, MAX_BUF, MAX_HEAD};
 use super::connect::{self, PendingTunnel};
 use super::dial::Shared;
+use super::egress::Engine;
 use super::plain_http::{self, UpstreamSlot};
 use super::refusal::{bad_request, ProxyBody};
 use super::stats::ProxyStats;
 
-/// Accept connections until this future is dropped (every connection and tunnel it
-/// started is dropped with it). The listener may live in another network namespace:
-/// nothing here assumes its address is reachable from this process.
+/// [`serve_with_egress`] without egress: every host spliced (the tests' proxy).
+#[cfg(test)]
 pub async fn serve(
     listener: TcpListener,
     allow: Arc<Allowlist>,
     stats: Arc<ProxyStats>,
     limits: Limits,
 ) {
+    serve_with_egress(listener, allow, stats, limits, None).await
+}
+
+/// Accept connections until this future is dropped (every connection and tunnel it
+/// started is dropped with it). The listener may live in another network namespace:
+/// nothing here assumes its address is reachable from this process.
+pub async fn serve_with_egress(
+    listener: TcpListener,
+    allow: Arc<Allowlist>,
+    stats: Arc<ProxyStats>,
+    limits: Limits,
+    egress: Option<Arc<Engine>>,
+) {
     let max = limits.max_connections.max(1);
     let slots = Arc::new(Semaphore::new(max));
-    let shared = Arc::new(Shared { allow, stats });
+    let shared = Arc::new(Shared {
+        allow,
+        stats,
+        egress,
+    });
     let mut conns = JoinSet::new();
     loop {
         tokio::select! {

@@ -4,7 +4,7 @@
 //! connections closed for an unfinished or oversized request head.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
@@ -31,6 +31,66 @@ pub struct ProxyStats {
     peak_connections: AtomicU64,
     head_timeouts: AtomicU64,
     heads_too_large: AtomicU64,
+    egress: Mutex<EgressCounters>,
+}
+
+/// Requests and body bytes to one terminated host, shared with the bodies that count.
+#[derive(Debug, Default)]
+pub struct HostCounters {
+    pub requests: AtomicU64,
+    /// Shared with the bodies that count them.
+    pub bytes_up: Arc<AtomicU64>,
+    pub bytes_down: Arc<AtomicU64>,
+}
+
+/// What the TLS-terminating egress engine counts (see `egress`).
+#[derive(Debug, Default)]
+struct EgressCounters {
+    /// Credential name → requests it was injected into (one entry per credential).
+    credentials: Vec<(String, u64)>,
+    /// The first [`MAX_DENIED_HOSTS`] terminated hosts; later ones count under `*`.
+    hosts: Vec<(String, Arc<HostCounters>)>,
+    refusals: Vec<EgressRefusal>,
+    refusals_total: u64,
+}
+
+/// Why a request to a terminated host was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefusalKind {
+    /// A credential's placeholder in a request not bound to it.
+    CredentialMisuse,
+    /// A method/path rule, the Host check, an ambiguous path.
+    Rule,
+    /// `max_requests` / `max_upload_bytes` (429).
+    Budget,
+}
+
+/// One refused request (the first [`MAX_DENIED_HOSTS`] are kept). Never holds a
+/// credential's value: `rule` names a credential by name (`credentials[github]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EgressRefusal {
+    pub kind: RefusalKind,
+    pub host: String,
+    pub method: String,
+    pub path: String,
+    pub rule: String,
+}
+
+/// Per terminated host, in the report.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct HostUsage {
+    pub host: String,
+    pub requests: u64,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+}
+
+/// One credential's use, in the report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CredentialUse {
+    pub name: String,
+    pub requests: u64,
 }
 
 /// A snapshot, as it goes into the JSON result and the audit record.
@@ -51,6 +111,22 @@ pub struct ProxyReport {
     pub head_timeouts: u64,
     /// Connections closed because a request head exceeded the size bound.
     pub heads_too_large: u64,
+    /// Credentials injected, by name, with the requests each went into.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub credentials_used: Vec<CredentialUse>,
+    /// Terminated hosts: requests and body bytes each way.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<HostUsage>,
+    /// Requests to terminated hosts refused (the first [`MAX_DENIED_HOSTS`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub refusals: Vec<EgressRefusal>,
+    /// All such refusals, kept or not.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub refusals_total: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl ProxyStats {
@@ -94,13 +170,72 @@ impl ProxyStats {
         c.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A credential was injected into one request.
+    pub fn record_credential_use(&self, name: &str) {
+        let mut e = self.egress.lock().unwrap_or_else(|p| p.into_inner());
+        match e.credentials.iter_mut().find(|(n, _)| n == name) {
+            Some((_, c)) => *c += 1,
+            None => e.credentials.push((name.to_string(), 1)),
+        }
+    }
+
+    /// The counters of terminated host `host` (those of `*` past the bound).
+    pub fn host_counters(&self, host: &str) -> Arc<HostCounters> {
+        let mut e = self.egress.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, c)) = e.hosts.iter().find(|(h, _)| h == host) {
+            return c.clone();
+        }
+        let key = if e.hosts.len() < MAX_DENIED_HOSTS {
+            host
+        } else {
+            "*"
+        };
+        if let Some((_, c)) = e.hosts.iter().find(|(h, _)| h == key) {
+            return c.clone();
+        }
+        let c = Arc::new(HostCounters::default());
+        e.hosts.push((key.to_string(), c.clone()));
+        c
+    }
+
+    /// A request to a terminated host was refused.
+    pub fn record_egress_refusal(&self, refusal: EgressRefusal) {
+        let mut e = self.egress.lock().unwrap_or_else(|p| p.into_inner());
+        e.refusals_total += 1;
+        if e.refusals.len() < MAX_DENIED_HOSTS {
+            e.refusals.push(refusal);
+        }
+    }
+
     pub fn snapshot(&self) -> ProxyReport {
         let hosts = self.denied_hosts.lock().unwrap_or_else(|p| p.into_inner());
         let targets = self
             .denied_targets
             .lock()
             .unwrap_or_else(|p| p.into_inner());
+        let e = self.egress.lock().unwrap_or_else(|p| p.into_inner());
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         ProxyReport {
+            credentials_used: e
+                .credentials
+                .iter()
+                .map(|(name, requests)| CredentialUse {
+                    name: name.clone(),
+                    requests: *requests,
+                })
+                .collect(),
+            hosts: e
+                .hosts
+                .iter()
+                .map(|(host, c)| HostUsage {
+                    host: host.clone(),
+                    requests: load(&c.requests),
+                    bytes_up: load(&c.bytes_up),
+                    bytes_down: load(&c.bytes_down),
+                })
+                .collect(),
+            refusals: e.refusals.clone(),
+            refusals_total: e.refusals_total,
             allowed: self.allowed.load(Ordering::Relaxed),
             denied: self.denied.load(Ordering::Relaxed),
             denied_hosts: hosts.clone(),

@@ -1,0 +1,376 @@
+//! One request to a terminated host, decided: its Host must be the tunnel's, no
+//! smuggling shapes, hop-by-hop headers gone (before anything is injected), a path
+//! that reads one way only, a map entry allowing its method and path, no placeholder
+//! of a credential it is not bound to, its budgets; then the bound credentials are
+//! substituted and injected. Also the bodies and response of an admitted request
+//! (counted, scrubbed).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::header::{CONTENT_LENGTH, EXPECT, HOST, TRANSFER_ENCODING};
+use hyper::http::request::Parts;
+use hyper::http::uri::Authority;
+use hyper::{Method, Response, StatusCode};
+
+use super::engine::Engine;
+use super::inject::{head_mentions, inject, substitute};
+use super::rules::{glob_matches, normalise_path};
+use super::scrub::{Metered, ScrubBody, Scrubber};
+use crate::proxy::allow_hosts::TargetHost;
+use crate::proxy::headers::{add_via, strip_hop_by_hop};
+use crate::proxy::refusal::{bad_request, ProxyBody, RuleRefusal};
+use crate::proxy::stats::{EgressRefusal, HostCounters, ProxyStats, RefusalKind};
+
+/// The longest path kept in a refusal record or body.
+const MAX_SHOWN_PATH: usize = 256;
+
+/// What an admitted request carries to its exchange.
+pub struct Admitted {
+    /// The map entry (index into `egress.rules`) whose budgets it counts against.
+    pub rule: Option<usize>,
+    /// The credentials (indices into `egress.credentials`) injected into it.
+    pub bound: Vec<usize>,
+    pub counters: Arc<HostCounters>,
+    pub head_only: bool,
+}
+
+/// The request being decided, for refusals.
+struct Seen<'a> {
+    engine: &'a Engine,
+    stats: &'a ProxyStats,
+    host: String,
+    method: String,
+    path: String,
+}
+
+impl Seen<'_> {
+    fn refuse(&self, kind: RefusalKind, rule: &str, hint: &str) -> Response<ProxyBody> {
+        let status = match kind {
+            RefusalKind::Budget => StatusCode::TOO_MANY_REQUESTS,
+            _ => StatusCode::FORBIDDEN,
+        };
+        tracing::info!(host = %self.host, method = %self.method, path = %self.path, rule, "proxy refused a request");
+        self.stats.record_egress_refusal(EgressRefusal {
+            kind,
+            host: self.host.clone(),
+            method: self.method.clone(),
+            path: self.path.clone(),
+            rule: rule.to_string(),
+        });
+        RuleRefusal {
+            status,
+            host: &self.host,
+            method: &self.method,
+            path: &self.path,
+            rule,
+            hint,
+        }
+        .response()
+    }
+}
+
+fn shown_path(parts: &Parts) -> String {
+    parts
+        .uri
+        .path()
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(MAX_SHOWN_PATH)
+        .collect()
+}
+
+/// The policy entry that made `target:port` terminated, for refusals that are not
+/// one entry's (Host, ambiguous path).
+fn entry_name(engine: &Engine, target: &TargetHost, port: u16) -> String {
+    if let Some(&i) = engine.matching_rules(target, port).first() {
+        return format!("network.allow_hosts[{}]", engine.egress.rules[i].index);
+    }
+    let creds = &engine.egress.credentials;
+    match (0..creds.len()).find(|&i| engine.credential_host(i, target, port)) {
+        Some(i) => format!("credentials[{}]", creds[i].name),
+        None => "network.allow_hosts".to_string(),
+    }
+}
+
+/// A shape hyper would pass but an origin might read differently (RFC 9112 6.3).
+fn smuggling(parts: &Parts) -> Option<&'static str> {
+    let count = |n| parts.headers.get_all(n).iter().count();
+    if count(CONTENT_LENGTH) > 1 {
+        Some("more than one Content-Length")
+    } else if count(CONTENT_LENGTH) > 0 && count(TRANSFER_ENCODING) > 0 {
+        Some("both Content-Length and Transfer-Encoding")
+    } else if count(HOST) > 1 {
+        Some("more than one Host")
+    } else {
+        None
+    }
+}
+
+/// Do the request's authority and Host header (those present) name the tunnel's
+/// `target:port` (the scheme's default port may be left out)?
+fn names_target(parts: &Parts, target: &TargetHost, port: u16, tls: bool) -> bool {
+    let default = if tls { 443 } else { 80 };
+    let same = |a: &Authority| {
+        TargetHost::parse(a.host()).as_ref() == Some(target)
+            && a.port_u16().unwrap_or(default) == port
+    };
+    let uri_ok = parts.uri.authority().is_none_or(same);
+    let host_ok = match parts.headers.get(HOST) {
+        None => true,
+        Some(v) => v
+            .to_str()
+            .ok()
+            .and_then(|s| s.parse::<Authority>().ok())
+            .is_some_and(|a| same(&a)),
+    };
+    uri_ok && host_ok
+}
+
+/// Check the request against the map entries naming its host: `Ok(Some(i))` the
+/// entry allowing it, `Ok(None)` no entry names the host (terminated for a
+/// credential only: the string entry allows it), `Err((entry, hint))` refused.
+fn check_rules(
+    engine: &Engine,
+    target: &TargetHost,
+    port: u16,
+    method: &str,
+    path: &str,
+) -> Result<Option<usize>, (String, String)> {
+    let matching = engine.matching_rules(target, port);
+    let Some(&first) = matching.first() else {
+        return Ok(None);
+    };
+    let rules = &engine.egress.rules;
+    let method_ok = |i: usize| {
+        rules[i]
+            .methods
+            .as_ref()
+            .is_none_or(|m| m.iter().any(|m| m == method))
+    };
+    let path_ok = |i: usize| {
+        rules[i]
+            .paths
+            .as_ref()
+            .is_none_or(|p| p.iter().any(|p| glob_matches(p, path)))
+    };
+    if let Some(&i) = matching.iter().find(|&&i| method_ok(i) && path_ok(i)) {
+        return Ok(Some(i));
+    }
+    let entry = format!("network.allow_hosts[{}]", rules[first].index);
+    let hint = if !method_ok(first) {
+        format!("add {method} to {entry}.methods")
+    } else {
+        format!("add a pattern matching {path} to {entry}.paths")
+    };
+    Err((entry, hint))
+}
+
+/// Is credential `i` bound to this request? `Err(hint)`: no, and why.
+fn binding(
+    engine: &Engine,
+    i: usize,
+    target: &TargetHost,
+    port: u16,
+    tls: bool,
+    method: &str,
+    path: &str,
+) -> Result<(), String> {
+    let c = &engine.egress.credentials[i];
+    let name = &c.name;
+    if !engine.credential_host(i, target, port) {
+        return Err(format!("add {target} to credentials[{name}].hosts"));
+    }
+    if let Some(m) = &c.methods {
+        if !m.iter().any(|m| m == method) {
+            return Err(format!("add {method} to credentials[{name}].methods"));
+        }
+    }
+    if let Some(p) = &c.paths {
+        if !p.iter().any(|p| glob_matches(p, path)) {
+            return Err(format!(
+                "add a pattern matching {path} to credentials[{name}].paths"
+            ));
+        }
+    }
+    if !tls && !c.allow_plaintext {
+        return Err(format!(
+            "use https://, or set credentials[{name}].allow_plaintext: true"
+        ));
+    }
+    Ok(())
+}
+
+/// Decide one request (see the module's comment); on success its head is ready to
+/// go upstream (credentials in place, hop-by-hop headers gone, `Expect` dropped).
+pub fn admit(
+    engine: &Engine,
+    stats: &ProxyStats,
+    target: &TargetHost,
+    port: u16,
+    tls: bool,
+    parts: &mut Parts,
+) -> Result<Admitted, Response<ProxyBody>> {
+    let seen = Seen {
+        engine,
+        stats,
+        host: target.to_string(),
+        method: parts.method.as_str().to_string(),
+        path: shown_path(parts),
+    };
+    if let Some(why) = smuggling(parts) {
+        return Err(bad_request(why));
+    }
+    if !names_target(parts, target, port, tls) {
+        let hint = format!("send Host: {target} (the CONNECT target); a tunnel serves one host");
+        return Err(seen.refuse(RefusalKind::Rule, &entry_name(engine, target, port), &hint));
+    }
+    strip_hop_by_hop(&mut parts.headers);
+    parts.headers.remove(EXPECT);
+    let path = match normalise_path(parts.uri.path()) {
+        Ok(p) => p,
+        Err(why) => {
+            let rule = entry_name(engine, target, port);
+            return Err(seen.refuse(RefusalKind::Rule, &rule, why.describe()));
+        }
+    };
+    let rule = check_rules(engine, target, port, &seen.method, &path)
+        .map_err(|(entry, hint)| seen.refuse(RefusalKind::Rule, &entry, &hint))?;
+    let bound = credentials(&seen, target, port, tls, &path, parts)?;
+    charge_budget(&seen, rule, parts)?;
+    for &i in &bound {
+        let c = &engine.egress.credentials[i];
+        let put = substitute(parts, &c.placeholder, c.value.expose())
+            .and_then(|()| inject(parts, &c.inject, c.value.expose()));
+        if let Err(e) = put {
+            tracing::warn!(credential = %c.name, error = %e, "proxy could not inject a credential");
+            let hint = format!("credentials[{}]: {e}", c.name);
+            return Err(seen.refuse(
+                RefusalKind::Rule,
+                &format!("credentials[{}]", c.name),
+                &hint,
+            ));
+        }
+        stats.record_credential_use(&c.name);
+    }
+    let counters = stats.host_counters(&seen.host);
+    counters.requests.fetch_add(1, Ordering::Relaxed);
+    Ok(Admitted {
+        rule,
+        bound,
+        counters,
+        head_only: parts.method == Method::HEAD,
+    })
+}
+
+/// The credentials bound to the request; refused when the head carries the
+/// placeholder of one it is not bound to.
+fn credentials(
+    seen: &Seen<'_>,
+    target: &TargetHost,
+    port: u16,
+    tls: bool,
+    path: &str,
+    parts: &Parts,
+) -> Result<Vec<usize>, Response<ProxyBody>> {
+    let engine = seen.engine;
+    let mut bound = Vec::new();
+    for (i, c) in engine.egress.credentials.iter().enumerate() {
+        match binding(engine, i, target, port, tls, &seen.method, path) {
+            Ok(()) => bound.push(i),
+            Err(hint) => {
+                if head_mentions(parts, &c.placeholder) {
+                    let rule = format!("credentials[{}]", c.name);
+                    return Err(seen.refuse(RefusalKind::CredentialMisuse, &rule, &hint));
+                }
+            }
+        }
+    }
+    Ok(bound)
+}
+
+/// Count the request against its entry's budgets (429 past them; a declared body
+/// larger than what is left of `max_upload_bytes` is refused before it is sent).
+fn charge_budget(
+    seen: &Seen<'_>,
+    rule: Option<usize>,
+    parts: &Parts,
+) -> Result<(), Response<ProxyBody>> {
+    let Some(i) = rule else { return Ok(()) };
+    let r = &seen.engine.egress.rules[i];
+    let budget = &seen.engine.budgets[i];
+    let entry = format!("network.allow_hosts[{}]", r.index);
+    if let Some(max) = r.max_requests {
+        if budget.requests.fetch_add(1, Ordering::Relaxed) >= max {
+            let hint = format!("raise {entry}.max_requests (now {max})");
+            return Err(seen.refuse(RefusalKind::Budget, &entry, &hint));
+        }
+    }
+    if let Some(max) = r.max_upload_bytes {
+        let declared = parts
+            .headers
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        if budget
+            .upload
+            .load(Ordering::Relaxed)
+            .saturating_add(declared)
+            > max
+        {
+            let hint = format!("raise {entry}.max_upload_bytes (now {max})");
+            return Err(seen.refuse(RefusalKind::Budget, &entry, &hint));
+        }
+    }
+    Ok(())
+}
+
+/// The request body as it goes upstream: counted, and stopped past the entry's
+/// `max_upload_bytes`.
+pub fn request_body(engine: &Engine, admitted: &Admitted, body: Incoming) -> ProxyBody {
+    let limit = admitted.rule.and_then(|i| {
+        let max = engine.egress.rules[i].max_upload_bytes?;
+        Some((engine.budgets[i].upload.clone(), max))
+    });
+    let counters = vec![admitted.counters.bytes_up.clone()];
+    Metered::new(body.map_err(Into::into).boxed(), counters, limit).boxed()
+}
+
+/// The response as it goes to the run: hop-by-hop headers gone, counted, and for a
+/// request a credential went into, the value replaced by its placeholder in headers
+/// and body (the length then changes: `Content-Length` goes, hyper frames it).
+pub fn response(
+    engine: &Engine,
+    admitted: &Admitted,
+    resp: Response<Incoming>,
+) -> Response<ProxyBody> {
+    let (mut parts, body) = resp.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    add_via(&mut parts.headers);
+    let down = vec![admitted.counters.bytes_down.clone()];
+    let body = Metered::new(body.map_err(Into::into).boxed(), down, None).boxed();
+    if admitted.bound.is_empty() {
+        return Response::from_parts(parts, body);
+    }
+    let pairs = admitted
+        .bound
+        .iter()
+        .map(|&i| {
+            let c = &engine.egress.credentials[i];
+            (c.value.expose().to_vec(), c.placeholder.as_bytes().to_vec())
+        })
+        .collect();
+    let scrubber = Scrubber::new(pairs);
+    scrubber.headers(&mut parts.headers);
+    let bodiless = admitted.head_only
+        || parts.status.is_informational()
+        || parts.status == StatusCode::NO_CONTENT
+        || parts.status == StatusCode::NOT_MODIFIED;
+    if !bodiless {
+        parts.headers.remove(CONTENT_LENGTH);
+    }
+    Response::from_parts(parts, ScrubBody::new(body, scrubber).boxed())
+}
