@@ -55,6 +55,8 @@ pub enum PlanError {
     MaxOutput(u64),
     #[error(transparent)]
     Mount(#[from] super::mounts::MountError),
+    #[error("{key}: {why}")]
+    Credential { key: String, why: String },
     #[error(transparent)]
     Tool(#[from] super::tools::Refusal),
     #[error("{0}")]
@@ -178,12 +180,23 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
     )
     .map_err(|e| locate_env_error(&loaded, e))?;
     let tools = host_tools(&loaded, &grants, host_path.as_deref())?;
+    let mut net = net(policy, &loaded.base_dir);
+    super::egress::check_sources(
+        &mut net.credentials,
+        &grants,
+        &deny,
+        &loaded.base_dir,
+        host_path.as_deref(),
+    )
+    .map_err(|(key, why)| PlanError::Credential { key, why })?;
+    let ca_bundle = super::egress::ca_bundle(&net, &run_id, &mut grants);
 
     let fs = FsPlan {
         grants,
         deny,
         proc_self: policy.filesystem.system,
         mounts,
+        ca_bundle,
     };
     if let Some(n) = super::notices::host_tmp_kept(&fs, tmpdir.as_deref()) {
         notices.push(n);
@@ -199,7 +212,7 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         fs_notes,
         notices,
         fs,
-        net: net(policy, &loaded.base_dir),
+        net,
         limits: limits(policy, &ov),
         best_effort,
         policy_sha256: loaded.sha256.clone(),

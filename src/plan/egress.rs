@@ -71,3 +71,104 @@ pub fn apply_flag(policy: &mut Policy, flag: &str, net_given: bool) -> Result<()
     });
     Ok(())
 }
+
+/// Whether the proxy terminates TLS for some host: a map entry of
+/// `allow_hosts` or a credential.
+pub fn terminates(net: &super::NetPlan) -> bool {
+    net.mode == NetMode::Proxy && (!net.host_rules.is_empty() || !net.credentials.is_empty())
+}
+
+/// The host's system CA bundle, as OpenSSL, Python and curl find it on the
+/// common distributions (Debian/Ubuntu, Fedora/RHEL, openSUSE, Alpine/Arch).
+pub const SYSTEM_BUNDLES: &[&str] = &[
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/ca-bundle.pem",
+    "/etc/ssl/cert.pem",
+];
+
+/// The first system bundle this host has, as the real file it names.
+pub fn system_bundle() -> Option<std::path::PathBuf> {
+    SYSTEM_BUNDLES
+        .iter()
+        .map(Path::new)
+        .find(|p| p.is_file())
+        .and_then(|p| std::fs::canonicalize(p).ok())
+}
+
+/// The run's CA bundle, where the proxy terminates TLS: a file in a
+/// directory of capsule's own (never the run's TMPDIR, which the run can
+/// write), granted read-only, shown by the view at the system bundle's path.
+pub fn ca_bundle(
+    net: &super::NetPlan,
+    run_id: &str,
+    grants: &mut Vec<super::FsGrant>,
+) -> Option<super::CaBundle> {
+    if !terminates(net) {
+        return None;
+    }
+    let file = std::env::temp_dir()
+        .join(format!("capsule-{run_id}.ca"))
+        .join("ca-bundle.pem");
+    grants.push(super::FsGrant {
+        opened: super::Opened::NONE,
+        path: file.clone(),
+        access: super::Access::READ,
+        origin: super::Origin::CaBundle,
+    });
+    Some(super::CaBundle {
+        file,
+        system: system_bundle(),
+    })
+}
+
+/// Refuse a credential source the run could read or change: a `file` beneath
+/// any grant (not carved out), a `command` checked as a host `command` tool.
+pub fn check_sources(
+    creds: &mut [CredentialPlan],
+    grants: &[super::FsGrant],
+    deny: &[super::FsDeny],
+    policy_dir: &Path,
+    host_path: Option<&str>,
+) -> Result<(), (String, String)> {
+    use crate::policy::egress::SourceForm;
+    let reachable: Vec<(std::path::PathBuf, super::Origin)> = grants
+        .iter()
+        .filter(|g| g.origin != super::Origin::CaBundle)
+        .map(|g| (g.path.clone(), g.origin.clone()))
+        .collect();
+    let writable = super::tools::writable_places(grants);
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    for c in creds.iter_mut() {
+        let who = format!("{} ({})", c.key, c.name);
+        match &mut c.source {
+            SourceForm::Env(_) => {}
+            SourceForm::File(f) => {
+                let carved = deny.iter().any(|d| f.starts_with(&d.path));
+                if let (Some((g, o)), false) = (super::tools::lies_in(f, &reachable), carved) {
+                    return Err((
+                        who,
+                        format!(
+                            "its file {} lies in {} ({o}), which the run can {}: keep the file outside the run's \
+                             grants, or carve it out with filesystem.deny",
+                            f.display(),
+                            g.display(),
+                            if writable.iter().any(|(w, _)| w == g) { "write" } else { "read" }
+                        ),
+                    ));
+                }
+            }
+            SourceForm::Command(argv) => {
+                super::tools::check_command(
+                    argv,
+                    policy_dir,
+                    &writable,
+                    host_path,
+                    home.as_deref(),
+                )
+                .map_err(|why| (who, format!("its command: {why}")))?;
+            }
+        }
+    }
+    Ok(())
+}

@@ -46,6 +46,8 @@ pub enum Origin {
     Credential(&'static str),
     /// A built-in carve-out of a system secret under /etc: what it holds.
     Secret(&'static str),
+    /// The run's CA bundle (hosts the proxy TLS-terminates, contract section 8).
+    CaBundle,
 }
 
 impl Origin {
@@ -79,6 +81,10 @@ impl std::fmt::Display for Origin {
                 "built-in carve-out of a system secret ({what}): unreadable beneath every grant, even to root, unless \
                  a grant names it exactly"
             ),
+            Origin::CaBundle => write!(
+                f,
+                "the run's CA bundle (the host's roots and the CA of capsule's proxy, for TLS-terminated hosts)"
+            ),
         }
     }
 }
@@ -111,6 +117,19 @@ pub struct FsPlan {
     pub proc_self: bool,
     /// Binds of the view (`mounts:`, `--mount`): a source seen at a destination.
     pub mounts: Vec<Bind>,
+    /// Where the run's CA bundle is written, and the system bundle the view
+    /// shows it at (proxy mode with TLS-terminated hosts only).
+    pub ca_bundle: Option<CaBundle>,
+}
+
+/// The run's CA bundle: the host's roots and the proxy's per-run CA.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CaBundle {
+    /// The file capsule writes before the run starts (read-only to the run)
+    /// and removes after it; its directory is capsule's, not the run's.
+    pub file: PathBuf,
+    /// The host's system bundle, which the view shows as `file`.
+    pub system: Option<PathBuf>,
 }
 
 impl FsPlan {

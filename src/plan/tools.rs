@@ -165,6 +165,30 @@ pub fn check(
     Ok(())
 }
 
+/// One host program and its arguments (a credential's `command`), checked as a
+/// `command` tool is (it runs in the policy file's directory, outside every
+/// layer); a bare program name is made absolute.
+pub fn check_command(
+    argv: &mut [String],
+    policy_dir: &Path,
+    writable: &[(PathBuf, Origin)],
+    path_env: Option<&str>,
+    home: Option<&Path>,
+) -> Result<(), String> {
+    check_places(policy_dir, None, writable)?;
+    let Some(first) = argv.first().cloned() else {
+        return Ok(());
+    };
+    check_inherited(policy_dir, writable, path_env, home)?;
+    check_program(&first, argv, policy_dir, writable, path_env)?;
+    check_arguments(argv, policy_dir, writable)
+}
+
+/// Whether `p` lies in one of `places` (as written or through links now).
+pub fn lies_in<'a>(p: &Path, places: &'a [(PathBuf, Origin)]) -> Option<&'a (PathBuf, Origin)> {
+    reached(p, places)
+}
+
 /// A writable place and where it came from, for a refusal.
 fn place((w, o): &(PathBuf, Origin)) -> String {
     format!("{} ({o})", w.display())

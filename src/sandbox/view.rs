@@ -347,6 +347,18 @@ fn binds(
     for m in mounts {
         binds.push(m.clone());
     }
+    // The run's CA bundle where clients look first: the system bundle.
+    if let Some(crate::plan::CaBundle {
+        file,
+        system: Some(system),
+    }) = &plan.fs.ca_bundle
+    {
+        binds.push(Bind {
+            src: file.clone(),
+            dst: system.clone(),
+            read_only: true,
+        });
+    }
     if binds.len() > MAX_BINDS {
         return Err(ViewError::TooManyBinds);
     }

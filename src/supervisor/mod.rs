@@ -10,6 +10,7 @@
 
 pub mod capture;
 pub mod cleanup;
+pub mod egress;
 pub mod event_loop;
 pub mod memwatch;
 pub mod net_counters;
@@ -96,6 +97,10 @@ pub fn run(plan: &Plan, opts: ExecOptions) -> Finished {
                 format!("creating the private TMPDIR {}: {e}", t.display()),
             );
         }
+    }
+    if let Err(e) = services.write_ca_bundle(plan) {
+        let _ = remove_tmpdir(plan);
+        return refused(&plan.run_id, Reason::SetupFailed, e.to_string());
     }
     let mut path = sandbox::RunPath::initial();
     loop {

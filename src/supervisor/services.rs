@@ -28,6 +28,8 @@ pub enum ServiceError {
     Broker(#[from] crate::rpc::RpcError),
     #[error("creating the RPC socketpair: {0}")]
     Socket(std::io::Error),
+    #[error(transparent)]
+    Egress(#[from] super::egress::EgressSetupError),
 }
 
 /// Counters gathered from the services at the end of a run.
@@ -61,16 +63,31 @@ pub struct Services {
     rpc_task: Option<tokio::task::JoinHandle<()>>,
     /// The egress proxy (`network.mode: proxy` only).
     proxy: Option<ProxyService>,
+    /// Credentials' placeholders and the run's CA, where the proxy terminates TLS.
+    egress: Option<super::egress::RunEgress>,
+    /// The run's CA bundle, once written (removed when the services go).
+    bundle: Option<crate::plan::CaBundle>,
+}
+
+impl Drop for Services {
+    fn drop(&mut self) {
+        if let Some(b) = self.bundle.take() {
+            super::egress::remove_bundle(&b);
+        }
+    }
 }
 
 impl Services {
     pub fn prepare(plan: &Plan, tool_fd: Option<OwnedFd>) -> Result<Services, ServiceError> {
+        // Credentials are read (and the CA made) before anything else of the run.
+        let egress = super::egress::prepare(plan)?;
         let proxy = if plan.net.mode == NetMode::Proxy {
             // Predict what clone() will grant (CAPSULE_NO_NAMESPACES=1 forces the fallback).
-            Some(ProxyService::prepare(
+            Some(ProxyService::prepare_with_egress(
                 &plan.net.allow_hosts,
                 plan.net.max_connections,
                 crate::kernel::probe().namespaces,
+                egress.as_ref().map(|e| e.egress.clone()),
             )?)
         } else {
             None
@@ -99,7 +116,19 @@ impl Services {
             rpc_child: Some(child.into()),
             rpc_task: None,
             proxy,
+            egress,
+            bundle: None,
         })
+    }
+
+    /// Write the run's CA bundle (after the private TMPDIR exists, before the
+    /// layers are prepared: Landlock and the view open it).
+    pub fn write_ca_bundle(&mut self, plan: &Plan) -> Result<(), ServiceError> {
+        if let (Some(e), Some(b)) = (&self.egress, &plan.fs.ca_bundle) {
+            super::egress::write_bundle(b, &e.ca_pem)?;
+            self.bundle = Some(b.clone());
+        }
+        Ok(())
     }
     /// The loopback port of a proxy the child reaches without a netns.
     pub fn proxy_port(&self) -> Option<u16> {
@@ -113,6 +142,9 @@ impl Services {
         }
         if let Some(p) = &self.proxy {
             env.extend(p.child_env());
+        }
+        if let Some(e) = &self.egress {
+            env.extend(super::egress::child_env(e, self.bundle.as_ref()));
         }
         env
     }

@@ -154,6 +154,7 @@ impl Answer {
             Origin::Command(why) => self.key = Some(format!("the command ({why})")),
             Origin::Credential(_) => self.key = Some("built-in credential carve-out".into()),
             Origin::Secret(_) => self.key = Some("built-in /etc secret carve-out".into()),
+            Origin::CaBundle => self.key = Some("network (the run's CA bundle)".into()),
         }
     }
 }
