@@ -7,7 +7,9 @@ Host side (needs the ``capsule`` binary, never raises at import):
   :class:`SessionStatus`, :class:`ExecutionStatus` -- the session-style
   SandboxProvider contract;
 * :class:`CapsuleBackend` with :class:`ProcessSpec` -- agentnode's ``SandboxBackend``
-  contract.
+  contract;
+* :class:`Credential` and :class:`HostRule` -- secrets capsule's proxy injects
+  (the run sees a placeholder) and HTTPS host rules (``docs/credentials.md``).
 
 Inside the sandbox: :mod:`capsule_sandbox.client` (``call_tool``,
 ``complete``, ``ping``, ``list_tools``, ``CapsuleRpcError``).
@@ -25,6 +27,7 @@ from capsule_sandbox.backend import (
 )
 from capsule_sandbox._toolspec import child_settable
 from capsule_sandbox.client import CapsuleRpcError
+from capsule_sandbox.credentials import Credential, HostRule
 from capsule_sandbox.provider import (
     CapsuleSandboxProvider,
     SessionNotFoundError,
@@ -47,10 +50,12 @@ __all__ = [
     "CapsuleAgentSession",
     "CapsuleBackend",
     "CapsuleRpcError",
+    "Credential",
     "CapsuleSandboxProvider",
     "EgressSpec",
     "ExecutionHandle",
     "ExecutionStatus",
+    "HostRule",
     "MountSpec",
     "Outcome",
     "ProcessSpec",

@@ -12,6 +12,9 @@ output_max_bytes            limits.max_output_bytes
 network_enabled=False       network.mode: none
 ... + network_allowlist     network.mode: proxy, allow_hosts
 ... + network_default=allow network.mode: unrestricted (no allowlist)
+network_allowlist HostRule  network.allow_hosts map entry (TLS terminated)
+credentials                 credentials (+ their hosts in allow_hosts; proxy)
+upstream_ca                 network.upstream_ca (made absolute)
 input_dir                   filesystem.read
 output_dir                  filesystem.write
 env_vars                    env.set
@@ -32,6 +35,7 @@ from typing import Any, Callable, Mapping
 
 from capsule_sandbox import _validate
 from capsule_sandbox._toolspec import ToolSpec
+from capsule_sandbox.credentials import apply_network, host_policy
 from capsule_sandbox.types import SandboxConfig
 
 # An env string above this risks E2BIG at exec (Linux MAX_ARG_STRLEN is 128 KiB).
@@ -97,10 +101,14 @@ def build(
         net.pop("allow_hosts", None)
     elif config.network_allowlist:
         net["mode"] = "proxy"
-        net["allow_hosts"] = list(config.network_allowlist)
+        net["allow_hosts"] = [host_policy(h) for h in config.network_allowlist]
     else:  # validate() guarantees network_default == "allow" here
         net["mode"] = "unrestricted"
         net.pop("allow_hosts", None)
+    # Credentials turn "none" into "proxy" to their hosts (validate() refused
+    # them with unrestricted egress); a base policy's own credentials stay.
+    apply_network(policy, credentials=config.credentials, upstream_ca=config.upstream_ca)
+    _placeholders_free(policy, config.env_vars)
 
     limits = policy.setdefault("limits", {})
     limits["timeout_seconds"] = float(config.timeout_seconds)
@@ -161,6 +169,20 @@ def build(
     else:
         policy.pop("tools", None)
     return policy
+
+
+def _placeholders_free(policy: Mapping[str, Any], env_vars: Mapping[str, str]) -> None:
+    """A variable that shows a credential's placeholder may not also be set."""
+    set_names = set(env_vars) | set(((policy.get("env") or {}).get("set") or {}))
+    for entry in policy.get("credentials") or []:
+        if not isinstance(entry, Mapping):
+            continue
+        for name in entry.get("placeholder_env") or []:
+            if name in set_names:
+                raise ValueError(
+                    f"credential {entry.get('name')!r}: {name} is both its placeholder_env and set "
+                    "by env_vars / env.set; the run would see one of them, not both"
+                )
 
 
 def has_forward_tools(policy: Mapping[str, Any]) -> bool:

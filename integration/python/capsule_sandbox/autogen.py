@@ -48,6 +48,7 @@ from autogen_ext.code_executors._common import (
 from pydantic import BaseModel
 
 from capsule_sandbox import _policy, _validate
+from capsule_sandbox.credentials import coerce_credentials, host_policy
 from capsule_sandbox._binary import AvailabilityCache
 from capsule_sandbox._exec import CapsuleRun
 from capsule_sandbox._serve import ServeClient, ServeRun
@@ -75,7 +76,9 @@ class CapsuleCommandLineCodeExecutorConfig(BaseModel):
     delete_tmp_files: bool = False
     python: Optional[str] = None
     policy: Optional[Dict[str, Any]] = None
-    network_allowlist: List[str] = []
+    network_allowlist: List[Any] = []
+    credentials: List[Dict[str, Any]] = []
+    upstream_ca: Optional[str] = None
     memory_mb: Optional[int] = 512
     env_vars: Dict[str, str] = {}
     explain: bool = False
@@ -98,7 +101,9 @@ class CapsuleCommandLineCodeExecutor(CodeExecutor, Component[CapsuleCommandLineC
     capsule's own: ``python`` (the interpreter for python blocks; default
     this process's), ``policy`` (a base capsule policy, dict or JSON file,
     as ``CapsuleSandboxProvider(policy=...)``), ``network_allowlist`` (hosts
-    reachable through capsule's filtering proxy; default: no network),
+    reachable through capsule's filtering proxy, strings or ``HostRule``s;
+    default: no network), ``credentials`` (``Credential``s the proxy injects;
+    they turn on the proxy to their hosts), ``upstream_ca``,
     ``memory_mb``, ``env_vars`` (set inside), ``binary`` (the capsule
     binary; default ``$CAPSULE_BIN``, the wheel's, PATH), ``audit_log``
     (a path, or False for none), ``explain`` (refused accesses explained in
@@ -128,9 +133,11 @@ class CapsuleCommandLineCodeExecutor(CodeExecutor, Component[CapsuleCommandLineC
         delete_tmp_files: bool = False,
         python: Union[str, os.PathLike[str], None] = None,
         policy: Union[Mapping[str, Any], str, os.PathLike[str], None] = None,
-        network_allowlist: Sequence[str] = (),
+        network_allowlist: Sequence[Any] = (),
         memory_mb: Optional[int] = 512,
         env_vars: Optional[Mapping[str, str]] = None,
+        credentials: Sequence[Any] = (),
+        upstream_ca: Union[str, os.PathLike[str], None] = None,
         binary: Union[str, os.PathLike[str], None] = None,
         audit_log: Union[str, os.PathLike[str], bool, None] = None,
         explain: bool = False,
@@ -161,7 +168,9 @@ class CapsuleCommandLineCodeExecutor(CodeExecutor, Component[CapsuleCommandLineC
         self._python = os.path.abspath(os.fspath(python)) if python is not None else os.path.abspath(sys.executable)
         self._policy_arg = policy
         self._base_policy = _policy.load_base_policy(policy)
-        self._network_allowlist = [str(h) for h in network_allowlist]
+        self._network_allowlist = [host_policy(h) for h in network_allowlist]
+        self._credentials = coerce_credentials(credentials)
+        self._upstream_ca = os.path.abspath(os.fspath(upstream_ca)) if upstream_ca is not None else None
         self._memory_mb = memory_mb
         self._env_vars = dict(env_vars or {})
         self._availability = AvailabilityCache(binary)
@@ -339,6 +348,8 @@ class CapsuleCommandLineCodeExecutor(CodeExecutor, Component[CapsuleCommandLineC
             network_allowlist=list(self._network_allowlist),
             output_dir=str(self.work_dir.resolve()),
             env_vars=dict(self._env_vars),
+            credentials=list(self._credentials),
+            upstream_ca=self._upstream_ca,
         )
         _policy.build(config, base=self._base_policy, python_tools={})
         for host in self._extra_volumes:
@@ -403,6 +414,8 @@ class CapsuleCommandLineCodeExecutor(CodeExecutor, Component[CapsuleCommandLineC
             python=self._python,
             policy=self._base_policy if self._policy_arg is not None else None,
             network_allowlist=self._network_allowlist,
+            credentials=[c.to_kwargs() for c in self._credentials],
+            upstream_ca=self._upstream_ca,
             memory_mb=self._memory_mb,
             env_vars=self._env_vars,
             explain=self._explain,
@@ -420,6 +433,8 @@ class CapsuleCommandLineCodeExecutor(CodeExecutor, Component[CapsuleCommandLineC
             python=config.python,
             policy=config.policy,
             network_allowlist=config.network_allowlist,
+            credentials=config.credentials,
+            upstream_ca=config.upstream_ca,
             memory_mb=config.memory_mb,
             env_vars=config.env_vars,
             explain=config.explain,

@@ -17,7 +17,10 @@ Network: ``none`` -> capsule ``none``; ``restricted``, ``default`` and
 ``egress.allowed_domains``), else the package-index hosts the host's own pip
 and npm configuration names (``network_hosts=`` widens that list);
 ``unrestricted`` -> capsule ``unrestricted``, only when the spec says so.
-Anything else is refused.
+Anything else is refused. ``credentials`` (capsule's: ``Credential``s the
+proxy injects) make ``none`` a proxy to their hosts and add their hosts to
+the others; ``allow_hosts`` entries may be ``HostRule``s (TLS terminated,
+methods/paths/budgets apply); ``upstream_ca`` is ``network.upstream_ca``.
 
 Mounts: a ``MountSpec`` whose ``dst`` is empty or equals an absolute ``src``
 is a grant in place; any other (``/pack``, ``/install``...) is ``capsule exec
@@ -50,6 +53,7 @@ from urllib.parse import urlsplit
 from capsule_sandbox import _policy, _validate
 from capsule_sandbox._binary import AvailabilityCache
 from capsule_sandbox._serve import ServeClient, ServeDied
+from capsule_sandbox.credentials import apply_network, coerce_credentials, host_policy
 
 _LOG = logging.getLogger("capsule_sandbox")
 
@@ -125,7 +129,7 @@ class ProcessSpec:
 
     command: list[str]
     network: str = "none"  # none | restricted | default | egress | unrestricted
-    allow_hosts: list[str] = field(default_factory=list)
+    allow_hosts: list[Any] = field(default_factory=list)  # str, HostRule or mapping
     read_only_mounts: list[str] = field(default_factory=list)
     mounts: list[MountSpec] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
@@ -135,6 +139,11 @@ class ProcessSpec:
     interactive: bool = False
     name: str | None = None
     egress: EgressSpec | None = None
+    #: capsule's: secrets the proxy injects (``Credential`` or mappings of its
+    #: fields); they turn ``none`` into proxy mode to their hosts.
+    credentials: list[Any] = field(default_factory=list)
+    #: capsule's: a PEM file of extra roots the proxy trusts upstream.
+    upstream_ca: str | None = None
 
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
@@ -290,24 +299,31 @@ def plan_spec(
     egress = getattr(spec, "egress", None)
     if egress is not None:
         hosts += [h for h in getattr(egress, "allowed_domains", ()) or () if h not in hosts]
+    credentials = coerce_credentials(getattr(spec, "credentials", None))
     net: dict[str, Any]
     if network == "none":
         net = {"mode": "none"}
     elif network in ("restricted", "default", "egress"):
-        if not hosts and network != "egress":
+        if not hosts and not credentials and network != "egress":
             hosts = list(index_hosts if index_hosts is not None else package_index_hosts())
-        if not hosts:
+        if not hosts and not credentials:
             raise SandboxRequiredError(
                 f"network={network!r} needs allow_hosts: capsule never turns a restricted "
                 "network into unrestricted egress"
             )
-        for host in hosts:
-            _validate.host_entry(host)
-        net = {"mode": "proxy", "allow_hosts": hosts}
+        net = {"mode": "proxy", "allow_hosts": [host_policy(h) for h in hosts]}
     elif network == "unrestricted":
+        if credentials:
+            raise SandboxRequiredError(
+                "network='unrestricted' with credentials: unrestricted egress never passes "
+                "capsule's proxy, which injects them; use network='restricted' with allow_hosts"
+            )
         net = {"mode": "unrestricted"}
     else:
         raise SandboxRequiredError(f"unknown network mode {network!r}; refusing (fail closed)")
+    # Credentials make "none" a proxy to their hosts and add their hosts.
+    with_net = apply_network({"network": net}, credentials=credentials,
+                             upstream_ca=getattr(spec, "upstream_ca", None))
 
     plan = _Plan(policy={})
     read: list[str] = []
@@ -386,13 +402,21 @@ def plan_spec(
         # Docker-only knobs (cpus, home_size; tmp_size without a private /tmp)
         # have no capsule meaning.
 
+    for entry in with_net.get("credentials", []):
+        clash = [n for n in entry.get("placeholder_env", []) if n in env]
+        if clash:
+            raise ValueError(
+                f"credential {entry['name']!r}: {clash[0]} is both its placeholder_env and set by env"
+            )
     plan.policy = {
         "version": 1,
         "filesystem": {"read": read, "write": write},
-        "network": net,
+        "network": with_net["network"],
         "env": {"set": env},
         "limits": limits,
     }
+    if "credentials" in with_net:
+        plan.policy["credentials"] = with_net["credentials"]
     return plan
 
 
@@ -766,10 +790,14 @@ class CapsuleBackend(_Base):  # type: ignore[misc]
         limits: dict[str, Any] | None = None,
         clean_home: bool = True,
         interactive: bool = False,
-        allow_hosts: list[str] | None = None,
+        allow_hosts: list[Any] | None = None,
         read_only_mounts: list[str] | None = None,
         cwd: str | None = None,
+        credentials: list[Any] | None = None,
+        upstream_ca: str | None = None,
     ) -> ProcessSpec:
+        """agentnode's spec, plus capsule's ``credentials`` and ``upstream_ca``
+        (``allow_hosts`` entries may be ``HostRule``s or mappings)."""
         return ProcessSpec(
             command=list(command),
             network=network,
@@ -781,6 +809,8 @@ class CapsuleBackend(_Base):  # type: ignore[misc]
             cwd=cwd,
             clean_home=clean_home,
             interactive=interactive,
+            credentials=list(credentials or []),
+            upstream_ca=upstream_ca,
         )
 
     # -- argv ---------------------------------------------------------------------

@@ -67,7 +67,11 @@ class CapsuleCodeInterpreterTool(BaseTool):
     work_dir: Optional[str] = None
     timeout: float = 60.0
     python: Optional[str] = None
-    network_allowlist: List[str] = Field(default_factory=list)
+    network_allowlist: List[Any] = Field(default_factory=list)
+    #: ``Credential``s (or mappings of their fields) the proxy injects; the
+    #: code sees placeholders. They turn on the proxy to their hosts.
+    credentials: List[Any] = Field(default_factory=list)
+    upstream_ca: Optional[str] = None
     memory_mb: Optional[int] = 512
     env_vars: dict = Field(default_factory=dict)
     policy: Optional[Any] = None
@@ -96,16 +100,18 @@ class CapsuleCodeInterpreterTool(BaseTool):
         work = Path(self.work_dir) if self.work_dir is not None else Path.cwd()
         work.mkdir(parents=True, exist_ok=True)
         python = os.path.abspath(self.python or sys.executable)
-        config = SandboxConfig(
-            timeout_seconds=float(self.timeout),
-            memory_mb=self.memory_mb,
-            cpu_limit=None,
-            network_enabled=bool(self.network_allowlist),
-            network_allowlist=list(self.network_allowlist),
-            output_dir=str(work.resolve()),
-            env_vars={str(k): str(v) for k, v in self.env_vars.items()},
-        )
         try:
+            config = SandboxConfig(
+                timeout_seconds=float(self.timeout),
+                memory_mb=self.memory_mb,
+                cpu_limit=None,
+                network_enabled=bool(self.network_allowlist),
+                network_allowlist=list(self.network_allowlist),
+                output_dir=str(work.resolve()),
+                env_vars={str(k): str(v) for k, v in self.env_vars.items()},
+                credentials=list(self.credentials),
+                upstream_ca=self.upstream_ca,
+            )
             policy = _policy.build(config, base=_policy.load_base_policy(self.policy), python_tools={})
         except ValueError as exc:
             return f"Something went wrong while running the code: \ncapsule refused the policy: {exc}"

@@ -45,6 +45,7 @@ from smolagents.tools import get_tools_definition_code
 from smolagents.utils import AgentError
 
 from capsule_sandbox import _policy, _validate
+from capsule_sandbox.credentials import coerce_credentials, host_policy
 from capsule_sandbox._binary import AvailabilityCache
 from capsule_sandbox._cleanup import remove_tree
 from capsule_sandbox.backend import CapsuleAgentSession
@@ -102,7 +103,11 @@ class CapsuleExecutor(RemotePythonExecutor):
             wall-clock limit for the whole session; default 3600).
         python: the interpreter (default this process's).
         policy: a base capsule policy (dict or JSON file).
-        network_allowlist: hosts reachable through capsule's proxy.
+        network_allowlist: hosts reachable through capsule's proxy (strings,
+            or ``HostRule``s: TLS terminated, methods/paths/budgets apply).
+        credentials: ``Credential``s the proxy injects (the interpreter sees
+            placeholders); they turn on the proxy to their hosts.
+        upstream_ca: a PEM file of extra roots the proxy trusts upstream.
         memory_mb: the interpreter's memory limit (default 1024).
         env_vars: environment variables set inside.
         binary: the capsule binary (default ``$CAPSULE_BIN``, the wheel's, PATH).
@@ -120,9 +125,11 @@ class CapsuleExecutor(RemotePythonExecutor):
         session_timeout: float = 3600.0,
         python: Union[str, os.PathLike[str], None] = None,
         policy: Union[Mapping[str, Any], str, os.PathLike[str], None] = None,
-        network_allowlist: Sequence[str] = (),
+        network_allowlist: Sequence[Any] = (),
         memory_mb: Optional[int] = 1024,
         env_vars: Optional[Mapping[str, str]] = None,
+        credentials: Sequence[Any] = (),
+        upstream_ca: Union[str, os.PathLike[str], None] = None,
         binary: Union[str, os.PathLike[str], None] = None,
         audit_log: Union[str, os.PathLike[str], bool, None] = None,
     ) -> None:
@@ -133,7 +140,9 @@ class CapsuleExecutor(RemotePythonExecutor):
         self.session_timeout = float(session_timeout)
         self._python = os.path.abspath(os.fspath(python)) if python is not None else os.path.abspath(sys.executable)
         self._base_policy = _policy.load_base_policy(policy)
-        self._network_allowlist = [str(h) for h in network_allowlist]
+        self._network_allowlist = [host_policy(h) for h in network_allowlist]
+        self._credentials = coerce_credentials(credentials)
+        self._upstream_ca = os.path.abspath(os.fspath(upstream_ca)) if upstream_ca is not None else None
         self._memory_mb = memory_mb
         self._env_vars = dict(env_vars or {})
         self._audit_log = audit_log
@@ -173,6 +182,8 @@ class CapsuleExecutor(RemotePythonExecutor):
             network_allowlist=list(self._network_allowlist),
             output_dir=str(self.work_dir.resolve()),
             env_vars=dict(self._env_vars),
+            credentials=list(self._credentials),
+            upstream_ca=self._upstream_ca,
             # The session's stdout is its channel: no byte limit on it
             # (the kernel bounds each step's logs itself).
             output_max_bytes=1 << 40,

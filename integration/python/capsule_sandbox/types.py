@@ -15,6 +15,7 @@ from typing import Any
 
 from capsule_sandbox import _validate
 from capsule_sandbox._agt import agt_types
+from capsule_sandbox.credentials import coerce_credentials, coerce_host
 
 _AGT = agt_types()
 
@@ -68,7 +69,13 @@ class SandboxConfig(_ConfigBase):
       ``PYTHONPATH``, ...) nor the variables capsule itself provides.
 
     ``tool_max_calls`` and ``tool_timeout_seconds`` are capsule extensions
-    (``tools.max_calls`` and each forwarded tool's ``timeout_seconds``).
+    (``tools.max_calls`` and each forwarded tool's ``timeout_seconds``), and
+    so are ``credentials`` (:class:`~capsule_sandbox.credentials.Credential`,
+    or mappings of its fields: secrets the proxy injects, the run sees a
+    placeholder; they turn on proxy mode and allow their hosts),
+    ``upstream_ca`` (a PEM file of extra roots the proxy trusts upstream) and
+    :class:`~capsule_sandbox.credentials.HostRule` entries (or mappings) in
+    ``network_allowlist`` (TLS terminated, methods/paths/budgets apply).
     """
 
     timeout_seconds: float = 60.0
@@ -87,6 +94,8 @@ class SandboxConfig(_ConfigBase):
     tool_allowlist: list[str] = field(default_factory=list)
     tool_max_calls: int = 40
     tool_timeout_seconds: float = 30.0
+    credentials: list[Any] = field(default_factory=list)
+    upstream_ca: str | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -110,7 +119,15 @@ class SandboxConfig(_ConfigBase):
                 f"network_default must be 'allow' or 'deny', not {self.network_default!r}"
             )
         for host in self.network_allowlist:
-            _validate.host_entry(host)
+            coerce_host(host)
+        creds = coerce_credentials(self.credentials)
+        if creds and self.network_enabled and not self.network_allowlist:
+            raise ValueError(
+                "credentials need capsule's proxy, and network_enabled=True without a "
+                "network_allowlist is unrestricted egress (never through the proxy); give "
+                "network_allowlist, or leave network_enabled False: credentials alone turn "
+                "on the proxy to their hosts"
+            )
         if self.network_enabled and not self.network_allowlist:
             if self.network_default != "allow":
                 raise ValueError(
@@ -218,7 +235,7 @@ def coerce_config(value: Any) -> SandboxConfig:
     for name in ("env_vars",):
         if name in items and items[name] is not None:
             items[name] = dict(items[name])
-    for name in ("network_allowlist", "tool_allowlist"):
+    for name in ("network_allowlist", "tool_allowlist", "credentials"):
         if name in items:
             items[name] = list(items[name] or [])
     return SandboxConfig(**items)

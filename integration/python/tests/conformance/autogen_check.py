@@ -66,6 +66,19 @@ def test_is_autogens_code_executor(tmp_path):
     assert loaded.timeout == ex.timeout and loaded.work_dir == ex.work_dir
 
 
+def test_credentials_and_host_rules_survive_dump_and_load(tmp_path):
+    from capsule_sandbox import Credential, HostRule, _policy
+
+    ex = make(tmp_path, network_allowlist=["pypi.org", HostRule(host="api.github.com", methods=["GET"])],
+              credentials=[Credential(name="gh", env="GITHUB_TOKEN", hosts=["api.github.com"],
+                                      placeholder_env=["GITHUB_TOKEN"])])
+    loaded = CapsuleCommandLineCodeExecutor.load_component(ex.dump_component())
+    policy = _policy.build(loaded._config(), base=loaded._base_policy, python_tools={})
+    assert policy == _policy.build(ex._config(), base=ex._base_policy, python_tools={})
+    assert policy["network"]["allow_hosts"] == ["pypi.org", {"host": "api.github.com", "methods": ["GET"]}]
+    assert [c["name"] for c in policy["credentials"]] == ["gh"]
+
+
 def test_python_and_shell_blocks_outputs_exit_codes_and_files(tmp_path):
     result = run(_blocks(make(tmp_path),
                          ("python", "open('data.txt', 'w').write('6 7\\n'); print('wrote')"),
