@@ -221,9 +221,13 @@ pub struct Record {
     pub stdout_closed_by_reader: bool,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stderr_closed_by_reader: bool,
-    /// `exec --explain`: the refused accesses, as in the result.
+    /// `exec --explain`: the refused accesses, as in the result (the proxy's
+    /// refused requests to TLS-terminated hosts always).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub denials: Option<Vec<serde_json::Value>>,
+    /// Credentials the proxy injected, by name, as in the result.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub credentials_used: Vec<crate::result::CredentialUsed>,
 }
 
 impl Record {
@@ -274,6 +278,7 @@ impl Record {
             stdout_closed_by_reader: r.stdout_closed_by_reader,
             stderr_closed_by_reader: r.stderr_closed_by_reader,
             denials: r.denials.clone(),
+            credentials_used: r.credentials_used.clone(),
         }
     }
 }

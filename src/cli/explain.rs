@@ -84,7 +84,10 @@ pub fn explain(
         dropped = (answers.len() - MAX_DENIALS) as u64;
         answers.truncate(MAX_DENIALS);
     }
-    r.denials = Some(answers.iter().map(Answer::to_json).collect());
+    // The proxy's refused requests (already in `denials`) come first.
+    let mut all = r.denials.take().unwrap_or_default();
+    all.extend(answers.iter().map(Answer::to_json));
+    r.denials = Some(all);
     r.explain = Some(json!({
         "files": files,
         "why_not": if files { None } else { why_not },

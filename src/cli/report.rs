@@ -182,6 +182,20 @@ pub fn plan_json(
         "network": {
             "mode": plan.net.mode.as_str(),
             "allow_hosts": plan.net.allow_hosts,
+            "rules": plan.net.host_rules.iter().map(|(i, r)| json!({
+                "index": i, "host": r.host, "methods": r.methods, "paths": r.paths,
+                "max_requests": r.max_requests, "max_upload_bytes": r.max_upload_bytes,
+            })).collect::<Vec<_>>(),
+            "credentials": plan.net.credentials.iter().map(|c| {
+                let (ok, how) = crate::plan::egress::source_resolves(c);
+                json!({
+                    "name": c.name, "key": c.key, "source": c.source.kind(), "resolves": ok, "detail": how,
+                    "hosts": c.hosts, "methods": c.methods, "paths": c.paths,
+                    "inject": crate::plan::egress::inject_text(c), "placeholder_env": c.placeholder_env,
+                    "allow_plaintext": c.allow_plaintext,
+                })
+            }).collect::<Vec<_>>(),
+            "ca_bundle": plan.fs.ca_bundle.as_ref().map(|b| json!({"file": b.file, "system": b.system})),
             "allow_unix_sockets": plan.net.allow_unix_sockets,
             "loopback_policy": plan.net.loopback,
             // As `enforcement.loopback` will say.
@@ -352,8 +366,44 @@ fn print_network(plan: &Plan, k: &Probe, namespaces: bool) {
         plan.net.mode.as_str(),
         network_layer(plan, k, namespaces)
     );
-    for h in &plan.net.allow_hosts {
-        println!("  allow host {h}");
+    for (i, h) in plan.net.allow_hosts.iter().enumerate() {
+        match plan.net.host_rules.iter().find(|(j, _)| *j == i) {
+            None => println!("  allow host {h}"),
+            Some((_, r)) => println!(
+                "  allow host {h} — TLS terminated by the proxy: methods {}, paths {}{}",
+                r.methods.as_ref().map_or("any".into(), |m| m.join(" ")),
+                r.paths.as_ref().map_or("any".into(), |p| p.join(" ")),
+                budgets(r)
+            ),
+        }
+    }
+    for c in &plan.net.credentials {
+        let (ok, how) = crate::plan::egress::source_resolves(c);
+        println!(
+            "  credential {} ({}) — from {} ({}: {how}); to {}{}; injected as {}; the run's {} hold a placeholder",
+            c.name,
+            c.key,
+            c.source.kind(),
+            if ok { "resolves" } else { "DOES NOT RESOLVE" },
+            c.hosts.join(" "),
+            match (&c.methods, &c.paths) {
+                (None, None) => String::new(),
+                (m, p) => format!(
+                    " (methods {}, paths {})",
+                    m.as_ref().map_or("any".into(), |m| m.join(" ")),
+                    p.as_ref().map_or("any".into(), |p| p.join(" "))
+                ),
+            },
+            crate::plan::egress::inject_text(c),
+            if c.placeholder_env.is_empty() { "variables (none named)".into() } else { c.placeholder_env.join(" ") },
+        );
+    }
+    if let Some(b) = &plan.fs.ca_bundle {
+        println!(
+            "  CA bundle {} (the host's roots and the run's CA; named by SSL_CERT_FILE and the other clients' variables{})",
+            b.file.display(),
+            b.system.as_ref().map_or(String::new(), |s| format!(", shown at {} in the view", s.display()))
+        );
     }
     for t in plan.tools.iter().flat_map(|t| &t.allow) {
         if let Some(argv) = &t.command {
@@ -369,6 +419,18 @@ fn print_network(plan: &Plan, k: &Probe, namespaces: bool) {
             );
         }
     }
+}
+
+/// A map entry's budgets, as `check` prints them.
+fn budgets(r: &crate::policy::egress::HostRules) -> String {
+    let mut s = String::new();
+    if let Some(n) = r.max_requests {
+        s.push_str(&format!(", at most {n} requests"));
+    }
+    if let Some(n) = r.max_upload_bytes {
+        s.push_str(&format!(", at most {n} bytes uploaded"));
+    }
+    s
 }
 
 /// The limits and how each is enforced.

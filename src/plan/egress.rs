@@ -172,3 +172,39 @@ pub fn check_sources(
     }
     Ok(())
 }
+
+/// Whether a credential's source resolves now, without reading its value:
+/// the variable is set, the file can be opened, the program exists. Said by
+/// `capsule check` (a command is never run there).
+pub fn source_resolves(c: &CredentialPlan) -> (bool, String) {
+    use crate::policy::egress::SourceForm;
+    match &c.source {
+        SourceForm::Env(v) => match std::env::var_os(v) {
+            Some(x) if !x.is_empty() => (true, format!("${v} is set")),
+            Some(_) => (false, format!("${v} is empty")),
+            None => (false, format!("${v} is not set in capsule's environment")),
+        },
+        SourceForm::File(p) => match std::fs::File::open(p) {
+            Ok(_) => (true, format!("{} is readable", p.display())),
+            Err(e) => (false, format!("{}: {e}", p.display())),
+        },
+        SourceForm::Command(argv) => {
+            let prog = argv.first().map(String::as_str).unwrap_or("");
+            if Path::new(prog).is_file() {
+                (true, format!("{prog} exists (not run by check)"))
+            } else {
+                (false, format!("{prog} not found"))
+            }
+        }
+    }
+}
+
+/// How a credential goes into requests, for `check` (`header Authorization: Bearer {}`).
+pub fn inject_text(c: &CredentialPlan) -> String {
+    use crate::policy::egress::InjectForm;
+    match &c.inject {
+        InjectForm::Header { name, format } => format!("header {name}: {format}"),
+        InjectForm::Basic { username } => format!("basic auth as {username}"),
+        InjectForm::Query { param } => format!("query parameter {param}"),
+    }
+}

@@ -148,6 +148,10 @@ pub struct RunResult {
     pub tool_refusals: u64,
     pub llm_calls: u64,
     pub denied_hosts: Vec<String>,
+    /// Credentials the proxy injected (contract section 8), by name, with the
+    /// number of requests each went into; never a value. Absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub credentials_used: Vec<CredentialUsed>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// The broker's and the proxy's counters in detail (tool refusals by
@@ -168,6 +172,13 @@ pub struct RunResult {
     /// file accesses were observed, `why_not`, `dropped`: denials not kept).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub explain: Option<serde_json::Value>,
+}
+
+/// One credential's use in a run: its name and the requests it went into.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct CredentialUsed {
+    pub name: String,
+    pub requests: u64,
 }
 
 /// The JSON Schema of the `--json` result (`capsule schema result`).
@@ -215,6 +226,7 @@ impl RunResult {
             tool_refusals: 0,
             llm_calls: 0,
             denied_hosts: vec![],
+            credentials_used: Vec::new(),
             error: None,
             usage: None,
             left_behind: Vec::new(),

@@ -290,3 +290,34 @@ pub fn child_env(e: &RunEgress, bundle: Option<&CaBundle>) -> Vec<(String, Strin
     }
     env
 }
+
+/// A request the proxy refused, as a `denials` entry (the shape of `why`'s
+/// answers, with `kind`: `credential_misuse`, `rule` or `budget`).
+pub fn denial(r: &crate::proxy::stats::EgressRefusal) -> serde_json::Value {
+    use crate::proxy::stats::RefusalKind;
+    let (kind, because) = match r.kind {
+        RefusalKind::CredentialMisuse => (
+            "credential_misuse",
+            format!(
+                "the request carried the placeholder of {}, which is not bound to this host, method or path (or not over http://)",
+                r.rule
+            ),
+        ),
+        RefusalKind::Rule => ("rule", format!("{} does not allow it", r.rule)),
+        RefusalKind::Budget => ("budget", format!("{}'s budget is spent", r.rule)),
+    };
+    serde_json::json!({
+        "question": format!("{} {}{}", r.method, r.host, r.path),
+        "verdict": "refused",
+        "allowed": false,
+        "layer": "proxy",
+        "layer_detail": "capsule's egress proxy (TLS terminated; the request was answered 403/429 and the run went on)",
+        "kind": kind,
+        "key": r.rule,
+        "line": null,
+        "because": because,
+        "change": null,
+        "no_change": null,
+        "notes": [],
+    })
+}

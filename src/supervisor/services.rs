@@ -40,6 +40,9 @@ pub struct Usage {
     pub llm_calls: u64,
     pub denied_hosts: Vec<String>,
     pub detail: Option<serde_json::Value>,
+    pub credentials_used: Vec<crate::result::CredentialUsed>,
+    /// The proxy's refused requests to terminated hosts, as `denials` entries.
+    pub egress_denials: Vec<serde_json::Value>,
 }
 
 impl Usage {
@@ -49,6 +52,12 @@ impl Usage {
         r.llm_calls = self.llm_calls;
         r.denied_hosts = self.denied_hosts;
         r.usage = self.detail;
+        r.credentials_used = self.credentials_used;
+        if !self.egress_denials.is_empty() {
+            r.denials
+                .get_or_insert_with(Vec::new)
+                .extend(self.egress_denials);
+        }
     }
 }
 
@@ -249,9 +258,18 @@ impl Services {
             detail["refused_models"] = serde_json::json!(c.refused_models);
         }
         let mut denied_hosts = vec![];
+        let mut credentials_used = vec![];
+        let mut egress_denials = vec![];
         if let Some(p) = &mut self.proxy {
             let report = p.finish();
             denied_hosts = report.denied_hosts.clone();
+            credentials_used = (report.credentials_used.iter())
+                .map(|c| crate::result::CredentialUsed {
+                    name: c.name.clone(),
+                    requests: c.requests,
+                })
+                .collect();
+            egress_denials = report.refusals.iter().map(super::egress::denial).collect();
             detail["proxy"] = serde_json::to_value(&report).unwrap_or_default();
         }
         Usage {
@@ -260,6 +278,8 @@ impl Services {
             llm_calls: c.llm.calls,
             denied_hosts,
             detail: Some(detail),
+            credentials_used,
+            egress_denials,
         }
     }
 }

@@ -205,14 +205,20 @@ fn add_grant(
     // Planning may have opened the path already (the same flags).
     let fd = match &grant.opened.0 {
         Some(fd) => fd.clone(),
-        None => Arc::new(
-            open(&grant.path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).map_err(
-                |source| LandlockError::Open {
+        None => match open(&grant.path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()) {
+            Ok(fd) => Arc::new(fd),
+            // The run's CA bundle exists only once `exec` wrote it: `check`,
+            // `why` and `--dry-run` plan the same layers without it.
+            Err(nix::errno::Errno::ENOENT) if grant.origin == crate::plan::Origin::CaBundle => {
+                return Ok(())
+            }
+            Err(source) => {
+                return Err(LandlockError::Open {
                     path: grant.path.clone(),
                     source,
-                },
-            )?,
-        ),
+                })
+            }
+        },
     };
     let is_dir = fd_is_dir(&fd, &grant.path)?.unwrap_or(false);
     push(
@@ -415,6 +421,7 @@ mod tests {
             ],
             proc_self: false,
             mounts: vec![],
+            ca_bundle: None,
         };
         let mut rights = Vec::new();
         let r = plan(&fs, ABI::V7, &mut |_, r| {
@@ -460,6 +467,7 @@ mod tests {
             deny: vec![d(&root), d(&root.join("other"))], // above the grant: not carved here
             proc_self: false,
             mounts: vec![],
+            ca_bundle: None,
         };
         // root is denied and w lies inside it: dropped.
         let r = plan(&fs, ABI::V7, &mut |_, _| Ok(())).expect("plan");
@@ -470,6 +478,7 @@ mod tests {
             deny: vec![d(&root.join("elsewhere"))],
             proc_self: false,
             mounts: vec![],
+            ca_bundle: None,
         };
         let r = plan(&fs, ABI::V7, &mut |_, _| Ok(())).expect("plan");
         assert_eq!(paths(&r), vec![(root.join("w"), RuleKind::Grant)]);
@@ -487,6 +496,7 @@ mod tests {
             deny: vec![d(&root.join("link/k"))],
             proc_self: false,
             mounts: vec![],
+            ca_bundle: None,
         };
         match plan(&fs, ABI::V7, &mut |_, _| Ok(())) {
             Err(LandlockError::NotCanonical { .. }) => {}
@@ -510,6 +520,7 @@ mod tests {
             deny: vec![d(&root.join(".ssh"))],
             proc_self: false,
             mounts: vec![],
+            ca_bundle: None,
         };
         let open_fds = || std::fs::read_dir("/proc/self/fd").expect("fds").count();
         let before = open_fds();

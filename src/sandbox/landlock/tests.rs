@@ -143,6 +143,7 @@ fn fs_plan(extra: Vec<FsGrant>, deny: Vec<FsDeny>) -> FsPlan {
         deny,
         proc_self: true,
         mounts: vec![],
+        ca_bundle: None,
     }
 }
 
@@ -579,6 +580,7 @@ fn report_lines_name_rights_origin_and_abi() {
         deny: vec![],
         proc_self: false,
         mounts: vec![],
+        ca_bundle: None,
     };
     let prepared =
         prepare(&plan, &NetRules::default(), &Scopes::default(), false).expect("prepare");
