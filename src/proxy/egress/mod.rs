@@ -27,7 +27,7 @@ mod tests;
 use zeroize::Zeroizing;
 
 pub use ca::RunCa;
-pub use engine::{EgressError, Engine};
+pub use engine::{EgressError, Engine, SYSTEM_BUNDLES};
 
 /// What the supervisor hands the proxy when something is terminated.
 pub struct Egress {
