@@ -13,7 +13,7 @@
 //! * [`terminate`] — the terminated CONNECT: TLS accept (SNI, ALPN), then HTTP/1.1.
 
 pub mod ca;
-mod engine;
+pub mod engine;
 pub(crate) mod gate;
 pub mod inject;
 pub mod rules;
@@ -27,7 +27,7 @@ mod tests;
 use zeroize::Zeroizing;
 
 pub use ca::RunCa;
-pub use engine::{EgressError, Engine, SYSTEM_BUNDLES};
+pub use engine::{EgressError, Engine};
 
 /// What the supervisor hands the proxy when something is terminated.
 pub struct Egress {
