@@ -71,7 +71,7 @@ pub async fn handle(
         Some(engine) => {
             match gate::admit(engine, &shared.stats, &target, port, false, &mut parts) {
                 Ok(a) => (gate::request_body(engine, &a, body), Some((engine, a))),
-                Err(resp) => return resp,
+                Err(resp) => return *resp,
             }
         }
         None => (body.map_err(Into::into).boxed(), None),

@@ -307,6 +307,41 @@ mod tests {
     }
 
     #[test]
+    fn egress_counters_are_bounded() {
+        let s = ProxyStats::default();
+        s.record_credential_use("github");
+        s.record_credential_use("github");
+        s.record_credential_use("npm");
+        for i in 0..150 {
+            s.host_counters(&format!("h{i}.example"))
+                .requests
+                .fetch_add(1, Ordering::Relaxed);
+            s.record_egress_refusal(EgressRefusal {
+                kind: RefusalKind::Rule,
+                host: "h.example".into(),
+                method: "GET".into(),
+                path: "/".into(),
+                rule: "network.allow_hosts[0]".into(),
+            });
+        }
+        let r = s.snapshot();
+        assert_eq!(r.credentials_used[0].requests, 2);
+        assert_eq!(r.credentials_used[1].name, "npm");
+        assert_eq!(r.hosts.len(), MAX_DENIED_HOSTS + 1);
+        assert_eq!(
+            r.hosts.last().map(|h| (h.host.as_str(), h.requests)),
+            Some(("*", 50))
+        );
+        assert_eq!(r.refusals.len(), MAX_DENIED_HOSTS);
+        assert_eq!(r.refusals_total, 150);
+        let json = serde_json::to_value(&r).expect("json");
+        assert_eq!(json["refusals"][0]["kind"], "rule");
+        // Nothing egress-related in a report of a run without it.
+        let plain = serde_json::to_value(ProxyStats::default().snapshot()).expect("json");
+        assert!(plain.get("hosts").is_none() && plain.get("refusals").is_none());
+    }
+
+    #[test]
     fn is_send_and_sync() {
         fn check<T: Send + Sync>() {}
         check::<ProxyStats>();

@@ -24,6 +24,9 @@ use crate::proxy::headers::{add_via, strip_hop_by_hop};
 use crate::proxy::refusal::{bad_request, ProxyBody, RuleRefusal};
 use crate::proxy::stats::{EgressRefusal, HostCounters, ProxyStats, RefusalKind};
 
+/// A refusal's response, boxed (it is large; the happy path should not pay for it).
+pub type Refused = Box<Response<ProxyBody>>;
+
 /// The longest path kept in a refusal record or body.
 const MAX_SHOWN_PATH: usize = 256;
 
@@ -47,7 +50,7 @@ struct Seen<'a> {
 }
 
 impl Seen<'_> {
-    fn refuse(&self, kind: RefusalKind, rule: &str, hint: &str) -> Response<ProxyBody> {
+    fn refuse(&self, kind: RefusalKind, rule: &str, hint: &str) -> Refused {
         let status = match kind {
             RefusalKind::Budget => StatusCode::TOO_MANY_REQUESTS,
             _ => StatusCode::FORBIDDEN,
@@ -60,15 +63,17 @@ impl Seen<'_> {
             path: self.path.clone(),
             rule: rule.to_string(),
         });
-        RuleRefusal {
-            status,
-            host: &self.host,
-            method: &self.method,
-            path: &self.path,
-            rule,
-            hint,
-        }
-        .response()
+        Box::new(
+            RuleRefusal {
+                status,
+                host: &self.host,
+                method: &self.method,
+                path: &self.path,
+                rule,
+                hint,
+            }
+            .response(),
+        )
     }
 }
 
@@ -212,7 +217,7 @@ pub fn admit(
     port: u16,
     tls: bool,
     parts: &mut Parts,
-) -> Result<Admitted, Response<ProxyBody>> {
+) -> Result<Admitted, Refused> {
     let seen = Seen {
         engine,
         stats,
@@ -221,7 +226,7 @@ pub fn admit(
         path: shown_path(parts),
     };
     if let Some(why) = smuggling(parts) {
-        return Err(bad_request(why));
+        return Err(Box::new(bad_request(why)));
     }
     if !names_target(parts, target, port, tls) {
         let hint = format!("send Host: {target} (the CONNECT target); a tunnel serves one host");
@@ -274,7 +279,7 @@ fn credentials(
     tls: bool,
     path: &str,
     parts: &Parts,
-) -> Result<Vec<usize>, Response<ProxyBody>> {
+) -> Result<Vec<usize>, Refused> {
     let engine = seen.engine;
     let mut bound = Vec::new();
     for (i, c) in engine.egress.credentials.iter().enumerate() {
@@ -293,11 +298,7 @@ fn credentials(
 
 /// Count the request against its entry's budgets (429 past them; a declared body
 /// larger than what is left of `max_upload_bytes` is refused before it is sent).
-fn charge_budget(
-    seen: &Seen<'_>,
-    rule: Option<usize>,
-    parts: &Parts,
-) -> Result<(), Response<ProxyBody>> {
+fn charge_budget(seen: &Seen<'_>, rule: Option<usize>, parts: &Parts) -> Result<(), Refused> {
     let Some(i) = rule else { return Ok(()) };
     let r = &seen.engine.egress.rules[i];
     let budget = &seen.engine.budgets[i];

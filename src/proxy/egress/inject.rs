@@ -348,13 +348,12 @@ mod tests {
         )
         .expect("q");
         assert_eq!(p.uri.to_string(), "/x?b=2&access_token=t%26k");
-        let bad = inject(
-            &mut p,
-            &Inject::Basic {
-                username: "u".into(),
-            },
-            b"a\nb",
-        );
+        // Basic base64-encodes any byte; a header format cannot carry a newline.
+        let header = Inject::Header {
+            name: "x-key".into(),
+            format: "{}".into(),
+        };
+        let bad = inject(&mut p, &header, b"a\nb");
         assert_eq!(bad, Err(InjectError::NotAHeaderValue));
     }
 

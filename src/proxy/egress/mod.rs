@@ -13,7 +13,7 @@
 //! * [`terminate`] — the terminated CONNECT: TLS accept (SNI, ALPN), then HTTP/1.1.
 
 pub mod ca;
-mod engine;
+pub mod engine;
 pub(crate) mod gate;
 pub mod inject;
 pub mod rules;

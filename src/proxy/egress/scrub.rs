@@ -316,7 +316,11 @@ mod tests {
 
     #[tokio::test]
     async fn metered_counts_and_stops_past_the_limit() {
-        let frames = Frames(vec![Frame::data(Bytes::from_static(b"12345")); 3].into());
+        let frames = Frames(
+            (0..3)
+                .map(|_| Frame::data(Bytes::from_static(b"12345")))
+                .collect(),
+        );
         let seen = Arc::new(AtomicU64::new(0));
         let used = Arc::new(AtomicU64::new(0));
         let body = Metered::new(frames.boxed(), vec![seen.clone()], Some((used, 12)));

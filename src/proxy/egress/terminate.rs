@@ -103,7 +103,7 @@ async fn handle(req: Request<Incoming>, conn: Arc<Conn>) -> Response<ProxyBody> 
     let (engine, stats) = (&conn.engine, &conn.stats);
     let admitted = match gate::admit(engine, stats, &conn.target, conn.port, true, &mut parts) {
         Ok(a) => a,
-        Err(resp) => return resp,
+        Err(resp) => return *resp,
     };
     let path = parts
         .uri
