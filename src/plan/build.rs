@@ -168,7 +168,6 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
     let found_secrets = credentials::existing(&credentials::system_secrets(), |_| true);
     etc_secrets(&grants, &found_secrets, &mut deny);
     host_proc(&grants, &mut deny);
-
     tracing::debug!("plan: carve-outs");
     let env = environment(
         policy,
@@ -180,17 +179,7 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
     )
     .map_err(|e| locate_env_error(&loaded, e))?;
     let tools = host_tools(&loaded, &grants, host_path.as_deref())?;
-    let mut net = net(policy, &loaded.base_dir);
-    super::egress::check_sources(
-        &mut net.credentials,
-        &grants,
-        &deny,
-        &loaded.base_dir,
-        host_path.as_deref(),
-    )
-    .map_err(|(key, why)| PlanError::Credential { key, why })?;
-    let ca_bundle = super::egress::ca_bundle(&net, &run_id, &mut grants);
-
+    let (net, ca_bundle) = egress_net(&loaded, &mut grants, &deny, host_path.as_deref(), &run_id)?;
     let fs = FsPlan {
         grants,
         deny,
@@ -221,6 +210,28 @@ pub fn build(input: BuildInput) -> Result<Plan, PlanError> {
         policy_dir: loaded.base_dir.clone(),
         etc_secrets: found_secrets,
     })
+}
+
+/// The network plan, its credentials' sources checked against what the run
+/// can reach, and the run's CA bundle (its read grant added).
+fn egress_net(
+    loaded: &LoadedPolicy,
+    grants: &mut Vec<super::FsGrant>,
+    deny: &[FsDeny],
+    host_path: Option<&str>,
+    run_id: &str,
+) -> Result<(NetPlan, Option<super::CaBundle>), PlanError> {
+    let mut net = net(&loaded.policy, &loaded.base_dir);
+    super::egress::check_sources(
+        &mut net.credentials,
+        grants,
+        deny,
+        &loaded.base_dir,
+        host_path,
+    )
+    .map_err(|(key, why)| PlanError::Credential { key, why })?;
+    let ca_bundle = super::egress::ca_bundle(&net, run_id, grants);
+    Ok((net, ca_bundle))
 }
 
 /// The network plan: the policy's, as overridden.

@@ -78,14 +78,8 @@ pub fn terminates(net: &super::NetPlan) -> bool {
     net.mode == NetMode::Proxy && (!net.host_rules.is_empty() || !net.credentials.is_empty())
 }
 
-/// The host's system CA bundle, as OpenSSL, Python and curl find it on the
-/// common distributions (Debian/Ubuntu, Fedora/RHEL, openSUSE, Alpine/Arch).
-pub const SYSTEM_BUNDLES: &[&str] = &[
-    "/etc/ssl/certs/ca-certificates.crt",
-    "/etc/pki/tls/certs/ca-bundle.crt",
-    "/etc/ssl/ca-bundle.pem",
-    "/etc/ssl/cert.pem",
-];
+/// The host's system CA bundles, as the proxy's upstream side probes them.
+pub use crate::proxy::egress::engine::SYSTEM_BUNDLES;
 
 /// The first system bundle this host has, as the real file it names.
 pub fn system_bundle() -> Option<std::path::PathBuf> {

@@ -97,6 +97,7 @@ pub struct ProxyService {
 impl ProxyService {
     /// Parse the allowlist (empty: refused) and bind the host listener. Before fork.
     /// `max_connections`: client connections held at once (`network.max_connections`).
+    #[cfg(test)]
     pub fn prepare(
         allow_hosts: &[String],
         max_connections: u32,

@@ -32,9 +32,6 @@ mod connect;
 pub mod decide;
 pub mod destination;
 mod dial;
-// Until the supervisor builds an `Egress` (the lead's wiring), its constructors
-// have no caller outside the tests.
-#[allow(dead_code)]
 pub mod egress;
 mod headers;
 pub mod lifecycle;

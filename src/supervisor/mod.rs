@@ -88,19 +88,8 @@ pub fn run(plan: &Plan, opts: ExecOptions) -> Finished {
         Ok(s) => s,
         Err(e) => return refused(&plan.run_id, Reason::ServiceUnavailable, e.to_string()),
     };
-    if let Some(t) = &plan.tmpdir {
-        use std::os::unix::fs::DirBuilderExt;
-        if let Err(e) = std::fs::DirBuilder::new().mode(0o700).create(t) {
-            return refused(
-                &plan.run_id,
-                Reason::SetupFailed,
-                format!("creating the private TMPDIR {}: {e}", t.display()),
-            );
-        }
-    }
-    if let Err(e) = services.write_ca_bundle(plan) {
-        let _ = remove_tmpdir(plan);
-        return refused(&plan.run_id, Reason::SetupFailed, e.to_string());
+    if let Err(f) = make_run_files(plan, &mut services) {
+        return *f;
     }
     let mut path = sandbox::RunPath::initial();
     loop {
@@ -207,6 +196,30 @@ fn add_observer(layers: &mut sandbox::Layers, o: &crate::guards::observer::Obser
 }
 
 /// How one attempt to start the run ended.
+/// The private TMPDIR, then the run's CA bundle (before the layers: Landlock
+/// and the view open both).
+fn make_run_files(plan: &Plan, services: &mut services::Services) -> Result<(), Box<Finished>> {
+    if let Some(t) = &plan.tmpdir {
+        use std::os::unix::fs::DirBuilderExt;
+        if let Err(e) = std::fs::DirBuilder::new().mode(0o700).create(t) {
+            return Err(Box::new(refused(
+                &plan.run_id,
+                Reason::SetupFailed,
+                format!("creating the private TMPDIR {}: {e}", t.display()),
+            )));
+        }
+    }
+    if let Err(e) = services.write_ca_bundle(plan) {
+        let _ = remove_tmpdir(plan);
+        return Err(Box::new(refused(
+            &plan.run_id,
+            Reason::SetupFailed,
+            e.to_string(),
+        )));
+    }
+    Ok(())
+}
+
 enum Attempt {
     Finished(Box<Finished>),
     /// The kernel refused the namespaces or a step of their set-up: nothing

@@ -50,6 +50,7 @@ impl RunCa {
         let tag = tag.trim_start_matches(super::PLACEHOLDER_PREFIX);
         dn.push(DnType::CommonName, format!("capsule run CA {}", &tag[..12]));
         params.distinguished_name = dn;
+        validity(&mut params);
         // pathlen 0: it signs leaves only.
         params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
         params.key_usages = vec![
@@ -71,6 +72,7 @@ impl RunCa {
     }
 
     /// The CA certificate (DER).
+    #[cfg(test)]
     pub fn cert_der(&self) -> &CertificateDer<'static> {
         &self.cert_der
     }
@@ -91,6 +93,7 @@ impl RunCa {
             params.distinguished_name.push(DnType::CommonName, &name);
         }
         params.is_ca = IsCa::NoCa;
+        validity(&mut params);
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         params.use_authority_key_identifier_extension = true;
@@ -100,5 +103,42 @@ impl RunCa {
             chain: vec![cert.der().clone(), self.cert_der.clone()],
             key: key_der,
         })
+    }
+}
+
+/// From yesterday (clocks differ a little) to 30 days on: a run's certificates
+/// need no more, and clients that cap a leaf's lifetime accept them.
+fn validity(params: &mut CertificateParams) {
+    let days = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() / 86_400) as i64;
+    let (y, m, d) = civil_from_days(days - 1);
+    params.not_before = rcgen::date_time_ymd(y, m, d);
+    let (y, m, d) = civil_from_days(days + 30);
+    params.not_after = rcgen::date_time_ymd(y, m, d);
+}
+
+/// The proleptic Gregorian date of a day count since 1970-01-01 (H. Hinnant's
+/// `civil_from_days`).
+fn civil_from_days(z: i64) -> (i32, u8, u8) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u8;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u8;
+    let y = (yoe + era * 400 + i64::from(m <= 2)) as i32;
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod validity_tests {
+    #[test]
+    fn civil_dates() {
+        assert_eq!(super::civil_from_days(0), (1970, 1, 1));
+        assert_eq!(super::civil_from_days(20_454), (2026, 1, 1));
+        assert_eq!(super::civil_from_days(11_016), (2000, 2, 29));
     }
 }
