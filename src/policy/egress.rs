@@ -95,8 +95,8 @@ pub struct HostRules {
     /// Methods allowed (upper case, e.g. GET, POST); default: any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub methods: Option<Vec<String>>,
-    /// Paths allowed: `/repos/acme/*/issues`, `/repos/acme/widget/**` (`*` one
-    /// segment, `**` any number); default: any.
+    /// Paths allowed: `/repos/acme/*/issues`, `/repos/acme/widget/**`, `/v1/*.json`
+    /// (`*` any characters within one segment, `**` any number of segments); default: any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paths: Option<Vec<String>>,
     /// Requests to this entry in one run; past it, 429.
@@ -365,10 +365,10 @@ fn check_path_pattern(p: &str) -> Result<(), String> {
             "" if last => {}
             "" => return Err(format!("path `{p}` has an empty segment (//)")),
             "." | ".." => return Err(format!("path `{p}` has a `{s}` segment")),
-            "*" | "**" => {}
-            s if s.contains('*') => {
+            "**" => {}
+            s if s.contains("**") => {
                 return Err(format!(
-                    "path `{p}`: `*` stands for a whole segment (`/a/*/b`) and `**` for any number of them"
+                    "path `{p}`: `**` stands for any number of whole segments (`/a/**`); `*` matches within one segment"
                 ))
             }
             _ => {}
@@ -383,11 +383,19 @@ mod tests {
 
     #[test]
     fn path_patterns() {
-        for ok in ["/", "/repos/acme/widget/**", "/a/*/b", "/a/", "/**"] {
+        for ok in [
+            "/",
+            "/repos/acme/widget/**",
+            "/a/*/b",
+            "/a/",
+            "/**",
+            "/a/b*",
+            "/v1/*.json",
+        ] {
             assert!(check_path_pattern(ok).is_ok(), "{ok}");
         }
         for bad in [
-            "repos", "/a//b", "/a/../b", "/a/./b", "/a/b*", "/a?x", "/a;b", "/%2e", "/a\\b",
+            "repos", "/a//b", "/a/../b", "/a/./b", "/a/b**", "/a?x", "/a;b", "/%2e", "/a\\b",
         ] {
             assert!(check_path_pattern(bad).is_err(), "{bad}");
         }

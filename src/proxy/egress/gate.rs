@@ -17,7 +17,7 @@ use hyper::{Method, Response, StatusCode};
 
 use super::engine::Engine;
 use super::inject::{head_mentions, inject, substitute};
-use super::rules::{glob_matches, normalise_path};
+use super::rules::{glob_matches, normalise_path_with};
 use super::scrub::{Metered, ScrubBody, Scrubber};
 use crate::proxy::allow_hosts::TargetHost;
 use crate::proxy::headers::{add_via, strip_hop_by_hop};
@@ -234,7 +234,7 @@ pub fn admit(
     }
     strip_hop_by_hop(&mut parts.headers);
     parts.headers.remove(EXPECT);
-    let path = match normalise_path(parts.uri.path()) {
+    let path = match normalise_path_with(parts.uri.path(), !paths_apply(engine, target, port)) {
         Ok(p) => p,
         Err(why) => {
             let rule = entry_name(engine, target, port);
@@ -268,6 +268,17 @@ pub fn admit(
         counters,
         head_only: parts.method == Method::HEAD,
     })
+}
+
+/// Does a `paths` rule apply to `target:port`: a map entry naming it with
+/// `paths`, or a credential naming it with `paths`?
+fn paths_apply(engine: &Engine, target: &TargetHost, port: u16) -> bool {
+    let rules = engine.matching_rules(target, port);
+    rules
+        .iter()
+        .any(|&i| engine.egress.rules[i].paths.is_some())
+        || (engine.egress.credentials.iter().enumerate())
+            .any(|(i, c)| c.paths.is_some() && engine.credential_host(i, target, port))
 }
 
 /// The credentials bound to the request; refused when the head carries the

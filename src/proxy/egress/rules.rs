@@ -7,6 +7,11 @@
 //! `%2e%2e`), empty segments (`//`), `;` parameters, an encoded `/` or `\` (`%2F`,
 //! `%5C`), a literal `\`, a malformed escape, or a target that is not a path.
 //!
+//! One exception: where no `paths` rule applies to the host (no map entry with
+//! `paths` and no credential with `paths` names it), an encoded `/` decides
+//! nothing, so it is kept as `%2F` inside its segment ([`normalise_path_with`]):
+//! npm names scoped packages `/@scope%2fname`.
+//!
 //! Globs: `/` separated segments; a segment `**` matches any number of segments (zero
 //! too), `*` inside a segment matches any run of characters within one non-empty
 //! segment (`*` alone: exactly one segment).
@@ -47,8 +52,8 @@ fn unreserved(b: u8) -> bool {
 }
 
 /// Decode escapes of unreserved characters, upper-case the others' hex, refuse the
-/// ambiguous ones.
-fn decode_unreserved(path: &str) -> Result<String, PathRefusal> {
+/// ambiguous ones (`%2F` kept, as `%2F`, when `slash_ok`).
+fn decode_unreserved(path: &str, slash_ok: bool) -> Result<String, PathRefusal> {
     let b = path.as_bytes();
     let mut out = String::with_capacity(b.len());
     let mut i = 0;
@@ -62,7 +67,7 @@ fn decode_unreserved(path: &str) -> Result<String, PathRefusal> {
                     return Err(PathRefusal::BadEscape);
                 };
                 let c = h * 16 + l;
-                if c == b'/' || c == b'\\' {
+                if (c == b'/' && !slash_ok) || c == b'\\' {
                     return Err(PathRefusal::EncodedSlash);
                 }
                 if unreserved(c) {
@@ -86,10 +91,16 @@ fn decode_unreserved(path: &str) -> Result<String, PathRefusal> {
 
 /// The path (without its query) as rules see it; see the module's comment.
 pub fn normalise_path(path: &str) -> Result<String, PathRefusal> {
+    normalise_path_with(path, false)
+}
+
+/// [`normalise_path`], an encoded `/` kept inside its segment when `slash_ok`
+/// (no path rule applies: it decides nothing).
+pub fn normalise_path_with(path: &str, slash_ok: bool) -> Result<String, PathRefusal> {
     if !path.starts_with('/') {
         return Err(PathRefusal::NotAPath);
     }
-    let decoded = decode_unreserved(path)?;
+    let decoded = decode_unreserved(path, slash_ok)?;
     let segments: Vec<&str> = decoded[1..].split('/').collect();
     let last = segments.len() - 1;
     for (i, seg) in segments.iter().enumerate() {
@@ -195,6 +206,16 @@ mod tests {
             ("/Repos/ACME", Ok("/Repos/ACME")),
             ("/a.b/c..d/...", Ok("/a.b/c..d/...")),
         ];
+        // Kept where no path rule applies (npm's scoped packages); %5C never.
+        assert_eq!(
+            normalise_path_with("/@acme%2fwidget", true).as_deref(),
+            Ok("/@acme%2Fwidget")
+        );
+        assert_eq!(normalise_path_with("/a%5cb", true), Err(EncodedSlash));
+        assert_eq!(
+            normalise_path_with("/a%2F..%2Fb", true).as_deref(),
+            Ok("/a%2F..%2Fb")
+        );
         for (input, want) in cases {
             let got = normalise_path(input);
             assert_eq!(got.as_deref(), want.as_ref().map(|s| *s), "{input:?}");
