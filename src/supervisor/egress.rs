@@ -16,7 +16,9 @@ use crate::policy::egress::{InjectForm, SourceForm};
 use crate::proxy::egress::{self, BoundCredential, Egress, HostRule, Inject, RunCa, Secret};
 
 /// The variables that name the run's CA bundle, for the clients that read
-/// one (OpenSSL and Go, Python requests, curl, Node, git, pip, cargo).
+/// one (OpenSSL and Go, Python requests, curl, Node, git, pip, cargo, npm:
+/// a `cafile` in an npmrc makes npm ignore NODE_EXTRA_CA_CERTS, and its
+/// environment setting wins over the npmrc's).
 pub const CA_VARS: &[&str] = &[
     "SSL_CERT_FILE",
     "REQUESTS_CA_BUNDLE",
@@ -25,6 +27,7 @@ pub const CA_VARS: &[&str] = &[
     "GIT_SSL_CAINFO",
     "PIP_CERT",
     "CARGO_HTTP_CAINFO",
+    "NPM_CONFIG_CAFILE",
 ];
 
 /// How long a credential's `command` may take.
