@@ -46,7 +46,7 @@ const u = new URL(process.argv[2]);
 const headers = {Authorization: 'Bearer ' + process.env[process.argv[3]]};
 function go(extra) {
   const req = https.request({host: u.hostname, port: u.port, path: u.pathname + u.search, headers,
-                             servername: u.hostname, agent: false, ...extra}, res => {
+                             servername: u.hostname, ...extra}, res => {
     let b = ''; res.on('data', d => b += d);
     res.on('end', () => { console.log(b.trim()); process.exit(res.statusCode === 200 ? 0 : 1); });
   });

@@ -82,6 +82,16 @@ pub fn policy(
     )
 }
 
+/// The same policy as [`policy`] before issue 38: every host spliced (plain
+/// `allow_hosts` strings), no upstream roots, no credentials.
+pub fn splice_policy(work: &Path, reads: &[&Path], hosts: &str, env: &[(&str, String)]) -> String {
+    let full = policy(work, reads, Path::new("/"), hosts, "", env);
+    full.lines()
+        .filter(|l| !l.starts_with("  upstream_ca:") && *l != "credentials:")
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
 /// A finished `capsule exec --json`.
 pub struct CapsuleRun {
     pub code: Option<i32>,
