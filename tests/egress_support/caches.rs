@@ -124,12 +124,26 @@ fn npm_cached(spec: &str) -> Result<PathBuf, String> {
                 .arg(d)
                 .arg(spec)
                 .env("npm_config_cache", d.join(".npm-cache"))
-                .env("HOME", d),
+                .env("HOME", d)
+                .envs(system_roots()),
             &format!("npm install {spec}"),
         )?;
         let _ = fs::remove_dir_all(d.join(".npm-cache"));
         Ok(())
     })
+}
+
+/// node trusts its own copy of Mozilla's roots: the host's bundle too, when
+/// the environment names none (scripts/test's unprivileged pass starts from
+/// `env -i`; a machine whose registry traffic passes a TLS-inspecting proxy
+/// has that proxy's CA only there).
+fn system_roots() -> Vec<(&'static str, PathBuf)> {
+    let system = Path::new("/etc/ssl/certs/ca-certificates.crt");
+    if std::env::var_os("NODE_EXTRA_CA_CERTS").is_none() && system.exists() {
+        vec![("NODE_EXTRA_CA_CERTS", system.to_path_buf())]
+    } else {
+        vec![]
+    }
 }
 
 /// verdaccio's entry script (None: cannot be installed, skipped).
