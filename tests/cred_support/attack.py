@@ -2,7 +2,8 @@
 # TLS tunnel (CONNECT, then TLS verified against the run's CA bundle, which
 # SSL_CERT_FILE names). argv[1]: a JSON list of cases
 #   {"name", "connect": "host:port", "sni": name or null, "payload": text}
-# with {PH} in the payload replaced by $MY_TOKEN (the placeholder the run holds).
+# with {PH} in the payload replaced by $MY_TOKEN (the placeholder the run holds),
+# then {CL} by the length of what follows the first blank line (the body).
 # Prints one JSON line per case: {"name", "status", "response"} (status 0: the
 # tunnel or TLS handshake failed; "response" then says why).
 import json, os, socket, ssl, sys, urllib.parse
@@ -41,7 +42,11 @@ def case(c):
         t = ctx.wrap_socket(s, server_hostname=c.get("sni"))
     except (ssl.SSLError, OSError) as e:
         return 0, "TLS: %s" % e
-    t.sendall(c["payload"].replace("{PH}", ph).encode("latin-1"))
+    payload = c["payload"].replace("{PH}", ph)
+    if "{CL}" in payload:
+        body = payload.split("\r\n\r\n", 1)[1]
+        payload = payload.replace("{CL}", str(len(body)), 1)
+    t.sendall(payload.encode("latin-1"))
     resp = read_all(t).decode("latin-1")
     try:
         status = int(resp.split(" ", 2)[1])
