@@ -419,3 +419,170 @@ fn smuggling_shapes_are_refused_before_the_origin() {
     );
     out.assert_clean(&value);
 }
+
+/// Path tricks against `paths: ["/ok/**"]`, methods against `[GET, POST]`, a
+/// trailing-dot host: each refused (403, or 400 for what is not HTTP), never
+/// past the rule; the one encoded-unreserved spelling of an allowed path is
+/// matched as that path.
+#[test]
+fn path_and_method_tricks_never_pass_a_rule() {
+    let o = Origin::start();
+    let s = Scratch::new();
+    let value = secret_value("path");
+    let p = s.policy(o.port, RULED);
+    let bound = format!("localhost:{}", o.port);
+    let long = format!("/{}/../ok/x", "a".repeat(6000));
+    let targets: Vec<(String, String)> = [
+        "/ok/%2e%2e/secret1",
+        "/ok/../secret2",
+        "/ok/%2E%2e/secret3",
+        "/ok/./secret4",
+        "/ok//secret5",
+        "//ok/secret6",
+        "/ok;x=1/../secret7",
+        "/ok%2Fsecret8",
+        "/ok%2fsecret9",
+        "/OK/secret10",
+        "/ok\\..\\secret11",
+        "/ok/x%2F..%2F..%2Fsecret12",
+        "/ok%5C..%5Csecret13",
+        "/%6fk/%2e./secret14",
+        "/secret15",
+        "/ok/.%2e/secret16",
+        long.as_str(),
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, t)| (format!("p{i}"), format!("GET {t} HTTP/1.1\r\nHost: {bound}\r\nAuthorization: Bearer {{PH}}\r\nConnection: close\r\n\r\n")))
+    .collect();
+    let method = |m: &str, path: &str| {
+        format!("{m} {path} HTTP/1.1\r\nHost: {bound}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+    };
+    let dot = format!("localhost.:{}", o.port);
+    let mut cases: Vec<(&str, &str, Option<&str>, String)> = targets
+        .iter()
+        .map(|(n, t)| (n.as_str(), bound.as_str(), Some("localhost"), t.clone()))
+        .collect();
+    cases.push((
+        "delete",
+        &bound,
+        Some("localhost"),
+        method("DELETE", "/ok/secret-delete"),
+    ));
+    cases.push((
+        "lower-get",
+        &bound,
+        Some("localhost"),
+        method("get", "/ok/secret-lower"),
+    ));
+    cases.push((
+        "trailing-dot",
+        &dot,
+        Some("localhost"),
+        format!("GET /secret-dot HTTP/1.1\r\nHost: {dot}\r\nConnection: close\r\n\r\n"),
+    ));
+    cases.push((
+        "encoded-ok",
+        &bound,
+        Some("localhost"),
+        method("GET", "/%6fk/x"),
+    ));
+    let borrowed: Vec<(&str, &str, Option<&str>, &str)> = cases
+        .iter()
+        .map(|(a, b, c, d)| (*a, *b, *c, d.as_str()))
+        .collect();
+    let out = exec(
+        &s,
+        &value,
+        &p,
+        &[],
+        &[PYTHON, "-c", ATTACK_PY, &cases_json(&borrowed)],
+    );
+    assert_eq!(out.status, 0, "{}", out.describe());
+    for (name, ..) in &cases {
+        let c = out.case(name);
+        let status = c["status"].as_u64().unwrap_or(0);
+        if *name == "encoded-ok" {
+            assert_eq!(status, 200, "{c}");
+        } else {
+            // 403 (rule), 400 (not HTTP), 414/431 (too long), 0 (tunnel refused).
+            assert!(matches!(status, 0 | 400 | 403 | 414 | 431), "{name}: {c}");
+        }
+    }
+    let paths: Vec<String> = o
+        .requests()
+        .iter()
+        .map(|r| r["path"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(paths.len(), 1, "only the allowed request: {paths:?}");
+    assert!(paths[0] == "/%6fk/x" || paths[0] == "/ok/x", "{paths:?}");
+    assert!(out.count_denials("rule") >= 15, "{}", out.describe());
+    assert_eq!(
+        out.count_denials("credential_misuse"),
+        0,
+        "{}",
+        out.describe()
+    );
+    out.assert_clean(&value);
+}
+
+const BUDGETS: &str = r#"
+version: 1
+network:
+  mode: proxy
+  upstream_ca: {CA}
+  allow_hosts:
+    - host: localhost:{PORT}
+      max_requests: 3
+    - host: 127.0.0.1:{PORT}
+      max_upload_bytes: 1000
+"#;
+
+/// max_requests: the 4th request is 429 with a budget denial; max_upload_bytes:
+/// a declared body past it is 429 before anything is sent, and a chunked upload
+/// (no length declared) is counted and stopped: the origin never gets it whole.
+#[test]
+fn budgets_hold_also_for_chunked_uploads() {
+    let o = Origin::start();
+    let s = Scratch::new();
+    let value = secret_value("budget");
+    let p = s.policy(o.port, BUDGETS);
+    let a = format!("https://localhost:{}", o.port);
+    let b = format!("https://127.0.0.1:{}", o.port);
+    let script = [
+        curl(&format!("-o /dev/null {a}/r1")),
+        curl(&format!("-o /dev/null {a}/r2")),
+        curl(&format!("-o /dev/null {a}/r3")),
+        curl(&format!("{a}/r4")),
+        curl(&format!("-o /dev/null --data-binary @/tmp/six {b}/up-600")),
+        curl(&format!("{b}/up-declared --data-binary @/tmp/six")),
+        curl(&format!(
+            "-o /dev/null -H 'Transfer-Encoding: chunked' --data-binary @/tmp/big {b}/up-chunked"
+        )),
+    ]
+    .join("; ");
+    let script = format!("head -c 600 /dev/zero | tr '\\0' a > /tmp/six; head -c 5000 /dev/zero | tr '\\0' b > /tmp/big; {script}");
+    let out = exec(&s, &value, &p, &[], &["/bin/sh", "-c", &script]);
+    let c = codes(&out);
+    assert_eq!(c[..6], [200, 200, 200, 429, 200, 429], "{}", out.describe());
+    assert_ne!(
+        c[6],
+        200,
+        "a chunked upload past the budget: {}",
+        out.describe()
+    );
+    assert!(
+        out.child_stdout().contains("max_requests"),
+        "{}",
+        out.describe()
+    );
+    assert!(out.count_denials("budget") >= 2, "{}", out.describe());
+    assert!(o.requests_to("/r4").is_empty() && o.requests_to("/up-declared").is_empty());
+    for r in o.requests_to("/up-chunked") {
+        let n = r["body"].as_str().unwrap().len();
+        assert!(
+            n < 5000,
+            "the whole chunked upload reached the origin ({n} bytes)"
+        );
+    }
+}
