@@ -586,3 +586,236 @@ fn budgets_hold_also_for_chunked_uploads() {
         );
     }
 }
+
+/// Bound to `localhost:PORT` (any method and path).
+const ECHO: &str = r#"
+version: 1
+network:
+  mode: proxy
+  upstream_ca: {CA}
+  allow_hosts:
+    - host: localhost:{PORT}
+    - host: 127.0.0.1:{PORT}
+credentials:
+  - name: tok
+    from: {env: MY_TOKEN}
+    hosts: ["localhost:{PORT}"]
+    placeholder_env: [MY_TOKEN]
+"#;
+
+/// The origin echoes the injected Authorization back in a header and in the
+/// body (plain and in 3-byte chunks): the run sees the placeholder only; and no
+/// byte capsule writes holds the value: result, stderr, audit record, --explain,
+/// `why`, `learn`'s draft.
+#[test]
+fn value_in_no_byte_capsule_writes() {
+    let o = Origin::start();
+    let s = Scratch::new();
+    let value = secret_value("echo");
+    let p = s.policy(o.port, ECHO);
+    let a = format!("https://localhost:{}", o.port);
+    let other = format!("https://127.0.0.1:{}", o.port);
+    let script = [
+        curl(&format!("-i {a}/echo")),
+        curl(&format!("-i {a}/chunked")),
+        curl(&format!("-i \"{other}/misuse/$MY_TOKEN?t=$MY_TOKEN\"")),
+        "echo \"env: $MY_TOKEN\"; echo \"$MY_TOKEN\" >&2".to_string(),
+    ]
+    .join("; ");
+    let audit = s.dir.join("audit.jsonl").display().to_string();
+    let out = exec(
+        &s,
+        &value,
+        &p,
+        &["--explain", "--audit-log", &audit],
+        &["/bin/sh", "-c", &script],
+    );
+    assert_eq!(codes(&out), vec![200, 200, 403], "{}", out.describe());
+    let stdout = out.child_stdout();
+    let ph = placeholder_of(&out);
+    assert!(
+        stdout.contains(&format!("x-echo-authorization: Bearer {ph}")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("[\"authorization\", \"Bearer {ph}\"]")),
+        "{stdout}"
+    );
+    assert_eq!(o.requests_to("/echo").len(), 1);
+    assert_eq!(
+        Origin::header(&o.requests_to("/echo")[0], "authorization"),
+        vec![format!("Bearer {value}")]
+    );
+    assert_eq!(
+        out.count_denials("credential_misuse"),
+        1,
+        "{}",
+        out.describe()
+    );
+    out.assert_clean(&value);
+    let audit_text = std::fs::read_to_string(&audit).expect("audit record");
+    assert!(audit_text.contains("credential"), "{audit_text}");
+    assert!(
+        !audit_text.contains(&value),
+        "value in the audit record: {audit_text}"
+    );
+    let env = [("MY_TOKEN", value.as_str())];
+    let port = format!("localhost:{}", o.port);
+    let why = capsule(
+        &s.dir,
+        &env,
+        &[
+            "why",
+            "--policy",
+            &p,
+            "--connect",
+            &port,
+            "--env",
+            "MY_TOKEN",
+        ],
+    );
+    assert!(
+        why.stdout.contains("localhost") || why.stderr.contains("localhost"),
+        "{}",
+        why.describe()
+    );
+    why.assert_clean(&value);
+    let check = capsule(&s.dir, &env, &["check", "--policy", &p]);
+    check.assert_clean(&value);
+    let draft = s.dir.join("draft.yaml").display().to_string();
+    let learn = capsule(
+        &s.dir,
+        &env,
+        &[
+            "learn",
+            "--policy",
+            &p,
+            "--learn-hosts",
+            "-o",
+            &draft,
+            "--",
+            "/bin/sh",
+            "-c",
+            &format!("{CURL} -sS {a}/learn; echo $MY_TOKEN"),
+        ],
+    );
+    learn.assert_clean(&value);
+    let draft_text = std::fs::read_to_string(&draft).unwrap_or_default();
+    assert!(
+        !draft_text.contains(&value),
+        "value in learn's draft: {draft_text}"
+    );
+}
+
+/// The origin answers gzip-encoded (the run asks for it: Accept-Encoding is the
+/// run's to send) and echoes the Authorization header in the compressed body.
+/// The scrubber sees compressed bytes (src/proxy/egress/scrub.rs says so).
+#[test]
+#[ignore = "hole: scrub.rs scans compressed bodies; the run sets Accept-Encoding (reported to the lead)"]
+fn gzip_echo_does_not_hand_the_value_to_the_run() {
+    let o = Origin::start();
+    let s = Scratch::new();
+    let value = secret_value("gzip");
+    let p = s.policy(o.port, ECHO);
+    let a = format!("https://localhost:{}", o.port);
+    let out = exec(
+        &s,
+        &value,
+        &p,
+        &[],
+        &["/bin/sh", "-c", &curl(&format!("--compressed {a}/gzip"))],
+    );
+    assert_eq!(codes(&out), vec![200], "{}", out.describe());
+    assert!(
+        !out.child_stdout().contains(&value),
+        "HOLE: the value reached the run through a gzip-encoded echo: {}",
+        out.describe()
+    );
+}
+
+/// `inject: {basic: ...}`: an origin that echoes the Authorization header hands
+/// the run `Basic base64(user:VALUE)`; the scrubber looks for the raw value only.
+#[test]
+#[ignore = "hole: scrub.rs scrubs the raw value only, not base64(user:value) of Basic injection (reported to the lead)"]
+fn basic_echo_does_not_hand_the_value_to_the_run() {
+    let o = Origin::start();
+    let s = Scratch::new();
+    let value = secret_value("basic");
+    let p = s.policy(
+        o.port,
+        &ECHO.replace(
+            "placeholder_env: [MY_TOKEN]",
+            "placeholder_env: [MY_TOKEN]\n    inject: {basic: {username: x-access-token}}",
+        ),
+    );
+    let a = format!("https://localhost:{}", o.port);
+    let decode = "import sys,base64,re; t=sys.stdin.read(); print([base64.b64decode(m).decode('latin-1') for m in re.findall(r'Basic ([A-Za-z0-9+/=]+)', t)])";
+    let script = format!("{CURL} -sS -i {a}/echo | {PYTHON} -c \"{decode}\"");
+    let out = exec(&s, &value, &p, &[], &["/bin/sh", "-c", &script]);
+    assert_eq!(out.status, 0, "{}", out.describe());
+    assert_eq!(
+        Origin::header(&o.requests_to("/echo")[0], "authorization"),
+        vec![format!(
+            "Basic {}",
+            STANDARD.encode(format!("x-access-token:{value}"))
+        )]
+    );
+    assert!(
+        !out.child_stdout().contains(&value),
+        "HOLE: the run decoded the value from an echoed Basic header: {}",
+        out.describe()
+    );
+}
+
+/// A value with characters that are not unreserved (AWS secret keys have `/`
+/// and `+`): the placeholder the run puts in a bound request's query goes to the
+/// origin percent-encoded; an origin echoing its request target hands the run
+/// the encoded value, which the scrubber (raw bytes) does not know.
+#[test]
+#[ignore = "hole: inject.rs substitutes a percent-encoded value in the query; scrub.rs knows only the raw form (reported to the lead)"]
+fn percent_encoded_echo_does_not_hand_the_value_to_the_run() {
+    let o = Origin::start();
+    let s = Scratch::new();
+    let value = format!("{}/x+y=", secret_value("pct"));
+    let p = s.policy(o.port, ECHO);
+    let a = format!("https://localhost:{}", o.port);
+    let decode = "import sys,urllib.parse; print(urllib.parse.unquote(sys.stdin.read()))";
+    let script = format!("{CURL} -sS \"{a}/echo?q=$MY_TOKEN\" | {PYTHON} -c \"{decode}\"");
+    let out = exec(&s, &value, &p, &[], &["/bin/sh", "-c", &script]);
+    assert_eq!(out.status, 0, "{}", out.describe());
+    assert!(
+        !out.child_stdout().contains(&value),
+        "HOLE: the run got the value back percent-encoded: {}",
+        out.describe()
+    );
+}
+
+/// The placeholder in an arbitrary position of a bound request (its query) is
+/// replaced by the value too (contract: "any placeholder anywhere in the head");
+/// an origin that keeps what it is sent and serves it back on a path the
+/// credential is not bound to (responses to unbound requests are not scrubbed)
+/// hands the value to the run. Realistic: an API whose writes are readable
+/// without the token (a public gist, an issue comment, a paste).
+#[test]
+#[ignore = "hole (design): placeholders are substituted anywhere in a bound head; unbound responses are not scrubbed (reported to the lead)"]
+fn stored_then_read_unbound_does_not_hand_the_value_to_the_run() {
+    let o = Origin::start();
+    let s = Scratch::new();
+    let value = secret_value("store");
+    let p = s.policy(
+        o.port,
+        &ECHO.replace(
+            "placeholder_env: [MY_TOKEN]",
+            "placeholder_env: [MY_TOKEN]\n    paths: [\"/store\"]",
+        ),
+    );
+    let a = format!("https://localhost:{}", o.port);
+    let script = format!("{CURL} -sS \"{a}/store?note=$MY_TOKEN\"; {CURL} -sS {a}/load");
+    let out = exec(&s, &value, &p, &[], &["/bin/sh", "-c", &script]);
+    assert_eq!(out.status, 0, "{}", out.describe());
+    assert!(
+        !out.child_stdout().contains(&value),
+        "HOLE: the value, written by a bound request at the run's chosen position, read back unbound: {}",
+        out.describe()
+    );
+}
