@@ -819,3 +819,117 @@ fn stored_then_read_unbound_does_not_hand_the_value_to_the_run() {
         out.describe()
     );
 }
+
+const PARENT_PY: &str = include_str!("cred_support/parent.py");
+
+/// Look for the value in every process the run can see (environ, cmdline,
+/// memory, ptrace attach: capsule holds the value, and its own environ has the
+/// source variable), and for a private key in the CA bundle, /tmp, /etc/ssl.
+fn look_from_inside(no_namespaces: bool) -> (Value, String) {
+    let o = Origin::start();
+    let s = Scratch::new();
+    let value = secret_value("proc");
+    let p = s.policy(o.port, ECHO);
+    let (a, b) = value.split_at(value.len() / 2);
+    let mut env = vec![("MY_TOKEN", value.as_str())];
+    if no_namespaces {
+        env.push(("CAPSULE_NO_NAMESPACES", "1"));
+    }
+    let out = exec_env(&s, &env, &p, &[], &[PYTHON, "-c", PARENT_PY, a, b]);
+    assert_eq!(out.status, 0, "{}", out.describe());
+    out.assert_clean(&value);
+    let v: Value = serde_json::from_str(out.child_stdout().trim()).expect("parent.py output");
+    assert_eq!(
+        v["found"],
+        serde_json::json!([]),
+        "the value is readable from inside: {v}"
+    );
+    assert_eq!(v["bundle_has_key"], false, "{v}");
+    assert_eq!(v["key_files"], serde_json::json!([]), "{v}");
+    assert!(
+        v["ca"].as_str().unwrap().contains("BEGIN CERTIFICATE"),
+        "{v}"
+    );
+    // Every process outside the run's own ancestry: nothing readable of it.
+    for (pid, r) in v["tried"].as_object().unwrap() {
+        assert_ne!(r["ptrace"], "ok", "ptrace attach to {pid} worked: {v}");
+        assert_ne!(r["mem"], "ok", "/proc/{pid}/mem readable: {v}");
+    }
+    (v, value)
+}
+
+#[test]
+fn parent_memory_environ_ptrace_and_ca_key_out_of_reach() {
+    let (v, _) = look_from_inside(false);
+    eprintln!(
+        "own namespaces: {} other processes visible",
+        v["tried"].as_object().unwrap().len()
+    );
+}
+
+#[test]
+fn parent_memory_environ_ptrace_out_of_reach_without_namespaces() {
+    let (v, _) = look_from_inside(true);
+    // Without a PID namespace capsule itself (the run's parent) is visible.
+    let ppid = v["ppid"].to_string();
+    eprintln!("no namespaces: tried {}", v["tried"]);
+    assert!(
+        v["tried"].get(&ppid).is_some()
+            || v["mine"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p.to_string() == ppid),
+        "{v}"
+    );
+}
+
+/// Two runs with the same credential: different placeholders and CAs; run A's
+/// placeholder in run B is not B's (it goes as is, never as the value), and run
+/// A's CA does not verify B's terminated host.
+#[test]
+fn one_runs_placeholder_and_ca_do_not_work_in_another() {
+    let o = Origin::start();
+    let s = Scratch::new();
+    let value = secret_value("xrun");
+    let p = s.policy(o.port, ECHO);
+    let show = "printf '%s\\n' \"$MY_TOKEN\"; sed -n '/capsule: this run/,$p' \"$SSL_CERT_FILE\"";
+    let a = exec(&s, &value, &p, &[], &["/bin/sh", "-c", show]);
+    let a_out = a.child_stdout();
+    let a_ph = a_out.lines().next().unwrap().to_string();
+    let a_ca = a_out.split_once('\n').unwrap().1.to_string();
+    assert!(
+        a_ph.starts_with("capsule-phantom-") && a_ca.contains("BEGIN CERTIFICATE"),
+        "{a_out}"
+    );
+    s.write("a-ca.pem", &a_ca);
+    let url = format!("https://localhost:{}", o.port);
+    let dir = s.dir.display().to_string();
+    let script = format!(
+        "{show}; {}; {}",
+        curl(&format!(
+            "-o /dev/null -H 'X-Other: {a_ph}' {url}/other-run"
+        )),
+        curl(&format!("--cacert {dir}/a-ca.pem {url}/a-ca")),
+    );
+    let b = exec(
+        &s,
+        &value,
+        &p,
+        &["--allow-read", &dir],
+        &["/bin/sh", "-c", &script],
+    );
+    let b_out = b.child_stdout();
+    assert_ne!(
+        b_out.lines().next().unwrap(),
+        a_ph,
+        "placeholders are per run"
+    );
+    assert!(!b_out.contains(a_ca.trim()), "CAs are per run");
+    assert_eq!(codes(&b), vec![200, 0], "{}", b.describe());
+    let r = &o.requests_to("/other-run")[0];
+    assert_eq!(Origin::header(r, "x-other"), vec![a_ph.clone()], "{r}");
+    assert!(o.requests_to("/a-ca").is_empty());
+    a.assert_clean(&value);
+    b.assert_clean(&value);
+}

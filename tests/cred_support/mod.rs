@@ -406,6 +406,17 @@ pub fn capsule(cwd: &Path, env: &[(&str, &str)], args: &[&str]) -> Out {
 
 /// `capsule exec --json --no-audit --policy POLICY EXTRA -- CMD` holding MY_TOKEN=value.
 pub fn exec(s: &Scratch, value: &str, policy: &str, extra: &[&str], cmd: &[&str]) -> Out {
+    exec_env(s, &[("MY_TOKEN", value)], policy, extra, cmd)
+}
+
+/// [`exec`] with capsule's extra environment given whole.
+pub fn exec_env(
+    s: &Scratch,
+    env: &[(&str, &str)],
+    policy: &str,
+    extra: &[&str],
+    cmd: &[&str],
+) -> Out {
     let mut args = vec!["exec", "--json", "--policy", policy];
     if !extra.iter().any(|a| a.starts_with("--audit-log")) {
         args.push("--no-audit");
@@ -413,7 +424,7 @@ pub fn exec(s: &Scratch, value: &str, policy: &str, extra: &[&str], cmd: &[&str]
     args.extend_from_slice(extra);
     args.push("--");
     args.extend_from_slice(cmd);
-    capsule(&s.dir, &[("MY_TOKEN", value)], &args)
+    capsule(&s.dir, env, &args)
 }
 
 /// attack.py's case list: (name, connect, sni, payload).
