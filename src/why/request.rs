@@ -16,6 +16,8 @@ use crate::policy::NetMode;
 use crate::proxy::allow_hosts::{Allowlist, TargetHost};
 use crate::proxy::egress::rules::{glob_matches, normalise_path};
 
+use serde_json::{json, Value};
+
 use super::{Answer, Survey};
 
 /// One request as asked: `METHOD http(s)://HOST[:PORT]/PATH[?QUERY]`.
@@ -123,6 +125,9 @@ pub struct RequestFacts {
     pub credentials: Vec<String>,
     /// The widening of a map entry that would allow it.
     pub rule_change: Option<RuleChange>,
+    /// The credentials of its host it does not carry: (name, why not, the
+    /// widening of the credential that would bind it, if any).
+    pub unbound: Vec<(String, String, Option<String>)>,
 }
 
 /// The smallest widening of one `allow_hosts` map entry.
@@ -450,15 +455,23 @@ impl Survey<'_> {
                 _ => format!("{} ({})", c.name, c.key),
             };
             let excluded = if !methods_allow(&c.methods, &r.method) {
-                Some(format!(
-                    "its methods {} exclude {}",
-                    list(&c.methods),
-                    r.method
-                ))
+                let widen = check_methods(std::slice::from_ref(&r.method))
+                    .is_ok()
+                    .then(|| format!("add {} to {}.methods", r.method, c.key));
+                let why = format!("its methods {} exclude {}", list(&c.methods), r.method);
+                Some((why, widen))
             } else if !paths_allow(&c.paths, path) {
-                Some(format!("its paths {} do not match {path}", list(&c.paths)))
+                let widen = path_pattern(path)
+                    .ok()
+                    .map(|(p, _)| format!("add \"{p}\" to {}.paths", c.key));
+                Some((
+                    format!("its paths {} do not match {path}", list(&c.paths)),
+                    widen,
+                ))
             } else if !r.https && !c.allow_plaintext {
-                Some("it never goes over plain http:// (allow_plaintext: false)".into())
+                let widen = format!("set {}.allow_plaintext: true (or use https://)", c.key);
+                let why = "it never goes over plain http:// (allow_plaintext: false)";
+                Some((why.to_string(), Some(widen)))
             } else {
                 None
             };
@@ -470,15 +483,138 @@ impl Survey<'_> {
                         crate::plan::egress::inject_text(c)
                     ));
                 }
-                Some(why) => a.notes.push(format!(
-                    "does not carry credential {who}: {why}; the request goes without it, and if the run sends its \
-                     placeholder the proxy refuses the request (403, credential_misuse)"
-                )),
+                Some((why, widen)) => {
+                    a.notes.push(format!(
+                        "does not carry credential {who}: {why}; the request goes without it, and if the run sends \
+                         its placeholder the proxy refuses the request (403, credential_misuse)"
+                    ));
+                    facts.unbound.push((c.name.clone(), why, widen));
+                }
             }
         }
         if a.allowed && facts.credentials.is_empty() {
             a.notes.push("carries no credential".into());
         }
+    }
+}
+
+/// The port of a host entry as written (`localhost:8443`, `[::1]:443`), if any.
+fn entry_port(entry: &str) -> Option<u16> {
+    let tail = match entry.rsplit_once("]:") {
+        Some((_, p)) => p,
+        None if entry.matches(':').count() == 1 => entry.rsplit_once(':')?.1,
+        None => return None,
+    };
+    tail.parse().ok()
+}
+
+impl Survey<'_> {
+    /// The request a proxy refusal (a `denials` entry with a `kind`) names:
+    /// its question is `METHOD HOST/PATH`; the port, not recorded, is the
+    /// one its entry names (else 443), over https.
+    fn refused_request(&self, d: &Value) -> Option<Request> {
+        let q = d.get("question")?.as_str()?;
+        let (method, rest) = q.split_once(' ')?;
+        let slash = rest.find('/')?;
+        let (host, path) = rest.split_at(slash);
+        let key = d.get("key").and_then(Value::as_str).unwrap_or("");
+        let net = &self.plan.net;
+        let entry = key
+            .strip_prefix("network.allow_hosts[")
+            .and_then(|k| k.strip_suffix(']'))
+            .and_then(|i| i.parse::<usize>().ok())
+            .and_then(|i| net.allow_hosts.get(i));
+        let port = match entry {
+            Some(e) => entry_port(e),
+            None => net
+                .credentials
+                .iter()
+                .filter(|c| format!("credentials[{}]", c.name) == key)
+                .flat_map(|c| c.hosts.iter())
+                .find_map(|h| entry_port(h)),
+        };
+        Some(Request {
+            method: method.to_string(),
+            https: true,
+            host: host.to_string(),
+            port: port.unwrap_or(443),
+            path: path.to_string(),
+        })
+    }
+
+    /// A proxy refusal of `exec --explain` (`d`, kind `rule`, `budget` or
+    /// `credential_misuse`) with what `why` says of its request: the policy
+    /// line, the reason in full, the smallest change, the credentials.
+    pub fn explain_refusal(&self, d: &mut Value) {
+        let Some(r) = self.refused_request(d) else {
+            return;
+        };
+        let a = self.request(&r);
+        let kind = d
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let facts = a.request.clone().unwrap_or_default();
+        d["tls"] = json!(facts.tls);
+        let keep = |n: &&String| n.contains("credential") || n.contains("map entries");
+        d["notes"] = json!(a.notes.iter().filter(keep).collect::<Vec<_>>());
+        if d.get("line").is_none_or(Value::is_null) {
+            let key = d
+                .get("key")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            // `credentials[NAME]`: the line of that credential's own entry.
+            let creds = &self.plan.net.credentials;
+            let key = creds
+                .iter()
+                .find(|c| format!("credentials[{}]", c.name) == key)
+                .map_or(key, |c| c.key.clone());
+            d["line"] = json!(self.line(&key).or(a.line));
+        }
+        match kind.as_str() {
+            "rule" if !a.allowed => {
+                d["because"] = json!(a.because);
+                d["change"] = json!(a.change);
+                d["no_change"] = json!(a.no_change);
+            }
+            "rule" => d["because"] = json!(format!(
+                "{}; its method and path are allowed ({}), so the proxy refused something else: a Host header \
+                 naming another host, or a credential that could not be injected",
+                d["because"].as_str().unwrap_or(""),
+                a.because
+            )),
+            "budget" => d["change"] = json!(self.budget_change(d)),
+            "credential_misuse" => {
+                let name = d["key"].as_str().and_then(|k| k.strip_prefix("credentials[")).and_then(|k| k.strip_suffix(']'));
+                if let Some((n, why, widen)) = facts.unbound.iter().find(|u| Some(u.0.as_str()) == name) {
+                    d["because"] = json!(format!("{}: {why}", d["because"].as_str().unwrap_or("")));
+                    d["change"] = json!(widen.as_ref().map(|w| format!(
+                        "{w}, only if {n} is meant to go with this request (otherwise the run sent it where it must not)"
+                    )));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn budget_change(&self, d: &Value) -> Option<String> {
+        let key = d.get("key")?.as_str()?;
+        let i: usize = key
+            .strip_prefix("network.allow_hosts[")?
+            .strip_suffix(']')?
+            .parse()
+            .ok()?;
+        let (_, r) = self.plan.net.host_rules.iter().find(|(j, _)| *j == i)?;
+        let mut raise = Vec::new();
+        if let Some(n) = r.max_requests {
+            raise.push(format!("{key}.max_requests (now {n})"));
+        }
+        if let Some(n) = r.max_upload_bytes {
+            raise.push(format!("{key}.max_upload_bytes (now {n})"));
+        }
+        (!raise.is_empty()).then(|| format!("raise {}", raise.join(" or ")))
     }
 }
 
@@ -535,5 +671,13 @@ mod tests {
         let (p, _) = path_pattern("/x/*/y").unwrap();
         assert_eq!(p, "/x/*/y");
         assert_eq!(path_pattern("/").unwrap().0, "/");
+    }
+
+    #[test]
+    fn entry_ports() {
+        assert_eq!(entry_port("localhost:8443"), Some(8443));
+        assert_eq!(entry_port("[::1]:443"), Some(443));
+        assert_eq!(entry_port("::1"), None);
+        assert_eq!(entry_port("api.github.com"), None);
     }
 }
