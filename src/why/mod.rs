@@ -27,7 +27,7 @@ use crate::sandbox::view::ViewSummary;
 use crate::sandbox::{self, SandboxError, SignalLayer};
 
 mod request;
-pub use request::{Request, RequestFacts};
+pub use request::{Request, RequestFacts, RuleChange};
 
 /// A filesystem access `why` can answer for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

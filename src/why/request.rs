@@ -542,6 +542,11 @@ impl Survey<'_> {
         })
     }
 
+    /// `why`'s answer to the request a proxy refusal names (`capsule learn`).
+    pub fn refusal_answer(&self, d: &Value) -> Option<Answer> {
+        self.refused_request(d).map(|r| self.request(&r))
+    }
+
     /// A proxy refusal of `exec --explain` (`d`, kind `rule`, `budget` or
     /// `credential_misuse`) with what `why` says of its request: the policy
     /// line, the reason in full, the smallest change, the credentials.
