@@ -84,8 +84,12 @@ pub fn explain(
         dropped = (answers.len() - MAX_DENIALS) as u64;
         answers.truncate(MAX_DENIALS);
     }
-    // The proxy's refused requests (already in `denials`) come first.
+    // The proxy's refused requests (already in `denials`) come first, each
+    // with what `why` says of its request (line, reason, smallest change).
     let mut all = r.denials.take().unwrap_or_default();
+    for d in all.iter_mut().filter(|d| d.get("kind").is_some()) {
+        survey.explain_refusal(d);
+    }
     all.extend(answers.iter().map(Answer::to_json));
     r.denials = Some(all);
     r.explain = Some(json!({
@@ -269,6 +273,14 @@ pub fn print(denials: &[Value], info: Option<&Value>) {
         }
         if let Some(c) = s("no_change") {
             out.push_str(&format!("  no policy change allows it: {c}\n"));
+        }
+        // A proxy refusal's notes: the credentials its request carries or not.
+        let notes = d
+            .get("notes")
+            .and_then(Value::as_array)
+            .filter(|_| d.get("kind").is_some());
+        for n in notes.into_iter().flatten().filter_map(Value::as_str) {
+            out.push_str(&format!("  note    {}\n", shown(n)));
         }
     }
     if let Some(n) = info

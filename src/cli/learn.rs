@@ -15,7 +15,7 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::guards::observer::Observer;
-use crate::learn::{self, Draft, HostGrant, Need, Refused};
+use crate::learn::{self, Draft, HostGrant, Need, Refused, RuleGrant};
 use crate::plan::{self, build::Overrides, BuildInput, Plan};
 use crate::policy::{self, LoadedPolicy, NetMode, PathEntry, Policy};
 use crate::result::{exit, RunResult, Termination};
@@ -56,6 +56,9 @@ struct State {
     workspace: Option<String>,
     needs: Vec<Need>,
     hosts: Vec<HostGrant>,
+    /// Map entries widened for the requests the proxy refused by rule.
+    rules: Vec<RuleGrant>,
+    net_notes: Vec<String>,
     refused: Vec<Refused>,
 }
 
@@ -64,6 +67,8 @@ impl State {
         Draft {
             grants: learn::collapse(&self.needs, home),
             hosts: self.hosts.clone(),
+            rules: self.rules.clone(),
+            net_notes: self.net_notes.clone(),
             workspace: self.workspace.clone(),
         }
     }
@@ -83,6 +88,10 @@ impl State {
         d.grants
             .retain(|g| g.kind != policy::validate::GrantKind::Write);
         d.hosts.clear();
+        // A widened rule is a channel the command chose too (a POST where
+        // only GET was allowed): for review, never for learn's own rounds.
+        d.rules.clear();
+        d.net_notes.clear();
         d
     }
 }
@@ -133,7 +142,7 @@ fn learn(a: LearnArgs) -> Result<i32, String> {
     let mut observed_files = true;
     for round in 1..=a.iterations {
         rounds = round;
-        let before = (st.draft(&home).grants, st.hosts.len());
+        let before = (st.draft(&home).grants, st.hosts.len(), st.rules.clone());
         let text = learn::render(&base, &st.round_draft(&home), &[]);
         let loaded = policy::load_str(&text, "<learn draft>", Some(false), &base_dir)
             .map_err(|e| format!("the draft of round {round} does not load: {e}"))?;
@@ -168,7 +177,7 @@ fn learn(a: LearnArgs) -> Result<i32, String> {
         last_status = Some(r.exit_code);
         let files = study(&plan, &loaded, cli_hosts, &observer, &r, &a, &home, &mut st);
         observed_files &= files;
-        let after = (st.draft(&home).grants, st.hosts.len());
+        let after = (st.draft(&home).grants, st.hosts.len(), st.rules.clone());
         if before == after {
             converged = true;
             break;
@@ -458,6 +467,7 @@ fn study(
     let files = study_files(&survey, observer, home, st);
     named_paths(&survey, a, home, st);
     study_hosts(&survey, r, a.learn_hosts, st);
+    study_rules(&survey, r, a.learn_hosts, st);
     study_broker(r, st);
     files
 }
@@ -570,6 +580,59 @@ fn study_hosts(survey: &crate::why::Survey<'_>, r: &RunResult, learn_hosts: bool
                 }
             }
         }
+    }
+}
+
+/// The requests the proxy refused at a TLS-terminated host (`denials` with a
+/// `kind`): with `--learn-hosts`, a `rule` refusal widens its map entry by
+/// `why`'s smallest change (the method, the refused path itself); a
+/// `credential_misuse`, a spent budget or an ambiguous path is never learnt,
+/// and said so in the draft and on stderr.
+fn study_rules(survey: &crate::why::Survey<'_>, r: &RunResult, learn_hosts: bool, st: &mut State) {
+    let denials = r.denials.as_deref().unwrap_or_default();
+    for d in denials.iter().filter(|d| d.get("kind").is_some()) {
+        let field = |k: &str| {
+            d.get(k)
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
+        let (kind, question, key) = (field("kind"), field("question"), field("key"));
+        let refuse = |reason: String| Refused {
+            what: question.clone(),
+            access: "request".into(),
+            reason,
+        };
+        let note = match kind.as_str() {
+            "rule" if !learn_hosts => {
+                st.refused.push(refuse("not learnt (pass --learn-hosts)".into()));
+                continue;
+            }
+            "rule" => match survey.refusal_answer(d) {
+                Some(a) if !a.allowed => match a.request.and_then(|f| f.rule_change) {
+                    Some(c) => {
+                        RuleGrant::add(&mut st.rules, &c, question.clone());
+                        continue;
+                    }
+                    None => a.no_change.unwrap_or_else(|| format!("{key}: no widening allows it")),
+                },
+                _ => format!(
+                    "{key}: its method and path are allowed, so the proxy refused something else (a Host header \
+                     naming another host)"
+                ),
+            },
+            "credential_misuse" => format!(
+                "{key}: the request carried the credential's placeholder where it is not bound; learn never \
+                 widens a credential's binding (review it yourself)"
+            ),
+            "budget" => format!("{key}: its budget is spent; learn never raises a budget"),
+            _ => continue,
+        };
+        let text = format!("not learnt: {question}: {note}");
+        if !st.net_notes.contains(&text) {
+            st.net_notes.push(text);
+        }
+        st.refused.push(refuse(note));
     }
 }
 
@@ -686,10 +749,12 @@ fn report(
         "not converged: learn again with --policy DRAFT"
     };
     say(format!(
-        "draft written to {dest}: {} new grant(s), {} new host(s), {} refused; {rounds} run(s), {state}; \
+        "draft written to {dest}: {} new grant(s), {} new host(s), {} widened host rule(s), {} refused; \
+         {rounds} run(s), {state}; \
          the command's last exit status: {}",
         draft.grants.len(),
         draft.hosts.len(),
+        draft.rules.len(),
         st.refused.len(),
         status.map_or("none".to_string(), |s| s.to_string())
     ));

@@ -12,7 +12,12 @@ use crate::why::{Answer, FsAccess, Survey};
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Each question flag may be repeated. Answers come grouped: read, write, exec, truncate, chmod, connect, tool, model, env, signal.\n\
+    after_help = "Each question flag may be repeated. Answers come grouped: read, write, exec, truncate, chmod, connect, request, tool, model, env, signal.\n\
+                  A request is asked as 'METHOD URL' (a QUESTION, or --request): e.g. \
+                  capsule why -p p.yaml 'POST https://api.github.com/repos/acme/widget/issues'. The answer says \
+                  whether TLS is terminated or spliced for its host, which allow_hosts entry allows or refuses its \
+                  method and path, and which credential it would carry (by name: why never reads a value). \
+                  `connect HOST[:PORT]` is asked as --connect.\n\
                   Exit status: 0 every answer is allowed, 1 at least one is refused, 125 the policy (or this \
                   host) refuses the run."
 )]
@@ -38,6 +43,12 @@ pub struct WhyArgs {
     /// May the run connect to HOST:PORT ([v6]:PORT for IPv6)?
     #[arg(long, value_name = "HOST:PORT")]
     pub connect: Vec<String>,
+    /// May the run send this HTTP(S) request through the proxy: 'METHOD URL' (repeatable)?
+    #[arg(long, value_name = "METHOD URL")]
+    pub request: Vec<String>,
+    /// Questions as words: 'METHOD URL' (or METHOD URL as two words), `connect HOST[:PORT]`.
+    #[arg(value_name = "QUESTION")]
+    pub questions: Vec<String>,
     /// May the run call the tool NAME?
     #[arg(long, value_name = "NAME")]
     pub tool: Vec<String>,
@@ -198,18 +209,60 @@ fn ask(survey: &Survey<'_>, a: &WhyArgs) -> Result<Vec<Answer>, String> {
         })?;
         answers.push(survey.connect(h, port));
     }
+    for q in requests(a)? {
+        match q {
+            Asked::Connect(h, port) => answers.push(survey.connect(&h, port)),
+            Asked::Request(r) => answers.push(survey.request(&r)),
+        }
+    }
     answers.extend(a.tool.iter().map(|t| survey.tool(t)));
     answers.extend(a.model.iter().map(|m| survey.model(m)));
     answers.extend(a.env.iter().map(|e| survey.env(e)));
     answers.extend(a.signal.iter().map(|p| survey.signal(*p)));
     if answers.is_empty() {
         return Err(
-            "why: ask something: --read, --write, --exec, --truncate, --chmod PATH, --connect HOST:PORT, --tool, \
-             --model, --env NAME or --signal PID"
+            "why: ask something: --read, --write, --exec, --truncate, --chmod PATH, --connect HOST:PORT, 'METHOD URL', \
+             --tool, --model, --env NAME or --signal PID"
                 .into(),
         );
     }
     Ok(answers)
+}
+
+/// A question given as words.
+enum Asked {
+    Connect(String, u16),
+    Request(crate::why::Request),
+}
+
+/// The positional questions and `--request`: 'METHOD URL' in one word or
+/// two, `connect HOST[:PORT]` (443 by default).
+fn requests(a: &WhyArgs) -> Result<Vec<Asked>, String> {
+    use crate::why::Request;
+    let mut out: Vec<Asked> = a
+        .request
+        .iter()
+        .map(|q| Request::parse(q).map(Asked::Request))
+        .collect::<Result<_, _>>()?;
+    let mut words = a.questions.iter();
+    while let Some(w) = words.next() {
+        if w.contains(char::is_whitespace) {
+            out.push(Asked::Request(Request::parse(w)?));
+            continue;
+        }
+        let Some(next) = words.next() else {
+            return Err(format!(
+                "why: `{w}`: ask 'METHOD URL' (e.g. 'GET https://pypi.org/simple/') or `connect HOST[:PORT]`"
+            ));
+        };
+        if w == "connect" {
+            let (h, port) = split_host_port(next).unwrap_or((next.as_str(), 443));
+            out.push(Asked::Connect(h.to_string(), port));
+        } else {
+            out.push(Asked::Request(Request::parse(&format!("{w} {next}"))?));
+        }
+    }
+    Ok(out)
 }
 
 /// `host:port`, `[v6]:port`.

@@ -320,11 +320,61 @@ pub struct HostGrant {
     pub why: String,
 }
 
+/// The widening of one `allow_hosts` map entry (a TLS-terminated host)
+/// learnt from the requests the proxy refused by its rules.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuleGrant {
+    /// Its index in `network.allow_hosts`.
+    pub entry: usize,
+    /// Methods to add to its `methods`.
+    pub methods: Vec<String>,
+    /// Path patterns to add to its `paths` (the refused path itself, or with
+    /// a segment a pattern cannot name made `*`, said in `why`).
+    pub paths: Vec<String>,
+    /// The refused requests that needed it.
+    pub why: Vec<String>,
+}
+
+impl RuleGrant {
+    /// Fold a refusal's smallest change (`why`'s) into the entry's grant.
+    pub fn add(grants: &mut Vec<RuleGrant>, c: &crate::why::RuleChange, why: String) {
+        let i = match grants.iter().position(|g| g.entry == c.entry) {
+            Some(i) => i,
+            None => {
+                grants.push(RuleGrant {
+                    entry: c.entry,
+                    ..RuleGrant::default()
+                });
+                grants.len() - 1
+            }
+        };
+        let g = &mut grants[i];
+        if let Some(m) = c.method.as_ref().filter(|m| !g.methods.contains(m)) {
+            g.methods.push(m.clone());
+        }
+        if let Some(p) = c.path.as_ref().filter(|p| !g.paths.contains(p)) {
+            g.paths.push(p.clone());
+        }
+        let why = match &c.generalised {
+            Some(gen) => format!("{why}; {gen}"),
+            None => why,
+        };
+        if !g.why.contains(&why) {
+            g.why.push(why);
+        }
+    }
+}
+
 /// What goes into the draft besides the base.
 #[derive(Debug, Clone, Default)]
 pub struct Draft {
     pub grants: Vec<Grant>,
     pub hosts: Vec<HostGrant>,
+    /// Map entries of the base widened (methods, paths).
+    pub rules: Vec<RuleGrant>,
+    /// Comments for the allow_hosts list: what learn will not widen
+    /// (credential_misuse, budgets, ambiguous paths).
+    pub net_notes: Vec<String>,
     /// The workspace learn added to the base (a write grant, commented so).
     pub workspace: Option<String>,
 }
@@ -360,6 +410,15 @@ pub fn absolute_base(mut p: Policy, base_dir: &Path) -> Policy {
     for m in &mut p.mounts {
         if !m.src.starts_with('/') && !m.src.starts_with('~') && !m.src.starts_with("volume:") {
             m.src = base_dir.join(&m.src).display().to_string();
+        }
+    }
+    let rel = |f: &Path| !f.is_absolute() && !f.starts_with("~");
+    if let Some(ca) = p.network.upstream_ca.as_mut().filter(|f| rel(f)) {
+        *ca = base_dir.join(&*ca);
+    }
+    for c in &mut p.credentials {
+        if let Some(f) = c.from.file.as_mut().filter(|f| rel(f)) {
+            *f = base_dir.join(&*f);
         }
     }
     p
@@ -411,6 +470,9 @@ struct Rest {
     tools: Option<Tools>,
     #[serde(skip_serializing_if = "Option::is_none")]
     llm_access: Option<LlmAccess>,
+    /// Never a value: where each is read, as the base says.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    credentials: Vec<crate::policy::egress::Credential>,
 }
 
 /// The draft's YAML: `base` (absolute paths) plus `draft`, each learnt
@@ -473,6 +535,7 @@ pub fn render(base: &Policy, draft: &Draft, header: &[String]) -> String {
         limits: base.limits.clone(),
         tools: base.tools.clone(),
         llm_access: base.llm_access.clone(),
+        credentials: base.credentials.clone(),
     };
     match serde_saphyr::to_string(&rest) {
         Ok(s) => y.push_str(&s),
@@ -508,21 +571,26 @@ fn render_network(y: &mut String, base: &Policy, draft: &Draft) {
         y.push_str("  allow_hosts: []\n");
     } else {
         y.push_str("  allow_hosts:\n");
-        for h in &n.allow_hosts {
+        for (i, h) in n.allow_hosts.iter().enumerate() {
             match h {
                 crate::policy::egress::AllowHost::Host(h) => {
                     y.push_str(&format!("    - {}\n", q(h)))
                 }
-                // A map entry as a flow map (JSON is YAML).
-                rules => y.push_str(&format!(
-                    "    - {}\n",
-                    serde_json::to_string(rules).unwrap_or_default()
-                )),
+                crate::policy::egress::AllowHost::Rules(r) => map_entry(y, i, r, draft),
             }
+        }
+        for note in &draft.net_notes {
+            y.push_str(&format!("    # {}\n", comment(note)));
         }
         for h in hosts {
             y.push_str(&format!("    - {}  # {}\n", q(&h.host), comment(&h.why)));
         }
+    }
+    if let Some(ca) = &n.upstream_ca {
+        y.push_str(&format!(
+            "  upstream_ca: {}\n",
+            q(&ca.display().to_string())
+        ));
     }
     y.push_str(&format!("  allow_unix_sockets: {}\n", n.allow_unix_sockets));
     if let Some(l) = n.loopback {
@@ -530,6 +598,52 @@ fn render_network(y: &mut String, base: &Policy, draft: &Draft) {
     }
     if let Some(m) = n.max_connections {
         y.push_str(&format!("  max_connections: {m}\n"));
+    }
+}
+
+/// A map entry as a flow map (JSON is YAML), widened by what learn learnt
+/// for it, with a comment saying which refused requests needed it.
+fn map_entry(y: &mut String, i: usize, r: &crate::policy::egress::HostRules, draft: &Draft) {
+    let mut r = r.clone();
+    let learnt = draft.rules.iter().find(|g| g.entry == i);
+    if let Some(g) = learnt {
+        // A list left out allows any: only a list is widened.
+        if let Some(m) = r.methods.as_mut() {
+            m.extend(
+                g.methods
+                    .iter()
+                    .filter(|x| !m.contains(x))
+                    .cloned()
+                    .collect::<Vec<_>>(),
+            );
+        }
+        if let Some(p) = r.paths.as_mut() {
+            p.extend(
+                g.paths
+                    .iter()
+                    .filter(|x| !p.contains(x))
+                    .cloned()
+                    .collect::<Vec<_>>(),
+            );
+        }
+    }
+    let flow = serde_json::to_string(&r).unwrap_or_default();
+    match learnt {
+        Some(g) => {
+            let mut added: Vec<String> = g.methods.clone();
+            added.extend(g.paths.iter().map(|p| format!("path {p}")));
+            let mut why: Vec<String> = g.why.iter().take(3).cloned().collect();
+            if g.why.len() > 3 {
+                why.push(format!("and {} more", g.why.len() - 3));
+            }
+            let text = format!(
+                "learnt: {} (refused by the proxy: {})",
+                added.join(", "),
+                why.join("; ")
+            );
+            y.push_str(&format!("    - {flow}  # {}\n", comment(&text)));
+        }
+        None => y.push_str(&format!("    - {flow}\n")),
     }
 }
 
@@ -677,6 +791,7 @@ mod tests {
                 why: "reached by: the command (proxy)".into(),
             }],
             workspace: None,
+            ..Draft::default()
         };
         let y = render(&base, &d, &["a draft".into()]);
         assert!(
@@ -687,5 +802,46 @@ mod tests {
         assert_eq!(p.filesystem.read, vec![PathEntry::from("/srv/data")]);
         assert_eq!(p.network.allow_hosts, vec!["127.0.0.1".to_string()]);
         assert_eq!(p.network.mode, crate::policy::NetMode::Proxy);
+    }
+
+    #[test]
+    fn a_widened_map_entry_parses_and_says_why() {
+        let y = "version: 1\nnetwork:\n  mode: proxy\n  allow_hosts:\n    - pypi.org\n    - {host: api.github.com, methods: [GET], paths: [\"/repos/**\"]}\n";
+        let base = crate::policy::parse::parse_str(y, "base", Some(false)).expect("base");
+        let mut rules = Vec::new();
+        let c = crate::why::RuleChange {
+            entry: 1,
+            method: Some("POST".into()),
+            path: Some("/user".into()),
+            generalised: None,
+        };
+        RuleGrant::add(&mut rules, &c, "POST api.github.com/user".into());
+        let d = Draft {
+            rules,
+            net_notes: vec!["not learnt: x: credential_misuse".into()],
+            ..Draft::default()
+        };
+        let text = render(&base, &d, &[]);
+        assert!(
+            text.contains(
+                "# learnt: POST, path /user (refused by the proxy: POST api.github.com/user)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("    # not learnt: x: credential_misuse\n"),
+            "{text}"
+        );
+        let p = crate::policy::parse::parse_str(&text, "draft", Some(false)).expect(&text);
+        let r = p.network.allow_hosts[1]
+            .rules()
+            .expect("a map entry")
+            .clone();
+        assert_eq!(r.methods, Some(vec!["GET".to_string(), "POST".to_string()]));
+        assert_eq!(
+            r.paths,
+            Some(vec!["/repos/**".to_string(), "/user".to_string()])
+        );
+        assert_eq!(p.network.allow_hosts[0], "pypi.org".to_string());
     }
 }

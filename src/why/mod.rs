@@ -26,6 +26,9 @@ use crate::sandbox::landlock::{Report, RuleKind, RuleLine};
 use crate::sandbox::view::ViewSummary;
 use crate::sandbox::{self, SandboxError, SignalLayer};
 
+mod request;
+pub use request::{Request, RequestFacts, RuleChange};
+
 /// A filesystem access `why` can answer for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FsAccess {
@@ -80,6 +83,9 @@ pub struct Answer {
     /// when it is a credential store or a carve-out, which learn never
     /// grants).
     pub grant: Option<(PathBuf, GrantKind)>,
+    /// For a request (`POST https://...`): TLS, credentials carried, and the
+    /// widening of a map entry that would allow it.
+    pub request: Option<RequestFacts>,
 }
 
 impl Answer {
@@ -99,7 +105,7 @@ impl Answer {
     }
 
     pub fn to_json(&self) -> Value {
-        json!({
+        let mut v = json!({
             "question": self.question,
             "verdict": self.verdict(),
             "allowed": self.allowed,
@@ -111,7 +117,12 @@ impl Answer {
             "change": self.change,
             "no_change": self.no_change,
             "notes": self.notes,
-        })
+        });
+        if let Some(r) = &self.request {
+            v["tls"] = json!(r.tls);
+            v["credentials"] = json!(r.credentials);
+        }
+        v
     }
 
     /// Human text: a verdict line and indented details.
@@ -134,6 +145,12 @@ impl Answer {
         }
         if let Some(c) = &self.no_change {
             s.push_str(&format!("  no policy change allows it: {c}\n"));
+        }
+        if let Some(r) = &self.request {
+            s.push_str(&format!("  tls     {}\n", r.tls));
+            if !r.credentials.is_empty() {
+                s.push_str(&format!("  carries {}\n", r.credentials.join(", ")));
+            }
         }
         for n in &self.notes {
             s.push_str(&format!("  note    {n}\n"));
