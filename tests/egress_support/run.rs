@@ -186,7 +186,19 @@ pub fn exec(
     let policy = home.path().join("policy.yaml");
     fs::write(&policy, policy_yaml).expect("write policy");
     let audit = home.path().join("audit.jsonl");
-    let mut c = assert_cmd::Command::new(capsule_bin());
+    // CAPSULE_TEST_VIA_SERVE=1: the same run through the warm parent
+    // (`capsule serve`, tests/probes/via_serve.py), as tests/common does.
+    let via_serve = std::env::var("CAPSULE_TEST_VIA_SERVE").is_ok_and(|v| v == "1");
+    let mut c = if via_serve {
+        let root = std::env::var_os("CAPSULE_TEST_ROOT")
+            .filter(|p| !p.is_empty())
+            .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+        let mut c = assert_cmd::Command::new("/usr/bin/python3");
+        c.arg(root.join("tests/probes/via_serve.py")).arg(capsule_bin());
+        c
+    } else {
+        assert_cmd::Command::new(capsule_bin())
+    };
     c.args(["exec", "--json", "--policy"])
         .arg(&policy)
         .arg("--audit-log")
