@@ -251,6 +251,18 @@ def main(argv):
             else:
                 j.fail(name, f"not given and not reported by capsule (silently weaker): {why}")
 
+    # Credentials (issue 38): injected by the proxy, never in the run or in
+    # anything capsule printed.
+    cr = rec.get("credential", {"rc": -1, "out": {}, "err": ""})
+    out = cr["out"].get("stdout", "")
+    used = [c.get("name") for c in cr["out"].get("credentials_used") or []]
+    leaked = "ct-cred-4711" in json.dumps(cr)
+    j.check(cr["rc"] == 0 and '"auth_ok": true' in out and "placeholder=True" in out
+            and used == ["ct"] and not leaked,
+            tag + "credential injected by the proxy (run holds a placeholder)", "",
+            f"exit {cr['rc']}, stdout {out[-200:]!r}, credentials_used {used}, value in capsule's output: "
+            f"{leaked}: {cr['err'][-300:]}")
+
     # Network mode proxy: exec --dry-run predicts the path exec takes.
     dp_ = rec.get("dryrun_proxy", {"out": {}})["out"]
     xp = rec.get("exec_proxy", {"rc": -1, "out": {}, "err": ""})

@@ -41,6 +41,24 @@ record exec "$CAP" exec --json --no-audit -- /bin/echo ok
 record dryrun_proxy "$CAP" exec --dry-run --json --no-audit --net proxy --allow-host example.org -- /bin/echo ok
 record exec_proxy "$CAP" exec --json --no-audit --net proxy --allow-host example.org -- /bin/echo ok
 
+# Credentials (issue 38): the proxy injects a credential into a TLS-terminated
+# host on the pod's loopback; the run holds only a placeholder and trusts the
+# run's CA through the variables capsule sets.
+if [ -r $S/ct-tls/srv.pem ]; then
+    python3 $S/ct-tls/origin.py 18943 $S/ct-tls/srv.pem $S/ct-tls/srv.key ct-cred-4711 >/tmp/ct-origin.out 2>&1 &
+    origin_pid=$!
+    for _ in $(seq 50); do grep -q ready /tmp/ct-origin.out 2>/dev/null && break; sleep 0.1; done
+    printf '%s\n' 'version: 1' 'network:' '  mode: proxy' "  upstream_ca: $S/ct-tls/ca.pem" \
+        '  allow_hosts: ["localhost:18943"]' 'credentials:' '  - name: ct' '    from: {env: CT_CRED}' \
+        '    hosts: ["localhost:18943"]' '    placeholder_env: [CT_CRED]' >/tmp/ct-cred.yaml
+    CT_CRED=ct-cred-4711 record credential "$CAP" exec --json --no-audit --policy /tmp/ct-cred.yaml -- \
+        python3 -c 'import os, urllib.request
+print(urllib.request.urlopen("https://localhost:18943/", timeout=20).read().decode())
+print("placeholder=" + str(os.environ["CT_CRED"].startswith("capsule-phantom-")))'
+    kill "$origin_pid" 2>/dev/null
+    wait "$origin_pid" 2>/dev/null
+fi
+
 # The agent host beside the run (same uid) keeps a key in its environment:
 # the run must not read it through /proc/<pid>/environ.
 CT_SECRET_KEY=ct-secret-4711 /bin/sleep 120 &
