@@ -217,6 +217,9 @@ impl Proc {
     /// Start CMD with stdout+stderr to LOG.
     pub fn spawn(name: &'static str, cmd: &mut Command, log: &Path) -> Proc {
         let f = fs::File::create(log).expect("create log");
+        // Its own process group, so that Drop ends what it started too
+        // (nginx's workers, fcgiwrap's children), and nothing else.
+        std::os::unix::process::CommandExt::process_group(cmd, 0);
         let child = cmd
             .stdin(Stdio::null())
             .stdout(f.try_clone().expect("dup log"))
@@ -277,7 +280,13 @@ impl Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
-        // Our own child, by its pid: never by name.
+        // Our own child and the group it leads (created for it in spawn), by
+        // number: never by name.
+        let pgid = self.child.id() as i32;
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pgid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
