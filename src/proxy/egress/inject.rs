@@ -1,7 +1,9 @@
 //! Placeholders in a request head: found in every form a client could send them
 //! (header values raw, percent-encoded, base64 as in `Authorization: Basic`, the
-//! URI's path and query, any letter case), replaced by the value where the request
-//! is bound to the credential, and the credential injected at its position.
+//! URI's path and query, any letter case); in a request bound to the credential,
+//! allowed only in `Authorization` and the credential's own inject position,
+//! replaced by the value in `Authorization`, and the credential injected at its
+//! position.
 
 use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
 use base64::Engine as _;
@@ -133,41 +135,98 @@ fn substitute_basic(value: &[u8], placeholder: &[u8], secret: &[u8]) -> Option<V
     Some(format!("Basic {}", STANDARD.encode(replaced)).into_bytes())
 }
 
-/// Replace the placeholder (as sent: literal) by the value in header values, inside
-/// `Basic` credentials and in the request target (percent-encoded there).
-pub fn substitute(parts: &mut Parts, placeholder: &str, secret: &[u8]) -> Result<(), InjectError> {
-    let ph = placeholder.as_bytes();
-    let names: Vec<HeaderName> = parts.headers.keys().cloned().collect();
-    for name in names {
-        let old: Vec<HeaderValue> = parts.headers.get_all(&name).iter().cloned().collect();
-        let mut changed = false;
-        let mut new = Vec::with_capacity(old.len());
-        for v in old {
-            let basic = (name == AUTHORIZATION)
-                .then(|| substitute_basic(v.as_bytes(), ph, secret))
-                .flatten();
-            match basic.or_else(|| replace_bytes(v.as_bytes(), ph, secret)) {
-                Some(bytes) => {
-                    changed = true;
-                    new.push(sensitive(&bytes)?);
-                }
-                None => new.push(v),
-            }
-        }
-        if changed {
-            parts.headers.remove(&name);
-            for v in new {
-                parts.headers.append(&name, v);
-            }
+/// Header names and query keys, as a refusal's hint shows them (the run chose them).
+fn shown(name: &str) -> String {
+    name.chars()
+        .filter(|c| c.is_ascii_graphic())
+        .take(64)
+        .collect()
+}
+
+/// Where a request bound to a credential may carry its placeholder: the
+/// `Authorization` header, the credential's inject header, its inject query
+/// parameter. Returns the first OTHER position mentioning it, in any form
+/// [`mentions`] finds (an origin could keep what it gets there and serve it back
+/// to a request the credential is not bound to).
+pub fn misplaced(parts: &Parts, placeholder: &str, how: &Inject) -> Option<String> {
+    let needle = placeholder.to_ascii_lowercase();
+    let needle = needle.as_bytes();
+    let allowed_header = |name: &HeaderName| {
+        *name == AUTHORIZATION
+            || matches!(how, Inject::Header { name: n, .. } if name.as_str().eq_ignore_ascii_case(n))
+    };
+    for (name, v) in &parts.headers {
+        if !allowed_header(name) && mentions(v.as_bytes(), needle) {
+            return Some(format!("the {} header", shown(name.as_str())));
         }
     }
-    let target = parts
-        .uri
-        .path_and_query()
-        .map(|p| p.as_str())
-        .unwrap_or("/");
-    if let Some(t) = replace_bytes(target.as_bytes(), ph, percent_encode(secret).as_bytes()) {
-        set_target(parts, &String::from_utf8_lossy(&t))?;
+    if let Some(a) = parts.uri.authority() {
+        if mentions(a.as_str().as_bytes(), needle) {
+            return Some("the request target's authority".to_string());
+        }
+    }
+    if mentions(parts.uri.path().as_bytes(), needle) {
+        return Some("the path".to_string());
+    }
+    let param = match how {
+        Inject::Query { param } => Some(param.as_bytes()),
+        _ => None,
+    };
+    for pair in parts.uri.query().unwrap_or("").split('&') {
+        let key = pair.split('=').next().unwrap_or("");
+        // The same test `inject` removes the client's pairs by.
+        if param.is_some_and(|p| percent_decode(key.as_bytes()) == p) {
+            continue;
+        }
+        if mentions(pair.as_bytes(), needle) {
+            return Some(format!("the query parameter {}", shown(key)));
+        }
+    }
+    None
+}
+
+/// The positions [`misplaced`] allows, for a refusal's hint.
+pub fn allowed_positions(how: &Inject) -> String {
+    match how {
+        Inject::Header { name, .. } if !name.eq_ignore_ascii_case("authorization") => {
+            format!("the Authorization header or the {name} header")
+        }
+        Inject::Query { param } => {
+            format!("the Authorization header or the query parameter {param}")
+        }
+        _ => "the Authorization header".to_string(),
+    }
+}
+
+/// Replace the placeholder (as sent: literal) by the value in the `Authorization`
+/// header, also inside `Basic` credentials (username or password). Nowhere else:
+/// [`misplaced`] refuses other positions, and [`inject`] overwrites the
+/// credential's own position.
+pub fn substitute(parts: &mut Parts, placeholder: &str, secret: &[u8]) -> Result<(), InjectError> {
+    let ph = placeholder.as_bytes();
+    let old: Vec<HeaderValue> = parts
+        .headers
+        .get_all(AUTHORIZATION)
+        .iter()
+        .cloned()
+        .collect();
+    let mut changed = false;
+    let mut new = Vec::with_capacity(old.len());
+    for v in old {
+        let basic = substitute_basic(v.as_bytes(), ph, secret);
+        match basic.or_else(|| replace_bytes(v.as_bytes(), ph, secret)) {
+            Some(bytes) => {
+                changed = true;
+                new.push(sensitive(&bytes)?);
+            }
+            None => new.push(v),
+        }
+    }
+    if changed {
+        parts.headers.remove(AUTHORIZATION);
+        for v in new {
+            parts.headers.append(AUTHORIZATION, v);
+        }
     }
     Ok(())
 }
@@ -298,16 +357,101 @@ mod tests {
     }
 
     #[test]
-    fn substitution_in_headers_and_query() {
+    fn substitution_only_in_authorization() {
+        let b64 = STANDARD.encode(format!("{PH}:{PH}"));
         let mut p = parts(
             &format!("/x?a=1&t={PH}"),
-            &[("x-key", &format!("k={PH};{PH}")), ("other", "keep")],
+            &[
+                ("authorization", &format!("token {PH}")),
+                ("authorization", &format!("Basic {b64}")),
+                ("x-key", PH),
+            ],
         );
         substitute(&mut p, PH, b"v a/l").expect("substitute");
-        assert_eq!(p.headers["x-key"], "k=v a/l;v a/l");
-        assert_eq!(p.headers["other"], "keep");
-        assert_eq!(p.uri.to_string(), "/x?a=1&t=v%20a%2Fl");
-        assert!(!head_mentions(&p, PH));
+        let auth: Vec<_> = p.headers.get_all("authorization").iter().collect();
+        let want = format!("Basic {}", STANDARD.encode("v a/l:v a/l"));
+        assert_eq!(auth, vec!["token v a/l", want.as_str()]);
+        assert_eq!(p.headers["x-key"], PH);
+        assert_eq!(p.uri.to_string(), format!("/x?a=1&t={PH}"));
+    }
+
+    #[test]
+    fn placeholder_allowed_only_in_its_positions() {
+        let header = Inject::Header {
+            name: "X-Api-Key".into(),
+            format: "{}".into(),
+        };
+        let query = Inject::Query {
+            param: "access_token".into(),
+        };
+        let basic = Inject::Basic {
+            username: "u".into(),
+        };
+        let b64 = STANDARD.encode(format!("me:{PH}"));
+        let fine: Vec<(Parts, &Inject)> = vec![
+            (
+                parts("/", &[("authorization", &format!("Bearer {PH}"))]),
+                &basic,
+            ),
+            (
+                parts("/", &[("authorization", &format!("Basic {b64}"))]),
+                &query,
+            ),
+            (parts("/", &[("x-api-key", PH)]), &header),
+            (parts(&format!("/x?a=1&access_token={PH}"), &[]), &query),
+            (parts(&format!("/x?access%5Ftoken={PH}"), &[]), &query),
+            (parts("/x?note=capsule-phantom-", &[]), &header),
+        ];
+        for (i, (p, how)) in fine.iter().enumerate() {
+            assert_eq!(misplaced(p, PH, how), None, "case {i}");
+        }
+        let pct: String = PH.bytes().map(|b| format!("%{b:02x}")).collect();
+        let upper = PH.to_ascii_uppercase();
+        let bad: Vec<(Parts, &Inject, &str)> = vec![
+            (
+                parts(&format!("/x?note={PH}"), &[]),
+                &header,
+                "the query parameter note",
+            ),
+            (
+                parts(&format!("/x?access_token={PH}"), &[]),
+                &header,
+                "the query parameter access_token",
+            ),
+            (
+                parts(&format!("/x?note={pct}"), &[]),
+                &query,
+                "the query parameter note",
+            ),
+            (parts(&format!("/{upper}/x"), &[]), &basic, "the path"),
+            (
+                parts("/", &[("x-api-key", PH)]),
+                &basic,
+                "the x-api-key header",
+            ),
+            (
+                parts("/", &[("x-note", &STANDARD.encode(PH))]),
+                &header,
+                "the x-note header",
+            ),
+            (
+                parts("/", &[("cookie", &format!("a=1; t={PH}"))]),
+                &query,
+                "the cookie header",
+            ),
+            (
+                parts(&format!("https://h.example/{PH}"), &[]),
+                &header,
+                "the path",
+            ),
+        ];
+        for (i, (p, how, want)) in bad.iter().enumerate() {
+            assert_eq!(misplaced(p, PH, how).as_deref(), Some(*want), "case {i}");
+        }
+        assert_eq!(
+            allowed_positions(&query),
+            "the Authorization header or the query parameter access_token"
+        );
     }
 
     #[test]
