@@ -155,9 +155,11 @@ ok = child.get("errors") == 0 and child.get("ok") == child.get("conns")
 verdict = "OK" if mib <= 96 and ok else "FAIL"
 print("supervisor peak RSS %.1f MiB (idle terminated run %.1f MiB; %.0f KiB a connection over idle; target <= 96 MiB) %s" % (
     mib, idle["peak_kib"] / 1024, (r["peak_kib"] - idle["peak_kib"]) / max(1, child.get("ok") or 1), verdict))
-print("%s/%s connections answered (%s errors, opened in %.2fs)%s; proxy: peak %s open, exit %s" % (
+used = {c.get("name"): c.get("requests") for c in res.get("credentials_used") or []}
+print("%s/%s connections answered (%s errors, opened in %.2fs)%s; proxy: peak %s open, credential tok injected %s times, exit %s" % (
     child.get("ok"), child.get("conns"), child.get("errors"), child.get("open_seconds", 0),
-    "".join("; " + e for e in child.get("first_errors", [])), p.get("peak_connections"), res.get("exit_code")))
+    "".join("; " + e for e in child.get("first_errors", [])), p.get("peak_connections"), used.get("tok"),
+    res.get("exit_code")))
 PYEOF
   echo
 }
