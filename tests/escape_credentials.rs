@@ -755,6 +755,30 @@ fn gzip_echo_does_not_hand_the_value_to_the_run() {
     out.assert_clean(&value);
 }
 
+/// Byte ranges of an echo would hand the run the value in pieces no scrub
+/// window sees whole: a credentialed request goes without `Range`/`If-Range`.
+#[test]
+fn ranged_echo_does_not_split_the_value() {
+    let o = Origin::start();
+    let s = Scratch::new();
+    let value = secret_value("range");
+    let p = s.policy(o.port, ECHO);
+    let a = format!("https://localhost:{}", o.port);
+    let script = curl(&format!("-r 0-40 -H 'If-Range: x' {a}/echo"));
+    let out = exec(&s, &value, &p, &[], &["/bin/sh", "-c", &script]);
+    assert_eq!(codes(&out), vec![200], "{}", out.describe());
+    let rs = o.requests_to("/echo");
+    assert_eq!(rs.len(), 1, "{}", o.log_text());
+    for h in ["range", "if-range"] {
+        assert!(
+            Origin::header(&rs[0], h).is_empty(),
+            "{h} reached the origin: {}",
+            rs[0]
+        );
+    }
+    out.assert_clean(&value);
+}
+
 /// `inject: {basic: ...}`: an origin that echoes the Authorization header hands
 /// the run `Basic base64(user:VALUE)`; the scrubber knows the value's base64
 /// forms, so the run decodes no value from it.

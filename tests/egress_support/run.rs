@@ -194,7 +194,8 @@ pub fn exec(
             .filter(|p| !p.is_empty())
             .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
         let mut c = assert_cmd::Command::new("/usr/bin/python3");
-        c.arg(root.join("tests/probes/via_serve.py")).arg(capsule_bin());
+        c.arg(root.join("tests/probes/via_serve.py"))
+            .arg(capsule_bin());
         c
     } else {
         assert_cmd::Command::new(capsule_bin())

@@ -3,7 +3,7 @@
 //! that reads one way only, a map entry allowing its method and path, no placeholder
 //! of a credential it is not bound to, a bound credential's placeholder only in its
 //! positions, its budgets; then the bound credentials are substituted and injected,
-//! and `identity` asked for. Also the bodies and response of an admitted request
+//! `identity` asked for and any `Range` dropped. Also the bodies and response of an admitted request
 //! (counted, scrubbed; refused when encoded, since encoded bytes cannot be scanned).
 
 use std::sync::atomic::Ordering;
@@ -267,8 +267,12 @@ pub fn admit(
         stats.record_credential_use(&c.name);
     }
     if !bound.is_empty() {
-        // The response is scanned for the value: it must come as it is.
+        // The response is scanned for the value: it must come as it is, and
+        // whole (a run asking an echo for byte ranges would get the value in
+        // pieces no window sees whole).
         (parts.headers).insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+        parts.headers.remove(hyper::header::RANGE);
+        parts.headers.remove(hyper::header::IF_RANGE);
     }
     let counters = stats.host_counters(&seen.host);
     counters.requests.fetch_add(1, Ordering::Relaxed);
