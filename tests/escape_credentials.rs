@@ -1208,3 +1208,44 @@ fn plaintext_request_with_the_placeholder_is_misuse() {
     assert!(o.requests().is_empty(), "{}", o.log_text());
     out.assert_clean(&value);
 }
+
+/// `--credential VAR@HOST`, the common case from the command line: a bearer
+/// token from capsule's VAR for HOST, HOST allowed and proxy mode implied; the
+/// run's VAR holds the placeholder. (The policy only names the test CA.)
+#[test]
+fn credential_flag_injects_a_bearer_token() {
+    let o = Origin::start();
+    let s = Scratch::new();
+    let value = secret_value("flag");
+    let p = s.policy(o.port, "version: 1\nnetwork:\n  upstream_ca: {CA}\n");
+    let host = format!("localhost:{}", o.port);
+    let flag = format!("MY_TOKEN@{host}");
+    let script = format!(
+        "printf 'seen=%s\\n' \"$MY_TOKEN\"; {}",
+        curl(&format!("https://{host}/flag"))
+    );
+    let out = exec(
+        &s,
+        &value,
+        &p,
+        &["--credential", &flag],
+        &["/bin/sh", "-c", &script],
+    );
+    assert_eq!(out.status, 0, "{}", out.describe());
+    assert!(
+        out.child_stdout().contains("seen=capsule-phantom-"),
+        "{}",
+        out.describe()
+    );
+    let rs = o.requests_to("/flag");
+    assert_eq!(rs.len(), 1, "{}", o.log_text());
+    assert_eq!(
+        Origin::header(&rs[0], "authorization"),
+        vec![format!("Bearer {value}")],
+        "{}",
+        rs[0]
+    );
+    let used = &out.json()["credentials_used"];
+    assert_eq!(used[0]["name"], "MY_TOKEN", "{}", out.describe());
+    out.assert_clean(&value);
+}
