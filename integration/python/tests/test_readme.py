@@ -70,8 +70,13 @@ RUN_ELSEWHERE = {
     "(by hand; CI: the clippy cross-check of scripts/test, section 0b)",
     "scripts/kernel-matrix setup --arch arm64 && scripts/kernel-matrix --kernels deb12-6.1-arm64,deb13-6.12-arm64":
     "scripts/kernel-matrix (boots arm64 kernels under qemu-system-aarch64)",
+    # Tests reach loopback only: the flag is run against a loopback origin there.
+    "capsule exec --credential GITHUB_TOKEN@api.github.com -- gh api /user":
+    "tests/escape_credentials.rs (credential_flag_injects_a_bearer_token: the same flag, a loopback origin)",
     # Benchmarks: minutes of measurement on an idle machine, not a test.
     "scripts/bench": "not run by the suite (a benchmark)",
+    "scripts/bench-proxy terminated": "not run by the suite (a benchmark; tests/escape_credentials.rs and "
+    "tests/credentials_clients.rs test what it times)",
     "scripts/bench startup": "not run by the suite (a benchmark; tests/exec_*.rs test what it times)",
     "sudo scripts/bench-phases": "not run by the suite (a benchmark; needs perf uprobes)",
 }
