@@ -105,6 +105,87 @@ pub struct HostRules {
     /// Request body bytes sent to this entry in one run; past it, 429.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_upload_bytes: Option<u64>,
+    /// Git smart-HTTP rules: only git fetches and pushes pass to this host,
+    /// for the repositories named, and a push only to the refs named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git: Option<GitRules>,
+}
+
+/// `git: {fetch: [...], push: {...}}` on an `allow_hosts` map entry.
+///
+/// Repositories are the URL path before `/info/refs` or `/git-*-pack`, without
+/// the leading `/` and an optional `.git` suffix (`acme/widget`), compared
+/// case-sensitively, byte for byte (on a server that ignores case, write
+/// them as the remote URL spells them); `*` matches within one segment,
+/// `**` any number of segments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GitRules {
+    /// Repositories that may be cloned or fetched (`["**"]`: all); default: none.
+    #[serde(default)]
+    pub fetch: Vec<String>,
+    /// What may be pushed; left out: no push.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub push: Option<GitPush>,
+}
+
+/// `push: {repos: [...], branches: [...], tags: [...], delete: false}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GitPush {
+    /// Repositories that may be pushed to.
+    pub repos: Vec<String>,
+    /// Branches (names under `refs/heads/`, e.g. `agent/*`) a push may update; default: none.
+    #[serde(default)]
+    pub branches: Vec<String>,
+    /// Tags (names under `refs/tags/`) a push may create or update; default: none.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// May a push delete a branch or tag it may update (default false)?
+    #[serde(default)]
+    pub delete: bool,
+}
+
+/// Check a `git.fetch` / `git.push.repos` list: `acme/widget`, `acme/*`, `**`;
+/// no leading `/`, no `.git` suffix (it is stripped from requests before comparing).
+pub fn check_repo_patterns(repos: &[String]) -> Result<(), String> {
+    for r in repos {
+        if r.starts_with('/') || r.ends_with('/') {
+            return Err(format!(
+                "repository `{r}`: write it without a leading or trailing / (e.g. acme/widget)"
+            ));
+        }
+        if r.ends_with(".git") {
+            return Err(format!(
+                "repository `{r}`: write it without `.git` (requests are compared with it stripped)"
+            ));
+        }
+        check_path_pattern(&format!("/{r}")).map_err(|e| format!("repository `{r}`: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Check a `git.push.branches` / `tags` list: names under `refs/heads/` or
+/// `refs/tags/` (`agent/*`, `release/**`), without the `refs/...` prefix.
+pub fn check_ref_patterns(names: &[String]) -> Result<(), String> {
+    for n in names {
+        if n.starts_with("refs/") {
+            return Err(format!(
+                "`{n}`: write the name without refs/heads/ or refs/tags/ (e.g. agent/*)"
+            ));
+        }
+        if n.is_empty()
+            || n.starts_with('/')
+            || n.bytes()
+                .any(|b| b.is_ascii_control() || b" ~^:?[\\".contains(&b) || b >= 0x7f)
+        {
+            return Err(format!(
+                "`{n}` is not a ref name pattern (no leading /, spaces, ~ ^ : ? [ \\)"
+            ));
+        }
+        check_path_pattern(&format!("/{n}")).map_err(|e| format!("`{n}`: {e}"))?;
+    }
+    Ok(())
 }
 
 /// One credential: read on the host, injected by the proxy into requests to

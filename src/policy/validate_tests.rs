@@ -350,3 +350,38 @@ fn credential_paths_cover_the_contract_list() {
     };
     assert!(v.contains(&state));
 }
+
+#[test]
+fn git_rules_check() {
+    let head = "version: 1\nnetwork:\n  mode: proxy\n  allow_hosts:\n    - host: git.example.com\n";
+    let ok = format!("{head}      git:\n        fetch: [\"acme/*\", \"**\"]\n        push: {{repos: [acme/widget], branches: [\"agent/*\"], tags: [], delete: false}}\n");
+    check(&ok).unwrap();
+    for (bad, says) in [
+        ("      git: {fetch: [acme/widget.git]}\n", "git.fetch"),
+        ("      git: {fetch: [/acme/widget]}\n", "git.fetch"),
+        (
+            "      git: {push: {repos: [], branches: [x]}}\n",
+            "git.push.repos",
+        ),
+        (
+            "      git: {push: {repos: [a/b], branches: [refs/heads/x]}}\n",
+            "git.push.branches",
+        ),
+        (
+            "      git: {push: {repos: [a/b], tags: [\"v 1\"]}}\n",
+            "git.push.tags",
+        ),
+        (
+            "      git: {push: {repos: [a/b], branches: [\"a**\"]}}\n",
+            "git.push.branches",
+        ),
+        (
+            "      methods: [GET]\n      git: {fetch: [a/b]}\n",
+            "network.allow_hosts[0].git",
+        ),
+        ("      git: {fetch: [a/b], pull: [a/b]}\n", "pull"),
+    ] {
+        let e = fails(&format!("{head}{bad}"));
+        assert!(e.contains(says), "{bad}: {e}");
+    }
+}

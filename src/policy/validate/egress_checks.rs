@@ -3,7 +3,10 @@
 
 use std::collections::BTreeSet;
 
-use super::super::egress::{check_methods, check_paths, is_env_name, Credential, HostRules};
+use super::super::egress::{
+    check_methods, check_paths, check_ref_patterns, check_repo_patterns, is_env_name, Credential,
+    GitRules, HostRules,
+};
 use super::super::hosts::check_allow_host;
 use super::super::{NetMode, Policy, PolicyError};
 use super::Validator;
@@ -19,12 +22,40 @@ impl Validator<'_> {
         if let Some(p) = &r.paths {
             check_paths(p).map_err(|e| self.err(&format!("{key}.paths"), e))?;
         }
+        if let Some(g) = &r.git {
+            self.git_rules(key, r, g)?;
+        }
         if r.max_requests == Some(0) {
             return Err(self.err(
                 &format!("{key}.max_requests"),
                 "0 would allow no request; leave the key out for no budget",
             ));
         }
+        Ok(())
+    }
+
+    /// `git:` of a map entry: no `methods`/`paths` beside it (git decides what
+    /// passes), repository and ref patterns that check.
+    fn git_rules(&self, key: &str, r: &HostRules, g: &GitRules) -> Result<(), PolicyError> {
+        if r.methods.is_some() || r.paths.is_some() {
+            return Err(self.err(
+                &format!("{key}.git"),
+                "an entry with git rules allows only git requests: leave methods and paths out (or give another entry for the same host)",
+            ));
+        }
+        check_repo_patterns(&g.fetch).map_err(|e| self.err(&format!("{key}.git.fetch"), e))?;
+        let Some(push) = &g.push else { return Ok(()) };
+        if push.repos.is_empty() {
+            return Err(self.err(
+                &format!("{key}.git.push.repos"),
+                "an empty list would allow no push; leave push out instead",
+            ));
+        }
+        check_repo_patterns(&push.repos)
+            .map_err(|e| self.err(&format!("{key}.git.push.repos"), e))?;
+        check_ref_patterns(&push.branches)
+            .map_err(|e| self.err(&format!("{key}.git.push.branches"), e))?;
+        check_ref_patterns(&push.tags).map_err(|e| self.err(&format!("{key}.git.push.tags"), e))?;
         Ok(())
     }
 
