@@ -70,7 +70,13 @@ pub async fn handle(
     let (body, admitted) = match engine {
         Some(engine) => {
             match gate::admit(engine, &shared.stats, &target, port, false, &mut parts) {
-                Ok(a) => (gate::request_body(engine, &a, body), Some((engine, a))),
+                Ok(a) => {
+                    let headers = &parts.headers;
+                    match gate::request_body(engine, &shared.stats, &a, headers, body).await {
+                        Ok(b) => (b, Some((engine, a))),
+                        Err(resp) => return resp,
+                    }
+                }
                 Err(resp) => return *resp,
             }
         }

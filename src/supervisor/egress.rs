@@ -114,6 +114,18 @@ pub fn prepare(plan: &Plan) -> Result<Option<RunEgress>, EgressSetupError> {
             paths: r.paths.clone(),
             max_requests: r.max_requests,
             max_upload_bytes: r.max_upload_bytes,
+            git: r.git.as_ref().map(|g| crate::proxy::egress::git::GitRule {
+                fetch: g.fetch.clone(),
+                push: g
+                    .push
+                    .as_ref()
+                    .map(|p| crate::proxy::egress::git::GitPushRule {
+                        repos: p.repos.clone(),
+                        branches: p.branches.clone(),
+                        tags: p.tags.clone(),
+                        delete: p.delete,
+                    }),
+            }),
         })
         .collect();
     let ca = RunCa::new().map_err(|e| EgressSetupError::Ca(e.to_string()))?;

@@ -20,6 +20,7 @@ use hyper::http::uri::Authority;
 use hyper::{Method, Response, StatusCode};
 
 use super::engine::Engine;
+use super::git;
 use super::inject::{allowed_positions, head_mentions, inject, misplaced, substitute};
 use super::rules::{glob_matches, normalise_path_with};
 use super::scrub::{needles, Metered, ScrubBody, Scrubber};
@@ -44,6 +45,9 @@ pub struct Admitted {
     pub head_only: bool,
     /// The host, for the 502 of an encoded response.
     pub host: String,
+    /// A `git-receive-pack` POST to a map entry with git rules (index into
+    /// `egress.rules`) and its shown path: its commands are judged before it goes.
+    pub push: Option<(usize, String)>,
 }
 
 /// The request being decided, for refusals.
@@ -149,7 +153,8 @@ fn check_rules(
     port: u16,
     method: &str,
     path: &str,
-) -> Result<Option<usize>, (String, String)> {
+    query: Option<&str>,
+) -> Result<Option<(usize, bool)>, (String, String)> {
     let matching = engine.matching_rules(target, port);
     let Some(&first) = matching.first() else {
         return Ok(None);
@@ -167,11 +172,23 @@ fn check_rules(
             .as_ref()
             .is_none_or(|p| p.iter().any(|p| glob_matches(p, path)))
     };
-    if let Some(&i) = matching.iter().find(|&&i| method_ok(i) && path_ok(i)) {
-        return Ok(Some(i));
+    let entry_of = |i: usize| format!("network.allow_hosts[{}]", rules[i].index);
+    let git = |i: usize| {
+        let g = rules[i].git.as_ref()?;
+        Some(git::check(g, &entry_of(i), method, path, query))
+    };
+    for &i in &matching {
+        match git(i) {
+            Some(Ok(push)) => return Ok(Some((i, push))),
+            Some(Err(_)) => {}
+            None if method_ok(i) && path_ok(i) => return Ok(Some((i, false))),
+            None => {}
+        }
     }
-    let entry = format!("network.allow_hosts[{}]", rules[first].index);
-    let hint = if !method_ok(first) {
+    let entry = entry_of(first);
+    let hint = if let Some(Err(hint)) = git(first) {
+        hint
+    } else if !method_ok(first) {
         format!("add {method} to {entry}.methods")
     } else {
         format!("add a pattern matching {path} to {entry}.paths")
@@ -247,8 +264,13 @@ pub fn admit(
             return Err(seen.refuse(RefusalKind::Rule, &rule, why.describe()));
         }
     };
-    let rule = check_rules(engine, target, port, &seen.method, &path)
+    let query = parts.uri.query();
+    let checked = check_rules(engine, target, port, &seen.method, &path, query)
         .map_err(|(entry, hint)| seen.refuse(RefusalKind::Rule, &entry, &hint))?;
+    let rule = checked.map(|(i, _)| i);
+    let push = checked
+        .filter(|&(_, push)| push)
+        .map(|(i, _)| (i, seen.path.clone()));
     let bound = credentials(&seen, target, port, tls, &path, parts)?;
     charge_budget(&seen, rule, parts)?;
     for &i in &bound {
@@ -282,6 +304,7 @@ pub fn admit(
         counters,
         head_only: parts.method == Method::HEAD,
         host: seen.host,
+        push,
     })
 }
 
@@ -289,11 +312,11 @@ pub fn admit(
 /// `paths`, or a credential naming it with `paths`?
 fn paths_apply(engine: &Engine, target: &TargetHost, port: u16) -> bool {
     let rules = engine.matching_rules(target, port);
-    rules
-        .iter()
-        .any(|&i| engine.egress.rules[i].paths.is_some())
-        || (engine.egress.credentials.iter().enumerate())
-            .any(|(i, c)| c.paths.is_some() && engine.credential_host(i, target, port))
+    rules.iter().any(|&i| {
+        let r = &engine.egress.rules[i];
+        r.paths.is_some() || r.git.is_some()
+    }) || (engine.egress.credentials.iter().enumerate())
+        .any(|(i, c)| c.paths.is_some() && engine.credential_host(i, target, port))
 }
 
 /// The credentials bound to the request; refused when the head carries the
@@ -366,15 +389,46 @@ fn charge_budget(seen: &Seen<'_>, rule: Option<usize>, parts: &Parts) -> Result<
     Ok(())
 }
 
-/// The request body as it goes upstream: counted, and stopped past the entry's
-/// `max_upload_bytes`.
-pub fn request_body(engine: &Engine, admitted: &Admitted, body: Incoming) -> ProxyBody {
+/// The request body as it goes upstream: a push's commands judged first (see
+/// [`git::judge_push`]; refused: git's answer or a 400 instead), counted, and
+/// stopped past the entry's `max_upload_bytes`.
+pub async fn request_body(
+    engine: &Engine,
+    stats: &ProxyStats,
+    admitted: &Admitted,
+    headers: &HeaderMap,
+    body: Incoming,
+) -> Result<ProxyBody, Response<ProxyBody>> {
+    let body = match &admitted.push {
+        None => body.map_err(Into::into).boxed(),
+        Some((i, path)) => {
+            let r = &engine.egress.rules[*i];
+            let entry = format!("network.allow_hosts[{}]", r.index);
+            let Some(push) = r.git.as_ref().and_then(|g| g.push.as_ref()) else {
+                return Err(bad_request("no git push rule"));
+            };
+            match git::judge_push(headers.get(CONTENT_ENCODING), push, &entry, body).await {
+                git::Pushed::Forward(b) => b,
+                git::Pushed::Refused(resp, why) => {
+                    tracing::info!(host = %admitted.host, path = %path, why = %why, "proxy refused a git push");
+                    stats.record_egress_refusal(EgressRefusal {
+                        kind: RefusalKind::Rule,
+                        host: admitted.host.clone(),
+                        method: "POST".into(),
+                        path: path.clone(),
+                        rule: format!("{entry}.git"),
+                    });
+                    return Err(resp);
+                }
+            }
+        }
+    };
     let limit = admitted.rule.and_then(|i| {
         let max = engine.egress.rules[i].max_upload_bytes?;
         Some((engine.budgets[i].upload.clone(), max))
     });
     let counters = vec![admitted.counters.bytes_up.clone()];
-    Metered::new(body.map_err(Into::into).boxed(), counters, limit).boxed()
+    Ok(Metered::new(body, counters, limit).boxed())
 }
 
 /// Does the response carry an encoding other than `identity` (content codings, or a

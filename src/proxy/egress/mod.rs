@@ -8,6 +8,7 @@
 //! * [`rules`] — path normalisation (ambiguity is refused, never guessed) and globs;
 //! * [`inject`] — placeholder detection and substitution, credential injection;
 //! * [`scrub`] — the value replaced by its placeholder in responses (streaming);
+//! * [`git`] — git smart-HTTP rules: repositories, and a push's refs judged before it goes;
 //! * [`gate`] — one request's decision: host, smuggling shapes, rules, budgets, credentials;
 //! * [`upstream`] — the verified rustls client side (host bundle + `upstream_ca`);
 //! * [`terminate`] — the terminated CONNECT: TLS accept (SNI, ALPN), then HTTP/1.1.
@@ -15,6 +16,7 @@
 pub mod ca;
 pub mod engine;
 pub(crate) mod gate;
+pub mod git;
 pub mod inject;
 pub mod rules;
 pub mod scrub;
@@ -53,6 +55,8 @@ pub struct HostRule {
     pub paths: Option<Vec<String>>,
     pub max_requests: Option<u64>,
     pub max_upload_bytes: Option<u64>,
+    /// `git:` rules: only git smart-HTTP requests pass (see [`git`]).
+    pub git: Option<git::GitRule>,
 }
 
 /// One credential, its value read on the host at start.

@@ -120,7 +120,11 @@ async fn handle(req: Request<Incoming>, conn: Arc<Conn>) -> Response<ProxyBody> 
     if let Ok(v) = HeaderValue::from_str(&host) {
         parts.headers.insert(HOST, v);
     }
-    let out = Request::from_parts(parts, gate::request_body(engine, &admitted, body));
+    let body = match gate::request_body(engine, stats, &admitted, &parts.headers, body).await {
+        Ok(b) => b,
+        Err(resp) => return resp,
+    };
+    let out = Request::from_parts(parts, body);
 
     let mut slot = conn.upstream.lock().await;
     let reuse = match slot.take() {

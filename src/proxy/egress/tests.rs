@@ -138,6 +138,7 @@ async fn start_proxy(upstream_ca: Option<&str>) -> Proxy {
         paths: None,
         max_requests: None,
         max_upload_bytes: None,
+        git: None,
     };
     let mut local = rule(0, "localhost");
     local.methods = Some(vec!["GET".into(), "POST".into()]);
