@@ -40,6 +40,7 @@ pub mod run;
 mod servers;
 #[allow(unused_imports)]
 pub use caches::{pypiserver_python, undici_dir, verdaccio_main, PYPISERVER, UNDICI, VERDACCIO};
+#[allow(unused_imports)]
 pub use servers::{Echo, GitServer, NpmRegistry, PypiServer, PYPI_PACKAGE, PYPI_VERSION};
 
 /// A PATH without per-user shims.

@@ -473,12 +473,14 @@ impl hyper::body::Body for Prefixed {
     }
 
     fn size_hint(&self) -> hyper::body::SizeHint {
-        let mut hint = self.rest.size_hint();
+        let rest = self.rest.size_hint();
         let n = self.head.as_ref().map_or(0, |h| h.len() as u64);
-        hint.set_lower(hint.lower() + n);
-        if let Some(u) = hint.upper() {
-            hint.set_upper(u + n);
+        let mut hint = hyper::body::SizeHint::new();
+        // The upper bound first: set_lower asserts lower <= upper.
+        if let Some(u) = rest.upper() {
+            hint.set_upper(u.saturating_add(n));
         }
+        hint.set_lower(rest.lower().saturating_add(n));
         hint
     }
 }
@@ -633,6 +635,17 @@ mod tests {
             b.extend_from_slice(&one);
         }
         assert_eq!(parse_commands(&b, false), Err(PktError::TooLong));
+    }
+
+    #[test]
+    fn prefixed_size_is_the_sum_without_panicking() {
+        use hyper::body::Body;
+        let b = Prefixed {
+            head: Some(Bytes::from_static(b"abc")),
+            rest: full(Bytes::from_static(b"de")),
+        };
+        assert_eq!(b.size_hint().exact(), Some(5));
+        assert!(!b.is_end_stream());
     }
 
     #[test]
