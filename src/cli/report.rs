@@ -183,7 +183,7 @@ pub fn plan_json(
             "mode": plan.net.mode.as_str(),
             "allow_hosts": plan.net.allow_hosts,
             "rules": plan.net.host_rules.iter().map(|(i, r)| json!({
-                "index": i, "host": r.host, "methods": r.methods, "paths": r.paths,
+                "index": i, "host": r.host, "methods": r.methods, "paths": r.paths, "git": r.git,
                 "max_requests": r.max_requests, "max_upload_bytes": r.max_upload_bytes,
             })).collect::<Vec<_>>(),
             "credentials": plan.net.credentials.iter().map(|c| {
@@ -370,9 +370,8 @@ fn print_network(plan: &Plan, k: &Probe, namespaces: bool) {
         match plan.net.host_rules.iter().find(|(j, _)| *j == i) {
             None => println!("  allow host {h}"),
             Some((_, r)) => println!(
-                "  allow host {h} — TLS terminated by the proxy: methods {}, paths {}{}",
-                r.methods.as_ref().map_or("any".into(), |m| m.join(" ")),
-                r.paths.as_ref().map_or("any".into(), |p| p.join(" ")),
+                "  allow host {h} — TLS terminated by the proxy: {}{}",
+                rules_text(r),
                 budgets(r)
             ),
         }
@@ -418,6 +417,35 @@ fn print_network(plan: &Plan, k: &Probe, namespaces: bool) {
                 }
             );
         }
+    }
+}
+
+/// A map entry's rules, as `check` prints them: git's, or methods and paths.
+fn rules_text(r: &crate::policy::egress::HostRules) -> String {
+    let list = |v: &[String]| {
+        if v.is_empty() {
+            "none".to_string()
+        } else {
+            v.join(" ")
+        }
+    };
+    match &r.git {
+        Some(g) => format!(
+            "git only: fetch {}; push {}",
+            list(&g.fetch),
+            g.push.as_ref().map_or("none".into(), |p| format!(
+                "to {}, branches {}, tags {}, delete {}",
+                list(&p.repos),
+                list(&p.branches),
+                list(&p.tags),
+                p.delete
+            ))
+        ),
+        None => format!(
+            "methods {}, paths {}",
+            r.methods.as_ref().map_or("any".into(), |m| m.join(" ")),
+            r.paths.as_ref().map_or("any".into(), |p| p.join(" "))
+        ),
     }
 }
 
