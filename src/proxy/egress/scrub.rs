@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use aho_corasick::{AhoCorasick, Input, MatchKind};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use bytes::Bytes;
@@ -88,71 +89,137 @@ fn lower_hex_escapes(s: &[u8]) -> Vec<u8> {
 }
 
 /// Replaces each value by its placeholder in a stream of chunks. The values (and any
-/// held-back piece of one) are wiped from memory when it is dropped.
+/// held-back piece of one) are wiped from memory when it is dropped; the automaton's
+/// own tables (a copy of the needles, see Cargo.toml) are not.
+///
+/// Semantics: scanning left to right, at the first position where some needle
+/// starts the longest one there is replaced and the scan goes on after it; a match
+/// is decided only once `keep` (longest needle less one) bytes follow its start, so
+/// chunking never changes the output.
 pub struct Scrubber {
-    /// (needle, placeholder), longest needle first; empty needles are left out.
+    /// (needle, placeholder), longest needle first; no empty or repeated needle.
     pairs: Vec<(Zeroizing<Vec<u8>>, Vec<u8>)>,
+    /// Leftmost-longest automaton over `pairs` (pattern `i` is `pairs[i]`); `None`
+    /// when there is no needle or it could not be built (then a plain scan).
+    matcher: Option<AhoCorasick>,
+    /// Held back: at most `keep` bytes whose fate the next chunk decides.
     carry: Zeroizing<Vec<u8>>,
+    /// Scratch for `carry` followed by the first `keep` bytes of a chunk.
+    seam: Zeroizing<Vec<u8>>,
     keep: usize,
 }
 
 impl Scrubber {
     /// A scrubber replacing each needle by its placeholder.
     pub fn new(pairs: Vec<(Zeroizing<Vec<u8>>, Vec<u8>)>) -> Scrubber {
-        let mut pairs: Vec<_> = pairs.into_iter().filter(|(v, _)| !v.is_empty()).collect();
+        let mut kept: Vec<(Zeroizing<Vec<u8>>, Vec<u8>)> = Vec::with_capacity(pairs.len());
+        for (v, p) in pairs {
+            // A repeated needle: its first placeholder wins (as the first listed did).
+            if !v.is_empty() && !kept.iter().any(|(k, _)| **k == *v) {
+                kept.push((v, p));
+            }
+        }
         // Where two needles match at one place, the longer wins.
-        pairs.sort_by_key(|(v, _)| std::cmp::Reverse(v.len()));
-        let keep = pairs.iter().map(|(v, _)| v.len() - 1).max().unwrap_or(0);
+        kept.sort_by_key(|(v, _)| std::cmp::Reverse(v.len()));
+        let keep = kept.iter().map(|(v, _)| v.len() - 1).max().unwrap_or(0);
+        let matcher = if kept.is_empty() {
+            None
+        } else {
+            AhoCorasick::builder()
+                .match_kind(MatchKind::LeftmostLongest)
+                .build(kept.iter().map(|(v, _)| &v[..]))
+                .ok()
+        };
         Scrubber {
-            pairs,
-            carry: Zeroizing::default(),
+            pairs: kept,
+            matcher,
+            carry: Zeroizing::new(Vec::with_capacity(keep)),
+            seam: Zeroizing::new(Vec::with_capacity(2 * keep)),
             keep,
         }
     }
 
     /// The scrubbed bytes that can go now; up to `keep` bytes wait for the next chunk.
+    /// The held-back bytes are scanned again only with the chunk's first `keep`
+    /// bytes (the seam); the rest of the chunk is scanned in place, once.
     pub fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
-        let mut buf = std::mem::take(&mut self.carry);
-        buf.extend_from_slice(chunk);
-        let (out, used) = self.replace(&buf, false);
-        self.carry = Zeroizing::new(buf[used..].to_vec());
+        let mut out = Vec::with_capacity(self.carry.len() + chunk.len() + 64);
+        let c = self.carry.len();
+        // Positions (in carry ++ chunk) before `safe` are decided now.
+        let safe = (c + chunk.len()).saturating_sub(self.keep);
+        let mut at = 0; // position in the chunk where its own scan begins
+        if c > 0 {
+            let mut seam = std::mem::take(&mut self.seam);
+            seam.clear();
+            seam.extend_from_slice(&self.carry);
+            seam.extend_from_slice(&chunk[..chunk.len().min(self.keep)]);
+            // Every match starting in the carry ends within the seam.
+            let stop = self.scan(&seam, 0, safe.min(c), &mut out);
+            self.carry.clear();
+            if stop < c {
+                // The chunk is shorter than `keep`: the seam is all there is.
+                self.carry.extend_from_slice(&seam[stop..]);
+                self.seam = seam;
+                return out;
+            }
+            at = stop - c;
+            self.seam = seam;
+        }
+        let stop = self.scan(chunk, at, safe.saturating_sub(c), &mut out);
+        self.carry.clear();
+        self.carry.extend_from_slice(&chunk[stop..]);
         out
     }
 
     /// What is left at the end of the stream.
     pub fn finish(&mut self) -> Vec<u8> {
-        let buf = std::mem::take(&mut self.carry);
-        self.replace(&buf, true).0
+        let carry = std::mem::take(&mut self.carry);
+        let mut out = Vec::with_capacity(carry.len());
+        self.scan(&carry, 0, carry.len(), &mut out);
+        out
     }
 
-    /// Replace what is complete in `buf`; returns the output and how much of `buf` it
-    /// used. Before `len - keep` every needle is decided within `buf` (so a short
-    /// needle never pre-empts a longer one still arriving); the rest waits.
-    fn replace(&self, buf: &[u8], last: bool) -> (Vec<u8>, usize) {
-        let safe = if last {
-            buf.len()
-        } else {
-            buf.len().saturating_sub(self.keep)
-        };
-        let mut out = Vec::with_capacity(buf.len());
-        let mut i = 0;
-        while i < safe {
-            let found = self.pairs.iter().find(|(v, _)| buf[i..].starts_with(v));
-            if let Some((v, p)) = found {
-                out.extend_from_slice(p);
-                i += v.len();
-                continue;
+    /// Append `hay[from..]` to `out`, needles replaced, as far as matches starting
+    /// before `safe` decide; returns where it stopped (`safe`, or the end of a match
+    /// crossing it). Stretches between matches go in one copy each.
+    fn scan(&self, hay: &[u8], from: usize, safe: usize, out: &mut Vec<u8>) -> usize {
+        let mut at = from;
+        while at < safe {
+            match self.find(hay, at) {
+                Some((start, end, i)) if start < safe => {
+                    out.extend_from_slice(&hay[at..start]);
+                    out.extend_from_slice(&self.pairs[i].1);
+                    at = end;
+                }
+                _ => {
+                    out.extend_from_slice(&hay[at..safe]);
+                    at = safe;
+                }
             }
-            out.push(buf[i]);
-            i += 1;
         }
-        (out, i)
+        at
+    }
+
+    /// The leftmost match in `hay[from..]`, longest there: (start, end, pair index).
+    fn find(&self, hay: &[u8], from: usize) -> Option<(usize, usize, usize)> {
+        if let Some(ac) = &self.matcher {
+            let m = ac.find(Input::new(hay).range(from..))?;
+            return Some((m.start(), m.end(), m.pattern().as_usize()));
+        }
+        (from..hay.len()).find_map(|at| {
+            let i = self
+                .pairs
+                .iter()
+                .position(|(v, _)| hay[at..].starts_with(v))?;
+            Some((at, at + self.pairs[i].0.len(), i))
+        })
     }
 
     /// Scrub header values (and trailers) in place.
     pub fn headers(&self, headers: &mut HeaderMap) {
         for v in headers.values_mut() {
-            let bytes = self.replace(v.as_bytes(), true).0;
+            let mut bytes = Vec::with_capacity(v.len());
+            self.scan(v.as_bytes(), 0, v.len(), &mut bytes);
             if bytes != v.as_bytes() {
                 // Placeholders are header-safe: the result is as valid as the input.
                 if let Ok(new) = HeaderValue::from_bytes(&bytes) {
@@ -302,6 +369,7 @@ impl Body for Metered {
 mod tests {
     use super::*;
     use http_body_util::BodyExt;
+    use proptest::prelude::Strategy;
 
     const V: &[u8] = b"s3cr3t-value";
     const P: &[u8] = b"capsule-phantom-00";
@@ -476,5 +544,113 @@ mod tests {
         let body = Metered::new(frames.boxed(), vec![seen.clone()], Some((used, 12)));
         assert!(body.collect().await.is_err());
         assert_eq!(seen.load(Ordering::Relaxed), 15);
+    }
+
+    /// The scrubber as it was (byte by byte, longest needle first), on the whole input
+    /// at once: the reference the streaming one must equal.
+    fn reference(pairs: &[(Vec<u8>, Vec<u8>)], input: &[u8]) -> Vec<u8> {
+        let mut sorted: Vec<_> = pairs.iter().filter(|(v, _)| !v.is_empty()).collect();
+        sorted.sort_by_key(|(v, _)| std::cmp::Reverse(v.len()));
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < input.len() {
+            match sorted.iter().find(|(v, _)| input[i..].starts_with(v)) {
+                Some((v, p)) => {
+                    out.extend_from_slice(p);
+                    i += v.len();
+                }
+                None => {
+                    out.push(input[i]);
+                    i += 1;
+                }
+            }
+        }
+        out
+    }
+
+    /// Needles over a small alphabet (so matches, overlaps, prefixes of one another
+    /// and repeats are frequent), some empty; placeholders that may look like needles.
+    fn pairs_strategy() -> impl Strategy<Value = Vec<(Vec<u8>, Vec<u8>)>> {
+        let needle = proptest::collection::vec(proptest::sample::select(b"ab".to_vec()), 0..7);
+        let placeholder =
+            proptest::collection::vec(proptest::sample::select(b"abXY".to_vec()), 0..4);
+        proptest::collection::vec((needle, placeholder), 0..6)
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+        #[test]
+        fn streaming_equals_the_reference(
+            pairs in pairs_strategy(),
+            input in proptest::collection::vec(proptest::sample::select(b"abc".to_vec()), 0..300),
+            cuts in proptest::collection::vec(0usize..40, 0..30),
+        ) {
+            let want = reference(&pairs, &input);
+            let mut s = Scrubber::new(
+                pairs.iter().map(|(v, p)| (Zeroizing::new(v.clone()), p.clone())).collect(),
+            );
+            let mut got = Vec::new();
+            let mut rest = &input[..];
+            for n in cuts {
+                let (chunk, tail) = rest.split_at(n.min(rest.len()));
+                got.extend(s.push(chunk));
+                proptest::prop_assert!(s.carry.len() <= s.keep, "bounded carry");
+                rest = tail;
+            }
+            got.extend(s.push(rest));
+            got.extend(s.finish());
+            proptest::prop_assert_eq!(&got, &want);
+            let mut whole = Vec::new();
+            s.scan(&input, 0, input.len(), &mut whole);
+            proptest::prop_assert_eq!(&whole, &want);
+            // The plain scan (no automaton) agrees as well.
+            s.matcher = None;
+            let mut plain = Vec::new();
+            s.scan(&input, 0, input.len(), &mut plain);
+            proptest::prop_assert_eq!(&plain, &want);
+        }
+    }
+
+    /// Throughput of the hot path: 256 MiB in 64 KiB chunks, 6 needles of 40 bytes,
+    /// one echo per chunk and one across every chunk boundary. Release:
+    /// `cargo test --release --lib scrub -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "benchmark; run in release with --ignored --nocapture"]
+    fn bench_scrub_throughput() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut printable = || b' ' + (next() % 95) as u8;
+        let needles: Vec<Vec<u8>> = (0..6)
+            .map(|_| (0..40).map(|_| printable()).collect())
+            .collect();
+        let mut chunk: Vec<u8> = (0..64 * 1024).map(|_| printable()).collect();
+        chunk[1000..1040].copy_from_slice(&needles[1]);
+        let n = chunk.len();
+        chunk[n - 20..].copy_from_slice(&needles[2][..20]);
+        chunk[..20].copy_from_slice(&needles[2][20..]);
+        let pairs = needles
+            .iter()
+            .map(|v| (Zeroizing::new(v.clone()), P.to_vec()));
+        let mut s = Scrubber::new(pairs.collect());
+        let total = 256usize << 20;
+        let start = std::time::Instant::now();
+        let mut out = 0usize;
+        for _ in 0..total / chunk.len() {
+            out += std::hint::black_box(s.push(&chunk)).len();
+        }
+        out += s.finish().len();
+        let secs = start.elapsed().as_secs_f64();
+        let per_chunk = n + 2 * P.len() - 80;
+        assert_eq!(
+            out,
+            total / n * per_chunk + 40 - P.len(),
+            "every echo replaced"
+        );
+        eprintln!("scrub: {:.0} MB/s", total as f64 / secs / 1e6);
     }
 }
