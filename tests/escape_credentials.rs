@@ -1249,3 +1249,44 @@ fn credential_flag_injects_a_bearer_token() {
     assert_eq!(used[0]["name"], "MY_TOKEN", "{}", out.describe());
     out.assert_clean(&value);
 }
+
+/// Without a view the system bundle is the host's: only the variables name
+/// the run's CA, and the result says so in `enforcement.limitations`; with
+/// the view it does not (the view shows the bundle at the system path).
+#[test]
+fn a_run_without_a_view_names_the_ca_variables_only_limitation() {
+    let o = Origin::start();
+    let s = Scratch::new();
+    let value = secret_value("limit");
+    let p = s.policy(o.port, ECHO);
+    let cmd = [
+        "/bin/sh",
+        "-c",
+        "cat \"$SSL_CERT_FILE\" >/dev/null && echo ok",
+    ];
+    let has = |out: &Out| {
+        out.json()["enforcement"]["limitations"]
+            .as_array()
+            .is_some_and(|l| {
+                l.iter().any(|x| {
+                    x.as_str()
+                        .is_some_and(|t| t.starts_with("TLS-terminated hosts without a view"))
+                })
+            })
+    };
+    let nons = exec_env(
+        &s,
+        &[("MY_TOKEN", &value), ("CAPSULE_NO_NAMESPACES", "1")],
+        &p,
+        &[],
+        &cmd,
+    );
+    assert_eq!(nons.status, 0, "{}", nons.describe());
+    assert!(has(&nons), "{}", nons.describe());
+    let view = exec(&s, &value, &p, &[], &cmd);
+    assert_eq!(view.status, 0, "{}", view.describe());
+    let has_view = view.json()["enforcement"]["view"].is_object();
+    assert_eq!(has(&view), !has_view, "{}", view.describe());
+    nons.assert_clean(&value);
+    view.assert_clean(&value);
+}

@@ -1322,6 +1322,13 @@ impl<'a> Prep<'a> {
         if crate::plan::tools::has_command_tools(plan.tools.as_ref()) {
             limitations.push(crate::plan::tools::LIMITATION.to_string());
         }
+        if let Some(b) = &plan.fs.ca_bundle {
+            // Without the view (or a system bundle to show it at) only the
+            // variables name the run's CA (contract section 8).
+            if !self.want_pidns || b.system.is_none() {
+                limitations.push(CA_VARIABLES_ONLY_LIMITATION.to_string());
+            }
+        }
         if abi == LANDLOCK_FS {
             limitations.push(format!(
                 "Landlock ABI {LANDLOCK_FS} (Linux {}) has no refer right: renaming or linking a file between two \
@@ -1332,6 +1339,14 @@ impl<'a> Prep<'a> {
         limitations
     }
 }
+
+/// `enforcement.limitations` of a run with TLS-terminated hosts whose view
+/// does not show the run's CA at the system bundle's path.
+pub const CA_VARIABLES_ONLY_LIMITATION: &str =
+    "TLS-terminated hosts without a view of the host: the system CA bundle is the host's, without the run's \
+     CA; clients that read SSL_CERT_FILE, REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE, NODE_EXTRA_CA_CERTS, \
+     GIT_SSL_CAINFO, PIP_CERT, CARGO_HTTP_CAINFO or NPM_CONFIG_CAFILE trust it; a client with its own store \
+     (Java, certifi-only code) refuses those hosts unless given the bundle";
 
 /// Whether `path` lies on a file system whose files are memory: tmpfs, or
 /// ramfs (which has no size; the watchdog walks it every time).
