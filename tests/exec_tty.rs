@@ -131,6 +131,18 @@ impl Term {
         (child, guard)
     }
 
+    /// Bytes written to the terminal that the reader has not read yet.
+    fn pending(&self) -> i32 {
+        let mut n: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one int through a valid pointer; the fd is ours.
+        let rc = unsafe { libc::ioctl(self.master.as_raw_fd(), libc::FIONREAD, &mut n) };
+        if rc < 0 {
+            0
+        } else {
+            n
+        }
+    }
+
     fn output(&self) -> String {
         String::from_utf8_lossy(&self.out.lock().unwrap()).into_owned()
     }
@@ -221,8 +233,15 @@ fn wait(child: &mut Child, term: &Term) -> i32 {
     let deadline = Instant::now() + RUN_BOUND;
     loop {
         if let Some(st) = child.try_wait().expect("wait") {
-            // Let the reader catch the last bytes.
-            std::thread::sleep(Duration::from_millis(100));
+            // Let the reader catch the last bytes: capsule wrote them before
+            // it exited, so they are in the terminal; read until none is
+            // left there (a fixed 100 ms lost the last line on a loaded CI
+            // machine, where the reader thread ran late). Bounded.
+            let until = Instant::now() + Duration::from_secs(5);
+            while term.pending() > 0 && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            std::thread::sleep(Duration::from_millis(50));
             return st.code().unwrap_or(-1);
         }
         assert!(
