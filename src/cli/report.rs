@@ -379,7 +379,7 @@ fn print_network(plan: &Plan, k: &Probe, namespaces: bool) {
     for c in &plan.net.credentials {
         let (ok, how) = crate::plan::egress::source_resolves(c);
         println!(
-            "  credential {} ({}) — from {} ({}: {how}); to {}{}; injected as {}; the run's {} hold a placeholder",
+            "  credential {} ({}) — from {} ({}: {how}); to {}{}; injected as {}; placeholder in {}",
             c.name,
             c.key,
             c.source.kind(),
@@ -394,7 +394,7 @@ fn print_network(plan: &Plan, k: &Probe, namespaces: bool) {
                 ),
             },
             crate::plan::egress::inject_text(c),
-            if c.placeholder_env.is_empty() { "variables (none named)".into() } else { c.placeholder_env.join(" ") },
+            if c.placeholder_env.is_empty() { "no variable".into() } else { c.placeholder_env.join(" ") },
         );
     }
     if let Some(b) = &plan.fs.ca_bundle {
