@@ -75,7 +75,7 @@ def test_autogen_shipped_docker_executor_tests_with_capsule(autogen_python, caps
 
 def test_autogen_executor_conformance(autogen_python, capsule_bin, tmp_path):
     done = run_pytest(autogen_python, [str(CONFORMANCE / "autogen_check.py")], capsule_bin=capsule_bin, cwd=tmp_path)
-    _check(done, 12)
+    _check(done, 13)
 
 
 def test_the_example_runs(capsule_bin, autogen_python, tmp_path):
