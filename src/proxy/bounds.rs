@@ -18,10 +18,19 @@
 //!   10 KiB per tunnel. So the default 256 connections hold at most 48 MiB, the
 //!   largest setting (4,096) at most 768 MiB.
 //!
-//! A leaf: the server applies these to client connections and `plain_http` to
-//! upstream ones.
+//! A leaf: [`client_side`] applies these to every connection from the run (the
+//! proxy's own and each TLS-terminated tunnel), [`upstream_http1`] to every upstream
+//! one (plain HTTP and terminated TLS).
 
 use std::time::Duration;
+
+use hyper::client::conn::http1::SendRequest;
+use hyper::rt::{Read, Write};
+use hyper::Response;
+use hyper_util::rt::TokioTimer;
+use tokio::task::JoinHandle;
+
+use super::refusal::{bad_gateway, ProxyBody, UpstreamFailure};
 
 /// Largest request (or response) head the proxy reads, in bytes (as Node.js's
 /// default). Heads are read into the connection's buffer, so this is [`MAX_BUF`].
@@ -38,4 +47,46 @@ pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Limits {
     /// Client connections held at once (`network.max_connections`, at least 1).
     pub max_connections: usize,
+}
+
+/// The HTTP/1.1 server side of a connection from the run, within these bounds.
+pub fn client_side() -> hyper::server::conn::http1::Builder {
+    let mut b = hyper::server::conn::http1::Builder::new();
+    b.timer(TokioTimer::new())
+        .header_read_timeout(HEAD_TIMEOUT)
+        .max_header_size(MAX_HEAD)
+        .max_buf_size(MAX_BUF)
+        // Copy body chunks into one flat write buffer (bounded by MAX_BUF) instead of
+        // queueing the slices: a queued slice keeps its whole read buffer alive.
+        .writev(false)
+        .keep_alive(true);
+    b
+}
+
+/// An HTTP/1.1 client connection upstream over `io`, within these bounds, and the
+/// task that drives it (abort it to drop the connection). A failed handshake is the
+/// 502 to answer with.
+pub async fn upstream_http1<T>(
+    io: T,
+    shown: &str,
+    port: u16,
+) -> Result<(SendRequest<ProxyBody>, JoinHandle<()>), Response<ProxyBody>>
+where
+    T: Read + Write + Unpin + Send + 'static,
+{
+    let (sender, conn) = hyper::client::conn::http1::Builder::new()
+        .max_buf_size(MAX_BUF)
+        .writev(false) // as client_side: no queue of slices pinning read buffers
+        .handshake(io)
+        .await
+        .map_err(|e| {
+            tracing::debug!(host = %shown, port, error = %e, "proxy: upstream handshake failed");
+            bad_gateway(shown, port, UpstreamFailure::Connect)
+        })?;
+    let driver = tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "proxy: upstream connection ended with an error");
+        }
+    });
+    Ok((sender, driver))
 }

@@ -16,7 +16,7 @@ use hyper_util::rt::TokioIo;
 use tokio::task::JoinHandle;
 
 use super::allow_hosts::TargetHost;
-use super::bounds::MAX_BUF;
+use super::bounds::upstream_http1;
 use super::dial::{self, Shared};
 use super::egress::gate;
 use super::headers::{add_via, strip_hop_by_hop};
@@ -149,20 +149,7 @@ async fn open(
     let stream = dial::connect(target, port, &shared.stats)
         .await
         .map_err(|e| e.response(&shown, port))?;
-    let (sender, conn) = hyper::client::conn::http1::Builder::new()
-        .max_buf_size(MAX_BUF)
-        .writev(false) // see server.rs: no queue of slices pinning read buffers
-        .handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| {
-            tracing::debug!(host = %shown, port, error = %e, "proxy: upstream handshake failed");
-            bad_gateway(&shown, port, UpstreamFailure::Connect)
-        })?;
-    let driver = tokio::spawn(async move {
-        if let Err(e) = conn.await {
-            tracing::debug!(error = %e, "proxy: upstream connection ended with an error");
-        }
-    });
+    let (sender, driver) = upstream_http1(TokioIo::new(stream), &shown, port).await?;
     Ok(Upstream {
         target: target.clone(),
         port,

@@ -11,13 +11,13 @@ use std::time::Duration;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::allow_hosts::Allowlist;
-use super::bounds::{Limits, HEAD_TIMEOUT, MAX_BUF, MAX_HEAD};
+use super::bounds::{client_side, Limits};
 use super::connect::{self, PendingTunnel};
 use super::dial::Shared;
 use super::egress::Engine;
@@ -121,15 +121,7 @@ async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
             async move { Ok::<_, Infallible>(route(req, shared, tunnel, upstream).await) }
         })
     };
-    let conn = hyper::server::conn::http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEAD_TIMEOUT)
-        .max_header_size(MAX_HEAD)
-        .max_buf_size(MAX_BUF)
-        // Copy body chunks into one flat write buffer (bounded by MAX_BUF) instead of
-        // queueing the slices: a queued slice keeps its whole read buffer alive.
-        .writev(false)
-        .keep_alive(true)
+    let conn = client_side()
         .serve_connection(TokioIo::new(stream), service)
         .with_upgrades();
     if let Err(e) = conn.await {

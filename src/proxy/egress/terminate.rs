@@ -14,7 +14,7 @@ use hyper::http::uri::{PathAndQuery, Uri};
 use hyper::service::service_fn;
 use hyper::upgrade::OnUpgrade;
 use hyper::{Request, Response};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use tokio::sync::Mutex;
 use tokio_rustls::TlsAcceptor;
 
@@ -22,7 +22,7 @@ use super::engine::Engine;
 use super::gate;
 use super::upstream::{self, TlsUpstream};
 use crate::proxy::allow_hosts::TargetHost;
-use crate::proxy::bounds::{HEAD_TIMEOUT, MAX_BUF, MAX_HEAD};
+use crate::proxy::bounds::{client_side, HEAD_TIMEOUT};
 use crate::proxy::refusal::{bad_gateway, ProxyBody, UpstreamFailure};
 use crate::proxy::stats::ProxyStats;
 
@@ -80,13 +80,7 @@ pub async fn run(t: Terminated) {
         let conn = conn.clone();
         async move { Ok::<_, Infallible>(handle(req, conn).await) }
     });
-    let served = hyper::server::conn::http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEAD_TIMEOUT)
-        .max_header_size(MAX_HEAD)
-        .max_buf_size(MAX_BUF)
-        .writev(false)
-        .keep_alive(true)
+    let served = client_side()
         .serve_connection(TokioIo::new(tls), service)
         .await;
     if let Err(e) = served {

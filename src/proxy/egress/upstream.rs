@@ -16,9 +16,9 @@ use tokio_rustls::TlsConnector;
 
 use super::engine::Engine;
 use crate::proxy::allow_hosts::TargetHost;
-use crate::proxy::bounds::MAX_BUF;
+use crate::proxy::bounds::upstream_http1;
 use crate::proxy::dial;
-use crate::proxy::refusal::{bad_gateway, upstream_tls_failed, ProxyBody, UpstreamFailure};
+use crate::proxy::refusal::{upstream_tls_failed, ProxyBody};
 use crate::proxy::stats::ProxyStats;
 
 /// How long the upstream TLS handshake may take.
@@ -91,19 +91,6 @@ pub async fn open(
         }
         Err(_) => return Err(upstream_tls_failed(&shown, port, "handshake timed out")),
     };
-    let (sender, conn) = hyper::client::conn::http1::Builder::new()
-        .max_buf_size(MAX_BUF)
-        .writev(false)
-        .handshake(TokioIo::new(tls))
-        .await
-        .map_err(|e| {
-            tracing::debug!(host = %shown, port, error = %e, "proxy: upstream handshake failed");
-            bad_gateway(&shown, port, UpstreamFailure::Connect)
-        })?;
-    let driver = tokio::spawn(async move {
-        if let Err(e) = conn.await {
-            tracing::debug!(error = %e, "proxy: upstream connection ended with an error");
-        }
-    });
+    let (sender, driver) = upstream_http1(TokioIo::new(tls), &shown, port).await?;
     Ok(TlsUpstream { sender, driver })
 }
