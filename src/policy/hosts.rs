@@ -54,7 +54,7 @@ pub fn check_allow_host(entry: &str) -> Result<(), String> {
 }
 
 /// `host:port`, `[v6]:port`, `[v6]`, bare v6, `host`.
-fn split_port(entry: &str) -> Result<(&str, Option<&str>), String> {
+pub(crate) fn split_port(entry: &str) -> Result<(&str, Option<&str>), String> {
     if let Some(rest) = entry.strip_prefix('[') {
         let Some((v6, after)) = rest.split_once(']') else {
             return Err(format!("`{entry}`: missing `]`"));

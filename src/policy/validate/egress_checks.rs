@@ -7,7 +7,7 @@ use super::super::egress::{
     check_methods, check_paths, check_ref_patterns, check_repo_patterns, is_env_name, Credential,
     GitRules, HostRules,
 };
-use super::super::hosts::check_allow_host;
+use super::super::hosts::{check_allow_host, split_port};
 use super::super::{NetMode, Policy, PolicyError};
 use super::Validator;
 use crate::proxy::allow_hosts::{Allowlist, TargetHost};
@@ -171,26 +171,16 @@ impl Validator<'_> {
 /// listed as such; a name or literal must be permitted on its port (on 443
 /// when it names none).
 fn covered(allow: &Allowlist, h: &str) -> bool {
-    let (host, port) = split_host_port(h);
+    // `h` passed check_allow_host: its split cannot fail.
+    let Ok((host, port)) = split_port(h) else {
+        return false;
+    };
+    let port = port.and_then(|p| p.parse::<u16>().ok());
     if host.starts_with("*.") {
         return allow.lists_wildcard(&host.to_ascii_lowercase(), port);
     }
     match TargetHost::parse(host) {
         Some(t) => allow.permits_target(&t, port.unwrap_or(443)),
         None => false,
-    }
-}
-
-/// `host:port`, `[v6]:port`, `[v6]`, bare v6, `host`.
-pub(crate) fn split_host_port(h: &str) -> (&str, Option<u16>) {
-    if h.starts_with('[') {
-        if let Some((a, b)) = h.rsplit_once("]:") {
-            return (&h[..a.len() + 1], b.parse().ok());
-        }
-        return (h, None);
-    }
-    match h.rsplit_once(':') {
-        Some((a, b)) if !a.contains(':') => (a, b.parse().ok()),
-        _ => (h, None),
     }
 }
